@@ -1,0 +1,186 @@
+/**
+ * The before-publish function: decides whether a message on a busy channel is delivered or dropped.
+ *
+ * CONTRACT §4 step 2. The drop rate is read from a key-value store (Workers KV in production): the
+ * key `throttleRate:<channel>`, else the global key `throttleRate`; it is parsed as a number and
+ * clamped to [0,1]. A missing, non-numeric or unreadable value means the fallback rate. A message is
+ * dropped with that probability; the analytics channel is never throttled.
+ *
+ * Platform-neutral: the store, clock, random source and logger are arguments, so the same code runs
+ * in a unit test and in the Worker.
+ *
+ * Cost: the rate is cached per channel for `cacheMs` (default 1 s) inside one isolate, and concurrent
+ * misses share one read, so a busy channel costs at most about two KV reads per second per isolate,
+ * not one per message. The price is staleness: a new rate reaches an isolate up to `cacheMs` after KV
+ * shows it (on top of KV's own propagation delay, up to about 60 s between locations).
+ */
+
+/** The part of a key-value store the throttle needs (`KVNamespace` satisfies it). */
+export interface RateStore {
+  get(key: string): Promise<string | null>;
+}
+
+/** Where a rate came from. */
+export type RateSource = "channel" | "global" | "fallback";
+
+/** Why the fallback rate was used. Each cause is logged once per isolate, not per message. */
+export type FallbackCause = "missing" | "non-numeric" | "unreadable";
+
+export interface ResolvedRate {
+  /** The drop probability used, in [0,1]. */
+  rate: number;
+  source: RateSource;
+  /** Set when `source` is "fallback". */
+  cause?: FallbackCause;
+}
+
+export interface DropRateReaderOptions {
+  store: RateStore;
+  /** Used when the stored value is missing, non-numeric or unreadable. Clamped to [0,1]. */
+  fallbackRate: number;
+  /** How long a read is reused, in ms. 0 disables the cache. Default 1000. */
+  cacheMs?: number;
+  /** A read slower than this counts as unreadable, in ms. Default 1000. */
+  readTimeoutMs?: number;
+  /** Clock in epoch ms. Default `Date.now`. */
+  now?: () => number;
+  /** Warning sink. Default `console.warn`. */
+  log?: (message: string) => void;
+}
+
+export const CHANNEL_RATE_PREFIX = "throttleRate:";
+export const GLOBAL_RATE_KEY = "throttleRate";
+
+/** The KV key for a channel's drop rate; `*` names the global key. */
+export function rateKey(channel: string): string {
+  return channel === "*" ? GLOBAL_RATE_KEY : CHANNEL_RATE_PREFIX + channel;
+}
+
+const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+/** Parses a stored rate: a decimal number clamped to [0,1], or null when it is not a number. */
+export function parseStoredRate(text: string): number | null {
+  const t = text.trim();
+  if (!NUMBER.test(t)) return null;
+  return clampRate(Number(t));
+}
+
+/** Clamps to [0,1]; NaN becomes 0. */
+export function clampRate(n: number): number {
+  if (!(n > 0)) return 0;
+  return Math.min(n, 1);
+}
+
+interface CacheEntry {
+  value: Promise<ResolvedRate>;
+  expires: number;
+}
+
+/** Reads and caches drop rates. One instance per isolate. */
+export class DropRateReader {
+  private readonly store: RateStore;
+  private readonly fallbackRate: number;
+  private readonly cacheMs: number;
+  private readonly readTimeoutMs: number;
+  private readonly now: () => number;
+  private readonly log: (message: string) => void;
+  private readonly cache = new Map<string, CacheEntry>();
+  private readonly logged = new Set<FallbackCause>();
+
+  constructor(opts: DropRateReaderOptions) {
+    this.store = opts.store;
+    this.fallbackRate = clampRate(opts.fallbackRate);
+    this.cacheMs = opts.cacheMs ?? 1000;
+    this.readTimeoutMs = opts.readTimeoutMs ?? 1000;
+    this.now = opts.now ?? Date.now;
+    this.log = opts.log ?? ((m) => console.warn(m));
+  }
+
+  /** The drop rate for a channel (cached for `cacheMs`). Never rejects. */
+  rateFor(channel: string): Promise<ResolvedRate> {
+    const now = this.now();
+    const hit = this.cache.get(channel);
+    if (hit && hit.expires > now) return hit.value;
+    const value = this.read(channel);
+    if (this.cacheMs > 0) {
+      // Bound memory under a flood of distinct channel names: start over rather than grow forever.
+      if (this.cache.size >= 10_000) this.cache.clear();
+      this.cache.set(channel, { value, expires: now + this.cacheMs });
+    }
+    return value;
+  }
+
+  /** Forgets cached rates (an admin write in this isolate takes effect at once). */
+  invalidate(channel?: string): void {
+    if (channel === undefined || channel === "*") this.cache.clear();
+    else this.cache.delete(channel);
+  }
+
+  private async read(channel: string): Promise<ResolvedRate> {
+    let text: string | null;
+    let source: RateSource = "channel";
+    try {
+      text = await this.get(CHANNEL_RATE_PREFIX + channel);
+      if (text === null) {
+        source = "global";
+        text = await this.get(GLOBAL_RATE_KEY);
+      }
+    } catch (e) {
+      return this.fallback("unreadable", e instanceof Error ? e.message : String(e));
+    }
+    this.logged.delete("unreadable"); // the store answers again: log the next outage too
+    if (text === null) return this.fallback("missing", "no throttleRate key is set");
+    const rate = parseStoredRate(text);
+    if (rate === null) return this.fallback("non-numeric", `${source} value is not a number`);
+    return { rate, source };
+  }
+
+  private get(key: string): Promise<string | null> {
+    if (!(this.readTimeoutMs > 0)) return this.store.get(key);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`read timed out after ${this.readTimeoutMs} ms`)), this.readTimeoutMs);
+    });
+    return Promise.race([this.store.get(key), timeout]).finally(() => {
+      if (timer !== undefined) clearTimeout(timer);
+    });
+  }
+
+  private fallback(cause: FallbackCause, detail: string): ResolvedRate {
+    if (!this.logged.has(cause)) {
+      this.logged.add(cause);
+      this.log(`floodgate throttle: using fallback drop rate ${this.fallbackRate} (${cause}: ${detail})`);
+    }
+    return { rate: this.fallbackRate, source: "fallback", cause };
+  }
+}
+
+export type Decision = ({ action: "deliver" } | { action: "drop" }) & ResolvedRate;
+
+export interface DecideOptions {
+  reader: DropRateReader;
+  /** Uniform in [0,1). Default `Math.random`. */
+  random?: () => number;
+  /** The analytics channel: never throttled, never read from the store. */
+  analyticsChannel: string;
+}
+
+/**
+ * Decides one message: drop with probability equal to the channel's drop rate.
+ * Rate 0 never drops, rate 1 always drops (random() is < 1).
+ */
+export async function beforePublish(channel: string, opts: DecideOptions): Promise<Decision> {
+  if (channel === opts.analyticsChannel) return { action: "deliver", rate: 0, source: "channel" };
+  const resolved = await opts.reader.rateFor(channel);
+  const random = opts.random ?? Math.random;
+  return { action: random() < resolved.rate ? "drop" : "deliver", ...resolved };
+}
+
+/** What the analytics channel receives for each dropped message (CONTRACT §4). */
+export interface DroppedCopy {
+  source_channel: string;
+  message: unknown;
+  publisher: string;
+  drop_rate: number;
+  dropped_at: number;
+}

@@ -1,0 +1,413 @@
+/**
+ * ChannelObject — one Durable Object per channel (SQLite storage). It owns the channel's order and
+ * fan-out: assigns sequence numbers, keeps the last `HISTORY_LIMIT` messages for history and resume,
+ * remembers `Idempotency-Key`s for 10 minutes, delivers to hibernatable WebSockets and to SSE streams,
+ * and counts delivered and dropped messages per sampling period for the sampler.
+ *
+ * The Worker talks to it by RPC (publish, history, stats, …) and forwards subscribe requests with
+ * `fetch`, because a WebSocket upgrade has to travel as an HTTP request.
+ */
+import { DurableObject } from "cloudflare:workers";
+import { getConfig } from "./config";
+
+/** How long an Idempotency-Key is remembered (CONTRACT §4). */
+export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
+/** Frames an SSE reader may fall behind before its stream is closed, so one slow reader cannot grow memory. */
+export const SSE_MAX_BACKLOG = 1024;
+
+/** What the Worker asks the channel to do with one publish. */
+export interface PublishCommand {
+  channel: string;
+  /** The message as minified JSON text. */
+  data: string;
+  publisher: string;
+  /** The throttle's decision, made in the Worker. */
+  action: "deliver" | "drop";
+  idempotencyKey?: string;
+  now: number;
+}
+
+export type PublishOutcome =
+  | { status: "delivered"; channel: string; seq: number; id: string; published_at: number; replayed: boolean }
+  | { status: "dropped"; replayed: boolean };
+
+/** One message for a batch append (analytics copies). */
+export interface BatchItem {
+  data: string;
+  publisher: string;
+}
+
+/** Counts for one sampling period, handed to the sampler and then reset. */
+export interface PeriodCounts {
+  channel: string | null;
+  delivered: number;
+  dropped: number;
+  offered: number;
+  elapsed_ms: number;
+  period_started_at: number;
+  occupancy: number;
+}
+
+export interface ChannelStats {
+  channel: string | null;
+  occupancy: number;
+  websockets: number;
+  sse: number;
+  last_seq: number;
+  delivered_total: number;
+  dropped_total: number;
+  analytics_copy_failures_total: number;
+  last_sample: unknown;
+}
+
+interface SseClient {
+  writer: WritableStreamDefaultWriter<Uint8Array>;
+  closed: boolean;
+}
+
+const encoder = new TextEncoder();
+
+type CounterName =
+  | "next_seq"
+  | "delivered_total"
+  | "dropped_total"
+  | "copy_failures_total"
+  | "period_delivered"
+  | "period_dropped"
+  | "period_started_at";
+
+const COUNTERS: CounterName[] = [
+  "next_seq",
+  "delivered_total",
+  "dropped_total",
+  "copy_failures_total",
+  "period_delivered",
+  "period_dropped",
+  "period_started_at",
+];
+
+export class ChannelObject extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private readonly counters = new Map<CounterName, number>();
+  private readonly sse = new Set<SseClient>();
+  private channel: string | null = null;
+  private lastSample: unknown = null;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    ctx.blockConcurrencyWhile(async () => {
+      this.sql.exec(`CREATE TABLE IF NOT EXISTS messages (
+        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, data TEXT NOT NULL, publisher TEXT NOT NULL,
+        published_at INTEGER NOT NULL)`);
+      this.sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
+        key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
+      this.sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
+      this.sql.exec("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
+      this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)");
+      for (const row of this.sql.exec<{ name: string; value: number }>("SELECT name, value FROM counters")) {
+        this.counters.set(row.name as CounterName, row.value);
+      }
+      for (const row of this.sql.exec<{ name: string; value: string }>("SELECT name, value FROM meta")) {
+        if (row.name === "channel") this.channel = row.value;
+        if (row.name === "last_sample") this.lastSample = JSON.parse(row.value);
+      }
+    });
+  }
+
+  // ---- RPC -------------------------------------------------------------------------------------
+
+  /** Delivers or records the drop of one message, honouring its Idempotency-Key. */
+  publish(cmd: PublishCommand): PublishOutcome {
+    this.remember(cmd.channel);
+    const idemKey = cmd.idempotencyKey ? `${cmd.publisher}\u0000${cmd.idempotencyKey}` : null;
+    if (idemKey) {
+      const prior = this.sql
+        .exec<{ result: string }>("SELECT result FROM idempotency WHERE key = ? AND expires_at > ?", idemKey, cmd.now)
+        .toArray()[0];
+      if (prior) return { ...(JSON.parse(prior.result) as PublishOutcome), replayed: true };
+    }
+    let outcome: PublishOutcome;
+    this.ctx.storage.transactionSync(() => {
+      if (cmd.action === "drop") {
+        this.bump({ dropped_total: 1, period_dropped: 1 });
+        outcome = { status: "dropped", replayed: false };
+      } else {
+        const m = this.append(cmd.channel, cmd.data, cmd.publisher, cmd.now);
+        outcome = {
+          status: "delivered",
+          channel: cmd.channel,
+          seq: m.seq,
+          id: m.id,
+          published_at: cmd.now,
+          replayed: false,
+        };
+      }
+      if (idemKey) {
+        this.sql.exec("DELETE FROM idempotency WHERE expires_at <= ?", cmd.now);
+        const { replayed: _, ...stored } = outcome;
+        this.sql.exec(
+          "INSERT OR REPLACE INTO idempotency (key, result, expires_at) VALUES (?, ?, ?)",
+          idemKey,
+          JSON.stringify(stored),
+          cmd.now + IDEMPOTENCY_TTL_MS,
+        );
+      }
+    });
+    // biome-ignore lint/style/noNonNullAssertion: assigned inside the synchronous transaction above
+    const result = outcome!;
+    if (result.status === "delivered") this.flushLive();
+    return result;
+  }
+
+  /** Appends several messages in one call (the analytics channel's copies). Returns the last seq. */
+  publishBatch(channel: string, items: BatchItem[], now: number): number {
+    this.remember(channel);
+    let last = this.counter("next_seq");
+    this.ctx.storage.transactionSync(() => {
+      for (const item of items) last = this.append(channel, item.data, item.publisher, now).seq;
+    });
+    this.flushLive();
+    return last;
+  }
+
+  /** Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed. */
+  recordDrops(channel: string, dropped: number, copyFailures: number): void {
+    this.remember(channel);
+    this.bump({ dropped_total: dropped, period_dropped: dropped, copy_failures_total: copyFailures });
+  }
+
+  /** Retained messages as JSON frames, oldest first: after `after`, or the newest `limit`. */
+  history(after: number | null, limit: number): string[] {
+    const rows =
+      after === null
+        ? this.sql
+            .exec<MessageRow>(
+              "SELECT * FROM (SELECT * FROM messages ORDER BY seq DESC LIMIT ?) ORDER BY seq ASC",
+              limit,
+            )
+            .toArray()
+        : this.sql
+            .exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC LIMIT ?", after, limit)
+            .toArray();
+    const channel = this.channel ?? "";
+    return rows.map((r) => frame(channel, r));
+  }
+
+  stats(): ChannelStats {
+    const websockets = this.ctx.getWebSockets().length;
+    return {
+      channel: this.channel,
+      occupancy: websockets + this.sse.size,
+      websockets,
+      sse: this.sse.size,
+      last_seq: this.counter("next_seq"),
+      delivered_total: this.counter("delivered_total"),
+      dropped_total: this.counter("dropped_total"),
+      analytics_copy_failures_total: this.counter("copy_failures_total"),
+      last_sample: this.lastSample,
+    };
+  }
+
+  /** Returns this period's counts and starts a new period (the sampler calls this once per run). */
+  takePeriod(now: number): PeriodCounts {
+    const started = this.counter("period_started_at") || now;
+    const delivered = this.counter("period_delivered");
+    const dropped = this.counter("period_dropped");
+    this.set({ period_delivered: 0, period_dropped: 0, period_started_at: now });
+    return {
+      channel: this.channel,
+      delivered,
+      dropped,
+      offered: delivered + dropped,
+      elapsed_ms: Math.max(0, now - started),
+      period_started_at: started,
+      occupancy: this.ctx.getWebSockets().length + this.sse.size,
+    };
+  }
+
+  /** Stores the sampler's latest decision so stats and the admin API can show it. */
+  recordSample(sample: unknown): void {
+    this.lastSample = sample;
+    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('last_sample', ?)", JSON.stringify(sample));
+  }
+
+  // ---- subscribe (fetch) -------------------------------------------------------------------------
+
+  /** Subscribe: `GET /subscribe?channel=…&mode=ws|sse&after=<seq>`, already authorised by the Worker. */
+  override async fetch(request: Request): Promise<Response> {
+    const url = new URL(request.url);
+    const channel = url.searchParams.get("channel") ?? "";
+    this.remember(channel);
+    const afterText = url.searchParams.get("after");
+    const after = afterText === null ? null : Number(afterText);
+    if (url.searchParams.get("mode") === "ws") {
+      const pair = new WebSocketPair();
+      const [client, server] = [pair[0], pair[1]];
+      this.ctx.acceptWebSocket(server);
+      server.serializeAttachment({ connected_at: Date.now() });
+      // Replay and go live in one synchronous step: no publish can run in between, so nothing is
+      // skipped or repeated.
+      if (after !== null) for (const f of this.replayFrames(after)) server.send(f.text);
+      return new Response(null, { status: 101, webSocket: client });
+    }
+    const stream = new TransformStream<Uint8Array, Uint8Array>(
+      undefined,
+      undefined,
+      new CountQueuingStrategy({ highWaterMark: SSE_MAX_BACKLOG }),
+    );
+    const client: SseClient = { writer: stream.writable.getWriter(), closed: false };
+    this.writeSse(client, ": subscribed\nretry: 1000\n\n");
+    if (after !== null) for (const f of this.replayFrames(after)) this.writeSse(client, sseEvent(f));
+    this.sse.add(client);
+    client.writer.closed.then(
+      () => this.dropSse(client),
+      () => this.dropSse(client),
+    );
+    return new Response(stream.readable, {
+      headers: {
+        "content-type": "text/event-stream; charset=utf-8",
+        "cache-control": "no-cache, no-transform",
+        "x-accel-buffering": "no",
+      },
+    });
+  }
+
+  /** Frames a subscriber sends are ignored; they are never published (CONTRACT §10). */
+  override webSocketMessage(_ws: WebSocket, _message: string | ArrayBuffer): void {}
+
+  override webSocketClose(ws: WebSocket, code: number, _reason: string, _wasClean: boolean): void {
+    try {
+      ws.close(code === 1005 || code === 1006 ? 1000 : code, "closing");
+    } catch {
+      // already closed
+    }
+  }
+
+  override webSocketError(ws: WebSocket, _error: unknown): void {
+    try {
+      ws.close(1011, "error");
+    } catch {
+      // already closed
+    }
+  }
+
+  // ---- internals ---------------------------------------------------------------------------------
+
+  private pendingLive: LiveFrame[] = [];
+
+  private append(channel: string, data: string, publisher: string, now: number): { seq: number; id: string } {
+    const seq = this.counter("next_seq") + 1;
+    const id = crypto.randomUUID();
+    this.sql.exec(
+      "INSERT INTO messages (seq, id, data, publisher, published_at) VALUES (?, ?, ?, ?, ?)",
+      seq,
+      id,
+      data,
+      publisher,
+      now,
+    );
+    const limit = getConfig(this.env).historyLimit;
+    if (seq > limit) this.sql.exec("DELETE FROM messages WHERE seq <= ?", seq - limit);
+    this.bump({ next_seq: 1, delivered_total: 1, period_delivered: 1 });
+    this.pendingLive.push({ seq, text: frame(channel, { seq, id, data, published_at: now }) });
+    return { seq, id };
+  }
+
+  /** Sends frames appended by the last transaction to every live subscriber. */
+  private flushLive(): void {
+    const frames = this.pendingLive;
+    this.pendingLive = [];
+    if (frames.length === 0) return;
+    for (const ws of this.ctx.getWebSockets()) {
+      try {
+        for (const f of frames) ws.send(f.text);
+      } catch {
+        // A socket whose send fails is dropped without disturbing the others.
+        try {
+          ws.close(1011, "send failed");
+        } catch {
+          // already gone
+        }
+      }
+    }
+    for (const client of this.sse) for (const f of frames) this.writeSse(client, sseEvent(f));
+  }
+
+  private replayFrames(after: number): LiveFrame[] {
+    const channel = this.channel ?? "";
+    return this.sql
+      .exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC", after)
+      .toArray()
+      .map((r) => ({ seq: r.seq, text: frame(channel, r) }));
+  }
+
+  private writeSse(client: SseClient, text: string): void {
+    if (client.closed) return;
+    const backlog = client.writer.desiredSize;
+    if (backlog !== null && backlog <= 0) {
+      // The reader fell SSE_MAX_BACKLOG frames behind: close it rather than buffer without bound.
+      this.dropSse(client, true);
+      return;
+    }
+    client.writer.write(encoder.encode(text)).catch(() => this.dropSse(client));
+  }
+
+  private dropSse(client: SseClient, abort = false): void {
+    if (client.closed) return;
+    client.closed = true;
+    this.sse.delete(client);
+    if (abort) client.writer.abort("slow consumer").catch(() => {});
+  }
+
+  private remember(channel: string): void {
+    if (this.channel === null && channel) {
+      this.channel = channel;
+      this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('channel', ?)", channel);
+    }
+  }
+
+  private counter(name: CounterName): number {
+    return this.counters.get(name) ?? 0;
+  }
+
+  private bump(deltas: Partial<Record<CounterName, number>>): void {
+    const next: Partial<Record<CounterName, number>> = {};
+    for (const [k, d] of Object.entries(deltas) as [CounterName, number][]) {
+      if (d) next[k] = this.counter(k) + d;
+    }
+    this.set(next);
+  }
+
+  private set(values: Partial<Record<CounterName, number>>): void {
+    for (const [k, v] of Object.entries(values) as [CounterName, number][]) {
+      if (!COUNTERS.includes(k)) continue;
+      this.counters.set(k, v);
+      this.sql.exec("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", k, v);
+    }
+  }
+}
+
+interface MessageRow {
+  [key: string]: SqlStorageValue;
+  seq: number;
+  id: string;
+  data: string;
+  publisher: string;
+  published_at: number;
+}
+
+/** The wire frame (CONTRACT §5), built as text so the payload is never parsed again. */
+function frame(channel: string, r: Pick<MessageRow, "seq" | "id" | "data" | "published_at">): string {
+  return `{"type":"message","channel":${JSON.stringify(channel)},"seq":${r.seq},"id":${JSON.stringify(r.id)},"data":${r.data},"published_at":${r.published_at}}`;
+}
+
+interface LiveFrame {
+  seq: number;
+  text: string;
+}
+
+/** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */
+function sseEvent(f: LiveFrame): string {
+  return `id: ${f.seq}\nevent: message\ndata: ${f.text}\n\n`;
+}

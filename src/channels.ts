@@ -1,0 +1,155 @@
+/**
+ * Channel names and channel patterns (CONTRACT §2, §10), and most-specific rule selection.
+ *
+ * Pure: no platform imports, so the same code serves routes, config parsing and unit tests.
+ */
+
+export type Visibility = "public" | "private";
+
+/** A validated channel name such as `public:live.reactions`. */
+export interface ChannelName {
+  readonly name: string;
+  readonly visibility: Visibility;
+  readonly components: readonly string[];
+}
+
+/** A validated pattern such as `public:live.*` or `private:team.**`. */
+export interface ChannelPattern {
+  readonly source: string;
+  readonly visibility: Visibility;
+  readonly segments: readonly string[];
+  /** Specificity: literal 4, `*` 1, `**` 0, the visibility word counting as one literal. */
+  readonly score: number;
+}
+
+/** Raised for any name or pattern the grammar forbids; the message says what is wrong. */
+export class GrammarError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "GrammarError";
+  }
+}
+
+export const MAX_CHANNEL_LENGTH = 200;
+export const MAX_COMPONENT_LENGTH = 64;
+const COMPONENT = /^[a-z0-9_-]+$/;
+
+function splitVisibility(input: string, what: string): [Visibility, string] {
+  const colon = input.indexOf(":");
+  if (colon < 0) throw new GrammarError(`${what} must start with "public:" or "private:"`);
+  const vis = input.slice(0, colon);
+  if (vis !== "public" && vis !== "private") {
+    throw new GrammarError(`${what} visibility must be "public" or "private"`);
+  }
+  return [vis, input.slice(colon + 1)];
+}
+
+function checkComponent(c: string, what: string): void {
+  if (c.length === 0) throw new GrammarError(`${what} has an empty component`);
+  if (c.length > MAX_COMPONENT_LENGTH) {
+    throw new GrammarError(`${what} component is longer than ${MAX_COMPONENT_LENGTH} characters`);
+  }
+  if (!COMPONENT.test(c)) throw new GrammarError(`${what} components may only contain a-z, 0-9, "_" and "-"`);
+}
+
+/**
+ * Parses `<visibility>:<c1>.<c2>[.<c3>[.<c4>]]`: 2–4 components of `[a-z0-9_-]+` (at most 64 each),
+ * at least 3 for `private:`, at most 200 characters in all.
+ * @throws GrammarError
+ */
+export function parseChannelName(input: string): ChannelName {
+  if (typeof input !== "string" || input.length === 0) throw new GrammarError("channel name is empty");
+  if (input.length > MAX_CHANNEL_LENGTH) {
+    throw new GrammarError(`channel name is longer than ${MAX_CHANNEL_LENGTH} characters`);
+  }
+  const [visibility, rest] = splitVisibility(input, "channel name");
+  const components = rest.split(".");
+  for (const c of components) checkComponent(c, "channel name");
+  if (components.length < 2 || components.length > 4) {
+    throw new GrammarError("channel name must have 2 to 4 components");
+  }
+  if (visibility === "private" && components.length < 3) {
+    throw new GrammarError("private channel names need at least 3 components");
+  }
+  return { name: input, visibility, components };
+}
+
+/** True when `input` is a valid channel name. */
+export function isChannelName(input: string): boolean {
+  try {
+    parseChannelName(input);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Parses a pattern: the visibility prefix (no wildcard there), then 1–8 segments, each a literal
+ * component, `*` (exactly one component) or `**` (last segment only: one or more components).
+ * @throws GrammarError
+ */
+export function parsePattern(input: string): ChannelPattern {
+  if (typeof input !== "string" || input.length === 0) throw new GrammarError("pattern is empty");
+  const [visibility, rest] = splitVisibility(input, "pattern");
+  const segments = rest.split(".");
+  if (segments.length < 1 || segments.length > 8) throw new GrammarError("pattern must have 1 to 8 segments");
+  let score = 4;
+  segments.forEach((s, i) => {
+    if (s === "**") {
+      if (i !== segments.length - 1) throw new GrammarError('"**" may only be the last segment of a pattern');
+    } else if (s === "*") {
+      score += 1;
+    } else {
+      checkComponent(s, "pattern");
+      score += 4;
+    }
+  });
+  return { source: input, visibility, segments, score };
+}
+
+/** True when the channel matches the pattern. */
+export function matchesPattern(pattern: ChannelPattern, channel: ChannelName): boolean {
+  if (pattern.visibility !== channel.visibility) return false;
+  const segs = pattern.segments;
+  const comps = channel.components;
+  for (let i = 0; i < segs.length; i++) {
+    const s = segs[i];
+    if (s === "**") return comps.length > i; // one or more remaining components
+    if (i >= comps.length) return false;
+    if (s !== "*" && s !== comps[i]) return false;
+  }
+  return segs.length === comps.length;
+}
+
+/** A pattern paired with what it selects. */
+export interface Rule<T> {
+  readonly pattern: ChannelPattern;
+  readonly value: T;
+}
+
+/** Byte-order comparison (not locale order), as the tie-break requires. */
+function byteOrder(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/**
+ * Orders rules for selection: highest score first, ties by pattern string in byte order.
+ * The first match in this order is the most specific rule.
+ */
+export function compileRules<T>(entries: ReadonlyArray<readonly [string, T]>): Rule<T>[] {
+  return entries
+    .map(([p, value]) => ({ pattern: parsePattern(p), value }))
+    .sort((a, b) => b.pattern.score - a.pattern.score || byteOrder(a.pattern.source, b.pattern.source));
+}
+
+/** The most specific rule matching the channel, or undefined. `rules` must come from {@link compileRules}. */
+export function selectRule<T>(rules: readonly Rule<T>[], channel: ChannelName): Rule<T> | undefined {
+  for (const r of rules) if (matchesPattern(r.pattern, channel)) return r;
+  return undefined;
+}
+
+/** True when any of the patterns matches the channel (token `chs` checks). */
+export function anyPatternMatches(patterns: readonly ChannelPattern[], channel: ChannelName): boolean {
+  return patterns.some((p) => matchesPattern(p, channel));
+}

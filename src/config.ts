@@ -1,0 +1,203 @@
+/**
+ * Configuration (CONTRACT §1), parsed once per isolate and validated as a whole.
+ *
+ * Invalid configuration fails closed: every API route answers 500 naming the variable, and
+ * `scripts/check-config.mjs` (run by `npm run deploy`) refuses to upload it.
+ */
+import { type ChannelName, compileRules, GrammarError, parseChannelName, type Rule, selectRule } from "./channels";
+import { type Limit, LimitError, normaliseBurst, parseLimit, parseRateShorthand } from "./limits";
+
+/** A sampler target: messages per second delivered, or a delivery budget split across subscribers. */
+export type Target =
+  | { kind: "messages"; perSecond: number; source: string }
+  | { kind: "deliveries"; perSecond: number; source: string };
+
+export interface Config {
+  /** Default budgets; null means disabled. */
+  publish: Limit | null;
+  subscribe: Limit | null;
+  tokenIssue: Limit | null;
+  perChannelPublish: Rule<Limit | null>[];
+  perChannelSubscribe: Rule<Limit | null>[];
+  throttleFallbackRate: number;
+  throttleTarget: Target | null;
+  throttleTargets: Rule<Target | null>[];
+  /** How long an isolate reuses a drop rate read from KV, in ms. */
+  rateCacheMs: number;
+  analyticsChannel: ChannelName;
+  maxMessageBytes: number;
+  historyLimit: number;
+}
+
+/** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults). */
+export type RawConfig = Partial<Record<ConfigVariable, string>>;
+
+export const CONFIG_VARIABLES = [
+  "PUBLISH_RATE",
+  "PUBLISH_BURST",
+  "SUBSCRIBE_RATE",
+  "SUBSCRIBE_BURST",
+  "TOKEN_ISSUE_RATE",
+  "TOKEN_ISSUE_BURST",
+  "PER_CHANNEL_PUBLISH_LIMITS",
+  "PER_CHANNEL_SUBSCRIBE_LIMITS",
+  "THROTTLE_FALLBACK_RATE",
+  "THROTTLE_TARGET",
+  "THROTTLE_TARGETS",
+  "THROTTLE_RATE_CACHE_MS",
+  "ANALYTICS_CHANNEL",
+  "MAX_MESSAGE_BYTES",
+  "HISTORY_LIMIT",
+] as const;
+export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
+
+/** A variable that does not parse. The message names the variable and the bad value. */
+export class ConfigError extends Error {
+  readonly variable: string;
+  constructor(variable: string, detail: string) {
+    super(`invalid configuration: ${variable}: ${detail}`);
+    this.name = "ConfigError";
+    this.variable = variable;
+  }
+}
+
+function wrap<T>(variable: string, f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    if (e instanceof ConfigError) throw e;
+    if (e instanceof LimitError || e instanceof GrammarError || e instanceof SyntaxError || e instanceof RangeError) {
+      throw new ConfigError(variable, e.message);
+    }
+    throw e;
+  }
+}
+
+function budget(raw: RawConfig, rateVar: ConfigVariable, burstVar: ConfigVariable, fallback: string): Limit | null {
+  const rateText = raw[rateVar] ?? fallback;
+  const rate = wrap(rateVar, () => parseRateShorthand(rateText));
+  const burstText = raw[burstVar] ?? "";
+  // Validate the burst even when the budget is disabled, so a typo is never silently ignored.
+  const burst = wrap(burstVar, () => normaliseBurst(rate?.rate ?? 1, burstText));
+  return rate ? { ...rate, burst } : null;
+}
+
+function jsonObject(variable: string, text: string | undefined): Record<string, unknown> {
+  const t = (text ?? "").trim();
+  if (t === "") return {};
+  return wrap(variable, () => {
+    const v: unknown = JSON.parse(t);
+    if (v === null || typeof v !== "object" || Array.isArray(v)) {
+      throw new ConfigError(variable, "must be a JSON object of channel pattern → value");
+    }
+    return v as Record<string, unknown>;
+  });
+}
+
+function patternRules<T>(variable: string, text: string | undefined, parse: (v: unknown) => T): Rule<T>[] {
+  const obj = jsonObject(variable, text);
+  return wrap(variable, () =>
+    compileRules(
+      Object.entries(obj).map(([pattern, v]) => {
+        try {
+          return [pattern, parse(v)] as const;
+        } catch (e) {
+          if (e instanceof Error) throw new ConfigError(variable, `${pattern}: ${e.message}`);
+          throw e;
+        }
+      }),
+    ),
+  );
+}
+
+/** Parses a target: shorthand (`"100/s"`, messages per second) or `{"deliveries":"5000/s"}`. */
+export function parseTarget(value: unknown): Target | null {
+  if (typeof value === "string") {
+    const r = parseRateShorthand(value);
+    return r ? { kind: "messages", perSecond: (r.rate * 1000) / r.perMs, source: value.trim() } : null;
+  }
+  if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+    const o = value as Record<string, unknown>;
+    const keys = Object.keys(o);
+    if (keys.length === 1 && keys[0] === "deliveries" && typeof o.deliveries === "string") {
+      const r = parseRateShorthand(o.deliveries);
+      return r ? { kind: "deliveries", perSecond: (r.rate * 1000) / r.perMs, source: o.deliveries.trim() } : null;
+    }
+  }
+  throw new LimitError('a target must be a shorthand such as "100/s" or {"deliveries":"5000/s"}');
+}
+
+function positiveInt(variable: string, text: string | undefined, fallback: number, min = 1): number {
+  const t = (text ?? "").trim();
+  if (t === "") return fallback;
+  if (!/^\d+$/.test(t) || !Number.isSafeInteger(Number(t)) || Number(t) < min) {
+    throw new ConfigError(variable, `"${t}" must be a whole number ≥ ${min}`);
+  }
+  return Number(t);
+}
+
+/** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
+export function parseConfig(raw: RawConfig): Config {
+  const fallbackText = (raw.THROTTLE_FALLBACK_RATE ?? "").trim() || "0";
+  const fallback = Number(fallbackText);
+  if (!Number.isFinite(fallback) || fallback < 0 || fallback > 1) {
+    throw new ConfigError("THROTTLE_FALLBACK_RATE", `"${fallbackText}" must be a number in [0,1]`);
+  }
+  const analytics = wrap("ANALYTICS_CHANNEL", () =>
+    parseChannelName((raw.ANALYTICS_CHANNEL ?? "").trim() || "private:floodgate.analytics.dropped"),
+  );
+  return {
+    publish: budget(raw, "PUBLISH_RATE", "PUBLISH_BURST", ""),
+    subscribe: budget(raw, "SUBSCRIBE_RATE", "SUBSCRIBE_BURST", ""),
+    tokenIssue: budget(raw, "TOKEN_ISSUE_RATE", "TOKEN_ISSUE_BURST", ""),
+    perChannelPublish: patternRules("PER_CHANNEL_PUBLISH_LIMITS", raw.PER_CHANNEL_PUBLISH_LIMITS, parseLimit),
+    perChannelSubscribe: patternRules("PER_CHANNEL_SUBSCRIBE_LIMITS", raw.PER_CHANNEL_SUBSCRIBE_LIMITS, parseLimit),
+    throttleFallbackRate: fallback,
+    throttleTarget: wrap("THROTTLE_TARGET", () => parseTarget(raw.THROTTLE_TARGET ?? "")),
+    throttleTargets: patternRules("THROTTLE_TARGETS", raw.THROTTLE_TARGETS, parseTarget),
+    rateCacheMs: positiveInt("THROTTLE_RATE_CACHE_MS", raw.THROTTLE_RATE_CACHE_MS, 1000, 0),
+    analyticsChannel: analytics,
+    maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),
+    historyLimit: positiveInt("HISTORY_LIMIT", raw.HISTORY_LIMIT, 100),
+  };
+}
+
+/** Picks the configuration variables out of an env object. */
+export function rawConfigFrom(env: object): RawConfig {
+  const e = env as Record<string, unknown>;
+  const raw: RawConfig = {};
+  for (const k of CONFIG_VARIABLES) {
+    const v = e[k];
+    if (typeof v === "string") raw[k] = v;
+    else if (typeof v === "number" || typeof v === "boolean") raw[k] = String(v);
+  }
+  return raw;
+}
+
+const cache = new WeakMap<object, Config | ConfigError>();
+
+/**
+ * The parsed configuration for this env, computed once per isolate (env is one object per isolate).
+ * @throws ConfigError when any variable is invalid.
+ */
+export function getConfig(env: object): Config {
+  let c = cache.get(env);
+  if (!c) {
+    try {
+      c = parseConfig(rawConfigFrom(env));
+    } catch (e) {
+      if (!(e instanceof ConfigError)) throw e;
+      c = e;
+    }
+    cache.set(env, c);
+  }
+  if (c instanceof ConfigError) throw c;
+  return c;
+}
+
+/** The target for a channel: most specific `THROTTLE_TARGETS` pattern, else `THROTTLE_TARGET`. */
+export function targetFor(config: Config, channel: ChannelName): Target | null {
+  if (channel.name === config.analyticsChannel.name) return null; // never throttled
+  const rule = selectRule(config.throttleTargets, channel);
+  return rule ? rule.value : config.throttleTarget;
+}

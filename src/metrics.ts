@@ -1,0 +1,123 @@
+/**
+ * Prometheus metrics (CONTRACT §8) without a Durable Object call per request.
+ *
+ * Each isolate counts into a {@link MetricsBuffer}; the buffer is flushed to the single
+ * {@link MetricsStore} object at most about once a second (from `waitUntil`), and `/metrics` flushes
+ * its own isolate's buffer before reading, so a scrape sees every decision made before it in a
+ * single-isolate local run. Counts are exact once every isolate has flushed.
+ */
+import { DurableObject } from "cloudflare:workers";
+
+/** The help text of each metric family, which is also the list of families rendered. */
+export const METRIC_HELP: Record<string, string> = {
+  floodgate_rate_limit_decisions_total: "Rate-limit decisions by bucket and result.",
+  floodgate_rate_limit_errors_total: "Rate-limiter failures (requests failed closed) by bucket.",
+  floodgate_messages_total: "Published messages by result (delivered or dropped by the throttle).",
+  floodgate_analytics_copy_failures_total: "Copies of dropped messages that did not reach the analytics channel.",
+};
+
+/** Builds a series key such as `floodgate_messages_total{result="delivered"}`. */
+export function seriesKey(name: string, labels: Record<string, string> = {}): string {
+  const parts = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, "_")}"`);
+  return parts.length ? `${name}{${parts.join(",")}}` : name;
+}
+
+/** Renders stored series as Prometheus text, with zero series for the always-present families. */
+export function renderPrometheus(series: Record<string, number>): string {
+  const all: Record<string, number> = {
+    [seriesKey("floodgate_messages_total", { result: "delivered" })]: 0,
+    [seriesKey("floodgate_messages_total", { result: "dropped" })]: 0,
+    floodgate_analytics_copy_failures_total: 0,
+    ...series,
+  };
+  for (const bucket of ["publish", "subscribe", "token-issue"]) {
+    for (const result of ["allowed", "denied"]) {
+      const k = seriesKey("floodgate_rate_limit_decisions_total", { bucket, result });
+      all[k] ??= 0;
+    }
+    all[seriesKey("floodgate_rate_limit_errors_total", { bucket })] ??= 0;
+  }
+  const lines: string[] = [];
+  for (const [name, help] of Object.entries(METRIC_HELP)) {
+    lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`);
+    const keys = Object.keys(all)
+      .filter((k) => k === name || k.startsWith(`${name}{`))
+      .sort();
+    for (const k of keys) lines.push(`${k} ${all[k]}`);
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+/** The one object that holds the deployment's totals. */
+export class MetricsStore extends DurableObject<Env> {
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS series (key TEXT PRIMARY KEY, value INTEGER NOT NULL)");
+  }
+
+  add(deltas: Record<string, number>): void {
+    const sql = this.ctx.storage.sql;
+    for (const [k, d] of Object.entries(deltas)) {
+      sql.exec(
+        "INSERT INTO series (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value",
+        k,
+        d,
+      );
+    }
+  }
+
+  read(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const r of this.ctx.storage.sql.exec<{ key: string; value: number }>("SELECT key, value FROM series")) {
+      out[r.key] = r.value;
+    }
+    return out;
+  }
+}
+
+/** Per-isolate counts waiting to be flushed. */
+export class MetricsBuffer {
+  private pending = new Map<string, number>();
+  private inFlight: Promise<void> | null = null;
+  private lastFlush = 0;
+  private readonly intervalMs: number;
+  private readonly store: () => { add(d: Record<string, number>): Promise<void> | void };
+
+  constructor(store: () => { add(d: Record<string, number>): Promise<void> | void }, intervalMs = 1000) {
+    this.store = store;
+    this.intervalMs = intervalMs;
+  }
+
+  /** Counts one event. Call {@link schedule} before the request ends so it gets flushed. */
+  inc(name: string, labels: Record<string, string> = {}, n = 1): void {
+    if (n === 0) return;
+    const k = seriesKey(name, labels);
+    this.pending.set(k, (this.pending.get(k) ?? 0) + n);
+  }
+
+  /**
+   * Makes sure pending counts are flushed within about `intervalMs`; `defer` is `ctx.waitUntil`.
+   * At most one flush is in flight per isolate, so a busy isolate makes about one call a second.
+   */
+  schedule(defer: (p: Promise<unknown>) => void): void {
+    if (this.pending.size === 0 || this.inFlight) return;
+    const wait = Math.max(0, this.lastFlush + this.intervalMs - Date.now());
+    this.inFlight = new Promise<void>((r) => setTimeout(r, wait)).then(() => this.flushNow());
+    defer(this.inFlight);
+  }
+
+  /** Sends what is pending now. Never rejects; a failed flush puts the counts back. */
+  async flushNow(): Promise<void> {
+    const batch = Object.fromEntries(this.pending);
+    this.pending = new Map();
+    this.inFlight = null;
+    this.lastFlush = Date.now();
+    if (Object.keys(batch).length === 0) return;
+    try {
+      await this.store().add(batch);
+    } catch (e) {
+      console.error("floodgate metrics: flush failed, will retry", e instanceof Error ? e.message : e);
+      for (const [k, v] of Object.entries(batch)) this.pending.set(k, (this.pending.get(k) ?? 0) + v);
+    }
+  }
+}

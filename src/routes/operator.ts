@@ -1,0 +1,169 @@
+/**
+ * Operator routes (CONTRACT §8, §10): health, manifest, metrics, channel stats and the admin API
+ * for drop rates. Everything but health and the manifest needs the admin bearer.
+ */
+import { Hono } from "hono";
+import { parseStoredRate, rateKey } from "../../functions/before-publish";
+import type { AppEnv } from "../app-env";
+import type { ChannelStats } from "../channel-object";
+import { type Config, type Target, targetFor } from "../config";
+import { ApiError, invalidArgument } from "../errors";
+import { channelParam, readJson, requireAdmin } from "../http";
+import { limitToJson } from "../limits";
+import { renderPrometheus } from "../metrics";
+import { channelStub } from "../services";
+
+/** The target as the API shows it: the shorthand, or `{"deliveries":…}` for a delivery budget. */
+export function targetJson(t: Target | null): string | { deliveries: string } | null {
+  if (!t) return null;
+  return t.kind === "messages" ? t.source : { deliveries: t.source };
+}
+
+/** The public manifest (CONTRACT §8). Per-token overrides never appear. */
+export function manifest(config: Config) {
+  const perChannel = (rules: Config["perChannelPublish"]) =>
+    rules.map((r) => ({ pattern: r.pattern.source, limit: limitToJson(r.value) }));
+  const publish = perChannel(config.perChannelPublish);
+  const subscribe = perChannel(config.perChannelSubscribe);
+  return {
+    rate_limits: {
+      publish: limitToJson(config.publish),
+      subscribe: limitToJson(config.subscribe),
+      token_issue: limitToJson(config.tokenIssue),
+      ...(publish.length ? { per_channel_publish: publish } : {}),
+      ...(subscribe.length ? { per_channel_subscribe: subscribe } : {}),
+    },
+    throttle: {
+      fallback_rate: config.throttleFallbackRate,
+      target: targetJson(config.throttleTarget),
+      ...(config.throttleTargets.length
+        ? { targets: config.throttleTargets.map((r) => ({ pattern: r.pattern.source, target: targetJson(r.value) })) }
+        : {}),
+      analytics_channel: config.analyticsChannel.name,
+      rate_cache_ms: config.rateCacheMs,
+    },
+  };
+}
+
+export const operator = new Hono<AppEnv>();
+
+operator.get("/healthz", (c) => c.json({ ok: true }));
+
+operator.get("/v1/manifest", (c) => c.json(manifest(c.get("svc").config)));
+
+operator.get("/metrics", async (c) => {
+  await requireAdmin(c.env, c.req.raw);
+  const svc = c.get("svc");
+  await svc.metrics.flushNow();
+  let series: Record<string, number>;
+  try {
+    series = await c.env.METRICS.get(c.env.METRICS.idFromName("metrics")).read();
+  } catch (e) {
+    console.error("floodgate metrics: store unavailable", e instanceof Error ? e.message : e);
+    throw new ApiError("unavailable", "metrics are temporarily unavailable");
+  }
+  return c.body(renderPrometheus(series), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+});
+
+async function channelStats(env: Env, channel: string): Promise<ChannelStats> {
+  try {
+    return await channelStub(env, channel).stats();
+  } catch (e) {
+    console.error(`floodgate stats: channel ${channel} unavailable`, e instanceof Error ? e.message : e);
+    throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
+  }
+}
+
+/** The stored rate for a channel (or `*`), read straight from KV, not from the isolate cache. */
+async function storedRate(env: Env, channel: string): Promise<number | null> {
+  let text: string | null;
+  try {
+    text = await env.THROTTLE_KV.get(rateKey(channel));
+  } catch (e) {
+    console.error("floodgate admin: KV read failed", e instanceof Error ? e.message : e);
+    throw new ApiError("unavailable", "drop-rate store is temporarily unavailable");
+  }
+  return text === null ? null : parseStoredRate(text);
+}
+
+/** `{"channel","rate","target","last_sample"}` for the admin throttle routes. */
+async function throttleView(env: Env, config: Config, name: string) {
+  if (name === "*") {
+    return {
+      channel: "*",
+      rate: await storedRate(env, "*"),
+      target: targetJson(config.throttleTarget),
+      last_sample: null,
+    };
+  }
+  const channel = channelParam(name);
+  const [rate, stats] = await Promise.all([storedRate(env, name), channelStats(env, name)]);
+  return { channel: name, rate, target: targetJson(targetFor(config, channel)), last_sample: stats.last_sample };
+}
+
+operator.use("/v1/admin/*", async (c, next) => {
+  await requireAdmin(c.env, c.req.raw);
+  await next();
+});
+
+operator.get("/v1/admin/throttle/:channel", async (c) => {
+  return c.json(await throttleView(c.env, c.get("svc").config, c.req.param("channel")));
+});
+
+operator.put("/v1/admin/throttle/:channel", async (c) => {
+  const svc = c.get("svc");
+  const name = c.req.param("channel");
+  if (name !== "*") channelParam(name);
+  const body = await readJson(c.req.raw, 1024);
+  if (body === null || typeof body !== "object" || Array.isArray(body))
+    throw invalidArgument('body must be {"rate": <number in [0,1]>}');
+  const b = body as Record<string, unknown>;
+  for (const k of Object.keys(b)) if (k !== "rate") throw invalidArgument(`unknown field "${k}"`);
+  if (typeof b.rate !== "number" || !Number.isFinite(b.rate) || b.rate < 0 || b.rate > 1) {
+    throw invalidArgument("rate must be a number between 0 and 1");
+  }
+  try {
+    await c.env.THROTTLE_KV.put(rateKey(name), String(b.rate));
+  } catch (e) {
+    console.error("floodgate admin: KV write failed", e instanceof Error ? e.message : e);
+    throw new ApiError("unavailable", "drop-rate store is temporarily unavailable; retry");
+  }
+  svc.reader.invalidate(name); // this isolate sees it at once; others within THROTTLE_RATE_CACHE_MS
+  return c.json(await throttleView(c.env, svc.config, name));
+});
+
+operator.delete("/v1/admin/throttle/:channel", async (c) => {
+  const svc = c.get("svc");
+  const name = c.req.param("channel");
+  if (name !== "*") channelParam(name);
+  try {
+    await c.env.THROTTLE_KV.delete(rateKey(name));
+  } catch (e) {
+    console.error("floodgate admin: KV delete failed", e instanceof Error ? e.message : e);
+    throw new ApiError("unavailable", "drop-rate store is temporarily unavailable; retry");
+  }
+  svc.reader.invalidate(name);
+  return c.body(null, 204);
+});
+
+operator.get("/v1/channels/:channel/stats", async (c) => {
+  await requireAdmin(c.env, c.req.raw);
+  const config = c.get("svc").config;
+  const name = c.req.param("channel");
+  const channel = channelParam(name);
+  const [stats, rate] = await Promise.all([channelStats(c.env, name), c.get("svc").reader.rateFor(name)]);
+  return c.json({
+    channel: name,
+    occupancy: stats.occupancy,
+    websockets: stats.websockets,
+    sse: stats.sse,
+    last_seq: stats.last_seq,
+    delivered_total: stats.delivered_total,
+    dropped_total: stats.dropped_total,
+    analytics_copy_failures_total: stats.analytics_copy_failures_total,
+    drop_rate: name === config.analyticsChannel.name ? 0 : rate.rate,
+    drop_rate_source: rate.source,
+    target: targetJson(targetFor(config, channel)),
+    last_sample: stats.last_sample,
+  });
+});

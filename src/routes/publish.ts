@@ -1,0 +1,89 @@
+/**
+ * `POST /v1/publish/{channel}` (CONTRACT §4): validate everything first (channel, token, idempotency
+ * key, body), then charge the publish budget, then run the before-publish throttle, then deliver.
+ */
+import { Hono } from "hono";
+import { beforePublish, type DroppedCopy } from "../../functions/before-publish";
+import type { AppEnv } from "../app-env";
+import { publishBudget } from "../budgets";
+import type { PublishOutcome } from "../channel-object";
+import { ApiError, invalidArgument } from "../errors";
+import { authorise, bearer, channelParam, parseJsonText, readBody } from "../http";
+import { channelStub } from "../services";
+
+const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,64}$/;
+
+/** Validates `Idempotency-Key`: 1–64 visible ASCII characters. @throws ApiError 400 */
+export function idempotencyKey(value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  if (!IDEMPOTENCY_KEY.test(value)) {
+    throw invalidArgument("Idempotency-Key must be 1 to 64 visible ASCII characters");
+  }
+  return value;
+}
+
+export const publish = new Hono<AppEnv>();
+
+publish.post("/:channel", async (c) => {
+  const svc = c.get("svc");
+  const { config } = svc;
+  const channel = channelParam(c.req.param("channel"));
+  const token = await authorise(c.env, bearer(c.req.raw), "publish", channel);
+  const idemKey = idempotencyKey(c.req.header("idempotency-key"));
+  const { value: message, text: messageJson } = parseJsonText(await readBody(c.req.raw, config.maxMessageBytes));
+  const sub = token.claims.sub;
+
+  const budget = publishBudget(config, channel, sub, token.claims.rl);
+  const limitHeaders = await svc.gate.check("publish", budget.key, budget.limit);
+  for (const [k, v] of Object.entries(limitHeaders)) c.header(k, v);
+
+  const decision = await beforePublish(channel.name, {
+    reader: svc.reader,
+    analyticsChannel: config.analyticsChannel.name,
+  });
+  const now = Date.now();
+  const copy = (): DroppedCopy => ({
+    source_channel: channel.name,
+    message,
+    publisher: sub,
+    drop_rate: decision.rate,
+    dropped_at: now,
+  });
+  const defer = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
+
+  if (decision.action === "drop" && !idemKey) {
+    // The common drop: no object call on the response path; copy and count happen in the background.
+    svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
+    defer(svc.drops.enqueue({ copy: copy(), counted: false, messageJson }).then(() => svc.metrics.schedule(defer)));
+    svc.metrics.schedule(defer);
+    return c.json({ status: "dropped" }, 202);
+  }
+
+  let outcome: PublishOutcome;
+  try {
+    outcome = await channelStub(c.env, channel.name).publish({
+      channel: channel.name,
+      data: messageJson,
+      publisher: sub,
+      action: decision.action,
+      now,
+      ...(idemKey ? { idempotencyKey: idemKey } : {}),
+    });
+  } catch (e) {
+    console.error(`floodgate publish: channel ${channel.name} unavailable`, e instanceof Error ? e.message : e);
+    throw new ApiError("unavailable", "channel is temporarily unavailable; retry with the same Idempotency-Key");
+  }
+
+  if (outcome.status === "dropped") {
+    if (!outcome.replayed) {
+      svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
+      defer(svc.drops.enqueue({ copy: copy(), counted: true, messageJson }).then(() => svc.metrics.schedule(defer)));
+    }
+    svc.metrics.schedule(defer);
+    return c.json({ status: "dropped" }, 202);
+  }
+  if (!outcome.replayed) svc.metrics.inc("floodgate_messages_total", { result: "delivered" });
+  svc.metrics.schedule(defer);
+  const { replayed: _, ...body } = outcome;
+  return c.json(body, 200);
+});

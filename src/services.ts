@@ -1,0 +1,104 @@
+/**
+ * Per-isolate services built once from `env`: the parsed config, the drop-rate reader, the batch
+ * queue for analytics copies, the limiter gate and the metrics buffer. Routes reach them through
+ * the Hono context (`c.get("svc")`).
+ */
+import { DropRateReader } from "../functions/before-publish";
+import { DropCopyQueue, type QueuedCopy, serialiseCopy } from "../functions/drop-copies";
+import type { ChannelObject } from "./channel-object";
+import { type Config, getConfig } from "./config";
+import { LimiterGate } from "./limiter-gate";
+import { MetricsBuffer } from "./metrics";
+
+export interface Services {
+  config: Config;
+  reader: DropRateReader;
+  drops: DropCopyQueue;
+  gate: LimiterGate;
+  metrics: MetricsBuffer;
+}
+
+export function channelStub(env: Env, channel: string): DurableObjectStub<ChannelObject> {
+  return env.CHANNEL.get(env.CHANNEL.idFromName(channel));
+}
+
+const METRICS_OBJECT = "metrics";
+
+const cache = new WeakMap<object, Services>();
+
+/**
+ * The services for this env (one set per isolate). @throws ConfigError when the config is invalid.
+ */
+export function services(env: Env): Services {
+  let s = cache.get(env);
+  if (s) return s;
+  const config = getConfig(env);
+  const metrics = new MetricsBuffer(() => env.METRICS.get(env.METRICS.idFromName(METRICS_OBJECT)));
+  const svc: Services = {
+    config,
+    metrics,
+    reader: new DropRateReader({
+      store: env.THROTTLE_KV,
+      fallbackRate: config.throttleFallbackRate,
+      cacheMs: config.rateCacheMs,
+    }),
+    drops: new DropCopyQueue({
+      sink: { send: (batch) => sendCopies(env, config, batch) },
+      onFailure: (batch, error) => {
+        console.error(
+          `floodgate analytics: ${batch.length} dropped-message copies did not reach ${config.analyticsChannel.name}`,
+          error instanceof Error ? error.message : error,
+        );
+        metrics.inc("floodgate_analytics_copy_failures_total", {}, batch.length);
+        // The messages stay dropped; their drops and the failed copies are still counted.
+        countDrops(env, batch, true).catch(() => {});
+      },
+    }),
+    gate: new LimiterGate(
+      { charge: (key, limit) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).charge(limit) },
+      {
+        decision: (bucket, allowed) =>
+          metrics.inc("floodgate_rate_limit_decisions_total", { bucket, result: allowed ? "allowed" : "denied" }),
+        error: (bucket) => metrics.inc("floodgate_rate_limit_errors_total", { bucket }),
+      },
+    ),
+  };
+  s = svc;
+  cache.set(env, s);
+  return s;
+}
+
+/** One call to the analytics channel per batch, then one drop count per source channel. */
+async function sendCopies(env: Env, config: Config, batch: QueuedCopy[]): Promise<void> {
+  const now = Date.now();
+  await channelStub(env, config.analyticsChannel.name).publishBatch(
+    config.analyticsChannel.name,
+    batch.map((q) => ({ data: serialiseCopy(q), publisher: q.copy.publisher })),
+    now,
+  );
+  await countDrops(env, batch, false);
+}
+
+/** Tells each source channel how many drops it had (those not counted by the channel already). */
+async function countDrops(env: Env, batch: QueuedCopy[], failed: boolean): Promise<void> {
+  const perChannel = new Map<string, { dropped: number; failed: number }>();
+  for (const q of batch) {
+    const e = perChannel.get(q.copy.source_channel) ?? { dropped: 0, failed: 0 };
+    if (!q.counted) e.dropped++;
+    if (failed) e.failed++;
+    perChannel.set(q.copy.source_channel, e);
+  }
+  await Promise.all(
+    [...perChannel].map(async ([channel, n]) => {
+      if (n.dropped === 0 && n.failed === 0) return;
+      try {
+        await channelStub(env, channel).recordDrops(channel, n.dropped, n.failed);
+      } catch (e) {
+        console.error(
+          `floodgate: could not count ${n.dropped} drops on ${channel}`,
+          e instanceof Error ? e.message : e,
+        );
+      }
+    }),
+  );
+}

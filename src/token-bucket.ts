@@ -1,0 +1,72 @@
+/**
+ * A continuous-refill token bucket (CONTRACT §6). Pure, with the clock as an argument.
+ *
+ * Capacity `burst`, refilled at `rate` tokens per `perMs`, continuously (half a period gives half
+ * the tokens back). A request takes one whole token; a denied request takes none.
+ */
+import type { Limit } from "./limits";
+
+export interface BucketState {
+  /** Tokens in the bucket at `updatedAt` (fractional between refills). */
+  tokens: number;
+  /** Epoch ms of the last charge. */
+  updatedAt: number;
+}
+
+export interface BucketDecision {
+  allowed: boolean;
+  /** Whole tokens left after this request. */
+  remaining: number;
+  /** Ms until the next whole token is back (0 when one is available now). */
+  retryAfterMs: number;
+  /** Ms until the bucket is full again. */
+  fullInMs: number;
+  state: BucketState;
+}
+
+/** A fresh, full bucket. */
+export function fullBucket(limit: Limit, now: number): BucketState {
+  return { tokens: limit.burst, updatedAt: now };
+}
+
+/** Tokens after refilling up to `now`. A clock that steps back refills nothing. */
+export function refill(state: BucketState, limit: Limit, now: number): number {
+  const elapsed = Math.max(0, now - state.updatedAt);
+  return Math.min(limit.burst, state.tokens + (elapsed * limit.rate) / limit.perMs);
+}
+
+/**
+ * Keeps a bucket's fill fraction when its limit changes, so a new configuration neither refills a
+ * drained bucket to full nor empties a full one.
+ */
+export function rescale(state: BucketState, from: Limit, to: Limit, now: number): BucketState {
+  const fraction = refill(state, from, now) / from.burst;
+  return { tokens: Math.min(to.burst, fraction * to.burst), updatedAt: now };
+}
+
+/** Tiny tolerance so float refill arithmetic never denies a token that is due. */
+const EPSILON = 1e-9;
+
+/** Takes one token if there is one. */
+export function take(state: BucketState, limit: Limit, now: number): BucketDecision {
+  const tokens = refill(state, limit, now);
+  const msPerToken = limit.perMs / limit.rate;
+  if (tokens + EPSILON >= 1) {
+    const after = Math.max(0, tokens - 1);
+    return {
+      allowed: true,
+      remaining: Math.floor(after + EPSILON),
+      retryAfterMs: after + EPSILON >= 1 ? 0 : Math.ceil((1 - after) * msPerToken),
+      fullInMs: Math.ceil((limit.burst - after) * msPerToken),
+      state: { tokens: after, updatedAt: Math.max(now, state.updatedAt) },
+    };
+  }
+  return {
+    allowed: false,
+    remaining: 0,
+    retryAfterMs: Math.max(1, Math.ceil((1 - tokens) * msPerToken)),
+    fullInMs: Math.ceil((limit.burst - tokens) * msPerToken),
+    // A denial consumes nothing; the refill so far is kept so the clock stays monotonic.
+    state: { tokens, updatedAt: Math.max(now, state.updatedAt) },
+  };
+}

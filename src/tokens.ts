@@ -1,0 +1,171 @@
+/**
+ * HS256 JSON Web Tokens (CONTRACT §3) on WebCrypto, which exists in workerd and in Node 22 alike.
+ * The signature check is `crypto.subtle.verify`, which compares in constant time.
+ */
+import { type ChannelPattern, GrammarError, parsePattern } from "./channels";
+import type { LimitJson } from "./limits";
+
+export type TokenType = "access" | "refresh";
+export type Scope = "publish" | "subscribe";
+export const SCOPES: readonly Scope[] = ["publish", "subscribe"];
+
+/** The claims Floodgate signs. Times are epoch seconds. */
+export interface TokenClaims {
+  sub: string;
+  typ: TokenType;
+  chs: string[];
+  scp: Scope[];
+  iat: number;
+  exp: number;
+  jti: string;
+  rl?: LimitJson;
+  /** Refresh tokens only: the access-token lifetime (seconds) that a refresh reissues. */
+  ttl?: number;
+}
+
+/** A verified token with its channel patterns parsed once. */
+export interface VerifiedToken {
+  claims: TokenClaims;
+  patterns: ChannelPattern[];
+}
+
+/** Why a token was refused; all of these are 401 `unauthenticated`. */
+export type TokenFailure = "malformed" | "bad_signature" | "expired" | "wrong_type";
+
+export class TokenError extends Error {
+  readonly failure: TokenFailure;
+  constructor(failure: TokenFailure, message: string) {
+    super(message);
+    this.name = "TokenError";
+    this.failure = failure;
+  }
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
+const HEADER = base64UrlEncode(encoder.encode(JSON.stringify({ alg: "HS256", typ: "JWT" })));
+/** Longest token we bother to parse; anything bigger is malformed, not work for the CPU. */
+const MAX_TOKEN_LENGTH = 8192;
+
+export function base64UrlEncode(bytes: Uint8Array): string {
+  let bin = "";
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+export function base64UrlDecode(text: string): Uint8Array {
+  if (!/^[A-Za-z0-9_-]*$/.test(text)) throw new TokenError("malformed", "token is not base64url");
+  const pad = text.length % 4 === 0 ? "" : "=".repeat(4 - (text.length % 4));
+  let bin: string;
+  try {
+    bin = atob(text.replace(/-/g, "+").replace(/_/g, "/") + pad);
+  } catch {
+    throw new TokenError("malformed", "token is not base64url");
+  }
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+const keyCache = new Map<string, Promise<CryptoKey>>();
+
+/** Imports (once per isolate and secret) the HMAC key. */
+function hmacKey(secret: string): Promise<CryptoKey> {
+  let key = keyCache.get(secret);
+  if (!key) {
+    key = crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
+      "sign",
+      "verify",
+    ]);
+    if (keyCache.size > 8) keyCache.clear(); // secrets rotate rarely; keep the cache tiny
+    keyCache.set(secret, key);
+  }
+  return key;
+}
+
+/** Signs the claims as a compact HS256 JWT. */
+export async function signToken(claims: TokenClaims, secret: string): Promise<string> {
+  const payload = base64UrlEncode(encoder.encode(JSON.stringify(claims)));
+  const input = `${HEADER}.${payload}`;
+  const sig = await crypto.subtle.sign("HMAC", await hmacKey(secret), encoder.encode(input));
+  return `${input}.${base64UrlEncode(new Uint8Array(sig))}`;
+}
+
+function parseJson(bytes: Uint8Array): unknown {
+  try {
+    return JSON.parse(decoder.decode(bytes));
+  } catch {
+    throw new TokenError("malformed", "token is not valid JSON");
+  }
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPattern[] } {
+  const bad = (what: string) => new TokenError("malformed", `token claim ${what} is invalid`);
+  if (!isObject(v)) throw bad("set");
+  const { sub, typ, chs, scp, iat, exp, jti, rl } = v;
+  if (typeof sub !== "string" || sub.length === 0) throw bad("sub");
+  if (typ !== "access" && typ !== "refresh") throw bad("typ");
+  if (!Array.isArray(chs) || chs.some((c) => typeof c !== "string")) throw bad("chs");
+  if (!Array.isArray(scp) || scp.some((s) => !SCOPES.includes(s as Scope))) throw bad("scp");
+  if (typeof iat !== "number" || typeof exp !== "number" || !Number.isFinite(exp)) throw bad("exp");
+  if (typeof jti !== "string" || jti.length === 0) throw bad("jti");
+  if (rl !== undefined && !isObject(rl)) throw bad("rl");
+  let patterns: ChannelPattern[];
+  try {
+    patterns = (chs as string[]).map((c) => parsePattern(c));
+  } catch (e) {
+    if (e instanceof GrammarError) throw bad("chs");
+    throw e;
+  }
+  return { claims: v as unknown as TokenClaims, patterns };
+}
+
+/**
+ * Verifies signature, shape, expiry (`now < exp`, no leeway) and type.
+ * @param nowSeconds epoch seconds
+ * @throws TokenError
+ */
+export async function verifyToken(
+  token: string,
+  secret: string,
+  expected: TokenType,
+  nowSeconds: number,
+): Promise<VerifiedToken> {
+  if (typeof token !== "string" || token.length === 0 || token.length > MAX_TOKEN_LENGTH) {
+    throw new TokenError("malformed", "token is malformed");
+  }
+  const parts = token.split(".");
+  if (parts.length !== 3) throw new TokenError("malformed", "token is malformed");
+  const [h, p, s] = parts as [string, string, string];
+  const header = parseJson(base64UrlDecode(h));
+  // Only HS256 is accepted: "none", RS256 and friends are refused before any key is used.
+  if (!isObject(header) || header.alg !== "HS256") throw new TokenError("malformed", "token algorithm must be HS256");
+  const sig = base64UrlDecode(s);
+  const ok = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, encoder.encode(`${h}.${p}`));
+  if (!ok) throw new TokenError("bad_signature", "token signature is invalid");
+  const { claims, patterns } = checkClaims(parseJson(base64UrlDecode(p)));
+  if (!(nowSeconds < claims.exp)) throw new TokenError("expired", "token has expired");
+  if (claims.typ !== expected) throw new TokenError("wrong_type", `expected a ${expected} token`);
+  return { claims, patterns };
+}
+
+/**
+ * Reads the claims without verifying them. Only for keying the subscribe budget by the `sub` a
+ * token claims (CONTRACT §5), which by design happens before verification. Never trust the result.
+ */
+export function peekSubject(token: string): string | null {
+  try {
+    if (token.length > MAX_TOKEN_LENGTH) return null;
+    const parts = token.split(".");
+    if (parts.length !== 3) return null;
+    const payload = parseJson(base64UrlDecode(parts[1] as string));
+    if (isObject(payload) && typeof payload.sub === "string" && payload.sub.length > 0 && payload.sub.length <= 128) {
+      return payload.sub;
+    }
+    return null;
+  } catch {
+    return null;
+  }
+}

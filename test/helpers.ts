@@ -1,0 +1,133 @@
+/**
+ * Shared test helpers: call the Worker, mint tokens through the real API, read SSE streams.
+ */
+import { env, exports } from "cloudflare:workers";
+
+export const ADMIN = "test-admin-token";
+export const BASE = "https://floodgate.test";
+
+let ipCounter = 0;
+/** A fresh client IP per call, so token-issue budgets never leak between tests. */
+export function freshIp(): string {
+  ipCounter++;
+  return `10.${(ipCounter >> 16) & 255}.${(ipCounter >> 8) & 255}.${ipCounter & 255}`;
+}
+
+/** A unique channel component, since storage is shared by the tests of one file. */
+export function uniq(prefix = "t"): string {
+  return `${prefix}${crypto.randomUUID().replace(/-/g, "").slice(0, 12)}`;
+}
+
+/** Fetch through the deployed Worker entry (the same module the tests import). */
+export function call(path: string, init: RequestInit = {}): Promise<Response> {
+  return exports.default.fetch(new Request(BASE + path, init));
+}
+
+export function adminHeaders(extra: Record<string, string> = {}): Record<string, string> {
+  return { authorization: `Bearer ${ADMIN}`, "content-type": "application/json", ...extra };
+}
+
+export interface Pair {
+  access_token: string;
+  refresh_token: string;
+  expires_at: number;
+  refresh_expires_at: number;
+}
+
+/** Mints a token pair through `POST /v1/tokens`. */
+export async function mint(body: Record<string, unknown>): Promise<Pair> {
+  const res = await call("/v1/tokens", {
+    method: "POST",
+    headers: adminHeaders({ "cf-connecting-ip": freshIp() }),
+    body: JSON.stringify(body),
+  });
+  if (res.status !== 201) throw new Error(`mint failed: ${res.status} ${await res.text()}`);
+  return (await res.json()) as Pair;
+}
+
+export async function publishTo(
+  channel: string,
+  token: string,
+  data: unknown,
+  headers: Record<string, string> = {},
+): Promise<Response> {
+  return call(`/v1/publish/${channel}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...headers },
+    body: JSON.stringify(data),
+  });
+}
+
+export async function setRate(channel: string, rate: number): Promise<void> {
+  const res = await call(`/v1/admin/throttle/${channel}`, {
+    method: "PUT",
+    headers: adminHeaders(),
+    body: JSON.stringify({ rate }),
+  });
+  if (res.status !== 200) throw new Error(`set rate failed: ${res.status} ${await res.text()}`);
+}
+
+export interface Frame {
+  type: string;
+  channel: string;
+  seq: number;
+  id: string;
+  data: unknown;
+  published_at: number;
+}
+
+/** Opens a WebSocket subscription through the Worker and collects frames. */
+export async function openSocket(
+  channel: string,
+  query = "",
+): Promise<{ ws: WebSocket; frames: Frame[]; next: (n: number) => Promise<Frame[]> }> {
+  const res = await call(`/v1/subscribe/${channel}${query}`, { headers: { upgrade: "websocket" } });
+  if (res.status !== 101 || !res.webSocket) throw new Error(`subscribe failed: ${res.status} ${await res.text()}`);
+  const ws = res.webSocket;
+  const frames: Frame[] = [];
+  const waiters: { n: number; resolve: (f: Frame[]) => void }[] = [];
+  ws.accept();
+  ws.addEventListener("message", (ev) => {
+    frames.push(JSON.parse(ev.data as string) as Frame);
+    for (const w of [...waiters]) {
+      if (frames.length >= w.n) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(frames.slice());
+      }
+    }
+  });
+  const next = (n: number) =>
+    new Promise<Frame[]>((resolve, reject) => {
+      if (frames.length >= n) return resolve(frames.slice());
+      waiters.push({ n, resolve });
+      setTimeout(() => reject(new Error(`timed out waiting for ${n} frames, have ${frames.length}`)), 5000);
+    });
+  return { ws, frames, next };
+}
+
+/** Reads SSE events from a response body until `n` message events have arrived. */
+export async function readSse(res: Response, n: number): Promise<{ id: string; data: Frame }[]> {
+  if (!res.body) throw new Error("no body");
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  const events: { id: string; data: Frame }[] = [];
+  let buf = "";
+  while (events.length < n) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buf += value;
+    let idx = buf.indexOf("\n\n");
+    while (idx >= 0) {
+      const block = buf.slice(0, idx);
+      buf = buf.slice(idx + 2);
+      const lines = block.split("\n");
+      const id = lines.find((l) => l.startsWith("id: "))?.slice(4);
+      const data = lines.find((l) => l.startsWith("data: "))?.slice(6);
+      if (id !== undefined && data !== undefined) events.push({ id, data: JSON.parse(data) as Frame });
+      idx = buf.indexOf("\n\n");
+    }
+  }
+  await reader.cancel();
+  return events;
+}
+
+export { env };
