@@ -75,7 +75,9 @@ export class DropCopyQueue {
   }
 
   private async flushSoon(): Promise<void> {
+    // Even with no window, yield once so copies enqueued in the same tick travel together.
     if (this.windowMs > 0) await this.wait(this.windowMs);
+    else await Promise.resolve();
     // Drain everything queued so far, including copies added while earlier batches were in flight.
     while (this.pending.length > 0) {
       const batch = this.pending.splice(0, this.maxBatch);

@@ -93,7 +93,7 @@ export function parsePattern(input: string): ChannelPattern {
   if (typeof input !== "string" || input.length === 0) throw new GrammarError("pattern is empty");
   const [visibility, rest] = splitVisibility(input, "pattern");
   const segments = rest.split(".");
-  if (segments.length < 1 || segments.length > 8) throw new GrammarError("pattern must have 1 to 8 segments");
+  if (segments.length < 1 || segments.length > 8) throw new GrammarError("pattern depth must be 1 to 8 segments");
   let score = 4;
   segments.forEach((s, i) => {
     if (s === "**") {

@@ -131,3 +131,50 @@ export async function readSse(res: Response, n: number): Promise<{ id: string; d
 }
 
 export { env };
+
+import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
+import worker from "../src/index";
+
+/**
+ * Calls the Worker's fetch handler with its own execution context and waits for its `waitUntil`
+ * work (analytics copies, metric flushes) before returning. `customEnv` swaps in a different config.
+ */
+export async function callAndWait(path: string, init: RequestInit = {}, customEnv: Env = env): Promise<Response> {
+  const ctx = createExecutionContext();
+  const res = await worker.fetch(new Request(BASE + path, init), customEnv, ctx);
+  await waitOnExecutionContext(ctx);
+  return res;
+}
+
+/** Publishes and waits for the background work the publish started. */
+export function publishAndWait(
+  channel: string,
+  token: string,
+  data: unknown,
+  headers: Record<string, string> = {},
+  customEnv: Env = env,
+): Promise<Response> {
+  return callAndWait(
+    `/v1/publish/${channel}`,
+    {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json", ...headers },
+      body: JSON.stringify(data),
+    },
+    customEnv,
+  );
+}
+
+/** An env with some variables replaced (fresh object, so the Worker parses its config anew). */
+export function envWith(vars: Record<string, unknown>): Env {
+  return { ...env, ...vars } as Env;
+}
+
+export async function historyOf(channel: string, token: string | null, query = ""): Promise<Frame[]> {
+  const res = await call(
+    `/v1/history/${channel}${query}`,
+    token ? { headers: { authorization: `Bearer ${token}` } } : {},
+  );
+  if (res.status !== 200) throw new Error(`history failed: ${res.status} ${await res.text()}`);
+  return ((await res.json()) as { messages: Frame[] }).messages;
+}
