@@ -251,8 +251,9 @@ export class ChannelObject extends DurableObject<Env> {
       if (after !== null) for (const f of this.replayFrames(after)) server.send(f.text);
       return new Response(null, { status: 101, webSocket: client });
     }
+    // Backlog is counted on the writable side, in frames: desiredSize goes to 0 once the reader is
+    // SSE_MAX_BACKLOG frames behind.
     const stream = new TransformStream<Uint8Array, Uint8Array>(
-      undefined,
       undefined,
       new CountQueuingStrategy({ highWaterMark: SSE_MAX_BACKLOG }),
     );

@@ -24,6 +24,8 @@ export interface Config {
   throttleTargets: Rule<Target | null>[];
   /** How long an isolate reuses a drop rate read from KV, in ms. */
   rateCacheMs: number;
+  /** Least time between two metric flushes from one isolate, in ms. */
+  metricsFlushMs: number;
   analyticsChannel: ChannelName;
   maxMessageBytes: number;
   historyLimit: number;
@@ -45,6 +47,7 @@ export const CONFIG_VARIABLES = [
   "THROTTLE_TARGET",
   "THROTTLE_TARGETS",
   "THROTTLE_RATE_CACHE_MS",
+  "METRICS_FLUSH_MS",
   "ANALYTICS_CHANNEL",
   "MAX_MESSAGE_BYTES",
   "HISTORY_LIMIT",
@@ -156,6 +159,7 @@ export function parseConfig(raw: RawConfig): Config {
     throttleTarget: wrap("THROTTLE_TARGET", () => parseTarget(raw.THROTTLE_TARGET ?? "")),
     throttleTargets: patternRules("THROTTLE_TARGETS", raw.THROTTLE_TARGETS, parseTarget),
     rateCacheMs: positiveInt("THROTTLE_RATE_CACHE_MS", raw.THROTTLE_RATE_CACHE_MS, 1000, 0),
+    metricsFlushMs: positiveInt("METRICS_FLUSH_MS", raw.METRICS_FLUSH_MS, 1000, 0),
     analyticsChannel: analytics,
     maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),
     historyLimit: positiveInt("HISTORY_LIMIT", raw.HISTORY_LIMIT, 100),

@@ -33,7 +33,10 @@ export function services(env: Env): Services {
   let s = cache.get(env);
   if (s) return s;
   const config = getConfig(env);
-  const metrics = new MetricsBuffer(() => env.METRICS.get(env.METRICS.idFromName(METRICS_OBJECT)));
+  const metrics = new MetricsBuffer(
+    () => env.METRICS.get(env.METRICS.idFromName(METRICS_OBJECT)),
+    config.metricsFlushMs,
+  );
   const svc: Services = {
     config,
     metrics,

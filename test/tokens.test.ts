@@ -76,7 +76,7 @@ describe("minting", () => {
     [{ sub: "a", channels: ["public:a.b"], admin: true }, "unknown field"],
     ["[1,2]", "not an object"],
     ["{", "not JSON"],
-  ])("refuses %j with 400 (%s)", async (body) => {
+  ] as [unknown, string][])("refuses %j with 400 (%s)", async (body) => {
     const res = await mintRaw(body);
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({ code: "invalid_argument", meta: { code: "INVALID_ARGUMENT" } });

@@ -1,0 +1,97 @@
+/** Configuration: parsing rules and fail-closed behaviour on every route. */
+import { describe, expect, it } from "vitest";
+import { ConfigError, parseConfig, rawConfigFrom } from "../src/config";
+import { adminHeaders, callAndWait, envWith } from "./helpers";
+
+describe("parseConfig", () => {
+  it("parses the shipped wrangler.toml values", async () => {
+    const { env } = await import("cloudflare:workers");
+    const c = parseConfig(rawConfigFrom(env));
+    expect(c.publish).toEqual({ rate: 50, perMs: 1000, burst: 100 });
+    expect(c.analyticsChannel.name).toBe("private:floodgate.analytics.dropped");
+    expect(c.maxMessageBytes).toBe(32768);
+    expect(c.historyLimit).toBe(100);
+    expect(c.throttleFallbackRate).toBe(0);
+  });
+
+  it("applies the contract's defaults when variables are absent", () => {
+    const c = parseConfig({});
+    expect(c.publish).toBeNull();
+    expect(c.analyticsChannel.name).toBe("private:floodgate.analytics.dropped");
+    expect(c.maxMessageBytes).toBe(32768);
+    expect(c.historyLimit).toBe(100);
+    expect(c.perChannelPublish).toEqual([]);
+    expect(c.throttleTarget).toBeNull();
+  });
+
+  it("raises a burst below the rate, and treats empty or 0 burst as the rate", () => {
+    expect(parseConfig({ PUBLISH_RATE: "50/s", PUBLISH_BURST: "10" }).publish?.burst).toBe(50);
+    expect(parseConfig({ PUBLISH_RATE: "50/s", PUBLISH_BURST: "0" }).publish?.burst).toBe(50);
+    expect(parseConfig({ PUBLISH_RATE: "50/s", PUBLISH_BURST: "" }).publish?.burst).toBe(50);
+  });
+
+  it("orders per-channel rules most specific first and accepts both limit forms", () => {
+    const c = parseConfig({
+      PER_CHANNEL_PUBLISH_LIMITS: JSON.stringify({
+        "public:**": "5/s",
+        "public:live.*": { rate: 500, per: "1s", burst: 800 },
+      }),
+    });
+    expect(c.perChannelPublish.map((r) => [r.pattern.source, r.value])).toEqual([
+      ["public:live.*", { rate: 500, perMs: 1000, burst: 800 }],
+      ["public:**", { rate: 5, perMs: 1000, burst: 5 }],
+    ]);
+  });
+
+  it.each([
+    ["PUBLISH_RATE", "abc"],
+    ["PUBLISH_RATE", "10/wat"],
+    ["PUBLISH_BURST", "lots"],
+    ["SUBSCRIBE_RATE", "1.5/s"],
+    ["TOKEN_ISSUE_RATE", "10/0s"],
+    ["PER_CHANNEL_PUBLISH_LIMITS", "{not json"],
+    ["PER_CHANNEL_PUBLISH_LIMITS", '["public:a.b"]'],
+    ["PER_CHANNEL_PUBLISH_LIMITS", '{"public:a.**.b":"5/s"}'],
+    ["PER_CHANNEL_SUBSCRIBE_LIMITS", '{"public:a.b":"5/x"}'],
+    ["THROTTLE_FALLBACK_RATE", "lots"],
+    ["THROTTLE_FALLBACK_RATE", "1.5"],
+    ["THROTTLE_TARGET", "fast"],
+    ["THROTTLE_TARGETS", '{"public:a.*":{"deliveries":"x"}}'],
+    ["ANALYTICS_CHANNEL", "analytics"],
+    ["MAX_MESSAGE_BYTES", "-1"],
+    ["HISTORY_LIMIT", "0"],
+    ["THROTTLE_RATE_CACHE_MS", "soon"],
+  ])("rejects %s=%j naming the variable", (variable, value) => {
+    let err: unknown;
+    try {
+      parseConfig({ [variable]: value });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).variable).toBe(variable);
+    expect((err as ConfigError).message).toContain(variable);
+  });
+});
+
+describe("fail closed", () => {
+  it.each([
+    ["/healthz", "GET"],
+    ["/v1/manifest", "GET"],
+    ["/v1/publish/public:a.b", "POST"],
+    ["/v1/tokens", "POST"],
+    ["/v1/subscribe/public:a.b", "GET"],
+    ["/v1/admin/throttle/*", "GET"],
+    ["/metrics", "GET"],
+  ])("%s answers 500 naming the variable when PER_CHANNEL_PUBLISH_LIMITS is bad", async (path, method) => {
+    const bad = envWith({ PER_CHANNEL_PUBLISH_LIMITS: '{"public:live.*": "500/wat"}' });
+    const res = await callAndWait(path, { method, headers: adminHeaders() }, bad);
+    expect(res.status).toBe(500);
+    const body = (await res.json()) as { code: string; msg: string; meta: Record<string, string> };
+    expect(body.code).toBe("internal");
+    expect(body.meta.code).toBe("INTERNAL");
+    expect(body.msg).toContain("PER_CHANNEL_PUBLISH_LIMITS");
+    expect(body.meta.variable).toBe("PER_CHANNEL_PUBLISH_LIMITS");
+    expect(JSON.stringify(body)).not.toMatch(/at .*\.ts|stack/i);
+  });
+});
