@@ -54,7 +54,11 @@ describe("admin throttle", () => {
   it("answers 401 without the admin bearer, or with a user token", async () => {
     const ch = `public:adm.${uniq()}`;
     const user = (await mint({ sub: "u", channels: ["public:adm.*"] })).access_token;
-    const variants: Record<string, string>[] = [{}, { authorization: "Bearer wrong" }, { authorization: `Bearer ${user}` }];
+    const variants: Record<string, string>[] = [
+      {},
+      { authorization: "Bearer wrong" },
+      { authorization: `Bearer ${user}` },
+    ];
     for (const headers of variants) {
       expect((await put(ch, JSON.stringify({ rate: 1 }), headers)).status).toBe(401);
       expect((await call(`/v1/admin/throttle/${ch}`, { headers })).status).toBe(401);

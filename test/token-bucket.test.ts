@@ -1,0 +1,86 @@
+/** The token bucket with a fake clock. */
+import { describe, expect, it } from "vitest";
+import type { Limit } from "../src/limits";
+import { type BucketState, fullBucket, refill, rescale, take } from "../src/token-bucket";
+
+const limit: Limit = { rate: 10, perMs: 1000, burst: 10 }; // 10/s, one token per 100 ms
+
+function drain(state: BucketState, l: Limit, now: number, n: number): BucketState {
+  let s = state;
+  for (let i = 0; i < n; i++) {
+    const d = take(s, l, now);
+    expect(d.allowed).toBe(true);
+    s = d.state;
+  }
+  return s;
+}
+
+describe("token bucket", () => {
+  it("admits exactly burst requests at one instant, then denies", () => {
+    let s = fullBucket(limit, 0);
+    let allowed = 0;
+    for (let i = 0; i < 25; i++) {
+      const d = take(s, limit, 0);
+      s = d.state;
+      if (d.allowed) allowed++;
+    }
+    expect(allowed).toBe(10);
+  });
+
+  it("a denied request consumes nothing", () => {
+    const empty = drain(fullBucket(limit, 0), limit, 0, 10);
+    let s = empty;
+    for (let i = 0; i < 100; i++) s = take(s, limit, 50).state;
+    // 100 ms after draining exactly one token is back, no matter how many were denied meanwhile.
+    expect(take(s, limit, 100).allowed).toBe(true);
+    expect(refill(s, limit, 100)).toBeCloseTo(1, 9);
+  });
+
+  it("refills continuously: half a period gives half the tokens", () => {
+    const empty = drain(fullBucket(limit, 0), limit, 0, 10);
+    expect(refill(empty, limit, 500)).toBeCloseTo(5, 9);
+    let s = empty;
+    let allowed = 0;
+    for (let i = 0; i < 10; i++) {
+      const d = take(s, limit, 500);
+      s = d.state;
+      if (d.allowed) allowed++;
+    }
+    expect(allowed).toBe(5);
+  });
+
+  it("never holds more than burst", () => {
+    expect(refill({ tokens: 3, updatedAt: 0 }, limit, 1_000_000)).toBe(10);
+  });
+
+  it("tells exactly when the next token is back, and when the bucket is full", () => {
+    const empty = drain(fullBucket(limit, 0), limit, 0, 10);
+    const d = take(empty, limit, 30);
+    expect(d.allowed).toBe(false);
+    expect(d.retryAfterMs).toBe(70);
+    expect(d.fullInMs).toBe(970);
+    const ok = take(fullBucket(limit, 0), limit, 0);
+    expect(ok).toMatchObject({ allowed: true, remaining: 9, retryAfterMs: 0, fullInMs: 100 });
+  });
+
+  it("a clock that steps back refills nothing", () => {
+    const s = drain(fullBucket(limit, 1000), limit, 1000, 10);
+    expect(take(s, limit, 0).allowed).toBe(false);
+  });
+
+  it("rescales on a config change, keeping the fill fraction instead of refilling", () => {
+    const half = drain(fullBucket(limit, 0), limit, 0, 5); // 5 of 10
+    const bigger: Limit = { rate: 100, perMs: 1000, burst: 100 };
+    expect(rescale(half, limit, bigger, 0).tokens).toBeCloseTo(50, 9);
+    const smaller: Limit = { rate: 2, perMs: 1000, burst: 2 };
+    expect(rescale(half, limit, smaller, 0).tokens).toBeCloseTo(1, 9);
+  });
+
+  it("works for long windows (3 per 2m30s)", () => {
+    const l: Limit = { rate: 3, perMs: 150_000, burst: 3 };
+    const s = drain(fullBucket(l, 0), l, 0, 3);
+    const d = take(s, l, 1000);
+    expect(d.allowed).toBe(false);
+    expect(d.retryAfterMs).toBe(49_000);
+  });
+});
