@@ -15,8 +15,10 @@ import { services } from "./services";
 export const app = new Hono<AppEnv>();
 
 app.use("*", async (c, next) => {
+  let svc: ReturnType<typeof services>;
   try {
-    c.set("svc", services(c.env));
+    svc = services(c.env);
+    c.set("svc", svc);
   } catch (e) {
     if (e instanceof ConfigError) {
       // Fail closed: a typo never silently disables a rule. The message names the variable.
@@ -26,6 +28,8 @@ app.use("*", async (c, next) => {
     throw e;
   }
   await next();
+  // Every request, denied ones included, makes sure its counts reach the metrics object soon.
+  svc.metrics.schedule((p) => c.executionCtx.waitUntil(p));
 });
 
 app.route("/v1/tokens", tokens);

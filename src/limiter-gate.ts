@@ -24,7 +24,8 @@ export interface BucketBackend {
 }
 
 export interface GateEvents {
-  decision(bucket: BucketName, allowed: boolean): void;
+  /** `fromCache`: answered by the deny cache, without an object call. */
+  decision(bucket: BucketName, allowed: boolean, fromCache: boolean): void;
   error(bucket: BucketName): void;
 }
 
@@ -79,7 +80,7 @@ export class LimiterGate {
     const now = this.now();
     const cached = this.deny.get(key);
     if (cached && cached.until > now && sameLimit(cached.limit, limit)) {
-      this.events.decision(bucket, false);
+      this.events.decision(bucket, false, true);
       throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
     }
     if (cached) this.deny.delete(key);
@@ -92,7 +93,7 @@ export class LimiterGate {
       console.error(`floodgate limiter: ${bucket} bucket failed, failing closed`, e instanceof Error ? e.message : e);
       throw new ApiError("internal", "rate limiter unavailable");
     }
-    this.events.decision(bucket, result.allowed);
+    this.events.decision(bucket, result.allowed, false);
     if (!result.allowed) {
       if (this.deny.size >= 10_000) this.deny.clear();
       const at = this.now();

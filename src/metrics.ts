@@ -12,6 +12,8 @@ import { DurableObject } from "cloudflare:workers";
 export const METRIC_HELP: Record<string, string> = {
   floodgate_rate_limit_decisions_total: "Rate-limit decisions by bucket and result.",
   floodgate_rate_limit_errors_total: "Rate-limiter failures (requests failed closed) by bucket.",
+  floodgate_rate_limit_deny_cache_hits_total:
+    "Denials answered from an isolate's deny cache, without a limiter object call, by bucket.",
   floodgate_messages_total: "Published messages by result (delivered or dropped by the throttle).",
   floodgate_analytics_copy_failures_total: "Copies of dropped messages that did not reach the analytics channel.",
 };
@@ -36,6 +38,7 @@ export function renderPrometheus(series: Record<string, number>): string {
       all[k] ??= 0;
     }
     all[seriesKey("floodgate_rate_limit_errors_total", { bucket })] ??= 0;
+    all[seriesKey("floodgate_rate_limit_deny_cache_hits_total", { bucket })] ??= 0;
   }
   const lines: string[] = [];
   for (const [name, help] of Object.entries(METRIC_HELP)) {

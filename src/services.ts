@@ -60,8 +60,10 @@ export function services(env: Env): Services {
     gate: new LimiterGate(
       { charge: (key, limit) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).charge(limit) },
       {
-        decision: (bucket, allowed) =>
-          metrics.inc("floodgate_rate_limit_decisions_total", { bucket, result: allowed ? "allowed" : "denied" }),
+        decision: (bucket, allowed, fromCache) => {
+          metrics.inc("floodgate_rate_limit_decisions_total", { bucket, result: allowed ? "allowed" : "denied" });
+          if (fromCache) metrics.inc("floodgate_rate_limit_deny_cache_hits_total", { bucket });
+        },
         error: (bucket) => metrics.inc("floodgate_rate_limit_errors_total", { bucket }),
       },
     ),

@@ -123,6 +123,14 @@ function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPatter
 }
 
 /**
+ * Tokens whose signature and shape this isolate already verified, by their exact text. A hit skips
+ * the HMAC (the same string verifies the same way with the same secret); expiry and type are checked
+ * again on every use. Bounded, and keyed by secret too so a rotated secret starts clean.
+ */
+const verified = new Map<string, { secret: string; result: VerifiedToken }>();
+const VERIFIED_CACHE_SIZE = 10_000;
+
+/**
  * Verifies signature, shape, expiry (`now < exp`, no leeway) and type.
  * @param nowSeconds epoch seconds
  * @throws TokenError
@@ -136,6 +144,15 @@ export async function verifyToken(
   if (typeof token !== "string" || token.length === 0 || token.length > MAX_TOKEN_LENGTH) {
     throw new TokenError("malformed", "token is malformed");
   }
+  const hit = verified.get(token);
+  const result = hit && hit.secret === secret ? hit.result : await verifySignatureAndShape(token, secret);
+  const { claims } = result;
+  if (!(nowSeconds < claims.exp)) throw new TokenError("expired", "token has expired");
+  if (claims.typ !== expected) throw new TokenError("wrong_type", `expected a ${expected} token`);
+  return result;
+}
+
+async function verifySignatureAndShape(token: string, secret: string): Promise<VerifiedToken> {
   const parts = token.split(".");
   if (parts.length !== 3) throw new TokenError("malformed", "token is malformed");
   const [h, p, s] = parts as [string, string, string];
@@ -145,10 +162,10 @@ export async function verifyToken(
   const sig = base64UrlDecode(s);
   const ok = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, encoder.encode(`${h}.${p}`));
   if (!ok) throw new TokenError("bad_signature", "token signature is invalid");
-  const { claims, patterns } = checkClaims(parseJson(base64UrlDecode(p)));
-  if (!(nowSeconds < claims.exp)) throw new TokenError("expired", "token has expired");
-  if (claims.typ !== expected) throw new TokenError("wrong_type", `expected a ${expected} token`);
-  return { claims, patterns };
+  const result = checkClaims(parseJson(base64UrlDecode(p)));
+  if (verified.size >= VERIFIED_CACHE_SIZE) verified.clear();
+  verified.set(token, { secret, result });
+  return result;
 }
 
 /**

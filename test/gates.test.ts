@@ -294,5 +294,7 @@ describe("deny cache", () => {
     expect(statuses.filter((s) => s === 429)).toHaveLength(49);
     const { services } = await import("../src/services");
     expect(services(e).gate.calls).toBe(2);
+    const metrics = await (await callAndWait("/metrics", { headers: adminHeaders() }, e)).text();
+    expect(metrics).toContain('floodgate_rate_limit_deny_cache_hits_total{bucket="publish"} 48');
   });
 });

@@ -55,7 +55,6 @@ publish.post("/:channel", async (c) => {
     // The common drop: no object call on the response path; copy and count happen in the background.
     svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
     defer(svc.drops.enqueue({ copy: copy(), counted: false, messageJson }).then(() => svc.metrics.schedule(defer)));
-    svc.metrics.schedule(defer);
     return c.json({ status: "dropped" }, 202);
   }
 
@@ -79,11 +78,9 @@ publish.post("/:channel", async (c) => {
       svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
       defer(svc.drops.enqueue({ copy: copy(), counted: true, messageJson }).then(() => svc.metrics.schedule(defer)));
     }
-    svc.metrics.schedule(defer);
     return c.json({ status: "dropped" }, 202);
   }
   if (!outcome.replayed) svc.metrics.inc("floodgate_messages_total", { result: "delivered" });
-  svc.metrics.schedule(defer);
   const { replayed: _, ...body } = outcome;
   return c.json(body, 200);
 });

@@ -47,7 +47,6 @@ subscribe.get("/:channel", async (c) => {
     limitHeaders = await svc.gate.check("subscribe", budget.key, budget.limit);
   }
   await checkAccess(c.env, channel, token);
-  svc.metrics.schedule((p) => c.executionCtx.waitUntil(p));
 
   const target = new URL("https://channel.internal/subscribe");
   target.searchParams.set("channel", channel.name);
