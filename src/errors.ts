@@ -63,3 +63,17 @@ export function errorResponse(err: unknown): Response {
   console.error("floodgate: unhandled error", err instanceof Error ? (err.stack ?? err.message) : err);
   return internal().toResponse();
 }
+
+/**
+ * Runs a call to a backend (a Durable Object, KV) and turns its failure into a 503 that names only
+ * `what`; the backend's own text goes to the log, never to the client.
+ */
+export async function orUnavailable<T>(what: string, call: () => Promise<T>, hint = "retry"): Promise<T> {
+  try {
+    return await call();
+  } catch (e) {
+    if (e instanceof ApiError) throw e;
+    console.error(`floodgate: ${what} unavailable`, e instanceof Error ? e.message : e);
+    throw new ApiError("unavailable", `${what} is temporarily unavailable; ${hint}`);
+  }
+}

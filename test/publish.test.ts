@@ -220,3 +220,29 @@ describe("history and subscribe rules", () => {
     expect(await res.json()).toEqual({ code: "bad_route", msg: "no such route", meta: { code: "NOT_FOUND" } });
   });
 });
+
+describe("channel object failure", () => {
+  it("answers 503 unavailable without backend text, and a retry with the same key delivers once", async () => {
+    const { ChannelObject } = await import("../src/channel-object");
+    const ch = `public:pub.${uniq()}`;
+    const t = await token();
+    const proto = ChannelObject.prototype as unknown as { publish: (...a: unknown[]) => unknown };
+    const original = proto.publish;
+    proto.publish = () => {
+      throw new Error("SQLITE_BUSY: internal detail");
+    };
+    let res: Response;
+    try {
+      res = await publishTo(ch, t, { n: 1 }, { "idempotency-key": "k1" });
+    } finally {
+      proto.publish = original;
+    }
+    expect(res.status).toBe(503);
+    const text = await res.text();
+    expect(JSON.parse(text)).toMatchObject({ code: "unavailable", meta: { code: "UNAVAILABLE" } });
+    expect(text).not.toMatch(/SQLITE|internal detail/);
+    expect((await publishTo(ch, t, { n: 1 }, { "idempotency-key": "k1" })).status).toBe(200);
+    expect((await publishTo(ch, t, { n: 1 }, { "idempotency-key": "k1" })).status).toBe(200);
+    expect(await historyOf(ch, null)).toHaveLength(1);
+  });
+});

@@ -7,7 +7,7 @@ import { parseStoredRate, rateKey } from "../../functions/before-publish";
 import type { AppEnv } from "../app-env";
 import type { ChannelStats } from "../channel-object";
 import { type Config, type Target, targetFor } from "../config";
-import { ApiError, invalidArgument } from "../errors";
+import { invalidArgument, orUnavailable } from "../errors";
 import { channelParam, readJson, requireAdmin } from "../http";
 import { limitToJson } from "../limits";
 import { renderPrometheus } from "../metrics";
@@ -55,34 +55,17 @@ operator.get("/metrics", async (c) => {
   await requireAdmin(c.env, c.req.raw);
   const svc = c.get("svc");
   await svc.metrics.flushNow();
-  let series: Record<string, number>;
-  try {
-    series = await c.env.METRICS.get(c.env.METRICS.idFromName("metrics")).read();
-  } catch (e) {
-    console.error("floodgate metrics: store unavailable", e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", "metrics are temporarily unavailable");
-  }
+  const series = await orUnavailable("metrics", () => c.env.METRICS.get(c.env.METRICS.idFromName("metrics")).read());
   return c.body(renderPrometheus(series), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
 });
 
-async function channelStats(env: Env, channel: string): Promise<ChannelStats> {
-  try {
-    return await channelStub(env, channel).stats();
-  } catch (e) {
-    console.error(`floodgate stats: channel ${channel} unavailable`, e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
-  }
+function channelStats(env: Env, channel: string): Promise<ChannelStats> {
+  return orUnavailable("channel", () => channelStub(env, channel).stats());
 }
 
 /** The stored rate for a channel (or `*`), read straight from KV, not from the isolate cache. */
 async function storedRate(env: Env, channel: string): Promise<number | null> {
-  let text: string | null;
-  try {
-    text = await env.THROTTLE_KV.get(rateKey(channel));
-  } catch (e) {
-    console.error("floodgate admin: KV read failed", e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", "drop-rate store is temporarily unavailable");
-  }
+  const text = await orUnavailable("drop-rate store", () => env.THROTTLE_KV.get(rateKey(channel)));
   return text === null ? null : parseStoredRate(text);
 }
 
@@ -122,12 +105,7 @@ operator.put("/v1/admin/throttle/:channel", async (c) => {
   if (typeof b.rate !== "number" || !Number.isFinite(b.rate) || b.rate < 0 || b.rate > 1) {
     throw invalidArgument("rate must be a number between 0 and 1");
   }
-  try {
-    await c.env.THROTTLE_KV.put(rateKey(name), String(b.rate));
-  } catch (e) {
-    console.error("floodgate admin: KV write failed", e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", "drop-rate store is temporarily unavailable; retry");
-  }
+  await orUnavailable("drop-rate store", () => c.env.THROTTLE_KV.put(rateKey(name), String(b.rate)));
   svc.reader.invalidate(name); // this isolate sees it at once; others within THROTTLE_RATE_CACHE_MS
   return c.json(await throttleView(c.env, svc.config, name));
 });
@@ -136,12 +114,7 @@ operator.delete("/v1/admin/throttle/:channel", async (c) => {
   const svc = c.get("svc");
   const name = c.req.param("channel");
   if (name !== "*") channelParam(name);
-  try {
-    await c.env.THROTTLE_KV.delete(rateKey(name));
-  } catch (e) {
-    console.error("floodgate admin: KV delete failed", e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", "drop-rate store is temporarily unavailable; retry");
-  }
+  await orUnavailable("drop-rate store", () => c.env.THROTTLE_KV.delete(rateKey(name)));
   svc.reader.invalidate(name);
   return c.body(null, 204);
 });

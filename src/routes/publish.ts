@@ -7,7 +7,7 @@ import { beforePublish, type DroppedCopy } from "../../functions/before-publish"
 import type { AppEnv } from "../app-env";
 import { publishBudget } from "../budgets";
 import type { PublishOutcome } from "../channel-object";
-import { ApiError, invalidArgument } from "../errors";
+import { invalidArgument, orUnavailable } from "../errors";
 import { authorise, bearer, channelParam, parseJsonText, readBody } from "../http";
 import { channelStub } from "../services";
 
@@ -58,20 +58,19 @@ publish.post("/:channel", async (c) => {
     return c.json({ status: "dropped" }, 202);
   }
 
-  let outcome: PublishOutcome;
-  try {
-    outcome = await channelStub(c.env, channel.name).publish({
-      channel: channel.name,
-      data: messageJson,
-      publisher: sub,
-      action: decision.action,
-      now,
-      ...(idemKey ? { idempotencyKey: idemKey } : {}),
-    });
-  } catch (e) {
-    console.error(`floodgate publish: channel ${channel.name} unavailable`, e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", "channel is temporarily unavailable; retry with the same Idempotency-Key");
-  }
+  const outcome = await orUnavailable<PublishOutcome>(
+    "channel",
+    () =>
+      channelStub(c.env, channel.name).publish({
+        channel: channel.name,
+        data: messageJson,
+        publisher: sub,
+        action: decision.action,
+        now,
+        ...(idemKey ? { idempotencyKey: idemKey } : {}),
+      }),
+    "retry with the same Idempotency-Key",
+  );
 
   if (outcome.status === "dropped") {
     if (!outcome.replayed) {

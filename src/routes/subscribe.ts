@@ -9,7 +9,7 @@ import { Hono } from "hono";
 import type { AppEnv } from "../app-env";
 import { subscribeBudget } from "../budgets";
 import type { ChannelName } from "../channels";
-import { ApiError, invalidArgument } from "../errors";
+import { invalidArgument, orUnavailable } from "../errors";
 import { authorise, bearer, channelParam, intParam } from "../http";
 import { channelStub } from "../services";
 import { peekSubject } from "../tokens";
@@ -52,13 +52,9 @@ subscribe.get("/:channel", async (c) => {
   target.searchParams.set("channel", channel.name);
   target.searchParams.set("mode", upgrade ? "ws" : "sse");
   if (after !== null) target.searchParams.set("after", String(after));
-  let res: Response;
-  try {
-    res = await channelStub(c.env, channel.name).fetch(new Request(target, c.req.raw));
-  } catch (e) {
-    console.error(`floodgate subscribe: channel ${channel.name} unavailable`, e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
-  }
+  const res = await orUnavailable("channel", () =>
+    channelStub(c.env, channel.name).fetch(new Request(target, c.req.raw)),
+  );
   if (Object.keys(limitHeaders).length === 0) return res;
   const headers = new Headers(res.headers);
   for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);
@@ -74,12 +70,6 @@ history.get("/:channel", async (c) => {
   const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
   await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token")));
-  let frames: string[];
-  try {
-    frames = await channelStub(c.env, channel.name).history(after, limit);
-  } catch (e) {
-    console.error(`floodgate history: channel ${channel.name} unavailable`, e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
-  }
+  const frames = await orUnavailable("channel", () => channelStub(c.env, channel.name).history(after, limit));
   return c.body(`{"messages":[${frames.join(",")}]}`, 200, { "content-type": "application/json" });
 });
