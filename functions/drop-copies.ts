@@ -7,7 +7,8 @@
  * flood of drops costs a fraction of a call per drop. The promise settles after the batch holding the
  * copy was sent or its failure was reported; it never rejects, so `waitUntil` sees no error.
  *
- * A failed send is reported through `onFailure` (count and log it); the messages stay dropped.
+ * A failed send is reported through `onFailure` (count and log it); the messages stay dropped. When
+ * `onFailure` returns a promise the flush waits for it, so work it starts stays inside `waitUntil`.
  * Platform-neutral: the sink and the wait are arguments.
  */
 import type { DroppedCopy } from "./before-publish";
@@ -36,7 +37,7 @@ export interface DropCopySink {
 export interface DropCopyQueueOptions {
   sink: DropCopySink;
   /** Called once per failed batch, with the copies that were not delivered. */
-  onFailure: (batch: QueuedCopy[], error: unknown) => void;
+  onFailure: (batch: QueuedCopy[], error: unknown) => void | Promise<void>;
   /** Largest batch per call. Default 100. */
   maxBatch?: number;
   /** How long the first copy waits for company, in ms. Default 5. */
@@ -47,7 +48,7 @@ export interface DropCopyQueueOptions {
 
 export class DropCopyQueue {
   private readonly sink: DropCopySink;
-  private readonly onFailure: (batch: QueuedCopy[], error: unknown) => void;
+  private readonly onFailure: (batch: QueuedCopy[], error: unknown) => void | Promise<void>;
   private readonly maxBatch: number;
   private readonly windowMs: number;
   private readonly wait: (ms: number) => Promise<void>;
@@ -84,7 +85,7 @@ export class DropCopyQueue {
       try {
         await this.sink.send(batch);
       } catch (e) {
-        this.onFailure(batch, e);
+        await this.onFailure(batch, e);
       }
     }
     // Cleared in the same synchronous step that saw the queue empty, so a copy enqueued from now on

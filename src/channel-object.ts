@@ -76,16 +76,6 @@ type CounterName =
   | "period_dropped"
   | "period_started_at";
 
-const COUNTERS: CounterName[] = [
-  "next_seq",
-  "delivered_total",
-  "dropped_total",
-  "copy_failures_total",
-  "period_delivered",
-  "period_dropped",
-  "period_started_at",
-];
-
 export class ChannelObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private readonly counters = new Map<CounterName, number>();
@@ -382,7 +372,6 @@ export class ChannelObject extends DurableObject<Env> {
 
   private set(values: Partial<Record<CounterName, number>>): void {
     for (const [k, v] of Object.entries(values) as [CounterName, number][]) {
-      if (!COUNTERS.includes(k)) continue;
       this.counters.set(k, v);
       this.sql.exec("INSERT OR REPLACE INTO counters (name, value) VALUES (?, ?)", k, v);
     }

@@ -53,8 +53,9 @@ export function services(env: Env): Services {
           error instanceof Error ? error.message : error,
         );
         metrics.inc("floodgate_analytics_copy_failures_total", {}, batch.length);
-        // The messages stay dropped; their drops and the failed copies are still counted.
-        countDrops(env, batch, true).catch(() => {});
+        // The messages stay dropped; their drops and the failed copies are still counted. Returned so
+        // the queue awaits it inside the request's waitUntil instead of leaving it floating.
+        return countDrops(env, batch, true);
       },
     }),
     gate: new LimiterGate(

@@ -40,13 +40,34 @@ describe("drop copy queue", () => {
           sent.push(b.length);
         },
       },
-      onFailure: (b) => failed.push(b.length),
+      onFailure: (b) => {
+        failed.push(b.length);
+      },
       maxBatch: 3,
       windowMs: 0,
     });
     await Promise.all(Array.from({ length: 7 }, (_, i) => q.enqueue({ copy: copy(i), counted: false })));
     expect(failed).toEqual([3]);
     expect(sent).toEqual([3, 1]);
+  });
+
+  it("waits for an async failure handler before the copy's promise settles", async () => {
+    const order: string[] = [];
+    const q = new DropCopyQueue({
+      sink: {
+        send: async () => {
+          throw new Error("down");
+        },
+      },
+      onFailure: async () => {
+        await new Promise((r) => setTimeout(r, 5));
+        order.push("failure handled");
+      },
+      windowMs: 0,
+    });
+    await q.enqueue({ copy: copy(1), counted: false });
+    order.push("enqueue settled");
+    expect(order).toEqual(["failure handled", "enqueue settled"]);
   });
 
   it("a copy enqueued after a flush drained starts a new flush (none is stranded)", async () => {
