@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { LimiterGate } from "../src/limiter-gate";
 import { RateLimiter } from "../src/rate-limiter";
 import { signToken } from "../src/tokens";
-import { adminHeaders, callAndWait, envWith, freshIp, mint, uniq } from "./helpers";
+import { adminHeaders, callAndWait, envWith, freshIp, mint, uniq, withFailing } from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
 const peek = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).peek();
@@ -234,17 +234,9 @@ describe("limiter failure", () => {
   it("fails closed with 500, no backend text, and counts the error", async () => {
     const e = envWith({ PUBLISH_RATE: "10/s" });
     const t = await accessToken(uniq("fail"));
-    const proto = RateLimiter.prototype as unknown as { charge: (...a: unknown[]) => unknown };
-    const original = proto.charge;
-    proto.charge = () => {
-      throw new Error("SQLITE_FULL: secret backend detail");
-    };
-    let res: Response;
-    try {
-      res = await publishWith(e, `public:gate.${uniq()}`, t);
-    } finally {
-      proto.charge = original;
-    }
+    const res = await withFailing(RateLimiter, "charge", "SQLITE_FULL: secret backend detail", () =>
+      publishWith(e, `public:gate.${uniq()}`, t),
+    );
     expect(res.status).toBe(500);
     const text = await res.text();
     expect(JSON.parse(text)).toEqual({ code: "internal", msg: "rate limiter unavailable", meta: { code: "INTERNAL" } });

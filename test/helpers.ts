@@ -178,3 +178,25 @@ export async function historyOf(channel: string, token: string | null, query = "
   if (res.status !== 200) throw new Error(`history failed: ${res.status} ${await res.text()}`);
   return ((await res.json()) as { messages: Frame[] }).messages;
 }
+
+/**
+ * Fault injection inside workerd: while `run` runs, `method` of a Durable Object class (its
+ * prototype, which RPC calls reach) throws `message`; afterwards the real method is back.
+ */
+export async function withFailing<T>(
+  cls: { prototype: object },
+  method: string,
+  message: string,
+  run: () => Promise<T>,
+): Promise<T> {
+  const proto = cls.prototype as Record<string, unknown>;
+  const original = proto[method];
+  proto[method] = () => {
+    throw new Error(message);
+  };
+  try {
+    return await run();
+  } finally {
+    proto[method] = original;
+  }
+}

@@ -1,6 +1,6 @@
 /** Publish → WebSocket and SSE delivery, validation, idempotency and history, in workerd. */
 import { describe, expect, it } from "vitest";
-import { call, historyOf, mint, openSocket, publishTo, readSse, uniq } from "./helpers";
+import { call, historyOf, mint, openSocket, publishTo, readSse, uniq, withFailing } from "./helpers";
 
 const token = async (chs = ["public:pub.*", "private:pub.team.*"], scopes = ["publish", "subscribe"]) =>
   (await mint({ sub: uniq("p"), channels: chs, scopes })).access_token;
@@ -226,17 +226,9 @@ describe("channel object failure", () => {
     const { ChannelObject } = await import("../src/channel-object");
     const ch = `public:pub.${uniq()}`;
     const t = await token();
-    const proto = ChannelObject.prototype as unknown as { publish: (...a: unknown[]) => unknown };
-    const original = proto.publish;
-    proto.publish = () => {
-      throw new Error("SQLITE_BUSY: internal detail");
-    };
-    let res: Response;
-    try {
-      res = await publishTo(ch, t, { n: 1 }, { "idempotency-key": "k1" });
-    } finally {
-      proto.publish = original;
-    }
+    const res = await withFailing(ChannelObject, "publish", "SQLITE_BUSY: internal detail", () =>
+      publishTo(ch, t, { n: 1 }, { "idempotency-key": "k1" }),
+    );
     expect(res.status).toBe(503);
     const text = await res.text();
     expect(JSON.parse(text)).toMatchObject({ code: "unavailable", meta: { code: "UNAVAILABLE" } });

@@ -3,11 +3,21 @@
  * channel, fallbacks, clamping, and an analytics copy that fails.
  */
 
-import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { ChannelObject } from "../src/channel-object";
-import { adminHeaders, call, callAndWait, envWith, historyOf, mint, publishAndWait, setRate, uniq } from "./helpers";
+import {
+  adminHeaders,
+  call,
+  callAndWait,
+  envWith,
+  historyOf,
+  mint,
+  publishAndWait,
+  setRate,
+  uniq,
+  withFailing,
+} from "./helpers";
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
 
@@ -171,22 +181,12 @@ describe("analytics copy failure", () => {
     const ch = `public:thr.${uniq()}`;
     const { pub, reader } = await tokens();
     await setRate(ch, 1);
-    const analytics = env.CHANNEL.get(env.CHANNEL.idFromName(ANALYTICS));
-    // Fault injection inside workerd: the analytics channel's object refuses batch appends.
-    const proto = ChannelObject.prototype as unknown as { publishBatch: (...a: unknown[]) => unknown };
-    const original = proto.publishBatch;
-    await runInDurableObject(analytics, () => {
-      proto.publishBatch = () => {
-        throw new Error("analytics object down");
-      };
-    });
     const metricsBefore = await metricValue("floodgate_analytics_copy_failures_total");
-    try {
-      const res = await publishAndWait(ch, pub, { lost: false });
-      expect(res.status).toBe(202);
-    } finally {
-      proto.publishBatch = original;
-    }
+    // The analytics channel's object refuses batch appends while this publish runs.
+    const res = await withFailing(ChannelObject, "publishBatch", "analytics object down", () =>
+      publishAndWait(ch, pub, { lost: false }),
+    );
+    expect(res.status).toBe(202);
     expect(await historyOf(ch, null)).toEqual([]);
     const copies = (await historyOf(ANALYTICS, reader, "?limit=1000")).filter(
       (f) => (f.data as { source_channel: string }).source_channel === ch,
