@@ -5,10 +5,24 @@
  * Deny cache: once a key is denied until time T, this isolate answers 429 for it until T without
  * calling the object. It can only deny, never admit, so strictness holds; a flooding subject then
  * costs about one object call per refill interval instead of one per request.
+ *
+ * Coalescing: while a call for a key is in flight, further requests for the same key and limit in
+ * this isolate join one open batch, which goes to the object as a single `chargeMany(n)` once the
+ * call ahead of it returns. The object still decides every token (at most what the bucket holds, in
+ * arrival order), so strictness holds, but a hot subject costs one round trip per batch instead of
+ * one per request. A request with nothing in flight ahead of it goes out at once.
+ *
+ * Each batch is sent by its first request (its leader). workerd ties I/O to the request that
+ * started it and cancels a request whose client went away, so the leader hands the call to
+ * `waitUntil` (it finishes and answers the followers even if the leader's client disconnects), and
+ * every follower still gives up after {@link FOLLOWER_PATIENCE_MS} and asks the object itself. That
+ * fallback can charge a follower twice (once in the lost batch), never admit one twice: a lost
+ * leader costs tokens, not strictness. If the call ahead never answers, a leader stops waiting
+ * after {@link STALL_MS} and sends anyway.
  */
 import { ApiError } from "./errors";
 import type { Limit } from "./limits";
-import type { ChargeResult } from "./rate-limiter";
+import type { BatchChargeResult } from "./rate-limiter";
 
 export type BucketName = "publish" | "subscribe" | "token-issue";
 
@@ -18,15 +32,48 @@ const MESSAGES: Record<BucketName, string> = {
   "token-issue": "token issue rate limit exceeded",
 };
 
-/** What a bucket's object answers; `RateLimiter` stubs satisfy it. */
+/** What a bucket's object answers for `count` requests at once; backed by `RateLimiter.chargeMany`. */
 export interface BucketBackend {
-  charge(key: string, limit: Limit): Promise<ChargeResult>;
+  charge(key: string, limit: Limit, count: number): Promise<BatchChargeResult>;
 }
 
 export interface GateEvents {
   /** `fromCache`: answered by the deny cache, without an object call. */
   decision(bucket: BucketName, allowed: boolean, fromCache: boolean): void;
   error(bucket: BucketName): void;
+}
+
+/** Most requests one object call decides. */
+const MAX_BATCH = 1000;
+/** How long a batch waits for the call ahead of it before it is sent regardless. */
+export const STALL_MS = 1000;
+/** How long a follower waits for its batch before it asks the object itself. */
+export const FOLLOWER_PATIENCE_MS = 2 * STALL_MS;
+
+/** `ctx.waitUntil`, so a batch's call outlives a leader whose client went away. */
+export type Defer = (p: Promise<unknown>) => void;
+
+interface Answer {
+  headers?: Record<string, string>;
+  error?: unknown;
+}
+
+interface Waiter {
+  settle(answer: Answer): void;
+}
+
+interface Batch {
+  /** The leader is not in here: it gets its answer from `send` directly. */
+  followers: Waiter[];
+  closed: boolean;
+  /** Settles (never rejects) when this batch's call has answered. */
+  done: Promise<void>;
+}
+
+interface Lane {
+  open: Batch | null;
+  /** The newest batch sent or about to be sent; null when nothing is in flight. */
+  tail: Batch | null;
 }
 
 /** `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-08+). */
@@ -62,6 +109,8 @@ interface DenyEntry {
 
 export class LimiterGate {
   private readonly deny = new Map<string, DenyEntry>();
+  /** Batches per key and limit. */
+  private readonly lanes = new Map<string, Lane>();
   /** Object calls made, for the benchmark's calls-per-denial figure. */
   calls = 0;
 
@@ -75,7 +124,7 @@ export class LimiterGate {
    * Charges one request to `key`. Returns the headers for the allowed response ({} when the budget is
    * disabled). @throws ApiError 429 when denied, 500 when the limiter fails (fail closed).
    */
-  async check(bucket: BucketName, key: string, limit: Limit | null): Promise<Record<string, string>> {
+  async check(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Record<string, string>> {
     if (!limit) return {};
     const now = this.now();
     const cached = this.deny.get(key);
@@ -84,24 +133,127 @@ export class LimiterGate {
       throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
     }
     if (cached) this.deny.delete(key);
-    let result: ChargeResult;
+
+    const laneKey = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
+    let lane = this.lanes.get(laneKey);
+    if (!lane) {
+      lane = { open: null, tail: null };
+      this.lanes.set(laneKey, lane);
+    }
+    const open = lane.open;
+    if (open && !open.closed && open.followers.length < MAX_BATCH - 1) return this.follow(bucket, key, limit, open);
+    const work = this.lead(bucket, key, limit, laneKey, lane);
+    defer?.(work.catch(() => {}));
+    return work;
+  }
+
+  /** Joins an open batch; if no answer comes in time, asks the object alone. */
+  private async follow(bucket: BucketName, key: string, limit: Limit, batch: Batch): Promise<Record<string, string>> {
+    let timer: ReturnType<typeof setTimeout> | null = null;
+    let waiter!: Waiter;
+    const answered = new Promise<Answer | null>((resolve) => {
+      waiter = { settle: resolve };
+      batch.followers.push(waiter);
+      timer = setTimeout(() => resolve(null), FOLLOWER_PATIENCE_MS);
+    });
+    let answer = await answered;
+    if (timer !== null) clearTimeout(timer);
+    if (answer === null) {
+      // The batch's leader went away. Leave the batch if it has not gone out yet, then go alone.
+      if (!batch.closed) batch.followers.splice(batch.followers.indexOf(waiter), 1);
+      answer = await this.solo(bucket, key, limit);
+    }
+    if (answer.error) throw answer.error;
+    return answer.headers ?? {};
+  }
+
+  /** One request, one call, outside any batch. */
+  private async solo(bucket: BucketName, key: string, limit: Limit): Promise<Answer> {
+    let result: BatchChargeResult;
     try {
       this.calls++;
-      result = await this.backend.charge(key, limit);
+      result = await this.backend.charge(key, limit, 1);
     } catch (e) {
-      this.events.error(bucket);
-      console.error(`floodgate limiter: ${bucket} bucket failed, failing closed`, e instanceof Error ? e.message : e);
-      throw new ApiError("internal", "rate limiter unavailable");
+      return { error: this.failure(bucket, e) };
     }
-    this.events.decision(bucket, result.allowed, false);
-    if (!result.allowed) {
+    return this.answers(bucket, key, limit, result, 1)[0] as Answer;
+  }
+
+  private failure(bucket: BucketName, e: unknown, log = true): ApiError {
+    if (log)
+      console.error(`floodgate limiter: ${bucket} bucket failed, failing closed`, e instanceof Error ? e.message : e);
+    this.events.error(bucket);
+    return new ApiError("internal", "rate limiter unavailable");
+  }
+
+  /** The answers for a batch of `count` in arrival order; records a denial in the deny cache. */
+  private answers(bucket: BucketName, key: string, limit: Limit, result: BatchChargeResult, count: number): Answer[] {
+    const granted = Math.min(result.granted, count);
+    if (granted < count) {
       if (this.deny.size >= 10_000) this.deny.clear();
       const at = this.now();
       this.deny.set(key, { until: at + result.retryAfterMs, limit, fullAt: at + result.fullInMs });
-      throw deniedError(bucket, limit, result.retryAfterMs, result.fullInMs);
     }
-    return rateLimitHeaders(bucket, limit, result.remaining, result.fullInMs);
+    return Array.from({ length: count }, (_, i) => {
+      const allowed = i < granted;
+      this.events.decision(bucket, allowed, false);
+      // Earlier requests in the batch saw the tokens later ones took.
+      return allowed
+        ? { headers: rateLimitHeaders(bucket, limit, result.remaining + (granted - 1 - i), result.fullInMs) }
+        : { error: deniedError(bucket, limit, result.retryAfterMs, result.fullInMs) };
+    });
   }
+
+  /** Opens a batch, waits for the call ahead (if any), then sends the batch and answers everyone in it. */
+  private async lead(
+    bucket: BucketName,
+    key: string,
+    limit: Limit,
+    laneKey: string,
+    lane: Lane,
+  ): Promise<Record<string, string>> {
+    let finished!: () => void;
+    const batch: Batch = { followers: [], closed: false, done: new Promise<void>((r) => (finished = r)) };
+    const ahead = lane.tail;
+    lane.open = batch;
+    lane.tail = batch;
+    try {
+      if (ahead) await waitAtMost(ahead.done, STALL_MS);
+      else await Promise.resolve(); // let requests of the same tick join
+      batch.closed = true;
+      if (lane.open === batch) lane.open = null;
+      const count = 1 + batch.followers.length;
+      let all: Answer[];
+      try {
+        this.calls++;
+        const result = await this.backend.charge(key, limit, count);
+        all = this.answers(bucket, key, limit, result, count);
+      } catch (e) {
+        all = Array.from({ length: count }, (_, i) => ({ error: this.failure(bucket, e, i === 0) }));
+      }
+      // Position 0 is the leader.
+      batch.followers.forEach((w, i) => {
+        w.settle(all[i + 1] as Answer);
+      });
+      const own = all[0] as Answer;
+      if (own.error) throw own.error;
+      return own.headers ?? {};
+    } finally {
+      finished();
+      if (lane.tail === batch) {
+        lane.tail = null;
+        if (!lane.open) this.lanes.delete(laneKey);
+      }
+    }
+  }
+}
+
+/** Resolves when `p` settles or after `ms`, whichever comes first. */
+function waitAtMost(p: Promise<void>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  return Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]).finally(() => {
+    if (timer !== null) clearTimeout(timer);
+  });
 }
 
 function sameLimit(a: Limit, b: Limit): boolean {

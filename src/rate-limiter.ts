@@ -8,7 +8,14 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { Limit } from "./limits";
-import { type BucketDecision, type BucketState, fullBucket, rescale, take } from "./token-bucket";
+import {
+  type BatchDecision,
+  type BucketDecision,
+  type BucketState,
+  fullBucket,
+  rescale,
+  takeMany,
+} from "./token-bucket";
 
 interface Row {
   [key: string]: SqlStorageValue;
@@ -20,6 +27,7 @@ interface Row {
 }
 
 export type ChargeResult = Omit<BucketDecision, "state">;
+export type BatchChargeResult = Omit<BatchDecision, "state">;
 
 export class RateLimiter extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
@@ -31,6 +39,15 @@ export class RateLimiter extends DurableObject<Env> {
 
   /** Takes one token from this bucket under `limit`. `now` defaults to this object's clock. */
   charge(limit: Limit, now: number = Date.now()): ChargeResult {
+    const { granted, ...rest } = this.chargeMany(limit, 1, now);
+    return { allowed: granted === 1, ...rest };
+  }
+
+  /**
+   * Decides `count` requests that reached one Worker isolate together (see LimiterGate): the first
+   * `granted` are admitted, the rest denied and charged nothing. One read and one write either way.
+   */
+  chargeMany(limit: Limit, count: number, now: number = Date.now()): BatchChargeResult {
     const sql = this.ctx.storage.sql;
     const row = sql.exec<Row>("SELECT * FROM bucket WHERE id = 1").toArray()[0];
     let state: BucketState;
@@ -43,7 +60,8 @@ export class RateLimiter extends DurableObject<Env> {
         state = rescale(state, stored, limit, now);
       }
     }
-    const { state: next, ...decision } = take(state, limit, now);
+    const n = Number.isInteger(count) && count > 0 ? Math.min(count, 10_000) : 1;
+    const { state: next, ...decision } = takeMany(state, limit, now, n);
     sql.exec(
       "INSERT OR REPLACE INTO bucket (id, tokens, updated_at, rate, per_ms, burst) VALUES (1, ?, ?, ?, ?, ?)",
       next.tokens,

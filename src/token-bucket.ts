@@ -47,26 +47,41 @@ export function rescale(state: BucketState, from: Limit, to: Limit, now: number)
 /** Tiny tolerance so float refill arithmetic never denies a token that is due. */
 const EPSILON = 1e-9;
 
-/** Takes one token if there is one. */
-export function take(state: BucketState, limit: Limit, now: number): BucketDecision {
+export interface BatchDecision {
+  /** How many of the requests were admitted: the first `granted`, in order. */
+  granted: number;
+  /** Whole tokens left after the batch. */
+  remaining: number;
+  /** Ms until the next whole token is back (0 when one is available now). */
+  retryAfterMs: number;
+  /** Ms until the bucket is full again. */
+  fullInMs: number;
+  state: BucketState;
+}
+
+/**
+ * Decides `count` requests that arrived together, in order: each takes one whole token while there is
+ * one, the rest are denied and take none. Exactly what `count` calls of {@link take} would decide.
+ */
+export function takeMany(state: BucketState, limit: Limit, now: number, count: number): BatchDecision {
   const tokens = refill(state, limit, now);
   const msPerToken = limit.perMs / limit.rate;
-  if (tokens + EPSILON >= 1) {
-    const after = Math.max(0, tokens - 1);
-    return {
-      allowed: true,
-      remaining: Math.floor(after + EPSILON),
-      retryAfterMs: after + EPSILON >= 1 ? 0 : Math.ceil((1 - after) * msPerToken),
-      fullInMs: Math.ceil((limit.burst - after) * msPerToken),
-      state: { tokens: after, updatedAt: Math.max(now, state.updatedAt) },
-    };
-  }
+  const granted = Math.max(0, Math.min(count, Math.floor(tokens + EPSILON)));
+  const after = Math.max(0, tokens - granted);
+  const deniedSome = granted < count;
+  const untilNext = Math.ceil((1 - after) * msPerToken);
   return {
-    allowed: false,
-    remaining: 0,
-    retryAfterMs: Math.max(1, Math.ceil((1 - tokens) * msPerToken)),
-    fullInMs: Math.ceil((limit.burst - tokens) * msPerToken),
+    granted,
+    remaining: Math.floor(after + EPSILON),
+    retryAfterMs: after + EPSILON >= 1 ? 0 : deniedSome ? Math.max(1, untilNext) : untilNext,
+    fullInMs: Math.ceil((limit.burst - after) * msPerToken),
     // A denial consumes nothing; the refill so far is kept so the clock stays monotonic.
-    state: { tokens, updatedAt: Math.max(now, state.updatedAt) },
+    state: { tokens: after, updatedAt: Math.max(now, state.updatedAt) },
   };
+}
+
+/** Takes one token if there is one. */
+export function take(state: BucketState, limit: Limit, now: number): BucketDecision {
+  const { granted, ...rest } = takeMany(state, limit, now, 1);
+  return { allowed: granted === 1, ...rest };
 }

@@ -2,8 +2,8 @@
  * Rate-limit gates over HTTP: order, keys, headers, 429 bodies, overrides, failure, deny cache.
  */
 import { env } from "cloudflare:workers";
-import { describe, expect, it } from "vitest";
-import { LimiterGate } from "../src/limiter-gate";
+import { describe, expect, it, vi } from "vitest";
+import { FOLLOWER_PATIENCE_MS, LimiterGate, STALL_MS } from "../src/limiter-gate";
 import { RateLimiter } from "../src/rate-limiter";
 import { signToken } from "../src/tokens";
 import { adminHeaders, callAndWait, envWith, freshIp, mint, uniq, withFailing } from "./helpers";
@@ -234,7 +234,7 @@ describe("limiter failure", () => {
   it("fails closed with 500, no backend text, and counts the error", async () => {
     const e = envWith({ PUBLISH_RATE: "10/s" });
     const t = await accessToken(uniq("fail"));
-    const res = await withFailing(RateLimiter, "charge", "SQLITE_FULL: secret backend detail", () =>
+    const res = await withFailing(RateLimiter, "chargeMany", "SQLITE_FULL: secret backend detail", () =>
       publishWith(e, `public:gate.${uniq()}`, t),
     );
     expect(res.status).toBe(500);
@@ -252,13 +252,11 @@ describe("deny cache", () => {
     let calls = 0;
     let tokens = 1;
     const backend = {
-      async charge() {
+      async charge(_key: string, _limit: unknown, count: number) {
         calls++;
-        if (tokens >= 1) {
-          tokens--;
-          return { allowed: true, remaining: 0, retryAfterMs: 500, fullInMs: 500 };
-        }
-        return { allowed: false, remaining: 0, retryAfterMs: 500, fullInMs: 500 };
+        const granted = Math.min(count, tokens);
+        tokens -= granted;
+        return { granted, remaining: 0, retryAfterMs: 500, fullInMs: 500 };
       },
     };
     const decisions: boolean[] = [];
@@ -274,6 +272,122 @@ describe("deny cache", () => {
     await expect(gate.check("publish", "k", limit)).rejects.toMatchObject({ kind: "rate_limited" });
     expect(calls).toBe(3);
     expect(decisions.filter(Boolean)).toHaveLength(1);
+  });
+
+  it("coalesces concurrent requests for one key into few calls, admitting exactly what the object grants", async () => {
+    let calls = 0;
+    let tokens = 10;
+    const sizes: number[] = [];
+    const backend = {
+      async charge(_key: string, _limit: unknown, count: number) {
+        calls++;
+        sizes.push(count);
+        await new Promise((r) => setTimeout(r, 5)); // an object round trip
+        const granted = Math.min(count, tokens);
+        tokens -= granted;
+        return { granted, remaining: tokens, retryAfterMs: tokens > 0 ? 0 : 100, fullInMs: 1000 };
+      },
+    };
+    const gate = new LimiterGate(backend, { decision: () => {}, error: () => {} });
+    const limit = { rate: 10, perMs: 1000, burst: 10 };
+    const first = gate.check("publish", "k", limit);
+    await new Promise((r) => setTimeout(r, 1)); // its call is now in flight
+    const rest = Array.from({ length: 29 }, () => gate.check("publish", "k", limit));
+    const results = await Promise.allSettled([first, ...rest]);
+    const allowed = results.filter((r) => r.status === "fulfilled");
+    expect(allowed).toHaveLength(10);
+    expect(results.slice(0, 10).every((r) => r.status === "fulfilled")).toBe(true); // arrival order
+    expect(calls).toBe(2); // the first request alone, then the 29 that queued behind it
+    expect(sizes).toEqual([1, 29]);
+    // Requests of the same tick with nothing in flight go together at once.
+    await Promise.allSettled(Array.from({ length: 7 }, () => gate.check("publish", "k2", limit)));
+    expect(sizes).toEqual([1, 29, 7]);
+    // Each admitted request reports the tokens left after it, so the headers count down.
+    const remaining = allowed.map((r) => (r as PromiseFulfilledResult<Record<string, string>>).value.RateLimit);
+    expect(remaining).toEqual(Array.from({ length: 10 }, (_, i) => `"publish";r=${9 - i};t=1`));
+  });
+
+  it("a batch stuck behind a call that never answers is sent after STALL_MS", async () => {
+    vi.useFakeTimers();
+    try {
+      let calls = 0;
+      const backend = {
+        charge(_key: string, _limit: unknown, count: number) {
+          calls++;
+          // The first call hangs forever, like a request whose context died mid-call.
+          if (calls === 1) return new Promise<never>(() => {});
+          return Promise.resolve({ granted: count, remaining: 5, retryAfterMs: 0, fullInMs: 100 });
+        },
+      };
+      const gate = new LimiterGate(backend, { decision: () => {}, error: () => {} });
+      const limit = { rate: 10, perMs: 1000, burst: 10 };
+      void gate.check("publish", "k", limit);
+      await vi.advanceTimersByTimeAsync(1);
+      const second = gate.check("publish", "k", limit);
+      await vi.advanceTimersByTimeAsync(STALL_MS - 10);
+      expect(calls).toBe(1);
+      await vi.advanceTimersByTimeAsync(20);
+      expect(calls).toBe(2);
+      await expect(second).resolves.toMatchObject({ RateLimit: '"publish";r=5;t=1' });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("followers whose leader never gets an answer ask the object themselves", async () => {
+    vi.useFakeTimers();
+    try {
+      let calls = 0;
+      const backend = {
+        charge(_key: string, _limit: unknown, count: number) {
+          calls++;
+          // The batch's call is lost, as when the leader's client disconnects mid-call.
+          if (calls === 1) return new Promise<never>(() => {});
+          return Promise.resolve({ granted: count, remaining: 3, retryAfterMs: 0, fullInMs: 100 });
+        },
+      };
+      const gate = new LimiterGate(backend, { decision: () => {}, error: () => {} });
+      const limit = { rate: 10, perMs: 1000, burst: 10 };
+      void gate.check("publish", "k", limit); // the leader, lost
+      const followers = Array.from({ length: 4 }, () => gate.check("publish", "k", limit));
+      await vi.advanceTimersByTimeAsync(FOLLOWER_PATIENCE_MS - 10);
+      expect(calls).toBe(1);
+      await vi.advanceTimersByTimeAsync(20);
+      expect(calls).toBe(5);
+      for (const f of followers) await expect(f).resolves.toMatchObject({ RateLimit: '"publish";r=3;t=1' });
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
+  it("a failing batch fails every request in it closed", async () => {
+    const errors: string[] = [];
+    const gate = new LimiterGate(
+      {
+        async charge() {
+          throw new Error("backend detail");
+        },
+      },
+      { decision: () => {}, error: (b) => errors.push(b) },
+    );
+    const limit = { rate: 10, perMs: 1000, burst: 10 };
+    const results = await Promise.allSettled(Array.from({ length: 5 }, () => gate.check("publish", "k", limit)));
+    for (const r of results) {
+      expect(r).toMatchObject({
+        status: "rejected",
+        reason: { kind: "internal", message: "rate limiter unavailable" },
+      });
+    }
+    expect(errors).toHaveLength(5);
+  });
+
+  it("200 concurrent publishes from one subject on burst 50 get exactly 50 through, over HTTP", async () => {
+    const e = envWith({ PUBLISH_RATE: "50/h", PUBLISH_BURST: "" });
+    const t = await accessToken(uniq("burst"));
+    const ch = `public:gate.${uniq()}`;
+    const statuses = await Promise.all(Array.from({ length: 200 }, () => publishWith(e, ch, t).then((r) => r.status)));
+    expect(statuses.filter((s) => s === 200)).toHaveLength(50);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(150);
   });
 
   it("a flood from one subject costs far fewer object calls than requests, over HTTP", async () => {

@@ -64,4 +64,15 @@ describe("RateLimiter object", () => {
     const results = await Promise.all(Array.from({ length: 80 }, () => s2.charge(bigger)));
     expect(results.filter((r) => r.allowed)).toHaveLength(50);
   });
+
+  it("concurrent batch charges on one key of burst 50 grant exactly 50 in total", async () => {
+    const s = stub(`publish:${uniq()}`);
+    const counts = Array.from({ length: 20 }, (_, i) => 1 + (i % 7));
+    const results = await Promise.all(counts.map((n) => s.chargeMany(slow, n)));
+    expect(results.reduce((sum, r) => sum + r.granted, 0)).toBe(50);
+    results.forEach((r, i) => {
+      expect(r.granted).toBeLessThanOrEqual(counts[i] as number);
+    });
+    expect((await s.charge(slow)).allowed).toBe(false);
+  });
 });

@@ -1,7 +1,8 @@
 /** The token bucket with a fake clock. */
 import { describe, expect, it } from "vitest";
 import type { Limit } from "../src/limits";
-import { type BucketState, fullBucket, refill, rescale, take } from "../src/token-bucket";
+import { type BucketState, fullBucket, refill, rescale, take, takeMany } from "../src/token-bucket";
+import { seededRandom } from "./seeded-random";
 
 const limit: Limit = { rate: 10, perMs: 1000, burst: 10 }; // 10/s, one token per 100 ms
 
@@ -82,5 +83,32 @@ describe("token bucket", () => {
     const d = take(s, l, 1000);
     expect(d.allowed).toBe(false);
     expect(d.retryAfterMs).toBe(49_000);
+  });
+
+  it("deciding n requests at once is exactly n single decisions in a row", () => {
+    const random = seededRandom(7);
+    for (let trial = 0; trial < 500; trial++) {
+      const l: Limit = {
+        rate: 1 + Math.floor(random() * 20),
+        perMs: 100 + Math.floor(random() * 5000),
+        burst: 1 + Math.floor(random() * 30),
+      };
+      let state: BucketState = { tokens: random() * l.burst, updatedAt: 0 };
+      const now = Math.floor(random() * 2000);
+      const count = 1 + Math.floor(random() * 40);
+      const batch = takeMany(state, l, now, count);
+      let granted = 0;
+      let last = take(state, l, now);
+      for (let i = 0; i < count; i++) {
+        last = take(state, l, now);
+        state = last.state;
+        if (last.allowed) granted++;
+      }
+      expect(batch.granted).toBe(granted);
+      expect(batch.state.tokens).toBeCloseTo(state.tokens, 9);
+      expect(batch.remaining).toBe(last.remaining);
+      expect(batch.retryAfterMs).toBe(last.retryAfterMs);
+      expect(batch.fullInMs).toBe(last.fullInMs);
+    }
   });
 });

@@ -44,7 +44,7 @@ subscribe.get("/:channel", async (c) => {
   const claimed = token ? peekSubject(token) : null;
   if (claimed) {
     const budget = subscribeBudget(svc.config, channel, claimed);
-    limitHeaders = await svc.gate.check("subscribe", budget.key, budget.limit);
+    limitHeaders = await svc.gate.check("subscribe", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
   }
   await checkAccess(c.env, channel, token);
 

@@ -116,7 +116,7 @@ export const tokens = new Hono<AppEnv>();
 tokens.use("*", async (c, next) => {
   const svc = c.get("svc");
   const budget = tokenIssueBudget(svc.config, c.req.header("cf-connecting-ip") ?? null);
-  const headers = await svc.gate.check("token-issue", budget.key, budget.limit);
+  const headers = await svc.gate.check("token-issue", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
   await next();
   for (const [k, v] of Object.entries(headers)) c.res.headers.set(k, v);
 });
