@@ -16,6 +16,8 @@
  */
 
 /** The part of a key-value store the throttle needs (`KVNamespace` satisfies it). */
+import type { Thinning } from "./thinning";
+
 export interface RateStore {
   get(key: string): Promise<string | null>;
 }
@@ -72,7 +74,10 @@ export function clampRate(n: number): number {
 }
 
 interface CacheEntry {
-  value: Promise<ResolvedRate>;
+  /** Set once the read has answered. */
+  value: ResolvedRate | null;
+  /** The read in flight, shared by requests that miss meanwhile. */
+  pending: Promise<ResolvedRate> | null;
   expires: number;
 }
 
@@ -100,14 +105,45 @@ export class DropRateReader {
   rateFor(channel: string): Promise<ResolvedRate> {
     const now = this.now();
     const hit = this.cache.get(channel);
-    if (hit && hit.expires > now) return hit.value;
-    const value = this.read(channel);
+    if (hit && hit.expires > now) {
+      if (hit.value) return Promise.resolve(hit.value);
+      if (hit.pending) return this.join(channel, hit.pending);
+    }
+    return this.start(channel, now);
+  }
+
+  private start(channel: string, now: number): Promise<ResolvedRate> {
+    const entry: CacheEntry = { value: null, pending: null, expires: now + this.cacheMs };
+    const read = this.read(channel).then((v) => {
+      entry.value = v;
+      entry.pending = null;
+      return v;
+    });
+    entry.pending = read;
     if (this.cacheMs > 0) {
       // Bound memory under a flood of distinct channel names: start over rather than grow forever.
       if (this.cache.size >= 10_000) this.cache.clear();
-      this.cache.set(channel, { value, expires: now + this.cacheMs });
+      this.cache.set(channel, entry);
     }
-    return value;
+    return read;
+  }
+
+  /**
+   * Waits for a read another request started. In workerd I/O belongs to the request that started it,
+   * and a request whose client goes away is cancelled with its reads (and their timeouts), which then
+   * never answer; so a joiner waits on its own timer, twice `readTimeoutMs` (a live read answers
+   * within one, timeout included), and then reads for itself.
+   */
+  private join(channel: string, pending: Promise<ResolvedRate>): Promise<ResolvedRate> {
+    if (!(this.readTimeoutMs > 0)) return pending;
+    let timer: ReturnType<typeof setTimeout> | null = null;
+    const patience = new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), 2 * this.readTimeoutMs);
+    });
+    return Promise.race([pending, patience]).then((v) => {
+      if (timer !== null) clearTimeout(timer);
+      return v ?? this.start(channel, this.now());
+    });
   }
 
   /** Forgets cached rates (an admin write in this isolate takes effect at once). */
@@ -163,17 +199,21 @@ export interface DecideOptions {
   random?: () => number;
   /** The analytics channel: never throttled, never read from the store. */
   analyticsChannel: string;
+  /** When given, drops use deterministic thinning (functions/thinning.ts) instead of `random`. */
+  thinning?: Thinning | null;
 }
 
 /**
- * Decides one message: drop with probability equal to the channel's drop rate.
- * Rate 0 never drops, rate 1 always drops (random() is < 1).
+ * Decides one message: drop with probability equal to the channel's drop rate (or, with thinning,
+ * drop exactly that share in a regular pattern). Rate 0 never drops, rate 1 always drops.
  */
 export async function beforePublish(channel: string, opts: DecideOptions): Promise<Decision> {
   if (channel === opts.analyticsChannel) return { action: "deliver", rate: 0, source: "channel" };
   const resolved = await opts.reader.rateFor(channel);
-  const random = opts.random ?? Math.random;
-  return { action: random() < resolved.rate ? "drop" : "deliver", ...resolved };
+  const drop = opts.thinning
+    ? opts.thinning.drop(channel, resolved.rate)
+    : (opts.random ?? Math.random)() < resolved.rate;
+  return { action: drop ? "drop" : "deliver", ...resolved };
 }
 
 /** What the analytics channel receives for each dropped message (CONTRACT §4). */

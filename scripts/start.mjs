@@ -2,6 +2,9 @@
 // `npm start`: runs `wrangler dev` with local KV and Durable Objects on a fixed port (8787).
 // On a fresh clone it copies .dev.vars.example to .dev.vars (dev-only secrets) first.
 // Arguments after `--` go to wrangler dev: `npm start -- --port 9000 --var X:Y`.
+// The sampler runs by itself every SAMPLER_LOCAL_PERIOD seconds (default 10; 0 turns it off): this
+// script triggers the Worker's real `scheduled` handler through wrangler's --test-scheduled route,
+// so what runs locally is exactly what the every-minute Cron Trigger runs in production.
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -23,4 +26,24 @@ const child = spawn(join(root, "node_modules", ".bin", "wrangler"), wranglerArgs
   env: { WRANGLER_SEND_METRICS: "false", ...process.env },
 });
 for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => child.kill(sig));
+
+const portArg = args.findIndex((a) => a === "--port" || a.startsWith("--port="));
+const port = portArg < 0 ? 8787 : Number(args[portArg].includes("=") ? args[portArg].split("=")[1] : args[portArg + 1]);
+const period = Number(process.env.SAMPLER_LOCAL_PERIOD ?? 10);
+if (period > 0) {
+  let announced = false;
+  const tick = setInterval(async () => {
+    try {
+      const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);
+      await res.arrayBuffer();
+      if (!announced && res.ok) {
+        announced = true;
+        console.log(`floodgate: local sampler runs every ${period}s (SAMPLER_LOCAL_PERIOD; 0 turns it off)`);
+      }
+    } catch {
+      // The server is not up yet (or is restarting after an edit); try again next tick.
+    }
+  }, period * 1000);
+  child.on("exit", () => clearInterval(tick));
+}
 child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

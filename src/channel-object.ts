@@ -8,7 +8,11 @@
  * `fetch`, because a WebSocket upgrade has to travel as an HTTP request.
  */
 import { DurableObject } from "cloudflare:workers";
-import { getConfig } from "./config";
+import { parseChannelName } from "./channels";
+import { getConfig, targetFor } from "./config";
+
+/** The name of the sampler's registry object (ActiveChannels). */
+export const SAMPLER_REGISTRY = "sampler";
 
 /** How long an Idempotency-Key is remembered (CONTRACT §4). */
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
@@ -74,7 +78,9 @@ type CounterName =
   | "copy_failures_total"
   | "period_delivered"
   | "period_dropped"
-  | "period_started_at";
+  | "period_started_at"
+  /** 1 once this period's traffic is reported to the sampler's registry. */
+  | "period_marked";
 
 export class ChannelObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -82,6 +88,8 @@ export class ChannelObject extends DurableObject<Env> {
   private readonly sse = new Set<SseClient>();
   private channel: string | null = null;
   private lastSample: unknown = null;
+  /** An activity report to the sampler's registry in flight (once per period). */
+  private marking: Promise<void> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -108,14 +116,14 @@ export class ChannelObject extends DurableObject<Env> {
   // ---- RPC -------------------------------------------------------------------------------------
 
   /** Delivers or records the drop of one message, honouring its Idempotency-Key. */
-  publish(cmd: PublishCommand): PublishOutcome {
+  publish(cmd: PublishCommand): Promise<PublishOutcome> {
     this.remember(cmd.channel);
     const idemKey = cmd.idempotencyKey ? `${cmd.publisher}\u0000${cmd.idempotencyKey}` : null;
     if (idemKey) {
       const prior = this.sql
         .exec<{ result: string }>("SELECT result FROM idempotency WHERE key = ? AND expires_at > ?", idemKey, cmd.now)
         .toArray()[0];
-      if (prior) return { ...(JSON.parse(prior.result) as PublishOutcome), replayed: true };
+      if (prior) return Promise.resolve({ ...(JSON.parse(prior.result) as PublishOutcome), replayed: true });
     }
     let outcome: PublishOutcome;
     this.ctx.storage.transactionSync(() => {
@@ -147,7 +155,7 @@ export class ChannelObject extends DurableObject<Env> {
     // biome-ignore lint/style/noNonNullAssertion: assigned inside the synchronous transaction above
     const result = outcome!;
     if (result.status === "delivered") this.flushLive();
-    return result;
+    return this.settled(result);
   }
 
   /** Appends several messages in one call (the analytics channel's copies). Returns the last seq. */
@@ -162,9 +170,10 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   /** Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed. */
-  recordDrops(channel: string, dropped: number, copyFailures: number): void {
+  recordDrops(channel: string, dropped: number, copyFailures: number): Promise<void> {
     this.remember(channel);
     this.bump({ dropped_total: dropped, period_dropped: dropped, copy_failures_total: copyFailures });
+    return this.settled(undefined);
   }
 
   /** Retained messages as JSON frames, oldest first: after `after`, or the newest `limit`. */
@@ -204,7 +213,7 @@ export class ChannelObject extends DurableObject<Env> {
     const started = this.counter("period_started_at") || now;
     const delivered = this.counter("period_delivered");
     const dropped = this.counter("period_dropped");
-    this.set({ period_delivered: 0, period_dropped: 0, period_started_at: now });
+    this.set({ period_delivered: 0, period_dropped: 0, period_started_at: now, period_marked: 0 });
     return {
       channel: this.channel,
       delivered,
@@ -367,7 +376,57 @@ export class ChannelObject extends DurableObject<Env> {
     for (const [k, d] of Object.entries(deltas) as [CounterName, number][]) {
       if (d) next[k] = this.counter(k) + d;
     }
+    if ((deltas.period_delivered || deltas.period_dropped) && !this.counter("period_marked")) {
+      if (!this.counter("period_started_at")) next.period_started_at = Date.now();
+      this.set(next);
+      this.markActive();
+      return;
+    }
     this.set(next);
+  }
+
+  /**
+   * Reports the first traffic of a period to the sampler's registry, once per period and only for a
+   * channel the sampler manages (one with a target; never the analytics channel). The RPC that
+   * counted the traffic waits for it (see {@link settled}) so the report is never cut off; a
+   * registry failure is logged and retried on the next message, and never fails a publish.
+   */
+  private markActive(): void {
+    const channel = this.channel;
+    if (!channel || !this.sampled(channel)) return;
+    this.set({ period_marked: 1 });
+    const registry = this.env.SAMPLER.get(this.env.SAMPLER.idFromName(SAMPLER_REGISTRY));
+    this.marking = registry.markActive(channel).then(
+      (lastRunAt) => {
+        // A channel idle through earlier runs starts its period at the last run, not long before.
+        if (lastRunAt && lastRunAt > this.counter("period_started_at")) this.set({ period_started_at: lastRunAt });
+        this.marking = null;
+      },
+      (e) => {
+        console.error(
+          "floodgate: could not report channel activity to the sampler",
+          e instanceof Error ? e.message : e,
+        );
+        this.set({ period_marked: 0 });
+        this.marking = null;
+      },
+    );
+  }
+
+  /** Returns `value` once any activity report this call started has been made. */
+  private async settled<T>(value: T): Promise<T> {
+    if (this.marking) await this.marking;
+    return value;
+  }
+
+  private sampled(channel: string): boolean {
+    try {
+      const config = getConfig(this.env);
+      if (channel === config.analyticsChannel.name) return false;
+      return targetFor(config, parseChannelName(channel)) !== null;
+    } catch {
+      return false; // bad config or a name that is not a channel: nothing to sample
+    }
   }
 
   private set(values: Partial<Record<CounterName, number>>): void {

@@ -4,7 +4,17 @@
  * Invalid configuration fails closed: every API route answers 500 naming the variable, and
  * `scripts/check-config.mjs` (run by `npm run deploy`) refuses to upload it.
  */
-import { type ChannelName, compileRules, GrammarError, parseChannelName, type Rule, selectRule } from "./channels";
+import {
+  type ChannelName,
+  type ChannelPattern,
+  compileRules,
+  GrammarError,
+  matchesPattern,
+  parseChannelName,
+  parsePattern,
+  type Rule,
+  selectRule,
+} from "./channels";
 import { type Limit, LimitError, normaliseBurst, parseLimit, parseRateShorthand } from "./limits";
 
 /** A sampler target: messages per second delivered, or a delivery budget split across subscribers. */
@@ -24,6 +34,8 @@ export interface Config {
   throttleTargets: Rule<Target | null>[];
   /** How long an isolate reuses a drop rate read from KV, in ms. */
   rateCacheMs: number;
+  /** Channels whose drops use deterministic thinning instead of a random draw. */
+  throttleThinning: ChannelPattern[];
   /** Least time between two metric flushes from one isolate, in ms. */
   metricsFlushMs: number;
   analyticsChannel: ChannelName;
@@ -47,6 +59,7 @@ export const CONFIG_VARIABLES = [
   "THROTTLE_TARGET",
   "THROTTLE_TARGETS",
   "THROTTLE_RATE_CACHE_MS",
+  "THROTTLE_THINNING",
   "METRICS_FLUSH_MS",
   "ANALYTICS_CHANNEL",
   "MAX_MESSAGE_BYTES",
@@ -159,6 +172,13 @@ export function parseConfig(raw: RawConfig): Config {
     throttleTarget: wrap("THROTTLE_TARGET", () => parseTarget(raw.THROTTLE_TARGET ?? "")),
     throttleTargets: patternRules("THROTTLE_TARGETS", raw.THROTTLE_TARGETS, parseTarget),
     rateCacheMs: positiveInt("THROTTLE_RATE_CACHE_MS", raw.THROTTLE_RATE_CACHE_MS, 1000, 0),
+    throttleThinning: wrap("THROTTLE_THINNING", () =>
+      (raw.THROTTLE_THINNING ?? "")
+        .split(",")
+        .map((p) => p.trim())
+        .filter((p) => p.length > 0)
+        .map((p) => parsePattern(p)),
+    ),
     metricsFlushMs: positiveInt("METRICS_FLUSH_MS", raw.METRICS_FLUSH_MS, 1000, 0),
     analyticsChannel: analytics,
     maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),
@@ -204,4 +224,9 @@ export function targetFor(config: Config, channel: ChannelName): Target | null {
   if (channel.name === config.analyticsChannel.name) return null; // never throttled
   const rule = selectRule(config.throttleTargets, channel);
   return rule ? rule.value : config.throttleTarget;
+}
+
+/** Whether a channel's drops use deterministic thinning (`THROTTLE_THINNING`). */
+export function thinningFor(config: Config, channel: ChannelName): boolean {
+  return config.throttleThinning.some((p) => matchesPattern(p, channel));
 }

@@ -5,6 +5,7 @@
  */
 import { DropRateReader } from "../functions/before-publish";
 import { DropCopyQueue, type QueuedCopy, serialiseCopy } from "../functions/drop-copies";
+import { Thinning } from "../functions/thinning";
 import type { ChannelObject } from "./channel-object";
 import { type Config, getConfig } from "./config";
 import { LimiterGate } from "./limiter-gate";
@@ -16,6 +17,8 @@ export interface Services {
   drops: DropCopyQueue;
   gate: LimiterGate;
   metrics: MetricsBuffer;
+  /** Per-isolate error-diffusion state for channels in `THROTTLE_THINNING`. */
+  thinning: Thinning;
 }
 
 export function channelStub(env: Env, channel: string): DurableObjectStub<ChannelObject> {
@@ -40,6 +43,7 @@ export function services(env: Env): Services {
   const svc: Services = {
     config,
     metrics,
+    thinning: new Thinning(),
     reader: new DropRateReader({
       store: env.THROTTLE_KV,
       fallbackRate: config.throttleFallbackRate,
@@ -59,7 +63,9 @@ export function services(env: Env): Services {
       },
     }),
     gate: new LimiterGate(
-      { charge: (key, limit) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).charge(limit) },
+      {
+        charge: (key, limit, count) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).chargeMany(limit, count),
+      },
       {
         decision: (bucket, allowed, fromCache) => {
           metrics.inc("floodgate_rate_limit_decisions_total", { bucket, result: allowed ? "allowed" : "denied" });

@@ -1,5 +1,5 @@
 /** The before-publish function on its own: injected store, clock, random source and logger. */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import {
   beforePublish,
   clampRate,
@@ -185,6 +185,34 @@ describe("isolate cache", () => {
     now += 1;
     await r.rateFor(CH);
     expect(store.reads).toHaveLength(2);
+  });
+
+  it("a request that joined a read which never answers (its request was cancelled) reads for itself", async () => {
+    vi.useFakeTimers();
+    try {
+      let reads = 0;
+      const store: RateStore = {
+        get(key) {
+          reads++;
+          // The first read hangs, as a KV read does when the request that started it is cancelled.
+          return reads === 1 ? new Promise<never>(() => {}) : Promise.resolve(key === rateKey(CH) ? "0.25" : null);
+        },
+      };
+      const r = new DropRateReader({ store, fallbackRate: 0, cacheMs: 60_000, readTimeoutMs: 1000, log: () => {} });
+      void r.rateFor(CH);
+      vi.clearAllTimers(); // its request is cancelled: the read's own timeout dies with it
+      const joined = r.rateFor(CH);
+      await vi.advanceTimersByTimeAsync(1999);
+      expect(reads).toBe(1);
+      await vi.advanceTimersByTimeAsync(1);
+      await expect(joined).resolves.toEqual({ rate: 0.25, source: "channel" });
+      expect(reads).toBe(2);
+      // The fresh answer is cached for everyone after.
+      await expect(r.rateFor(CH)).resolves.toEqual({ rate: 0.25, source: "channel" });
+      expect(reads).toBe(2);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("a stale value is served until the cache expires, then the new one", async () => {

@@ -181,18 +181,21 @@ export async function historyOf(channel: string, token: string | null, query = "
 
 /**
  * Fault injection inside workerd: while `run` runs, `method` of a Durable Object class (its
- * prototype, which RPC calls reach) throws `message`; afterwards the real method is back.
+ * prototype, which RPC calls reach) throws `message`; afterwards the real method is back. With
+ * `when`, only the instances it picks fail (e.g. one channel's object); the rest run normally.
  */
 export async function withFailing<T>(
   cls: { prototype: object },
   method: string,
   message: string,
   run: () => Promise<T>,
+  when: (instance: Record<string, unknown>) => boolean = () => true,
 ): Promise<T> {
   const proto = cls.prototype as Record<string, unknown>;
-  const original = proto[method];
-  proto[method] = () => {
-    throw new Error(message);
+  const original = proto[method] as (...args: unknown[]) => unknown;
+  proto[method] = function (this: Record<string, unknown>, ...args: unknown[]) {
+    if (when(this)) throw new Error(message);
+    return original.apply(this, args);
   };
   try {
     return await run();

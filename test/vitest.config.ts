@@ -17,6 +17,9 @@ export default defineConfig({
           // Flush metrics at the end of every request so tests that wait on a request's waitUntil
           // do not wait a second each; the batching itself is tested with the shipped 1000 ms.
           METRICS_FLUSH_MS: "0",
+          // Sampler targets for test/scheduled.test.ts only (no other test uses these names).
+          THROTTLE_TARGETS: JSON.stringify({ "public:sampled.**": "10/s", "public:budget.*": { deliveries: "40/s" } }),
+          THROTTLE_THINNING: "public:sampled.thin.*",
         },
       },
     }),

@@ -6,11 +6,12 @@ import { Hono } from "hono";
 import { parseStoredRate, rateKey } from "../../functions/before-publish";
 import type { AppEnv } from "../app-env";
 import type { ChannelStats } from "../channel-object";
-import { type Config, type Target, targetFor } from "../config";
+import { type Config, type Target, targetFor, thinningFor } from "../config";
 import { invalidArgument, orUnavailable } from "../errors";
 import { channelParam, readJson, requireAdmin } from "../http";
 import { limitToJson } from "../limits";
 import { renderPrometheus } from "../metrics";
+import { runSampler } from "../sampler-run";
 import { channelStub } from "../services";
 
 /** The target as the API shows it: the shorthand, or `{"deliveries":…}` for a delivery budget. */
@@ -39,6 +40,7 @@ export function manifest(config: Config) {
       ...(config.throttleTargets.length
         ? { targets: config.throttleTargets.map((r) => ({ pattern: r.pattern.source, target: targetJson(r.value) })) }
         : {}),
+      ...(config.throttleThinning.length ? { thinning: config.throttleThinning.map((p) => p.source) } : {}),
       analytics_channel: config.analyticsChannel.name,
       rate_cache_ms: config.rateCacheMs,
     },
@@ -119,6 +121,12 @@ operator.delete("/v1/admin/throttle/:channel", async (c) => {
   return c.body(null, 204);
 });
 
+operator.post("/v1/admin/sample", async (c) => {
+  const svc = c.get("svc");
+  const report = await orUnavailable("sampler", () => runSampler(c.env, svc.config, Date.now(), svc.reader));
+  return c.json(report);
+});
+
 operator.get("/v1/channels/:channel/stats", async (c) => {
   await requireAdmin(c.env, c.req.raw);
   const config = c.get("svc").config;
@@ -136,6 +144,7 @@ operator.get("/v1/channels/:channel/stats", async (c) => {
     analytics_copy_failures_total: stats.analytics_copy_failures_total,
     drop_rate: name === config.analyticsChannel.name ? 0 : rate.rate,
     drop_rate_source: rate.source,
+    drop_mode: thinningFor(config, channel) ? "thinning" : "random",
     target: targetJson(targetFor(config, channel)),
     last_sample: stats.last_sample,
   });

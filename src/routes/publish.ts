@@ -7,6 +7,7 @@ import { beforePublish, type DroppedCopy } from "../../functions/before-publish"
 import type { AppEnv } from "../app-env";
 import { publishBudget } from "../budgets";
 import type { PublishOutcome } from "../channel-object";
+import { thinningFor } from "../config";
 import { invalidArgument, orUnavailable } from "../errors";
 import { authorise, bearer, channelParam, parseJsonText, readBody } from "../http";
 import { channelStub } from "../services";
@@ -34,12 +35,13 @@ publish.post("/:channel", async (c) => {
   const sub = token.claims.sub;
 
   const budget = publishBudget(config, channel, sub, token.claims.rl);
-  const limitHeaders = await svc.gate.check("publish", budget.key, budget.limit);
+  const limitHeaders = await svc.gate.check("publish", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
   for (const [k, v] of Object.entries(limitHeaders)) c.header(k, v);
 
   const decision = await beforePublish(channel.name, {
     reader: svc.reader,
     analyticsChannel: config.analyticsChannel.name,
+    thinning: thinningFor(config, channel) ? svc.thinning : null,
   });
   const now = Date.now();
   const copy = (): DroppedCopy => ({

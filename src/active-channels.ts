@@ -1,0 +1,95 @@
+/**
+ * ActiveChannels — one Durable Object ("sampler") that knows which channels the sampler must visit,
+ * so a run never lists every channel ever created.
+ *
+ * A channel object reports itself once per sampling period, on its first counted message after the
+ * sampler last took its counts (`markActive`). The sampler also keeps visiting every channel it left
+ * with a non-zero drop rate (`throttled`), even when no traffic arrives, so an idle channel's rate
+ * is released to 0 instead of waiting for the next message.
+ *
+ * Marks carry a generation: a channel that reports itself again while a run is visiting it keeps its
+ * new mark when the run finishes, so no period of traffic is ever missed.
+ */
+import { DurableObject } from "cloudflare:workers";
+
+export interface RunStart {
+  /** Channels to visit, with the generation of their mark (0 for throttled-only channels). */
+  channels: { channel: string; generation: number }[];
+  /** When the previous run started (epoch ms), or null for the first run. */
+  previousRunAt: number | null;
+}
+
+export class ActiveChannels extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS active (channel TEXT PRIMARY KEY, generation INTEGER NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS throttled (channel TEXT PRIMARY KEY)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
+  }
+
+  /**
+   * A channel saw its first traffic since the sampler last took its counts. Returns when the last run
+   * started, so the channel can start its period there rather than at a stale earlier time.
+   */
+  markActive(channel: string): number | null {
+    const gen = this.meta("generation") + 1;
+    this.setMeta("generation", gen);
+    this.sql.exec("INSERT OR REPLACE INTO active (channel, generation) VALUES (?, ?)", channel, gen);
+    return this.meta("last_run_at") || null;
+  }
+
+  /** Starts a run: the channels to visit (active or still throttled). */
+  beginRun(now: number): RunStart {
+    const previous = this.meta("last_run_at") || null;
+    this.setMeta("last_run_at", now);
+    const channels = new Map<string, number>();
+    for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM throttled")) channels.set(r.channel, 0);
+    for (const r of this.sql.exec<{ channel: string; generation: number }>("SELECT channel, generation FROM active")) {
+      channels.set(r.channel, r.generation);
+    }
+    return {
+      channels: [...channels].map(([channel, generation]) => ({ channel, generation })),
+      previousRunAt: previous,
+    };
+  }
+
+  /**
+   * Ends a run: forgets the marks of channels that were sampled (unless marked again meanwhile) and
+   * records which channels are left throttled. Channels whose visit failed keep their mark.
+   */
+  finishRun(sampled: { channel: string; generation: number; throttled: boolean }[]): void {
+    this.ctx.storage.transactionSync(() => {
+      for (const s of sampled) {
+        this.sql.exec("DELETE FROM active WHERE channel = ? AND generation = ?", s.channel, s.generation);
+        if (s.throttled) this.sql.exec("INSERT OR IGNORE INTO throttled (channel) VALUES (?)", s.channel);
+        else this.sql.exec("DELETE FROM throttled WHERE channel = ?", s.channel);
+      }
+    });
+  }
+
+  /** What the registry holds, for tests and diagnostics. */
+  snapshot(): { active: string[]; throttled: string[]; lastRunAt: number | null } {
+    return {
+      active: this.sql
+        .exec<{ channel: string }>("SELECT channel FROM active ORDER BY channel")
+        .toArray()
+        .map((r) => r.channel),
+      throttled: this.sql
+        .exec<{ channel: string }>("SELECT channel FROM throttled ORDER BY channel")
+        .toArray()
+        .map((r) => r.channel),
+      lastRunAt: this.meta("last_run_at") || null,
+    };
+  }
+
+  private meta(name: string): number {
+    return this.sql.exec<{ value: number }>("SELECT value FROM meta WHERE name = ?", name).toArray()[0]?.value ?? 0;
+  }
+
+  private setMeta(name: string, value: number): void {
+    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", name, value);
+  }
+}

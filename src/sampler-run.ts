@@ -1,0 +1,151 @@
+/**
+ * One sampler run (CONTRACT §9): the Cron Trigger and `POST /v1/admin/sample` both call
+ * {@link runSampler}. Platform glue around the pure law in functions/sampler.ts.
+ *
+ * 1. Ask the registry (ActiveChannels) which channels saw traffic since the last run or are still
+ *    throttled — never a listing of every channel.
+ * 2. For each channel with a target (never the analytics channel): take its period counts from its
+ *    Durable Object, compute the new rate, write `throttleRate:<channel>` only when the change is
+ *    meaningful, and record the sample on the channel so stats and the admin API show it.
+ * 3. Tell the registry what was sampled. A channel whose object or KV fails is reported with an
+ *    error and keeps its mark for the next run; the others go on.
+ */
+import { parseStoredRate, rateKey } from "../functions/before-publish";
+import { isMeaningfulChange, nextDropRate, offeredRate, roundRate, type SamplerTarget } from "../functions/sampler";
+import { SAMPLER_REGISTRY } from "./channel-object";
+import { parseChannelName } from "./channels";
+import { type Config, type Target, targetFor } from "./config";
+import { channelStub } from "./services";
+
+/** What the sampler decided for one channel; stored as the channel's `last_sample`. */
+export interface ChannelSample {
+  channel: string;
+  sampled_at: number;
+  /** The target as configured: shorthand, or `{"deliveries": …}`. */
+  target: string | { deliveries: string };
+  offered: number;
+  delivered: number;
+  dropped: number;
+  elapsed_ms: number;
+  occupancy: number;
+  /** Offered messages per second over the period. */
+  offered_rate: number | null;
+  /** Messages per second the target allows at this occupancy. */
+  allowed_rate: number | null;
+  old_rate: number | null;
+  new_rate: number;
+  /** Whether `new_rate` was written to KV (false when the change was too small to matter). */
+  written: boolean;
+}
+
+export interface SkippedChannel {
+  channel: string;
+  skipped: "no target" | "analytics channel";
+}
+
+export interface FailedChannel {
+  channel: string;
+  error: string;
+}
+
+export interface SamplerReport {
+  ran_at: number;
+  previous_run_at: number | null;
+  channels: (ChannelSample | SkippedChannel | FailedChannel)[];
+}
+
+/** How many channels are visited at once. */
+const CONCURRENCY = 8;
+
+/** This isolate's drop-rate cache: a rate the sampler writes takes effect here at once. */
+export interface RateCache {
+  invalidate(channel: string): void;
+}
+
+export async function runSampler(
+  env: Env,
+  config: Config,
+  now: number = Date.now(),
+  cache?: RateCache,
+): Promise<SamplerReport> {
+  const registry = env.SAMPLER.get(env.SAMPLER.idFromName(SAMPLER_REGISTRY));
+  const start = await registry.beginRun(now);
+  const results: SamplerReport["channels"] = [];
+  const finished: { channel: string; generation: number; throttled: boolean }[] = [];
+  const queue = [...start.channels];
+
+  async function worker(): Promise<void> {
+    for (let next = queue.shift(); next; next = queue.shift()) {
+      const { channel, generation } = next;
+      try {
+        const outcome = await sampleChannel(env, config, channel, now);
+        if ("written" in outcome && outcome.written) cache?.invalidate(channel);
+        results.push(outcome);
+        const throttled = "new_rate" in outcome && outcome.new_rate > 0;
+        finished.push({ channel, generation, throttled });
+      } catch (e) {
+        // One failing channel never stops the run; its mark stays, so the next run tries again.
+        console.error(`floodgate sampler: ${channel} failed`, e instanceof Error ? e.message : e);
+        results.push({ channel, error: "channel unavailable; retried next run" });
+      }
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, queue.length) }, worker));
+  await registry.finishRun(finished);
+  results.sort((a, b) => a.channel.localeCompare(b.channel));
+  return { ran_at: now, previous_run_at: start.previousRunAt, channels: results };
+}
+
+async function sampleChannel(
+  env: Env,
+  config: Config,
+  channel: string,
+  now: number,
+): Promise<ChannelSample | SkippedChannel> {
+  if (channel === config.analyticsChannel.name) return { channel, skipped: "analytics channel" };
+  const target = targetFor(config, parseChannelName(channel));
+  if (!target) return { channel, skipped: "no target" };
+  const stub = channelStub(env, channel);
+  const [counts, storedText] = await Promise.all([stub.takePeriod(now), env.THROTTLE_KV.get(rateKey(channel))]);
+  const stored = storedText === null ? null : parseStoredRate(storedText);
+  const lawTarget: SamplerTarget = { kind: target.kind, perSecond: target.perSecond };
+  const period = {
+    delivered: counts.delivered,
+    dropped: counts.dropped,
+    elapsedMs: counts.elapsed_ms,
+    occupancy: counts.occupancy,
+  };
+  const next = roundRate(nextDropRate(period, stored ?? 0, lawTarget));
+  // A channel with a target is the sampler's: its first sample writes the channel key even at 0, so a
+  // global `throttleRate` never throttles a channel that is under its target. After that, only
+  // meaningful changes are written (KV: one write per second per key, and each write is billed).
+  const written = stored === null || isMeaningfulChange(stored, next);
+  if (written) await env.THROTTLE_KV.put(rateKey(channel), String(next));
+  const allowed =
+    target.kind === "messages" ? target.perSecond : counts.occupancy > 0 ? target.perSecond / counts.occupancy : null;
+  const sample: ChannelSample = {
+    channel,
+    sampled_at: now,
+    target: targetSource(target),
+    offered: counts.offered,
+    delivered: counts.delivered,
+    dropped: counts.dropped,
+    elapsed_ms: counts.elapsed_ms,
+    occupancy: counts.occupancy,
+    offered_rate: round3(offeredRate(period)),
+    allowed_rate: round3(allowed),
+    old_rate: stored,
+    new_rate: written ? next : (stored ?? 0),
+    written,
+  };
+  await stub.recordSample(sample);
+  return sample;
+}
+
+function targetSource(t: Target): string | { deliveries: string } {
+  return t.kind === "messages" ? t.source : { deliveries: t.source };
+}
+
+function round3(n: number | null): number | null {
+  return n === null || !Number.isFinite(n) ? null : Math.round(n * 1000) / 1000;
+}

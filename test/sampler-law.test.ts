@@ -1,0 +1,159 @@
+/**
+ * The sampler's control law and its guarantees, proved on a seeded simulation with one period of
+ * actuation lag (functions/loop-simulation.ts), and the naive ratio law shown failing the same checks.
+ */
+import { describe, expect, it } from "vitest";
+import { type Law, simulate, summarise, traces } from "../functions/loop-simulation";
+import {
+  allowedMessageRate,
+  feedForwardRate,
+  isMeaningfulChange,
+  naiveRatioRate,
+  nextDropRate,
+  roundRate,
+  type SamplerTarget,
+} from "../functions/sampler";
+import { Thinning } from "../functions/thinning";
+import { seededRandom } from "./seeded-random";
+
+const T = 20; // messages per second
+const PERIOD_S = 60;
+const target: SamplerTarget = { kind: "messages", perSecond: T };
+const perPeriod = T * PERIOD_S;
+
+function run(name: string, law: Law = nextDropRate, mode: "random" | "thinning" = "random", seed = 1) {
+  const { trace, stepAt } = traces(T)[name] as { trace: number[]; stepAt: number };
+  const results = simulate({ trace, target, law, periodS: PERIOD_S, lagPeriods: 1, mode, random: seededRandom(seed) });
+  return { results, summary: summarise(results, perPeriod, { stepAt, window: 20, periodS: PERIOD_S }), stepAt };
+}
+
+describe("the law", () => {
+  it("is 0 whenever offered ≤ target, and 1 − T/A above it", () => {
+    const counts = (n: number) => ({ delivered: n, dropped: 0, elapsedMs: 60_000, occupancy: 3 });
+    expect(nextDropRate(counts(0), 0.7, target)).toBe(0);
+    expect(nextDropRate(counts(T * 60), 0.7, target)).toBe(0);
+    expect(nextDropRate(counts(T * 60 - 1), 0.7, target)).toBe(0);
+    expect(nextDropRate({ delivered: T * 60, dropped: 3 * T * 60, elapsedMs: 60_000, occupancy: 1 }, 0, target)).toBe(
+      0.75,
+    );
+  });
+
+  it("uses the real elapsed time: a late run measures a longer period", () => {
+    const c = { delivered: 2400, dropped: 0, elapsedMs: 120_000, occupancy: 1 }; // 20/s, not 40/s
+    expect(nextDropRate(c, 0, target)).toBe(0);
+    expect(nextDropRate({ ...c, elapsedMs: 60_000 }, 0, target)).toBe(0.5);
+  });
+
+  it("keeps the current rate when the period has no length", () => {
+    expect(nextDropRate({ delivered: 5, dropped: 5, elapsedMs: 0, occupancy: 1 }, 0.3, target)).toBe(0.3);
+  });
+
+  it("stays in [0,1) for any input, and below 1 whenever the target is positive", () => {
+    const random = seededRandom(3);
+    for (let i = 0; i < 2000; i++) {
+      const counts = {
+        delivered: Math.floor(random() * 1e6),
+        dropped: Math.floor(random() * 1e6),
+        elapsedMs: Math.floor(random() * 120_000),
+        occupancy: Math.floor(random() * 1000),
+      };
+      const t: SamplerTarget = { kind: random() < 0.5 ? "messages" : "deliveries", perSecond: 0.01 + random() * 1000 };
+      const p = nextDropRate(counts, random() * 2 - 0.5, t);
+      expect(p).toBeGreaterThanOrEqual(0);
+      expect(p).toBeLessThan(1);
+      expect(roundRate(p)).toBeLessThan(1);
+    }
+    expect(feedForwardRate(100, 0)).toBe(1); // a zero target drops everything, by definition
+  });
+
+  it("splits a delivery budget across the subscribers", () => {
+    const budget: SamplerTarget = { kind: "deliveries", perSecond: 5000 };
+    expect(allowedMessageRate(budget, 50)).toBe(100);
+    expect(allowedMessageRate(budget, 0)).toBe(Number.POSITIVE_INFINITY);
+    // 200 msg/s offered to 50 subscribers against 5000 deliveries/s: keep half.
+    expect(nextDropRate({ delivered: 12_000, dropped: 0, elapsedMs: 60_000, occupancy: 50 }, 0, budget)).toBe(0.5);
+    // Nobody listening: nothing to save by dropping.
+    expect(nextDropRate({ delivered: 12_000, dropped: 0, elapsedMs: 60_000, occupancy: 0 }, 0.5, budget)).toBe(0);
+  });
+
+  it("writes only meaningful changes, but always a release to 0 and a start", () => {
+    expect(isMeaningfulChange(null, 0)).toBe(false);
+    expect(isMeaningfulChange(0, 0.0001)).toBe(true);
+    expect(isMeaningfulChange(0.5, 0)).toBe(true);
+    expect(isMeaningfulChange(0.5, 0.502)).toBe(false); // pass fraction 0.5 → 0.498: 0.4%
+    expect(isMeaningfulChange(0.5, 0.51)).toBe(true); // 2%
+    expect(isMeaningfulChange(0.99, 0.9905)).toBe(true); // pass 0.01 → 0.0095: 5%
+  });
+});
+
+describe("guarantees in simulation (T = 20 msg/s, 60 s periods, one period of actuation lag)", () => {
+  for (const mode of ["random", "thinning"] as const) {
+    it(`[${mode}] steady state: mean delivered within ±2% of target over 20 periods at constant overload`, () => {
+      const { summary } = run("constant", nextDropRate, mode);
+      expect(summary.steadyStateError).toBeLessThanOrEqual(0.02);
+    });
+
+    it(`[${mode}] a 4× step settles within ±10% in at most 2 periods, lag included`, () => {
+      const { summary } = run("4x step", nextDropRate, mode);
+      expect(summary.settlingPeriods).not.toBeNull();
+      expect(summary.settlingPeriods).toBeLessThanOrEqual(2);
+    });
+
+    it(`[${mode}] never a period with nothing delivered while offered > target, rate always in [0,1]`, () => {
+      for (const name of Object.keys(traces(T))) {
+        const { results, summary } = run(name, nextDropRate, mode);
+        expect(summary.starvedPeriods).toBe(0);
+        for (const r of results) {
+          expect(r.writtenRate).toBeGreaterThanOrEqual(0);
+          expect(r.writtenRate).toBeLessThanOrEqual(1);
+        }
+      }
+    });
+
+    it(`[${mode}] back to 0 at the first sample after the load falls below target`, () => {
+      const { results, stepAt } = run("fall below target", nextDropRate, mode);
+      expect(results[stepAt - 1]?.writtenRate).toBeGreaterThan(0.7);
+      expect(results[stepAt]?.writtenRate).toBe(0);
+    });
+  }
+
+  it("thinning cuts per-period dispersion about 3× at the same long-run rate", () => {
+    const random = run("constant", nextDropRate, "random");
+    const thin = run("constant", nextDropRate, "thinning");
+    expect(thin.summary.steadyStateError).toBeLessThanOrEqual(0.005);
+    expect(random.summary.dispersion / Math.max(thin.summary.dispersion, 1e-9)).toBeGreaterThanOrEqual(3);
+  });
+
+  it("at constant load the rate is written once, not every period", () => {
+    const { summary } = run("constant", nextDropRate, "thinning");
+    expect(summary.kvWritesPerHour).toBeLessThanOrEqual(2);
+  });
+});
+
+describe("the naive ratio law fails the same checks (why we do not use it)", () => {
+  it("never settles after a 4× step with one period of lag, and misses the steady-state band", () => {
+    const naive = run("4x step", naiveRatioRate);
+    const ours = run("4x step", nextDropRate);
+    expect(ours.summary.settlingPeriods).toBeLessThanOrEqual(2);
+    expect(naive.summary.settlingPeriods === null || naive.summary.settlingPeriods > 10).toBe(true);
+    const constant = run("constant", naiveRatioRate);
+    expect(constant.summary.steadyStateError).toBeGreaterThan(0.02);
+    // It rings: delivered swings far above and below the target, period after period.
+    const tail = constant.results.slice(-20).map((r) => r.delivered / perPeriod);
+    expect(Math.max(...tail)).toBeGreaterThan(1.5);
+    expect(Math.min(...tail)).toBeLessThan(0.5);
+  });
+});
+
+describe("thinning", () => {
+  it("passes exactly the pass fraction, to within one message, in any run", () => {
+    const t = new Thinning();
+    for (const rate of [0, 0.1, 0.25, 0.5, 0.875, 0.999, 1]) {
+      let passed = 0;
+      for (let i = 1; i <= 1000; i++) {
+        if (!t.drop(`c${rate}`, rate)) passed++;
+        expect(Math.abs(passed - i * (1 - rate))).toBeLessThanOrEqual(1);
+      }
+    }
+  });
+});
