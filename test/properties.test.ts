@@ -1,0 +1,239 @@
+/**
+ * Hostile input, property-based (fast-check): the shorthand parser, the pattern grammar, channel names
+ * and the token decoder never throw anything but their own errors, never accept what the grammar
+ * forbids, and round-trip what they accept.
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  GrammarError,
+  MAX_CHANNEL_LENGTH,
+  MAX_COMPONENT_LENGTH,
+  matchesPattern,
+  parseChannelName,
+  parsePattern,
+} from "../src/channels";
+import { DurationError, formatDuration, parseDuration } from "../src/durations";
+import { LimitError, limitToJson, parseLimit, parseRateShorthand } from "../src/limits";
+import { base64UrlEncode, signToken, TokenError, verifyToken } from "../src/tokens";
+
+const RUNS = { numRuns: 500, seed: 20261129 };
+
+/** Strings biased towards the grammar's own alphabet, so the parsers see near-misses, not just noise. */
+const grammarish = fc.string({
+  unit: fc.constantFrom(..."abcz019_-.:*/smhpublicrivate ".split(""), "**", "public:", "private:", "\u0000", "é", "🔥"),
+  maxLength: 60,
+});
+const anyString = fc.oneof(grammarish, fc.string({ maxLength: 300 }), fc.string({ unit: "binary", maxLength: 80 }));
+
+function onlyThrows<T>(f: () => T, errorClass: new (...args: never[]) => Error): T | undefined {
+  try {
+    return f();
+  } catch (e) {
+    expect(e).toBeInstanceOf(errorClass);
+    return undefined;
+  }
+}
+
+const component = fc.stringMatching(/^[a-z0-9_-]{1,12}$/);
+
+describe("channel names", () => {
+  it("never throw anything but GrammarError, and accept only what the grammar allows", () => {
+    fc.assert(
+      fc.property(anyString, (s) => {
+        const name = onlyThrows(() => parseChannelName(s), GrammarError);
+        if (!name) return;
+        expect(name.name).toBe(s);
+        expect(s.length).toBeLessThanOrEqual(MAX_CHANNEL_LENGTH);
+        expect(s).toMatch(/^(public|private):[a-z0-9_-]+(\.[a-z0-9_-]+){1,3}$/);
+        expect(name.components.every((c) => c.length <= MAX_COMPONENT_LENGTH)).toBe(true);
+        if (name.visibility === "private") expect(name.components.length).toBeGreaterThanOrEqual(3);
+      }),
+      RUNS,
+    );
+  });
+
+  it("accept every well-formed name and round-trip it", () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom("public", "private"),
+        fc.array(component, { minLength: 3, maxLength: 4 }),
+        (v, cs) => {
+          const text = `${v}:${cs.join(".")}`;
+          const name = parseChannelName(text);
+          expect(name.name).toBe(text);
+          expect(`${name.visibility}:${name.components.join(".")}`).toBe(text);
+        },
+      ),
+      RUNS,
+    );
+  });
+
+  it("refuse path traversal, separators, upper case and control characters", () => {
+    for (const bad of [
+      "public:../../etc.passwd",
+      "public:a..b",
+      "public:a/b.c",
+      "public:a.%2e%2e",
+      "public:A.b",
+      "public:a.b\u0000",
+      "public:a.b\n",
+      "public: a.b",
+      "public:a.b.c.d.e",
+      `public:${"a".repeat(65)}.b`,
+      "Public:a.b",
+      "*:a.b",
+    ]) {
+      expect(() => parseChannelName(bad), bad).toThrow(GrammarError);
+    }
+  });
+});
+
+describe("patterns", () => {
+  it("never throw anything but GrammarError; what they accept round-trips and never has a misplaced **", () => {
+    fc.assert(
+      fc.property(anyString, (s) => {
+        const p = onlyThrows(() => parsePattern(s), GrammarError);
+        if (!p) return;
+        expect(p.source).toBe(s);
+        expect(parsePattern(p.source)).toEqual(p);
+        expect(p.segments.length).toBeGreaterThanOrEqual(1);
+        expect(p.segments.length).toBeLessThanOrEqual(8);
+        p.segments.forEach((seg, i) => {
+          if (seg === "**") expect(i).toBe(p.segments.length - 1);
+          else if (seg !== "*") expect(seg).toMatch(/^[a-z0-9_-]{1,64}$/);
+        });
+        expect(s).toMatch(/^(public|private):/);
+      }),
+      RUNS,
+    );
+  });
+
+  it("a literal pattern matches exactly its own name; * matches one component, ** one or more", () => {
+    fc.assert(
+      fc.property(fc.array(component, { minLength: 2, maxLength: 4 }), component, (cs, extra) => {
+        const text = `public:${cs.join(".")}`;
+        const name = parseChannelName(text);
+        expect(matchesPattern(parsePattern(text), name)).toBe(true);
+        const star = `public:${[...cs.slice(0, -1), "*"].join(".")}`;
+        expect(matchesPattern(parsePattern(star), name)).toBe(true);
+        const prefix = `public:${cs[0]}.**`;
+        expect(matchesPattern(parsePattern(prefix), name)).toBe(true);
+        if (cs.length < 4) {
+          const longer = parseChannelName(`${text}.${extra}`);
+          expect(matchesPattern(parsePattern(text), longer)).toBe(false);
+          expect(matchesPattern(parsePattern(star), longer)).toBe(false);
+        }
+      }),
+      RUNS,
+    );
+  });
+});
+
+describe("rate shorthand and durations", () => {
+  it("never throw anything but LimitError / DurationError", () => {
+    fc.assert(
+      fc.property(anyString, (s) => {
+        const r = onlyThrows(() => parseRateShorthand(s), LimitError);
+        if (r) {
+          expect(Number.isSafeInteger(r.rate) && r.rate > 0).toBe(true);
+          expect(r.perMs).toBeGreaterThan(0);
+        }
+        onlyThrows(() => parseDuration(s), DurationError);
+        onlyThrows(() => parseLimit(s), LimitError);
+      }),
+      RUNS,
+    );
+  });
+
+  it("round-trip every accepted limit through its canonical wire form", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 1_000_000 }),
+        fc.integer({ min: 1, max: 86_400_000 }),
+        fc.integer({ min: 0, max: 2_000_000 }),
+        (rate, perMs, burst) => {
+          const limit = parseLimit({ rate, per: formatDuration(perMs), burst });
+          expect(limit).not.toBeNull();
+          const json = limitToJson(limit);
+          expect(parseLimit(json)).toEqual(limit);
+          expect(parseDuration(json.per)).toBe(perMs);
+          expect(limit?.burst).toBe(Math.max(rate, burst === 0 ? rate : burst));
+        },
+      ),
+      RUNS,
+    );
+  });
+
+  it("refuse non-integers, negative rates and unknown units", () => {
+    for (const bad of ["1.5/s", "-1/s", "10/", "/s", "10/fortnight", "10/-1s", "1e3/s", "0x10/s", "10/s/s"]) {
+      expect(() => parseRateShorthand(bad), bad).toThrow(LimitError);
+    }
+  });
+});
+
+describe("token decoder", () => {
+  const secret = "property-secret-0123456789";
+  const now = 1_800_000_000;
+
+  it("never throws anything but TokenError on arbitrary input", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          anyString,
+          fc.tuple(anyString, anyString, anyString).map(([a, b, c]) => `${a}.${b}.${c}`),
+        ),
+        async (s) => {
+          await expect(verifyToken(s, secret, "access", now)).rejects.toBeInstanceOf(TokenError);
+        },
+      ),
+      { ...RUNS, numRuns: 300 },
+    );
+  });
+
+  it("refuses any single-character change to a valid token", async () => {
+    const token = await signToken(
+      { sub: "alice", typ: "access", chs: ["public:a.b"], scp: ["publish"], iat: now - 10, exp: now + 600, jti: "j1" },
+      secret,
+    );
+    await expect(verifyToken(token, secret, "access", now)).resolves.toBeDefined();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.nat({ max: token.length - 1 }),
+        fc.constantFrom(..."ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.".split("")),
+        async (i, ch) => {
+          fc.pre(token[i] !== ch);
+          const tampered = token.slice(0, i) + ch + token.slice(i + 1);
+          // Base64url has spare bits: a change in the last character can decode to the same bytes.
+          const same = await verifyToken(tampered, secret, "access", now).then(
+            (v) => JSON.stringify(v.claims),
+            () => null,
+          );
+          if (same !== null)
+            expect(same).toBe(JSON.stringify((await verifyToken(token, secret, "access", now)).claims));
+        },
+      ),
+      { ...RUNS, numRuns: 300 },
+    );
+  });
+
+  it("refuses alg none, other algorithms, and a token signed with a different secret", async () => {
+    const claims = {
+      sub: "mallory",
+      typ: "access",
+      chs: ["public:**"],
+      scp: ["publish"],
+      iat: now,
+      exp: now + 60,
+      jti: "x",
+    };
+    const payload = base64UrlEncode(new TextEncoder().encode(JSON.stringify(claims)));
+    for (const alg of ["none", "HS512", "RS256", "hs256"]) {
+      const header = base64UrlEncode(new TextEncoder().encode(JSON.stringify({ alg, typ: "JWT" })));
+      await expect(verifyToken(`${header}.${payload}.`, secret, "access", now)).rejects.toBeInstanceOf(TokenError);
+      await expect(verifyToken(`${header}.${payload}.c2ln`, secret, "access", now)).rejects.toBeInstanceOf(TokenError);
+    }
+    const other = await signToken(claims as never, "the-admin-token-or-any-other-secret");
+    await expect(verifyToken(other, secret, "access", now)).rejects.toMatchObject({ failure: "bad_signature" });
+  });
+});
