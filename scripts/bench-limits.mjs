@@ -11,152 +11,45 @@
 // the ratios hold where back-to-back runs would not.
 // Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
 // --only deny (a subset of: off, on, half, deny; the two bare references always run).
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import autocannon from "autocannon";
-import { build } from "esbuild";
-import { convertV4MiniflareOptions, Log, LogLevel, Miniflare } from "miniflare";
-import { unstable_readConfig } from "wrangler";
+import {
+  metrics as allMetrics,
+  arg,
+  median,
+  mintToken as mint,
+  publishOpts as publishRequest,
+  load as run,
+  setRate,
+  startBare,
+  startFloodgate,
+  sumStatuses,
+} from "./bench-lib.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const arg = (name, fallback) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : fallback;
-};
 const SECONDS = Number(arg("seconds", 2));
 const ROUNDS = Number(arg("rounds", 5));
 const CONNECTIONS = Number(arg("connections", 20));
 const ONLY = arg("only", null) ? new Set(["bare", "bare-post", ...arg("only").split(",")]) : null;
-const ADMIN = "bench-admin-token";
-
-const config = unstable_readConfig({ config: join(root, "wrangler.toml") }, { hideWarnings: true });
-const bundle = await build({
-  entryPoints: [join(root, "src/index.ts")],
-  bundle: true,
-  write: false,
-  format: "esm",
-  platform: "neutral",
-  target: "es2022",
-  external: ["cloudflare:*", "node:*"],
-  mainFields: ["module", "main"],
-  conditions: ["workerd", "worker", "browser", "import"],
-});
-
-// Miniflare 5 takes a new option shape; convertV4MiniflareOptions accepts the long-documented v4 one.
-function options(vars) {
-  return convertV4MiniflareOptions({
-    host: "127.0.0.1",
-    port: 0,
-    log: new Log(LogLevel.WARN),
-    workers: [
-      {
-        name: "floodgate",
-        modules: [{ type: "ESModule", path: "index.mjs", contents: bundle.outputFiles[0].text }],
-        compatibilityDate: config.compatibility_date,
-        kvNamespaces: ["THROTTLE_KV"],
-        durableObjects: {
-          CHANNEL: { className: "ChannelObject", useSQLite: true },
-          REFRESH_LEDGER: { className: "RefreshLedger", useSQLite: true },
-          RATE_LIMITER: { className: "RateLimiter", useSQLite: true },
-          METRICS: { className: "MetricsStore", useSQLite: true },
-        },
-        bindings: { ...config.vars, TOKEN_SECRET: "bench-secret-0123456789", ADMIN_TOKEN: ADMIN, ...vars },
-      },
-    ],
-  });
-}
 
 // The default publish budget is disabled; a token's `rl` switches the limiter on for that token.
-const mf = new Miniflare(options({ PUBLISH_RATE: "", PUBLISH_BURST: "" }));
-const base = (await mf.ready).toString().replace(/\/$/, "");
+const fg = await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" });
+const base = fg.base;
+const bare = await startBare();
+const bareBase = bare.base;
 
-// The reference for the deny path: a bare Hono route in the same runtime that takes the same POST,
-// reads its body (the contract answers 400/413 before any 429, so the body must be read) and answers
-// a 429. Anything the deny path costs beyond this is Floodgate's own work.
-const bareBundle = await build({
-  stdin: {
-    contents: `import { Hono } from "hono";
-const app = new Hono();
-app.post("/bare", async (c) => {
-  const body = await c.req.arrayBuffer();
-  return c.json({ code: "resource_exhausted", bytes: body.byteLength }, 429);
-});
-export default app;`,
-    resolveDir: root,
-    loader: "ts",
-  },
-  bundle: true,
-  write: false,
-  format: "esm",
-  platform: "neutral",
-  mainFields: ["module", "main"],
-});
-const bareMf = new Miniflare(
-  convertV4MiniflareOptions({
-    host: "127.0.0.1",
-    port: 0,
-    log: new Log(LogLevel.WARN),
-    workers: [
-      {
-        name: "bare",
-        modules: [{ type: "ESModule", path: "bare.mjs", contents: bareBundle.outputFiles[0].text }],
-        compatibilityDate: config.compatibility_date,
-      },
-    ],
-  }),
-);
-const bareBase = (await bareMf.ready).toString().replace(/\/$/, "");
-
-async function mintToken(sub, rl) {
-  const res = await fetch(`${base}/v1/tokens`, {
-    method: "POST",
-    headers: {
-      authorization: `Bearer ${ADMIN}`,
-      "content-type": "application/json",
-      "cf-connecting-ip": `198.51.100.${Math.floor(Math.random() * 250)}`,
-    },
-    body: JSON.stringify({ sub, channels: ["public:bench.*"], ttl: "1h", ...(rl ? { rl } : {}) }),
-  });
-  if (res.status !== 201) throw new Error(`mint failed: ${res.status} ${await res.text()}`);
-  return (await res.json()).access_token;
-}
-
+const mintToken = (sub, rl) => mint(base, sub, ["public:bench.*"], rl);
 async function load(opts) {
   const { path, origin = base, ...rest } = opts;
-  const r = await autocannon({ url: origin + path, connections: CONNECTIONS, duration: SECONDS, ...rest });
-  const statuses = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, v]) => [code, v.count]));
-  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, statuses };
+  return run(origin + path, rest, { seconds: SECONDS, connections: CONNECTIONS });
 }
-
-function publishOpts(token, channel) {
-  return {
-    method: "POST",
-    path: `/v1/publish/${channel}`,
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-    body: JSON.stringify({ emoji: "🔥", at: 1 }),
-  };
-}
-
+const publishOpts = publishRequest;
 async function metrics() {
-  const text = await (await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
-  const v = (s) =>
-    Number(
-      text
-        .split("\n")
-        .find((l) => l.startsWith(`${s} `))
-        ?.split(" ")[1] ?? 0,
-    );
+  const m = await allMetrics(base);
   return {
-    denied: v('floodgate_rate_limit_decisions_total{bucket="publish",result="denied"}'),
-    cacheHits: v('floodgate_rate_limit_deny_cache_hits_total{bucket="publish"}'),
+    denied: m['floodgate_rate_limit_decisions_total{bucket="publish",result="denied"}'] ?? 0,
+    cacheHits: m['floodgate_rate_limit_deny_cache_hits_total{bucket="publish"}'] ?? 0,
   };
 }
 
-await fetch(`${base}/v1/admin/throttle/public:bench.half`, {
-  method: "PUT",
-  headers: { authorization: `Bearer ${ADMIN}` },
-  body: JSON.stringify({ rate: 0.5 }),
-});
+await setRate(base, "public:bench.half", 0.5);
 const generous = "1000000/s";
 const scenarios = [
   { id: "bare", title: "bare route (GET /healthz)", opts: { path: "/healthz" } },
@@ -203,22 +96,13 @@ for (let round = 1; round <= ROUNDS; round++) {
 }
 const after = await metrics();
 
-const median = (xs) => {
-  const v = [...xs].sort((a, b) => a - b);
-  return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
-};
-const sum = (list) => {
-  const out = {};
-  for (const r of list) for (const [k, n] of Object.entries(r.statuses)) out[k] = (out[k] ?? 0) + n;
-  return out;
-};
 const med = Object.fromEntries([...runs].map(([id, list]) => [id, median(list.map((r) => r.rps))]));
 console.log("\n| scenario | req/s (median) | p50 ms | p99 ms | ratio to bare | statuses (all rounds) |");
 console.log("|---|---:|---:|---:|---:|---|");
 for (const s of scenarios) {
   const list = runs.get(s.id);
   console.log(
-    `| ${s.title} | ${Math.round(med[s.id])} | ${median(list.map((r) => r.p50))} | ${median(list.map((r) => r.p99))} | ${(med[s.id] / med.bare).toFixed(2)} | ${JSON.stringify(sum(list))} |`,
+    `| ${s.title} | ${Math.round(med[s.id])} | ${median(list.map((r) => r.p50))} | ${median(list.map((r) => r.p99))} | ${(med[s.id] / med.bare).toFixed(2)} | ${JSON.stringify(sumStatuses(list))} |`,
   );
 }
 // Ratios are taken within each round (scenarios a few seconds apart share the machine's state) and
@@ -239,5 +123,5 @@ if (med.deny) {
     `deny cache: ${denied} denials, ${objectCalls} limiter-object calls → ${((100 * objectCalls) / Math.max(1, denied)).toFixed(2)} calls per 100 denials (goal ≤ 5)`,
   );
 }
-await mf.dispose();
-await bareMf.dispose();
+await fg.dispose();
+await bare.dispose();

@@ -16,6 +16,9 @@ export const METRIC_HELP: Record<string, string> = {
     "Denials answered from an isolate's deny cache, without a limiter object call, by bucket.",
   floodgate_messages_total: "Published messages by result (delivered or dropped by the throttle).",
   floodgate_analytics_copy_failures_total: "Copies of dropped messages that did not reach the analytics channel.",
+  floodgate_object_calls_total:
+    "Durable Object calls made by the Worker, by object (channel, analytics, limiter); metric flushes not included.",
+  floodgate_kv_reads_total: "Drop-rate reads from Workers KV (isolate cache misses).",
 };
 
 /** Builds a series key such as `floodgate_messages_total{result="delivered"}`. */
@@ -30,6 +33,10 @@ export function renderPrometheus(series: Record<string, number>): string {
     [seriesKey("floodgate_messages_total", { result: "delivered" })]: 0,
     [seriesKey("floodgate_messages_total", { result: "dropped" })]: 0,
     floodgate_analytics_copy_failures_total: 0,
+    [seriesKey("floodgate_object_calls_total", { object: "channel" })]: 0,
+    [seriesKey("floodgate_object_calls_total", { object: "analytics" })]: 0,
+    [seriesKey("floodgate_object_calls_total", { object: "limiter" })]: 0,
+    floodgate_kv_reads_total: 0,
     ...series,
   };
   for (const bucket of ["publish", "subscribe", "token-issue"]) {

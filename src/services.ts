@@ -21,8 +21,34 @@ export interface Services {
   thinning: Thinning;
 }
 
+/** The stub of a channel's object, for one call; counts the call in `floodgate_object_calls_total`. */
 export function channelStub(env: Env, channel: string): DurableObjectStub<ChannelObject> {
-  return env.CHANNEL.get(env.CHANNEL.idFromName(channel));
+  const svc = cache.get(env);
+  if (svc) {
+    const object = channel === svc.config.analyticsChannel.name ? "analytics" : "channel";
+    svc.metrics.inc("floodgate_object_calls_total", { object });
+  }
+  return env.CHANNEL.get(objectId(env.CHANNEL, channel));
+}
+
+/**
+ * `idFromName` hashes the name on every call; an id is a plain value, so it is kept per isolate
+ * (stubs are not: they belong to the request that made them).
+ */
+const ids = new WeakMap<object, Map<string, DurableObjectId>>();
+export function objectId(ns: { idFromName(name: string): DurableObjectId }, name: string): DurableObjectId {
+  let m = ids.get(ns);
+  if (!m) {
+    m = new Map();
+    ids.set(ns, m);
+  }
+  let id = m.get(name);
+  if (!id) {
+    if (m.size >= 10_000) m.clear();
+    id = ns.idFromName(name);
+    m.set(name, id);
+  }
+  return id;
 }
 
 const METRICS_OBJECT = "metrics";
@@ -45,7 +71,12 @@ export function services(env: Env): Services {
     metrics,
     thinning: new Thinning(),
     reader: new DropRateReader({
-      store: env.THROTTLE_KV,
+      store: {
+        get: (key) => {
+          metrics.inc("floodgate_kv_reads_total");
+          return env.THROTTLE_KV.get(key);
+        },
+      },
       fallbackRate: config.throttleFallbackRate,
       cacheMs: config.rateCacheMs,
     }),
@@ -64,7 +95,10 @@ export function services(env: Env): Services {
     }),
     gate: new LimiterGate(
       {
-        charge: (key, limit, count) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).chargeMany(limit, count),
+        charge: (key, limit, count) => {
+          metrics.inc("floodgate_object_calls_total", { object: "limiter" });
+          return env.RATE_LIMITER.get(objectId(env.RATE_LIMITER, key)).chargeMany(limit, count);
+        },
       },
       {
         decision: (bucket, allowed, fromCache) => {

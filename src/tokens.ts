@@ -69,7 +69,11 @@ export function base64UrlDecode(text: string): Uint8Array {
 
 const keyCache = new Map<string, Promise<CryptoKey>>();
 
-/** Imports (once per isolate and secret) the HMAC key. */
+/**
+ * Imports (once per isolate and secret) the HMAC key. Callers get a promise of their own: the import
+ * may have been started by another request, and code continuing from that request's promise would
+ * run in its context.
+ */
 function hmacKey(secret: string): Promise<CryptoKey> {
   let key = keyCache.get(secret);
   if (!key) {
@@ -80,7 +84,10 @@ function hmacKey(secret: string): Promise<CryptoKey> {
     if (keyCache.size > 8) keyCache.clear(); // secrets rotate rarely; keep the cache tiny
     keyCache.set(secret, key);
   }
-  return key;
+  const shared = key;
+  return new Promise((resolve, reject) => {
+    shared.then(resolve, reject);
+  });
 }
 
 /** Signs the claims as a compact HS256 JWT. */

@@ -28,6 +28,33 @@ describe("drop copy queue", () => {
     expect(q.size).toBe(0);
   });
 
+  it("copies dropped while a batch is being sent fill the next batch, sent once the first is done", async () => {
+    const batches: number[][] = [];
+    let inFlight = 0;
+    let release!: () => void;
+    const q = new DropCopyQueue({
+      sink: {
+        send: async (b) => {
+          inFlight++;
+          expect(inFlight).toBe(1); // one send at a time, in order
+          batches.push(b.map((c) => (c.copy.message as { i: number }).i));
+          if (batches.length === 1) await new Promise<void>((r) => (release = r));
+          inFlight--;
+        },
+      },
+      onFailure: () => {},
+      windowMs: 0,
+    });
+    const first = q.enqueue({ copy: copy(0), counted: false });
+    await new Promise((r) => setTimeout(r, 1)); // the first batch is now being sent
+    const rest = Array.from({ length: 30 }, (_, i) => q.enqueue({ copy: copy(i + 1), counted: false }));
+    expect(q.size).toBe(30);
+    release();
+    await Promise.all([first, ...rest]);
+    expect(batches).toEqual([[0], Array.from({ length: 30 }, (_, i) => i + 1)]);
+    expect(q.size).toBe(0);
+  });
+
   it("a failed batch is reported, not thrown, and later batches still go", async () => {
     const failed: number[] = [];
     const sent: number[] = [];

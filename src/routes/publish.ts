@@ -56,7 +56,9 @@ publish.post("/:channel", async (c) => {
   if (decision.action === "drop" && !idemKey) {
     // The common drop: no object call on the response path; copy and count happen in the background.
     svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
-    defer(svc.drops.enqueue({ copy: copy(), counted: false, messageJson }).then(() => svc.metrics.schedule(defer)));
+    // Only handed to waitUntil, never continued from here: the batch may belong to another request,
+    // and code chained on another request's promise would run in that request's context.
+    defer(svc.drops.enqueue({ copy: copy(), counted: false, messageJson }));
     return c.json({ status: "dropped" }, 202);
   }
 
@@ -77,7 +79,7 @@ publish.post("/:channel", async (c) => {
   if (outcome.status === "dropped") {
     if (!outcome.replayed) {
       svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
-      defer(svc.drops.enqueue({ copy: copy(), counted: true, messageJson }).then(() => svc.metrics.schedule(defer)));
+      defer(svc.drops.enqueue({ copy: copy(), counted: true, messageJson }));
     }
     return c.json({ status: "dropped" }, 202);
   }

@@ -1,0 +1,195 @@
+// Shared by the benchmark scripts: the Worker bundled and started in workerd through Miniflare's API
+// (no dev proxy in the way), a bare Hono Worker as the reference, autocannon runs, tokens, metrics.
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import autocannon from "autocannon";
+import { build } from "esbuild";
+import { convertV4MiniflareOptions, Log, LogLevel, Miniflare } from "miniflare";
+import { unstable_readConfig } from "wrangler";
+
+export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+export const ADMIN = "bench-admin-token";
+
+/** `--name value` from the command line, or the fallback. */
+export function arg(name, fallback) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : fallback;
+}
+
+const config = unstable_readConfig({ config: join(root, "wrangler.toml") }, { hideWarnings: true });
+
+async function bundle(entry) {
+  const out = await build({
+    ...entry,
+    bundle: true,
+    write: false,
+    format: "esm",
+    platform: "neutral",
+    target: "es2022",
+    external: ["cloudflare:*", "node:*"],
+    mainFields: ["module", "main"],
+    conditions: ["workerd", "worker", "browser", "import"],
+  });
+  return out.outputFiles[0].text;
+}
+
+function start(worker) {
+  // Miniflare 5 takes a new option shape; convertV4MiniflareOptions accepts the long-documented v4 one.
+  return new Miniflare(
+    convertV4MiniflareOptions({
+      host: "127.0.0.1",
+      port: 0,
+      log: new Log(LogLevel.WARN),
+      workers: [{ compatibilityDate: config.compatibility_date, ...worker }],
+    }),
+  );
+}
+
+/** Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, dispose }. */
+export async function startFloodgate(vars = {}) {
+  const mf = start({
+    name: "floodgate",
+    modules: [
+      { type: "ESModule", path: "index.mjs", contents: await bundle({ entryPoints: [join(root, "src/index.ts")] }) },
+    ],
+    kvNamespaces: ["THROTTLE_KV"],
+    durableObjects: {
+      CHANNEL: { className: "ChannelObject", useSQLite: true },
+      REFRESH_LEDGER: { className: "RefreshLedger", useSQLite: true },
+      RATE_LIMITER: { className: "RateLimiter", useSQLite: true },
+      METRICS: { className: "MetricsStore", useSQLite: true },
+      SAMPLER: { className: "ActiveChannels", useSQLite: true },
+    },
+    bindings: { ...config.vars, TOKEN_SECRET: "bench-secret-0123456789", ADMIN_TOKEN: ADMIN, ...vars },
+  });
+  const base = (await mf.ready).toString().replace(/\/$/, "");
+  return { base, dispose: () => mf.dispose() };
+}
+
+/**
+ * The reference: a bare Hono Worker in its own workerd. `GET /bare` answers a small JSON body;
+ * `GET /bare-rpc2` also makes two no-op Durable Object calls in turn (the shape of a limited,
+ * delivered publish); `POST /bare` reads the body and answers 429 (what a denied publish must do at least, since the
+ * contract answers 400/413 before any 429).
+ */
+export async function startBare() {
+  const contents = await bundle({
+    stdin: {
+      contents: `import { Hono } from "hono";
+import { DurableObject } from "cloudflare:workers";
+export class Noop extends DurableObject {
+  ping() { return 1; }
+  write() {
+    this.ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v INTEGER)");
+    this.ctx.storage.sql.exec("INSERT OR REPLACE INTO t (k, v) VALUES (1, ?)", Date.now());
+    return 1;
+  }
+}
+const app = new Hono();
+app.get("/bare", (c) => c.json({ ok: true }));
+// The cost floor of a publish's shape: one request that makes two Durable Object calls in turn.
+app.get("/bare-rpc2", async (c) => {
+  await c.env.NOOP.get(c.env.NOOP.idFromName("a")).ping();
+  await c.env.NOOP.get(c.env.NOOP.idFromName("b")).ping();
+  return c.json({ ok: true });
+});
+// The same, but each call writes one row (a durable write holds the object's answer until stored).
+app.get("/bare-rpc2w", async (c) => {
+  await c.env.NOOP.get(c.env.NOOP.idFromName("a")).write();
+  await c.env.NOOP.get(c.env.NOOP.idFromName("b")).write();
+  return c.json({ ok: true });
+});
+app.post("/bare", async (c) => {
+  const body = await c.req.arrayBuffer();
+  return c.json({ code: "resource_exhausted", bytes: body.byteLength }, 429);
+});
+export default app;`,
+      resolveDir: root,
+      loader: "ts",
+    },
+  });
+  const mf = start({
+    name: "bare",
+    modules: [{ type: "ESModule", path: "bare.mjs", contents }],
+    durableObjects: { NOOP: { className: "Noop", useSQLite: true } },
+  });
+  const base = (await mf.ready).toString().replace(/\/$/, "");
+  return { base, dispose: () => mf.dispose() };
+}
+
+/** One autocannon run: { rps, p50, p99, statuses }. */
+export async function load(url, opts, { seconds, connections }) {
+  let shown = 0;
+  const debug = process.env.BENCH_DEBUG_500
+    ? {
+        requests: [
+          {
+            ...opts,
+            onResponse: (status, body) => {
+              if (status >= 500 && shown++ < 2) console.log(`  ${status} from ${url}: ${body}`);
+            },
+          },
+        ],
+      }
+    : {};
+  const r = await autocannon({ url, connections, duration: seconds, ...opts, ...debug });
+  const statuses = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, v]) => [code, v.count]));
+  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, statuses };
+}
+
+/** Mints an access token through the admin API (a fresh client IP each time). */
+export async function mintToken(base, sub, channels, rl) {
+  const res = await fetch(`${base}/v1/tokens`, {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${ADMIN}`,
+      "content-type": "application/json",
+      "cf-connecting-ip": `198.51.100.${Math.floor(Math.random() * 250)}`,
+    },
+    body: JSON.stringify({ sub, channels, ttl: "1h", ...(rl ? { rl } : {}) }),
+  });
+  if (res.status !== 201) throw new Error(`mint failed: ${res.status} ${await res.text()}`);
+  return (await res.json()).access_token;
+}
+
+export function publishOpts(token, channel) {
+  return {
+    method: "POST",
+    path: `/v1/publish/${channel}`,
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    body: JSON.stringify({ emoji: "🔥", at: 1 }),
+  };
+}
+
+export async function setRate(base, channel, rate) {
+  const res = await fetch(`${base}/v1/admin/throttle/${channel}`, {
+    method: "PUT",
+    headers: { authorization: `Bearer ${ADMIN}` },
+    body: JSON.stringify({ rate }),
+  });
+  if (res.status !== 200) throw new Error(`set rate failed: ${res.status}`);
+}
+
+/** Every series of /metrics as { "name{labels}": value }. */
+export async function metrics(base) {
+  const text = await (await fetch(`${base}/metrics`, { headers: { authorization: `Bearer ${ADMIN}` } })).text();
+  const out = {};
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const i = line.lastIndexOf(" ");
+    out[line.slice(0, i)] = Number(line.slice(i + 1));
+  }
+  return out;
+}
+
+export function median(xs) {
+  const v = [...xs].sort((a, b) => a - b);
+  if (v.length === 0) return Number.NaN;
+  return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+}
+
+export function sumStatuses(list) {
+  const out = {};
+  for (const r of list) for (const [k, n] of Object.entries(r.statuses)) out[k] = (out[k] ?? 0) + n;
+  return out;
+}

@@ -1,0 +1,191 @@
+#!/usr/bin/env node
+// `npm run bench`: Floodgate under load, end to end, in one run on this machine.
+//
+// Starts the Worker in workerd through Miniflare's API (no dev proxy), opens real WebSocket
+// subscribers, drives publishes with autocannon, and prints one table: a bare Hono route (the
+// ceiling), publish at throttle 0 with the limiter on and 1 or 100 subscribers, publish at drop rate
+// 0.5 and 0.9, and the deny path of a flooding subject — requests/s, p50/p99, deliveries/s, every
+// figure as a ratio to the bare route, and Durable Object calls and KV reads per 1,000 publishes
+// (from the Worker's own /metrics counters).
+//
+// Scenarios are interleaved in rounds (each round runs each for --seconds) and medians reported: the
+// machine's throughput drifts by ±30% within a minute, and interleaving gives every scenario the
+// same drift. Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
+// --subscribers N (default 100).
+import {
+  arg,
+  load,
+  median,
+  metrics,
+  mintToken,
+  publishOpts,
+  setRate,
+  startBare,
+  startFloodgate,
+  sumStatuses,
+} from "./bench-lib.mjs";
+
+const SECONDS = Number(arg("seconds", 2));
+const ROUNDS = Number(arg("rounds", 5));
+const CONNECTIONS = Number(arg("connections", 20));
+const SUBSCRIBERS = Number(arg("subscribers", 100));
+const run = { seconds: SECONDS, connections: CONNECTIONS };
+
+// Limiter on for every publish (a generous per-token rl), off by default so tokens decide.
+const fg = await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" });
+const bare = await startBare();
+const generous = "1000000/s";
+const channels = ["public:bench.*"];
+
+/** Opens `n` WebSocket subscribers on a channel and counts the frames they receive. */
+async function subscribers(channel, n) {
+  const counter = { frames: 0 };
+  const sockets = await Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise((resolve, reject) => {
+          const ws = new WebSocket(`${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}`);
+          ws.onopen = () => resolve(ws);
+          ws.onerror = () => reject(new Error(`subscribe to ${channel} failed`));
+          ws.onmessage = () => {
+            counter.frames++;
+          };
+        }),
+    ),
+  );
+  return {
+    counter,
+    close: () => {
+      for (const ws of sockets) ws.close();
+    },
+  };
+}
+
+await setRate(fg.base, "public:bench.half", 0.5);
+await setRate(fg.base, "public:bench.ninety", 0.9);
+const subs = {
+  one: await subscribers("public:bench.one", 1),
+  hundred: await subscribers("public:bench.hundred", SUBSCRIBERS),
+  half: await subscribers("public:bench.half", 1),
+  ninety: await subscribers("public:bench.ninety", 1),
+};
+const scenarios = [
+  { id: "bare", title: "bare Hono route (GET, same runtime)", url: `${bare.base}/bare`, opts: {} },
+  {
+    id: "rpc2",
+    title: "bare Hono route + 2 no-op Durable Object calls (floor for a limited publish)",
+    url: `${bare.base}/bare-rpc2`,
+    opts: {},
+    reference: true,
+  },
+  {
+    id: "rpc2w",
+    title: "bare Hono route + 2 Durable Object calls that each write one row",
+    url: `${bare.base}/bare-rpc2w`,
+    opts: {},
+    reference: true,
+  },
+  {
+    id: "pub1",
+    title: "publish, throttle 0, limiter on, 1 subscriber",
+    subs: subs.one,
+    ...publish(await mintToken(fg.base, "one", channels, generous), "public:bench.one"),
+  },
+  {
+    id: "pub100",
+    title: `publish, throttle 0, limiter on, ${SUBSCRIBERS} subscribers`,
+    subs: subs.hundred,
+    ...publish(await mintToken(fg.base, "hundred", channels, generous), "public:bench.hundred"),
+  },
+  {
+    id: "drop50",
+    title: "publish, drop rate 0.5",
+    subs: subs.half,
+    ...publish(await mintToken(fg.base, "half", channels, generous), "public:bench.half"),
+  },
+  {
+    id: "drop90",
+    title: "publish, drop rate 0.9",
+    subs: subs.ninety,
+    ...publish(await mintToken(fg.base, "ninety", channels, generous), "public:bench.ninety"),
+  },
+  {
+    id: "deny",
+    title: "deny path (one flooding subject)",
+    ...publish(await mintToken(fg.base, "flood", channels, "1/h"), "public:bench.flood"),
+  },
+];
+
+function publish(token, channel) {
+  const { path, ...opts } = publishOpts(token, channel);
+  return { url: fg.base + path, opts };
+}
+
+console.log(
+  `floodgate bench — ${scenarios.length} scenarios × ${ROUNDS} rounds × ${SECONDS}s, ${CONNECTIONS} connections, ${SUBSCRIBERS} subscribers, Node ${process.version}`,
+);
+const runs = new Map(scenarios.map((s) => [s.id, []]));
+const COUNTERS = {
+  channel: 'floodgate_object_calls_total{object="channel"}',
+  analytics: 'floodgate_object_calls_total{object="analytics"}',
+  limiter: 'floodgate_object_calls_total{object="limiter"}',
+  kv: "floodgate_kv_reads_total",
+  delivered: 'floodgate_messages_total{result="delivered"}',
+  dropped: 'floodgate_messages_total{result="dropped"}',
+};
+for (let round = 1; round <= ROUNDS; round++) {
+  const line = [];
+  for (const s of scenarios) {
+    const before = s.id === "bare" || s.reference ? null : await metrics(fg.base);
+    const framesBefore = s.subs?.counter.frames ?? 0;
+    const r = await load(s.url, s.opts, run);
+    if (before) {
+      // Background work of the last requests (analytics copies, metric flushes) lands within ~1 s.
+      await new Promise((res) => setTimeout(res, 1200));
+      const after = await metrics(fg.base);
+      r.counts = Object.fromEntries(
+        Object.entries(COUNTERS).map(([k, series]) => [k, (after[series] ?? 0) - (before[series] ?? 0)]),
+      );
+    }
+    r.deliveries = ((s.subs?.counter.frames ?? 0) - framesBefore) / SECONDS;
+    runs.get(s.id).push(r);
+    line.push(`${s.id} ${Math.round(r.rps)}`);
+  }
+  console.log(`  round ${round}/${ROUNDS}: ${line.join(", ")} req/s`);
+}
+
+const med = (id, f) => median(runs.get(id).map(f));
+const bareRps = med("bare", (r) => r.rps);
+const ratio = (id) => median(runs.get(id).map((r, i) => r.rps / runs.get("bare")[i].rps));
+const per1000 = (id, key) => {
+  const list = runs.get(id);
+  const publishes = list.reduce((a, r) => a + Object.values(r.statuses).reduce((x, y) => x + y, 0), 0);
+  const n = list.reduce((a, r) => a + (r.counts?.[key] ?? 0), 0);
+  return publishes ? ((1000 * n) / publishes).toFixed(0) : "–";
+};
+console.log(
+  "\n| scenario | req/s | p50 ms | p99 ms | deliveries/s | ratio to bare | channel calls /1k | analytics calls /1k | limiter calls /1k | KV reads /1k | statuses |",
+);
+console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+for (const s of scenarios) {
+  const isBare = s.id === "bare" || s.reference;
+  console.log(
+    `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
+  );
+}
+const dropped = runs.get("drop90").reduce((a, r) => a + r.counts.dropped, 0);
+const analyticsCalls = runs.get("drop90").reduce((a, r) => a + r.counts.analytics, 0);
+console.log(`\nbare route: ${Math.round(bareRps)} req/s (median)`);
+console.log(`delivered publish (1 subscriber): ${ratio("pub1").toFixed(2)} of bare (target ≥ 0.50)`);
+console.log(`dropped publish (drop rate 0.9): ${ratio("drop90").toFixed(2)} of bare (target ≥ 0.70)`);
+console.log(`deny path: ${ratio("deny").toFixed(2)} of bare (target ≥ 0.80)`);
+console.log(
+  `floors: two no-op object calls run at ${ratio("rpc2").toFixed(2)} of bare, two writing calls at ${ratio("rpc2w").toFixed(2)}; a limited, delivered publish runs at ${median(runs.get("pub1").map((r, i) => r.rps / runs.get("rpc2w")[i].rps)).toFixed(2)} of the writing floor`,
+);
+console.log(
+  `analytics batching at drop rate 0.9: ${dropped} drops, ${analyticsCalls} analytics-object calls → ${((1000 * analyticsCalls) / Math.max(1, dropped)).toFixed(0)} per 1,000 drops (target ≤ 100)`,
+);
+for (const s of Object.values(subs)) s.close();
+await fg.dispose();
+await bare.dispose();

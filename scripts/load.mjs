@@ -1,0 +1,250 @@
+#!/usr/bin/env node
+// `npm run load`: steady, paced publish load against a running Floodgate, with live subscribers and a
+// progress line every second, so you can watch the throttle and the sampler work.
+//
+//   npm run load -- --channel public:live.reactions --rate 200/s --duration 60s [--subscribers 50]
+//
+// Options (all optional):
+//   --url URL            the Worker (default http://localhost:8787, i.e. `npm start`)
+//   --admin-token T      the admin bearer (default: $FLOODGATE_ADMIN_TOKEN, else ADMIN_TOKEN from
+//                        .dev.vars, else dev-admin-token)
+//   --channel NAME       default public:live.reactions
+//   --rate N/s           publishes per second, paced evenly (default 100/s)
+//   --duration 60s       how long (s, m; default 30s)
+//   --subscribers N      WebSocket subscribers held open on the channel (default 0)
+//   --max-in-flight N    publishes allowed in flight at once (default 256); beyond it a tick is
+//                        counted as "behind" instead of piling up requests
+// The token it mints has publish+subscribe scope on the channel and an `rl` of twice the rate, so the
+// publish budget does not get in the way unless you want it to (--rl 10/s to see 429s).
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const argv = process.argv.slice(2);
+const opt = (name, fallback) => {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 && argv[i + 1] !== undefined ? argv[i + 1] : fallback;
+};
+if (argv.includes("--help") || argv.includes("-h")) {
+  console.log(
+    readFileSync(fileURLToPath(import.meta.url), "utf8")
+      .split("\n")
+      .slice(1, 19)
+      .join("\n")
+      .replace(/^\/\/ ?/gm, ""),
+  );
+  process.exit(0);
+}
+
+function fail(message) {
+  console.error(`floodgate load: ${message}`);
+  process.exit(2);
+}
+
+function parseRate(text) {
+  const m = /^(\d+)\/(\d*)(ms|s|m|h)$/.exec(text.trim());
+  if (!m) fail(`--rate must look like 200/s, 30/m or 5/100ms (got "${text}")`);
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[3]];
+  const perMs = (m[2] ? Number(m[2]) : 1) * unit;
+  const rate = (Number(m[1]) * 1000) / perMs;
+  if (!(rate > 0)) fail("--rate must be positive");
+  return rate; // per second
+}
+
+function parseDuration(text) {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(text.trim());
+  if (!m) fail(`--duration must look like 60s or 2m (got "${text}")`);
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2]];
+}
+
+function devAdminToken() {
+  if (process.env.FLOODGATE_ADMIN_TOKEN) return process.env.FLOODGATE_ADMIN_TOKEN;
+  const file = join(root, ".dev.vars");
+  if (existsSync(file)) {
+    const line = readFileSync(file, "utf8")
+      .split("\n")
+      .find((l) => l.startsWith("ADMIN_TOKEN="));
+    if (line) return line.slice("ADMIN_TOKEN=".length).trim().replace(/^"|"$/g, "");
+  }
+  return "dev-admin-token";
+}
+
+const base = opt("url", "http://localhost:8787").replace(/\/$/, "");
+const admin = opt("admin-token", devAdminToken());
+const channel = opt("channel", "public:live.reactions");
+const ratePerSecond = parseRate(opt("rate", "100/s"));
+const durationMs = parseDuration(opt("duration", "30s"));
+const subscriberCount = Number(opt("subscribers", "0"));
+const maxInFlight = Number(opt("max-in-flight", "256"));
+const rl = opt("rl", `${Math.max(1, Math.ceil(ratePerSecond * 2))}/s`);
+if (!Number.isInteger(subscriberCount) || subscriberCount < 0) fail("--subscribers must be a whole number ≥ 0");
+
+const adminHeaders = { authorization: `Bearer ${admin}`, "content-type": "application/json" };
+
+async function mint() {
+  let res;
+  try {
+    res = await fetch(`${base}/v1/tokens`, {
+      method: "POST",
+      headers: adminHeaders,
+      body: JSON.stringify({ sub: `load-${process.pid}`, channels: [channel], ttl: "24h", rl }),
+    });
+  } catch {
+    fail(`cannot reach ${base} — is the server running? (npm start in another terminal)`);
+  }
+  const body = await res.text();
+  if (res.status === 401) fail("the admin token was refused (--admin-token, or FLOODGATE_ADMIN_TOKEN)");
+  if (res.status !== 201) fail(`minting a token failed: ${res.status} ${body}`);
+  return JSON.parse(body).access_token;
+}
+
+const token = await mint();
+const counts = { sent: 0, delivered: 0, dropped: 0, limited: 0, errors: 0, behind: 0, frames: 0 };
+const window = { delivered: 0, dropped: 0, sent: 0 };
+let inFlight = 0;
+
+const sockets = [];
+for (let i = 0; i < subscriberCount; i++) {
+  const url = `${base.replace(/^http/, "ws")}/v1/subscribe/${channel}?token=${encodeURIComponent(token)}`;
+  const ws = new WebSocket(url);
+  ws.onmessage = () => {
+    counts.frames++;
+  };
+  ws.onerror = () => {};
+  sockets.push(ws);
+}
+if (subscriberCount > 0) {
+  await Promise.all(
+    sockets.map(
+      (ws) =>
+        new Promise((resolve) => {
+          ws.addEventListener("open", resolve, { once: true });
+          ws.addEventListener("close", resolve, { once: true });
+        }),
+    ),
+  );
+  const open = sockets.filter((ws) => ws.readyState === WebSocket.OPEN).length;
+  if (open < subscriberCount) console.log(`floodgate load: ${subscriberCount - open} subscribers could not connect`);
+}
+
+async function publishOne(i) {
+  inFlight++;
+  counts.sent++;
+  window.sent++;
+  try {
+    const res = await fetch(`${base}/v1/publish/${channel}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ n: i, emoji: "🔥", at: Date.now() }),
+    });
+    await res.arrayBuffer();
+    if (res.status === 200) {
+      counts.delivered++;
+      window.delivered++;
+    } else if (res.status === 202) {
+      counts.dropped++;
+      window.dropped++;
+    } else if (res.status === 429) counts.limited++;
+    else counts.errors++;
+  } catch {
+    counts.errors++;
+  } finally {
+    inFlight--;
+  }
+}
+
+async function channelStats() {
+  try {
+    const res = await fetch(`${base}/v1/channels/${channel}/stats`, { headers: adminHeaders });
+    return res.ok ? await res.json() : null;
+  } catch {
+    return null;
+  }
+}
+
+const targetText = (t) =>
+  t === null || t === undefined ? "none" : typeof t === "string" ? t : `${t.deliveries} deliveries`;
+
+console.log(
+  `floodgate load: ${ratePerSecond}/s to ${channel} for ${durationMs / 1000}s at ${base}, ${subscriberCount} subscribers (Ctrl-C stops early)`,
+);
+const started = Date.now();
+let next = 0;
+let stopping = false;
+process.on("SIGINT", () => {
+  stopping = true;
+});
+
+// Paced: publish i goes out at started + i / rate, checked every few ms, so load is steady, not bursty.
+const pacer = setInterval(() => {
+  const now = Date.now();
+  const due = Math.min(
+    Math.floor(((now - started) * ratePerSecond) / 1000),
+    Math.floor((durationMs * ratePerSecond) / 1000),
+  );
+  while (next < due) {
+    if (inFlight >= maxInFlight) {
+      counts.behind += due - next;
+      next = due;
+      break;
+    }
+    void publishOne(next++);
+  }
+}, 5);
+
+let lastTick = started;
+const ticker = setInterval(async () => {
+  const now = Date.now();
+  const secs = (now - lastTick) / 1000;
+  lastTick = now;
+  const snap = { ...window };
+  window.delivered = 0;
+  window.dropped = 0;
+  window.sent = 0;
+  const stats = await channelStats();
+  const rate = stats ? stats.drop_rate : null;
+  const t = Math.round((now - started) / 1000);
+  console.log(
+    `t=${String(t).padStart(3)}s sent ${counts.sent} (${Math.round(snap.sent / secs)}/s)  delivered ${counts.delivered}  dropped ${counts.dropped}  429s ${counts.limited}  errors ${counts.errors}${counts.behind ? `  behind ${counts.behind}` : ""}  | drop rate ${rate === null ? "?" : rate.toFixed(3)}  delivered ${Math.round(snap.delivered / secs)}/s vs target ${targetText(stats?.target)}`,
+  );
+}, 1000);
+
+await new Promise((resolve) => {
+  const check = setInterval(() => {
+    if (stopping || (next >= Math.floor((durationMs * ratePerSecond) / 1000) && inFlight === 0)) {
+      clearInterval(check);
+      resolve();
+    }
+  }, 20);
+});
+clearInterval(pacer);
+clearInterval(ticker);
+// Let the last frames arrive before counting what subscribers saw.
+await new Promise((r) => setTimeout(r, 500));
+for (const ws of sockets) ws.close();
+
+const elapsed = (Date.now() - started) / 1000;
+const stats = await channelStats();
+console.log("\nsummary");
+console.log(`  sent        ${counts.sent} in ${elapsed.toFixed(1)}s (${(counts.sent / elapsed).toFixed(1)}/s)`);
+console.log(`  delivered   ${counts.delivered} (${(counts.delivered / elapsed).toFixed(1)}/s)`);
+console.log(`  dropped     ${counts.dropped} (${((100 * counts.dropped) / Math.max(1, counts.sent)).toFixed(1)}%)`);
+console.log(
+  `  429s        ${counts.limited}   errors ${counts.errors}${counts.behind ? `   behind ${counts.behind}` : ""}`,
+);
+if (subscriberCount > 0) {
+  console.log(
+    `  subscribers ${subscriberCount}, ${counts.frames} frames (${(counts.frames / Math.max(1, subscriberCount)).toFixed(0)} each; delivered publishes: ${counts.delivered})`,
+  );
+}
+if (stats) {
+  console.log(`  drop rate   ${stats.drop_rate} now, target ${targetText(stats.target)}`);
+  if (stats.last_sample) {
+    const s = stats.last_sample;
+    console.log(
+      `  last sample offered ${s.offered_rate}/s, allowed ${s.allowed_rate ?? "∞"}/s → rate ${s.new_rate} (${s.written ? "written" : "unchanged"})`,
+    );
+  }
+}
+process.exit(counts.errors > 0 ? 1 : 0);
