@@ -1,0 +1,416 @@
+/**
+ * Floodgate's TypeScript client: dependency-free, for browsers, Node 22 and Workers.
+ *
+ * ```ts
+ * import { FloodgateClient } from "floodgate/client";
+ * const fg = new FloodgateClient({ baseUrl: "https://floodgate.example.com", accessToken, refreshToken });
+ * const r = await fg.publish("public:live.reactions", { emoji: "🔥" }); // {status:"delivered",seq,…} | {status:"dropped"}
+ * const sub = fg.subscribe("public:live.reactions", (m) => console.log(m.seq, m.data));
+ * sub.close();
+ * ```
+ *
+ * - `publish` sends an `Idempotency-Key` (one per call, reused by its retries, so a retry never
+ *   duplicates), retries 429 after `Retry-After` and 5xx/network errors with capped, jittered
+ *   backoff, and never retries a 202: a dropped message is an answer, not a failure.
+ * - `subscribe` uses a WebSocket, reconnects with backoff and resumes from the last seq it saw
+ *   (`?after=`), dropping anything at or below it, so there are no gaps and no repeats; it falls back
+ *   to Server-Sent Events when WebSockets are unavailable or keep failing.
+ * - Tokens are refreshed shortly before the access token expires (and once after a 401).
+ * - Errors are typed after the contract's codes: {@link FloodgateError} with `code`, `metaCode`,
+ *   `status`; {@link RateLimitedError} carries `retryAfterMs`.
+ */
+
+/** The contract's error codes (CONTRACT §7). */
+export type ErrorCode =
+  | "invalid_argument"
+  | "unauthenticated"
+  | "permission_denied"
+  | "bad_route"
+  | "resource_exhausted"
+  | "internal"
+  | "unavailable"
+  | "network";
+
+export class FloodgateError extends Error {
+  readonly status: number;
+  readonly code: ErrorCode;
+  /** `meta.code`: e.g. `PAYLOAD_TOO_LARGE`, `RATE_LIMITED`. */
+  readonly metaCode: string;
+  readonly meta: Record<string, string>;
+
+  constructor(status: number, code: ErrorCode, message: string, meta: Record<string, string> = {}) {
+    super(message);
+    this.name = "FloodgateError";
+    this.status = status;
+    this.code = code;
+    this.metaCode = meta.code ?? code.toUpperCase();
+    this.meta = meta;
+  }
+}
+
+export class RateLimitedError extends FloodgateError {
+  /** How long the server asked to wait. */
+  readonly retryAfterMs: number;
+  constructor(message: string, meta: Record<string, string>, retryAfterMs: number) {
+    super(429, "resource_exhausted", message, meta);
+    this.name = "RateLimitedError";
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+export interface TokenPair {
+  access_token: string;
+  refresh_token: string;
+  expires_at: number;
+  refresh_expires_at: number;
+}
+
+export type PublishResult =
+  | { status: "delivered"; channel: string; seq: number; id: string; published_at: number }
+  | { status: "dropped" };
+
+export interface Message {
+  type: "message";
+  channel: string;
+  seq: number;
+  id: string;
+  data: unknown;
+  published_at: number;
+}
+
+/** The part of a WebSocket the client uses (browser, Node 22 and workerd sockets all have it). */
+export interface SocketLike {
+  addEventListener(type: "message", fn: (ev: { data: unknown }) => void): void;
+  addEventListener(type: "close" | "error", fn: () => void): void;
+  close(code?: number, reason?: string): void;
+}
+
+export interface ClientOptions {
+  /** e.g. `https://floodgate.example.com` (no trailing slash needed). */
+  baseUrl: string;
+  accessToken?: string;
+  refreshToken?: string;
+  /** Called with every new pair after a refresh, so the caller can store it. */
+  onTokens?: (pair: TokenPair) => void;
+  /** Default: the global `fetch`. */
+  fetch?: (input: string, init?: RequestInit) => Promise<Response>;
+  /**
+   * Opens a WebSocket and resolves once it is open. Default: the global `WebSocket`. Return a
+   * rejected promise to make `subscribe` use SSE.
+   */
+  openWebSocket?: (url: string) => Promise<SocketLike>;
+  /** Retries per publish after the first attempt. Default 5. */
+  maxRetries?: number;
+  /** Cap on any single wait between attempts, in ms. Default 10,000. */
+  maxBackoffMs?: number;
+  /** Refresh the access token this long before it expires, in ms. Default 30,000. */
+  refreshMarginMs?: number;
+  /** For tests: the wait between attempts and the random source for jitter. */
+  sleep?: (ms: number) => Promise<void>;
+  random?: () => number;
+  now?: () => number;
+}
+
+export interface PublishOptions {
+  /** Default: a fresh random key per call, reused by that call's retries. */
+  idempotencyKey?: string;
+  /** Overrides the client's `maxRetries` for this call. */
+  retries?: number;
+}
+
+export interface SubscribeOptions {
+  /** Start after this seq, replaying retained messages above it first (0: everything retained). */
+  after?: number;
+  /** Default `auto`: WebSocket, then SSE if WebSockets are unavailable or fail 3 times in a row. */
+  transport?: "auto" | "websocket" | "sse";
+  /** Told about each disconnect and each error the subscription recovers from. */
+  onError?: (error: unknown) => void;
+}
+
+export interface Subscription {
+  /** The highest seq delivered to `onMessage` so far (0 before the first). */
+  readonly lastSeq: number;
+  /** The transport in use now. */
+  readonly transport: "websocket" | "sse";
+  close(): void;
+}
+
+const BASE_BACKOFF_MS = 250;
+
+export class FloodgateClient {
+  private readonly baseUrl: string;
+  private accessToken: string | undefined;
+  private refreshToken: string | undefined;
+  private refreshing: Promise<void> | null = null;
+  private readonly opts: ClientOptions;
+  private readonly fetchFn: (input: string, init?: RequestInit) => Promise<Response>;
+  private readonly sleep: (ms: number) => Promise<void>;
+  private readonly random: () => number;
+  private readonly now: () => number;
+
+  constructor(opts: ClientOptions) {
+    this.opts = opts;
+    this.baseUrl = opts.baseUrl.replace(/\/+$/, "");
+    this.accessToken = opts.accessToken;
+    this.refreshToken = opts.refreshToken;
+    this.fetchFn = opts.fetch ?? ((input, init) => fetch(input, init));
+    this.sleep = opts.sleep ?? ((ms) => new Promise((r) => setTimeout(r, ms)));
+    this.random = opts.random ?? Math.random;
+    this.now = opts.now ?? Date.now;
+  }
+
+  /** Publishes one JSON value. Resolves with the delivery or the drop; rejects with a FloodgateError. */
+  async publish(channel: string, data: unknown, options: PublishOptions = {}): Promise<PublishResult> {
+    const key = options.idempotencyKey ?? randomKey();
+    const retries = options.retries ?? this.opts.maxRetries ?? 5;
+    const body = JSON.stringify(data);
+    let refreshedAfter401 = false;
+    for (let attempt = 0; ; attempt++) {
+      await this.freshToken();
+      let res: Response;
+      try {
+        res = await this.fetchFn(`${this.baseUrl}/v1/publish/${channel}`, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json",
+            "idempotency-key": key,
+            ...(this.accessToken ? { authorization: `Bearer ${this.accessToken}` } : {}),
+          },
+          body,
+        });
+      } catch (e) {
+        if (attempt >= retries) throw new FloodgateError(0, "network", `publish failed: ${String(e)}`);
+        await this.sleep(this.backoff(attempt));
+        continue;
+      }
+      if (res.status === 200 || res.status === 202) return (await res.json()) as PublishResult;
+      const error = await toError(res);
+      if (error.status === 401 && this.refreshToken && !refreshedAfter401) {
+        refreshedAfter401 = true;
+        await this.refresh();
+        attempt--; // a refresh is not a retry
+        continue;
+      }
+      const retryable = error instanceof RateLimitedError || error.status >= 500;
+      if (!retryable || attempt >= retries) throw error;
+      const wait = error instanceof RateLimitedError ? error.retryAfterMs : this.backoff(attempt);
+      await this.sleep(this.jitter(Math.min(wait, this.maxBackoff())));
+    }
+  }
+
+  /** Exchanges the refresh token for a new pair (a refresh token works once). */
+  async refresh(): Promise<TokenPair> {
+    if (!this.refreshToken) throw new FloodgateError(401, "unauthenticated", "no refresh token");
+    const res = await this.fetchFn(`${this.baseUrl}/v1/tokens/refresh`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ refresh_token: this.refreshToken }),
+    });
+    if (res.status !== 200) throw await toError(res);
+    const pair = (await res.json()) as TokenPair;
+    this.accessToken = pair.access_token;
+    this.refreshToken = pair.refresh_token;
+    this.opts.onTokens?.(pair);
+    return pair;
+  }
+
+  /** Subscribes; `onMessage` gets every message once, in seq order, across reconnects. */
+  subscribe(channel: string, onMessage: (m: Message) => void, options: SubscribeOptions = {}): Subscription {
+    let lastSeq = options.after ?? 0;
+    let closed = false;
+    let transport: "websocket" | "sse" = options.transport === "sse" ? "sse" : "websocket";
+    let wsFailures = 0;
+    let current: { close(): void } | null = null;
+    let attempt = 0;
+
+    const deliver = (text: string) => {
+      let m: Message;
+      try {
+        m = JSON.parse(text) as Message;
+      } catch {
+        return;
+      }
+      if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
+      lastSeq = m.seq;
+      attempt = 0;
+      onMessage(m);
+    };
+
+    const reconnect = (error: unknown) => {
+      current = null;
+      if (closed) return;
+      options.onError?.(error);
+      const wait = this.jitter(this.backoff(attempt++));
+      void this.sleep(wait).then(connect);
+    };
+
+    const connect = async () => {
+      if (closed) return;
+      await this.freshToken().catch(() => {});
+      const query = new URLSearchParams();
+      // Resume from the last seq; with an explicit `after` (even 0) the first connect replays too.
+      if (lastSeq > 0 || options.after !== undefined) query.set("after", String(lastSeq));
+      if (this.accessToken && channel.startsWith("private:")) query.set("token", this.accessToken);
+      const qs = query.toString() ? `?${query}` : "";
+      if (transport === "websocket") {
+        const open = this.opts.openWebSocket ?? defaultOpenWebSocket;
+        try {
+          const ws = await open(`${this.baseUrl.replace(/^http/, "ws")}/v1/subscribe/${channel}${qs}`);
+          wsFailures = 0;
+          if (closed) return ws.close(1000, "closed");
+          current = ws;
+          ws.addEventListener("message", (ev) => {
+            if (typeof ev.data === "string") deliver(ev.data);
+          });
+          let gone = false;
+          const lost = () => {
+            if (gone) return;
+            gone = true;
+            reconnect(new FloodgateError(0, "network", "WebSocket closed"));
+          };
+          ws.addEventListener("close", lost);
+          ws.addEventListener("error", lost);
+        } catch (e) {
+          wsFailures++;
+          if (options.transport !== "websocket" && wsFailures >= 3) transport = "sse";
+          reconnect(e);
+        }
+        return;
+      }
+      const abort = new AbortController();
+      current = { close: () => abort.abort() };
+      try {
+        const res = await this.fetchFn(`${this.baseUrl}/v1/subscribe/${channel}${qs}`, {
+          headers: {
+            accept: "text/event-stream",
+            ...(lastSeq > 0 || options.after !== undefined ? { "last-event-id": String(lastSeq) } : {}),
+          },
+          signal: abort.signal,
+        });
+        if (res.status !== 200 || !res.body) throw await toError(res);
+        await readSse(res.body, deliver);
+        reconnect(new FloodgateError(0, "network", "event stream ended"));
+      } catch (e) {
+        if (!closed) reconnect(e);
+      }
+    };
+
+    void connect();
+    return {
+      get lastSeq() {
+        return lastSeq;
+      },
+      get transport() {
+        return transport;
+      },
+      close: () => {
+        closed = true;
+        current?.close();
+      },
+    };
+  }
+
+  /** Refreshes first when the access token expires within `refreshMarginMs`. */
+  private async freshToken(): Promise<void> {
+    if (!this.refreshToken || !this.accessToken) return;
+    const exp = expiresAt(this.accessToken);
+    if (exp === null || exp * 1000 - this.now() > (this.opts.refreshMarginMs ?? 30_000)) return;
+    this.refreshing ??= this.refresh().then(
+      () => {
+        this.refreshing = null;
+      },
+      (e) => {
+        this.refreshing = null;
+        throw e;
+      },
+    );
+    await this.refreshing;
+  }
+
+  private maxBackoff(): number {
+    return this.opts.maxBackoffMs ?? 10_000;
+  }
+
+  /** Exponential: 250 ms, 500 ms, 1 s, … capped at maxBackoffMs. */
+  private backoff(attempt: number): number {
+    return Math.min(this.maxBackoff(), BASE_BACKOFF_MS * 2 ** attempt);
+  }
+
+  /** Adds up to 20% so many clients told the same Retry-After do not return in one wave. */
+  private jitter(ms: number): number {
+    return Math.round(ms * (1 + 0.2 * this.random()));
+  }
+}
+
+async function toError(res: Response): Promise<FloodgateError> {
+  let body: { code?: string; msg?: string; meta?: Record<string, string> } = {};
+  try {
+    body = (await res.json()) as typeof body;
+  } catch {
+    // not the contract's shape (a proxy in between): keep the status
+  }
+  const meta = body.meta ?? {};
+  const message = body.msg ?? `HTTP ${res.status}`;
+  if (res.status === 429) {
+    const fromHeader = Number(res.headers.get("retry-after")) * 1000;
+    const fromBody = Number(meta.retry_after_ms);
+    const retryAfterMs = Math.max(
+      Number.isFinite(fromHeader) ? fromHeader : 0,
+      Number.isFinite(fromBody) ? fromBody : 0,
+    );
+    return new RateLimitedError(message, meta, retryAfterMs || 1000);
+  }
+  const code = (body.code as ErrorCode | undefined) ?? (res.status >= 500 ? "unavailable" : "invalid_argument");
+  return new FloodgateError(res.status, code, message, meta);
+}
+
+/** Reads an SSE stream, calling `onData` with each event's data. */
+async function readSse(body: ReadableStream<Uint8Array>, onData: (data: string) => void): Promise<void> {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    buf = (buf + value).replace(/\r\n/g, "\n");
+    for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
+      const data = buf
+        .slice(0, i)
+        .split("\n")
+        .filter((l) => l.startsWith("data:"))
+        .map((l) => l.slice(5).replace(/^ /, ""))
+        .join("\n");
+      buf = buf.slice(i + 2);
+      if (data) onData(data);
+    }
+  }
+}
+
+interface OpeningSocket extends SocketLike {
+  addEventListener(type: "open" | "message" | "close" | "error", fn: (ev: { data: unknown }) => void): void;
+}
+
+function defaultOpenWebSocket(url: string): Promise<SocketLike> {
+  const WS = (globalThis as unknown as { WebSocket?: new (url: string) => OpeningSocket }).WebSocket;
+  if (!WS) return Promise.reject(new Error("no WebSocket in this runtime"));
+  return new Promise((resolve, reject) => {
+    const ws = new WS(url);
+    ws.addEventListener("error", () => reject(new Error("WebSocket failed to open")));
+    ws.addEventListener("open", () => resolve(ws));
+  });
+}
+
+/** The `exp` claim (epoch seconds) of a JWT, read without verifying it, or null. */
+function expiresAt(token: string): number | null {
+  try {
+    const payload = token.split(".")[1] ?? "";
+    const json = atob(payload.replace(/-/g, "+").replace(/_/g, "/"));
+    const exp = (JSON.parse(json) as { exp?: unknown }).exp;
+    return typeof exp === "number" ? exp : null;
+  } catch {
+    return null;
+  }
+}
+
+function randomKey(): string {
+  return crypto.randomUUID();
+}

@@ -1,0 +1,218 @@
+/**
+ * The TypeScript client (src/client) against the real Worker in workerd: publish retries and
+ * idempotency, typed errors, subscribe with reconnect and resume, SSE fallback, token refresh.
+ */
+import { runInDurableObject } from "cloudflare:test";
+import { env, exports } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type SocketLike } from "../src/client";
+import { services } from "../src/services";
+import { BASE, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
+
+const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));
+
+/** Opens WebSockets through the Worker itself; keeps them so a test can cut one like a network would. */
+function socketOpener() {
+  const sockets: WebSocket[] = [];
+  const open = async (url: string): Promise<SocketLike> => {
+    const res = await exports.default.fetch(
+      new Request(url.replace(/^ws/, "http"), { headers: { upgrade: "websocket" } }),
+    );
+    if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);
+    res.webSocket.accept();
+    sockets.push(res.webSocket);
+    return res.webSocket as unknown as SocketLike;
+  };
+  return { open, sockets };
+}
+
+async function until(check: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 300 && !check(); i++) await new Promise((r) => setTimeout(r, 10));
+  if (!check()) throw new Error(`timed out waiting for ${what}`);
+}
+
+describe("client publish", () => {
+  it("delivers, and answers a drop as a result without retrying it", async () => {
+    const ch = `public:client.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
+    let calls = 0;
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      accessToken: access_token,
+      fetch: (i, init) => {
+        calls++;
+        return workerFetch(i, init);
+      },
+    });
+    const r = await fg.publish(ch, { hello: "world" });
+    expect(r).toMatchObject({ status: "delivered", channel: ch, seq: 1 });
+    await setRate(ch, 1);
+    calls = 0;
+    expect(await fg.publish(ch, { dropped: true })).toEqual({ status: "dropped" });
+    expect(calls).toBe(1);
+  });
+
+  it("waits out Retry-After on 429 and then succeeds (the bucket's clock moved instead of sleeping)", async () => {
+    const sub = uniq("rl");
+    const ch = `public:client.${uniq()}`;
+    const { access_token } = await mint({ sub, channels: ["public:client.*"], rl: "1/s" });
+    const bucket = env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(`publish:${sub}`));
+    const waits: number[] = [];
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      accessToken: access_token,
+      fetch: workerFetch,
+      random: () => 0, // no jitter: the wait is exactly what the server asked
+      sleep: async (ms) => {
+        // Time passes by `ms` for the bucket and for this isolate's deny cache.
+        waits.push(ms);
+        await runInDurableObject(bucket, (_o, state) => {
+          state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - ?", ms);
+        });
+        (services(env).gate as unknown as { deny: Map<string, unknown> }).deny.clear();
+      },
+    });
+    expect((await fg.publish(ch, 1)).status).toBe("delivered");
+    expect((await fg.publish(ch, 2)).status).toBe("delivered"); // 429 first, then a retry
+    expect(waits).toHaveLength(1);
+    expect(waits[0]).toBeGreaterThanOrEqual(1000); // Retry-After: 1 → at least a second
+    expect(waits[0]).toBeLessThanOrEqual(1000);
+  });
+
+  it("gives up after maxRetries with a typed RateLimitedError, each wait capped and jittered", async () => {
+    const sub = uniq("flood");
+    const { access_token } = await mint({ sub, channels: ["public:client.*"], rl: "1/h" });
+    const waits: number[] = [];
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      accessToken: access_token,
+      fetch: workerFetch,
+      maxRetries: 2,
+      maxBackoffMs: 2000,
+      sleep: async (ms) => void waits.push(ms),
+    });
+    const ch = `public:client.${uniq()}`;
+    await fg.publish(ch, 1);
+    const err = await fg.publish(ch, 2).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RateLimitedError);
+    expect(err).toMatchObject({ status: 429, code: "resource_exhausted", metaCode: "RATE_LIMITED" });
+    expect((err as RateLimitedError).retryAfterMs).toBeGreaterThan(3_000_000);
+    expect(waits).toHaveLength(2);
+    for (const w of waits) {
+      expect(w).toBeGreaterThanOrEqual(2000);
+      expect(w).toBeLessThanOrEqual(2400);
+    }
+  });
+
+  it("retries after a lost response with the same Idempotency-Key, so the message lands once", async () => {
+    const ch = `public:client.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
+    const keys: string[] = [];
+    let lose = true;
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      accessToken: access_token,
+      sleep: async () => {},
+      fetch: async (i, init) => {
+        keys.push(new Headers(init?.headers).get("idempotency-key") ?? "");
+        const res = await workerFetch(i, init);
+        if (lose) {
+          lose = false;
+          throw new TypeError("connection reset"); // the server delivered; the answer was lost
+        }
+        return res;
+      },
+    });
+    const r = await fg.publish(ch, { once: true });
+    expect(r).toMatchObject({ status: "delivered", seq: 1 });
+    expect(keys).toHaveLength(2);
+    expect(keys[0]).toBe(keys[1]);
+    expect((await historyOf(ch, null)).map((f) => f.data)).toEqual([{ once: true }]);
+  });
+
+  it("throws typed errors that mirror the contract's codes, without retrying them", async () => {
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
+    let calls = 0;
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      accessToken: access_token,
+      fetch: (i, init) => {
+        calls++;
+        return workerFetch(i, init);
+      },
+    });
+    const denied = await fg.publish("public:other.thing", 1).catch((e: unknown) => e);
+    expect(denied).toBeInstanceOf(FloodgateError);
+    expect(denied).toMatchObject({ status: 403, code: "permission_denied", metaCode: "PERMISSION_DENIED" });
+    const bad = await fg.publish("not a channel", 1).catch((e: unknown) => e);
+    expect(bad).toMatchObject({ status: 400, code: "invalid_argument" });
+    expect(calls).toBe(2);
+  });
+
+  it("refreshes the access token before it expires, and hands the new pair to onTokens", async () => {
+    const pair = await mint({ sub: uniq("r"), channels: ["public:client.*"], ttl: "1m" });
+    const seen: string[] = [];
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      accessToken: pair.access_token,
+      refreshToken: pair.refresh_token,
+      refreshMarginMs: 120_000, // the 1-minute token is "about to expire"
+      fetch: workerFetch,
+      onTokens: (p) => seen.push(p.access_token),
+    });
+    expect((await fg.publish(`public:client.${uniq()}`, 1)).status).toBe("delivered");
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).not.toBe(pair.access_token);
+    // The old refresh token is spent: the client now holds the new one.
+    const res = await workerFetch(`${BASE}/v1/tokens/refresh`, {
+      method: "POST",
+      body: JSON.stringify({ refresh_token: pair.refresh_token }),
+    });
+    expect(res.status).toBe(401);
+  });
+});
+
+describe("client subscribe", () => {
+  it("reconnects after a dropped socket and resumes from the last seq: no gaps, no repeats", async () => {
+    const ch = `public:client.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
+    const ws = socketOpener();
+    const errors: unknown[] = [];
+    const fg = new FloodgateClient({ baseUrl: BASE, openWebSocket: ws.open, sleep: async () => {} });
+    const got: Message[] = [];
+    const sub = fg.subscribe(ch, (m) => got.push(m), { onError: (e) => errors.push(e) });
+    await until(() => ws.sockets.length === 1, "the first socket");
+    for (let i = 1; i <= 3; i++) await publishTo(ch, access_token, { i });
+    await until(() => got.length === 3, "3 messages");
+    ws.sockets[0]?.close(1011, "network went away");
+    for (let i = 4; i <= 6; i++) await publishTo(ch, access_token, { i }); // published while away
+    await until(() => got.length === 6 && ws.sockets.length === 2, "the resumed stream");
+    for (let i = 7; i <= 8; i++) await publishTo(ch, access_token, { i });
+    await until(() => got.length === 8, "8 messages");
+    expect(got.map((m) => m.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(got.map((m) => (m.data as { i: number }).i)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    expect(sub.lastSeq).toBe(8);
+    expect(errors.length).toBeGreaterThanOrEqual(1);
+    sub.close();
+  });
+
+  it("falls back to Server-Sent Events when WebSockets keep failing", async () => {
+    const ch = `public:client.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
+    await publishTo(ch, access_token, { before: true });
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      fetch: workerFetch,
+      sleep: async () => {},
+      openWebSocket: () => Promise.reject(new Error("blocked by a proxy")),
+    });
+    const got: Message[] = [];
+    const sub = fg.subscribe(ch, (m) => got.push(m), { after: 0 });
+    await until(() => sub.transport === "sse", "the switch to SSE");
+    await until(() => got.length === 1, "the retained message");
+    await publishTo(ch, access_token, { live: true });
+    await until(() => got.length === 2, "the live message");
+    expect(got.map((m) => m.data)).toEqual([{ before: true }, { live: true }]);
+    sub.close();
+  });
+});
