@@ -393,7 +393,11 @@ export class ChannelObject extends DurableObject<Env> {
    */
   private markActive(): void {
     const channel = this.channel;
-    if (!channel || !this.sampled(channel)) return;
+    if (!channel) return;
+    if (!this.sampled(channel)) {
+      this.reportSeen(channel);
+      return;
+    }
     this.set({ period_marked: 1 });
     const registry = this.env.SAMPLER.get(this.env.SAMPLER.idFromName(SAMPLER_REGISTRY));
     this.marking = registry.markActive(channel).then(
@@ -408,6 +412,26 @@ export class ChannelObject extends DurableObject<Env> {
           e instanceof Error ? e.message : e,
         );
         this.set({ period_marked: 0 });
+        this.marking = null;
+      },
+    );
+  }
+
+  /** When this object last told the registry it had traffic (channels the sampler does not visit). */
+  private lastSeenReport = 0;
+
+  /** At most once a minute: lets the dashboard list channels without a target too. */
+  private reportSeen(channel: string): void {
+    const now = Date.now();
+    if (now - this.lastSeenReport < 60_000 || channel === getConfig(this.env).analyticsChannel.name) return;
+    this.lastSeenReport = now;
+    const registry = this.env.SAMPLER.get(this.env.SAMPLER.idFromName(SAMPLER_REGISTRY));
+    this.marking = registry.markSeen(channel, now).then(
+      () => {
+        this.marking = null;
+      },
+      () => {
+        this.lastSeenReport = 0;
         this.marking = null;
       },
     );

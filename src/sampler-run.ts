@@ -13,8 +13,8 @@
 import { parseStoredRate, rateKey } from "../functions/before-publish";
 import { isMeaningfulChange, nextDropRate, offeredRate, roundRate, type SamplerTarget } from "../functions/sampler";
 import { SAMPLER_REGISTRY } from "./channel-object";
-import { parseChannelName } from "./channels";
-import { type Config, type Target, targetFor } from "./config";
+import { type ChannelName, parseChannelName } from "./channels";
+import { type Config, parseTarget, type Target, targetFor } from "./config";
 import { channelStub } from "./services";
 
 /** What the sampler decided for one channel; stored as the channel's `last_sample`. */
@@ -70,6 +70,7 @@ export async function runSampler(
 ): Promise<SamplerReport> {
   const registry = env.SAMPLER.get(env.SAMPLER.idFromName(SAMPLER_REGISTRY));
   const start = await registry.beginRun(now);
+  const runtimeTargets = start.targets;
   const results: SamplerReport["channels"] = [];
   const finished: { channel: string; generation: number; throttled: boolean }[] = [];
   const queue = [...start.channels];
@@ -78,7 +79,7 @@ export async function runSampler(
     for (let next = queue.shift(); next; next = queue.shift()) {
       const { channel, generation } = next;
       try {
-        const outcome = await sampleChannel(env, config, channel, now);
+        const outcome = await sampleChannel(env, config, channel, now, runtimeTargets[channel]);
         if ("written" in outcome && outcome.written) cache?.invalidate(channel);
         results.push(outcome);
         const throttled = "new_rate" in outcome && outcome.new_rate > 0;
@@ -101,9 +102,10 @@ async function sampleChannel(
   config: Config,
   channel: string,
   now: number,
+  runtimeTarget: unknown,
 ): Promise<ChannelSample | SkippedChannel> {
   if (channel === config.analyticsChannel.name) return { channel, skipped: "analytics channel" };
-  const target = targetFor(config, parseChannelName(channel));
+  const target = effectiveTarget(config, parseChannelName(channel), runtimeTarget);
   if (!target) return { channel, skipped: "no target" };
   const stub = channelStub(env, channel);
   const [counts, storedText] = await Promise.all([stub.takePeriod(now), env.THROTTLE_KV.get(rateKey(channel))]);
@@ -148,4 +150,20 @@ function targetSource(t: Target): string | { deliveries: string } {
 
 function round3(n: number | null): number | null {
   return n === null || !Number.isFinite(n) ? null : Math.round(n * 1000) / 1000;
+}
+
+/**
+ * A target set at runtime through the admin API (stored in the registry) wins over
+ * `THROTTLE_TARGETS` / `THROTTLE_TARGET`. A stored value that no longer parses is ignored.
+ */
+export function effectiveTarget(config: Config, channel: ChannelName, runtimeTarget: unknown): Target | null {
+  if (runtimeTarget !== undefined && runtimeTarget !== null) {
+    try {
+      const t = parseTarget(runtimeTarget);
+      if (t) return t;
+    } catch {
+      // validated when set; fall through to the configuration
+    }
+  }
+  return targetFor(config, channel);
 }

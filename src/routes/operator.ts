@@ -4,14 +4,18 @@
  */
 import { Hono } from "hono";
 import { parseStoredRate, rateKey } from "../../functions/before-publish";
+import type { TargetJson } from "../active-channels";
 import type { AppEnv } from "../app-env";
 import type { ChannelStats } from "../channel-object";
-import { type Config, type Target, targetFor, thinningFor } from "../config";
+import { SAMPLER_REGISTRY } from "../channel-object";
+import type { ChannelName } from "../channels";
+import { type Config, parseTarget, type Target, targetFor, thinningFor } from "../config";
+import { DurationError, parseDuration } from "../durations";
 import { invalidArgument, orUnavailable } from "../errors";
 import { channelParam, readJson, requireAdmin } from "../http";
-import { limitToJson } from "../limits";
+import { LimitError, limitToJson } from "../limits";
 import { renderPrometheus } from "../metrics";
-import { runSampler } from "../sampler-run";
+import { effectiveTarget, runSampler } from "../sampler-run";
 import { channelStub } from "../services";
 
 /** The target as the API shows it: the shorthand, or `{"deliveries":…}` for a delivery budget. */
@@ -61,6 +65,16 @@ operator.get("/metrics", async (c) => {
   return c.body(renderPrometheus(series), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
 });
 
+function registry(env: Env) {
+  return env.SAMPLER.get(env.SAMPLER.idFromName(SAMPLER_REGISTRY));
+}
+
+/** The channel's target: one set at runtime (admin API) wins over THROTTLE_TARGET(S). */
+async function targetOf(env: Env, config: Config, channel: ChannelName): Promise<Target | null> {
+  const runtime = await orUnavailable("sampler registry", () => registry(env).targets());
+  return effectiveTarget(config, channel, runtime[channel.name]);
+}
+
 function channelStats(env: Env, channel: string): Promise<ChannelStats> {
   return orUnavailable("channel", () => channelStub(env, channel).stats());
 }
@@ -82,8 +96,12 @@ async function throttleView(env: Env, config: Config, name: string) {
     };
   }
   const channel = channelParam(name);
-  const [rate, stats] = await Promise.all([storedRate(env, name), channelStats(env, name)]);
-  return { channel: name, rate, target: targetJson(targetFor(config, channel)), last_sample: stats.last_sample };
+  const [rate, stats, target] = await Promise.all([
+    storedRate(env, name),
+    channelStats(env, name),
+    targetOf(env, config, channel),
+  ]);
+  return { channel: name, rate, target: targetJson(target), last_sample: stats.last_sample };
 }
 
 operator.use("/v1/admin/*", async (c, next) => {
@@ -132,7 +150,11 @@ operator.get("/v1/channels/:channel/stats", async (c) => {
   const config = c.get("svc").config;
   const name = c.req.param("channel");
   const channel = channelParam(name);
-  const [stats, rate] = await Promise.all([channelStats(c.env, name), c.get("svc").reader.rateFor(name)]);
+  const [stats, rate, target] = await Promise.all([
+    channelStats(c.env, name),
+    c.get("svc").reader.rateFor(name),
+    targetOf(c.env, config, channel),
+  ]);
   return c.json({
     channel: name,
     occupancy: stats.occupancy,
@@ -145,7 +167,84 @@ operator.get("/v1/channels/:channel/stats", async (c) => {
     drop_rate: name === config.analyticsChannel.name ? 0 : rate.rate,
     drop_rate_source: rate.source,
     drop_mode: thinningFor(config, channel) ? "thinning" : "random",
-    target: targetJson(targetFor(config, channel)),
+    target: targetJson(target),
     last_sample: stats.last_sample,
   });
+});
+
+/** Runtime targets (CONTRACT is silent; see docs/api.md): set from the dashboard or with curl. */
+operator.get("/v1/admin/target/:channel", async (c) => {
+  const channel = channelParam(c.req.param("channel"));
+  return c.json(await targetView(c.env, c.get("svc").config, channel));
+});
+
+operator.put("/v1/admin/target/:channel", async (c) => {
+  const channel = channelParam(c.req.param("channel"));
+  const body = await readJson(c.req.raw, 1024);
+  if (body === null || typeof body !== "object" || Array.isArray(body)) {
+    throw invalidArgument('body must be {"target": "50/s"} or {"target": {"deliveries": "5000/s"}}');
+  }
+  const b = body as Record<string, unknown>;
+  for (const k of Object.keys(b)) if (k !== "target") throw invalidArgument(`unknown field "${k}"`);
+  let parsed: Target | null;
+  try {
+    parsed = parseTarget(b.target);
+  } catch (e) {
+    if (e instanceof LimitError) throw invalidArgument(`target: ${e.message}`);
+    throw e;
+  }
+  if (!parsed) throw invalidArgument("target must be a positive rate; DELETE clears it");
+  const stored: TargetJson = parsed.kind === "messages" ? parsed.source : { deliveries: parsed.source };
+  await orUnavailable("sampler registry", () => registry(c.env).setTarget(channel.name, stored));
+  return c.json(await targetView(c.env, c.get("svc").config, channel));
+});
+
+operator.delete("/v1/admin/target/:channel", async (c) => {
+  const channel = channelParam(c.req.param("channel"));
+  await orUnavailable("sampler registry", () => registry(c.env).setTarget(channel.name, null));
+  return c.body(null, 204);
+});
+
+async function targetView(env: Env, config: Config, channel: ChannelName) {
+  const runtime = (await orUnavailable("sampler registry", () => registry(env).targets()))[channel.name];
+  const configured = targetFor(config, channel);
+  const effective = effectiveTarget(config, channel, runtime);
+  return {
+    channel: channel.name,
+    target: targetJson(effective),
+    source: runtime !== undefined && effective ? "runtime" : configured ? "config" : null,
+    config_target: targetJson(configured),
+  };
+}
+
+/** Channels with traffic in the last `within` (default 10m), newest first, each with its stats. */
+operator.get("/v1/admin/channels", async (c) => {
+  const config = c.get("svc").config;
+  let withinMs: number;
+  try {
+    withinMs = parseDuration(c.req.query("within") ?? "10m");
+  } catch (e) {
+    if (e instanceof DurationError) throw invalidArgument('within must be a duration such as "10m"');
+    throw e;
+  }
+  const seen = await orUnavailable("sampler registry", () => registry(c.env).recentlySeen(Date.now() - withinMs, 50));
+  const runtime = await orUnavailable("sampler registry", () => registry(c.env).targets());
+  const channels = await Promise.all(
+    seen.map(async ({ channel, at }) => {
+      const name = channelParam(channel);
+      const [stats, rate] = await Promise.all([channelStats(c.env, channel), c.get("svc").reader.rateFor(channel)]);
+      return {
+        channel,
+        last_seen_at: at,
+        occupancy: stats.occupancy,
+        delivered_total: stats.delivered_total,
+        dropped_total: stats.dropped_total,
+        drop_rate: rate.rate,
+        drop_mode: thinningFor(config, name) ? "thinning" : "random",
+        target: targetJson(effectiveTarget(config, name, runtime[channel])),
+        last_sample: stats.last_sample,
+      };
+    }),
+  );
+  return c.json({ now: Date.now(), channels });
 });
