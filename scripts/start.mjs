@@ -17,6 +17,9 @@ if (!existsSync(devVars)) {
   console.log("floodgate: created .dev.vars from .dev.vars.example (development secrets only)");
 }
 
+// The dashboard's vendored chart library (also done by npm install; cheap and idempotent).
+await import("./build-assets.mjs");
+
 const args = process.argv.slice(2);
 const hasPort = args.some((a) => a === "--port" || a.startsWith("--port="));
 const wranglerArgs = ["dev", "--local", ...(hasPort ? [] : ["--port", "8787"]), "--test-scheduled", ...args];

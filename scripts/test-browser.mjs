@@ -1,0 +1,165 @@
+#!/usr/bin/env node
+// `npm run test:browser`: the dashboard in a real browser (Debian's Chromium driven by playwright-core)
+// against the Worker started here with `npm start` (wrangler dev, local KV and Durable Objects, the
+// local sampler every 2 s). Steps: a wrong token is refused with a clear message; the right one shows
+// the empty state; a channel appears once traffic flows; its drop rate rises after the sampler runs;
+// a rate set from the page makes publishes answer 202; the page fits a phone's width. Screenshots go
+// to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const PORT = 8797;
+const BASE = `http://127.0.0.1:${PORT}`;
+const ADMIN = "dev-admin-token";
+const CHANNEL = "public:live.browser";
+const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const artifacts = join(root, "test-artifacts");
+mkdirSync(artifacts, { recursive: true });
+
+if (!existsSync(CHROMIUM)) {
+  console.error(`test:browser: no Chromium at ${CHROMIUM}; install it with: apt-get install -y chromium`);
+  process.exit(1);
+}
+
+let failures = 0;
+function check(ok, what) {
+  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
+  if (!ok) failures++;
+}
+
+const server = spawn(
+  process.execPath,
+  [
+    join(root, "scripts/start.mjs"),
+    "--port",
+    String(PORT),
+    "--ip",
+    "127.0.0.1",
+    "--persist-to",
+    mkdtempSync(join(tmpdir(), "floodgate-browser-")),
+    "--var",
+    "THROTTLE_TARGET:5/s",
+    "--var",
+    "THROTTLE_RATE_CACHE_MS:200",
+  ],
+  { cwd: root, env: { ...process.env, SAMPLER_LOCAL_PERIOD: "2" }, stdio: ["ignore", "pipe", "pipe"], detached: true },
+);
+let serverLog = "";
+server.stdout.on("data", (d) => (serverLog += d));
+server.stderr.on("data", (d) => (serverLog += d));
+const stopServer = () => {
+  try {
+    process.kill(-server.pid, "SIGTERM");
+  } catch {}
+};
+process.on("exit", stopServer);
+
+async function waitFor(fn, what, ms = 30_000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch {}
+    if (Date.now() > end) throw new Error(`timed out: ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+let browser;
+let publishing = true;
+try {
+  await waitFor(async () => (await fetch(`${BASE}/healthz`)).ok, "the server to start", 60_000);
+  const tokenRes = await fetch(`${BASE}/v1/tokens`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
+    body: JSON.stringify({ sub: "browser-test", channels: [CHANNEL], rl: "1000/s" }),
+  });
+  const { access_token: token } = await tokenRes.json();
+  const publish = () =>
+    fetch(`${BASE}/v1/publish/${CHANNEL}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ emoji: "🔥" }),
+    }).then(async (r) => {
+      await r.arrayBuffer();
+      return r.status;
+    });
+
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu"] });
+  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  const t0 = Date.now();
+  await page.goto(BASE);
+  await page.waitForSelector("#login-form", { state: "visible" });
+  const loaded = await page.evaluate(() => performance.getEntriesByType("navigation")[0]?.loadEventEnd ?? -1);
+  console.log(`     page load: ${Math.round(loaded)} ms (navigation timing), ${Date.now() - t0} ms to the login form`);
+
+  await page.fill("#token", "wrong-token");
+  await page.click("#login-form button");
+  await page.waitForSelector("#login-error", { state: "visible" });
+  check(
+    (await page.textContent("#login-error")).includes("refused"),
+    "a wrong token is refused with a message saying what to do",
+  );
+
+  await page.fill("#token", ADMIN);
+  await page.click("#login-form button");
+  await page.waitForSelector("#app", { state: "visible" });
+  await page.waitForSelector("#empty", { state: "visible" });
+  check(true, "the right token shows the empty state, which says how to make traffic");
+
+  // ~25 publishes/s against a 5/s target, in the background.
+  const traffic = (async () => {
+    while (publishing) {
+      await Promise.all([publish(), publish(), publish(), publish(), publish()]);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  })();
+  const card = `article[data-channel="${CHANNEL}"]`;
+  await page.waitForSelector(card, { timeout: 15_000 });
+  check(true, "the channel appears once traffic flows");
+  await page.waitForFunction((sel) => Number(document.querySelector(`${sel} .rate`)?.textContent) > 0.3, card, {
+    timeout: 20_000,
+  });
+  check(true, `the drop rate rises after the sampler runs (now ${await page.textContent(`${card} .rate`)})`);
+  await page.waitForTimeout(8000); // let the chart gather a few points for the screenshot
+  await page.screenshot({ path: join(artifacts, "dashboard.png"), fullPage: true });
+
+  publishing = false;
+  await traffic;
+  await page.fill(`${card} .set-rate input`, "1");
+  await page.click(`${card} .set-rate button[type=submit]`);
+  await page.waitForFunction((sel) => document.querySelector(`${sel} .rate`)?.textContent === "1.000", card, {
+    timeout: 10_000,
+  });
+  const statuses = await waitFor(async () => {
+    const s = await Promise.all([publish(), publish(), publish()]);
+    return s.every((x) => x === 202) ? s : null;
+  }, "publishes to answer 202");
+  check(
+    statuses.every((s) => s === 202),
+    "a rate set from the page makes publishes answer 202",
+  );
+
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.waitForTimeout(300);
+  const fits = await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
+  check(fits, "at phone width (390 px) nothing scrolls sideways");
+  await page.screenshot({ path: join(artifacts, "dashboard-phone.png"), fullPage: true });
+  console.log(`     screenshots: test-artifacts/dashboard.png, test-artifacts/dashboard-phone.png`);
+} catch (e) {
+  failures++;
+  console.error(`FAIL ${e.message}`);
+  console.error(serverLog.split("\n").slice(-30).join("\n"));
+} finally {
+  publishing = false;
+  await browser?.close();
+  stopServer();
+}
+console.log(failures ? `test:browser: ${failures} failed` : "test:browser: all passed");
+process.exit(failures ? 1 : 0);
