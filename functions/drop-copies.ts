@@ -49,6 +49,12 @@ export interface DropCopyQueueOptions {
   windowMs?: number;
   /** Default: a `setTimeout` promise. */
   wait?: (ms: number) => Promise<void>;
+  /**
+   * Most copies waiting in this isolate (default 10,000). Beyond it a copy is reported to `onFailure`
+   * at once instead of queued, so a stalled analytics channel cannot grow memory without bound; the
+   * message stays dropped and the failure is counted, as for any failed copy.
+   */
+  maxQueued?: number;
 }
 
 export class DropCopyQueue {
@@ -63,12 +69,14 @@ export class DropCopyQueue {
   /** The newest batch opened; the next one waits for it. */
   private tail: Promise<void> = Promise.resolve();
   private waiting = 0;
+  private readonly maxQueued: number;
 
   constructor(opts: DropCopyQueueOptions) {
     this.sink = opts.sink;
     this.onFailure = opts.onFailure;
     this.maxBatch = Math.max(1, opts.maxBatch ?? 100);
     this.windowMs = Math.max(0, opts.windowMs ?? 25);
+    this.maxQueued = Math.max(1, opts.maxQueued ?? 10_000);
     this.wait = opts.wait ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
   }
 
@@ -83,6 +91,12 @@ export class DropCopyQueue {
    * workerd, code continuing from another request's promise runs in that request's context).
    */
   enqueue(item: QueuedCopy): Promise<void> {
+    if (this.waiting >= this.maxQueued) {
+      return Promise.resolve(this.onFailure([item], new Error(`more than ${this.maxQueued} copies waiting`))).then(
+        () => {},
+        () => {},
+      );
+    }
     this.waiting++;
     if (this.open && this.open.items.length < this.maxBatch) {
       this.open.items.push(item);

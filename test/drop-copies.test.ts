@@ -55,6 +55,30 @@ describe("drop copy queue", () => {
     expect(q.size).toBe(0);
   });
 
+  it("bounds memory: beyond maxQueued a copy is reported as failed at once instead of queued", async () => {
+    let release!: () => void;
+    const sent: number[] = [];
+    const failed: number[] = [];
+    const q = new DropCopyQueue({
+      sink: {
+        send: async (b) => {
+          await new Promise<void>((r) => (release = r)); // the analytics channel is stalled
+          sent.push(...b.map((c) => (c.copy.message as { i: number }).i));
+        },
+      },
+      onFailure: (b) => void failed.push(...b.map((c) => (c.copy.message as { i: number }).i)),
+      windowMs: 0,
+      maxQueued: 3,
+    });
+    const queued = [0, 1, 2].map((i) => q.enqueue({ copy: copy(i), counted: false }));
+    await q.enqueue({ copy: copy(3), counted: false }); // settles at once: reported, not queued
+    expect(failed).toEqual([3]);
+    expect(q.size).toBeLessThanOrEqual(3);
+    release();
+    await Promise.all(queued);
+    expect(sent).toEqual([0, 1, 2]);
+  });
+
   it("a failed batch is reported, not thrown, and later batches still go", async () => {
     const failed: number[] = [];
     const sent: number[] = [];
