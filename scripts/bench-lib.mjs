@@ -38,6 +38,7 @@ function start(worker) {
   return new Miniflare(
     convertV4MiniflareOptions({
       host: "127.0.0.1",
+      inspectorPort: process.env.INSPECT ? 9229 : undefined,
       port: 0,
       log: new Log(LogLevel.WARN),
       workers: [{ compatibilityDate: config.compatibility_date, ...worker }],

@@ -163,7 +163,8 @@ export class ChannelObject extends DurableObject<Env> {
     this.remember(channel);
     let last = this.counter("next_seq");
     this.ctx.storage.transactionSync(() => {
-      for (const item of items) last = this.append(channel, item.data, item.publisher, now).seq;
+      for (const item of items) last = this.append(channel, item.data, item.publisher, now, false).seq;
+      this.trimHistory(last);
     });
     this.flushLive();
     return last;
@@ -296,7 +297,14 @@ export class ChannelObject extends DurableObject<Env> {
 
   private pendingLive: LiveFrame[] = [];
 
-  private append(channel: string, data: string, publisher: string, now: number): { seq: number; id: string } {
+  /** Appends one message; `trim` keeps history at HISTORY_LIMIT (a batch trims once, at its end). */
+  private append(
+    channel: string,
+    data: string,
+    publisher: string,
+    now: number,
+    trim = true,
+  ): { seq: number; id: string } {
     const seq = this.counter("next_seq") + 1;
     const id = crypto.randomUUID();
     this.sql.exec(
@@ -307,11 +315,15 @@ export class ChannelObject extends DurableObject<Env> {
       publisher,
       now,
     );
-    const limit = getConfig(this.env).historyLimit;
-    if (seq > limit) this.sql.exec("DELETE FROM messages WHERE seq <= ?", seq - limit);
+    if (trim) this.trimHistory(seq);
     this.bump({ next_seq: 1, delivered_total: 1, period_delivered: 1 });
     this.pendingLive.push({ seq, text: frame(channel, { seq, id, data, published_at: now }) });
     return { seq, id };
+  }
+
+  private trimHistory(lastSeq: number): void {
+    const limit = getConfig(this.env).historyLimit;
+    if (lastSeq > limit) this.sql.exec("DELETE FROM messages WHERE seq <= ?", lastSeq - limit);
   }
 
   /** Sends frames appended by the last transaction to every live subscriber. */
