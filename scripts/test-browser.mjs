@@ -3,7 +3,8 @@
 // against the Worker started here with `npm start` (wrangler dev, local KV and Durable Objects, the
 // local sampler every 2 s). Steps: a wrong token is refused with a clear message; the right one shows
 // the empty state; a channel appears once traffic flows; its drop rate rises after the sampler runs;
-// a rate set from the page makes publishes answer 202; the page fits a phone's width. Screenshots go
+// a rate set from the page makes publishes answer 202; the page fits a phone's width; with the server
+// stopped the page says so. Screenshots go
 // to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync } from "node:fs";
@@ -152,6 +153,12 @@ try {
   check(fits, "at phone width (390 px) nothing scrolls sideways");
   await page.screenshot({ path: join(artifacts, "dashboard-phone.png"), fullPage: true });
   console.log(`     screenshots: test-artifacts/dashboard.png, test-artifacts/dashboard-phone.png`);
+
+  stopServer();
+  await page.waitForFunction(() => document.querySelector("#app-error")?.textContent.includes("Cannot reach"), null, {
+    timeout: 15_000,
+  });
+  check(true, "with the server down the page says so and what to do");
 } catch (e) {
   failures++;
   console.error(`FAIL ${e.message}`);
