@@ -17,6 +17,7 @@
 
 /** The part of a key-value store the throttle needs (`KVNamespace` satisfies it). */
 import type { Thinning } from "./thinning";
+import { pollUntil } from "./waiting";
 
 export interface RateStore {
   get(key: string): Promise<string | null>;
@@ -107,7 +108,7 @@ export class DropRateReader {
     const hit = this.cache.get(channel);
     if (hit && hit.expires > now) {
       if (hit.value) return Promise.resolve(hit.value);
-      if (hit.pending) return this.join(channel, hit.pending);
+      if (hit.pending) return this.join(channel, hit);
     }
     return this.start(channel, now);
   }
@@ -130,20 +131,16 @@ export class DropRateReader {
 
   /**
    * Waits for a read another request started. In workerd I/O belongs to the request that started it,
-   * and a request whose client goes away is cancelled with its reads (and their timeouts), which then
-   * never answer; so a joiner waits on its own timer, twice `readTimeoutMs` (a live read answers
-   * within one, timeout included), and then reads for itself.
+   * code continuing from another request's promise runs in that request's context, and a cancelled
+   * request's reads never answer; so a joiner never awaits the shared read. It checks for the answer
+   * on timers of its own (functions/waiting.ts) for up to twice `readTimeoutMs` (a live read answers
+   * within one, timeout included), then reads for itself.
    */
-  private join(channel: string, pending: Promise<ResolvedRate>): Promise<ResolvedRate> {
-    if (!(this.readTimeoutMs > 0)) return pending;
-    let timer: ReturnType<typeof setTimeout> | null = null;
-    const patience = new Promise<null>((resolve) => {
-      timer = setTimeout(() => resolve(null), 2 * this.readTimeoutMs);
-    });
-    return Promise.race([pending, patience]).then((v) => {
-      if (timer !== null) clearTimeout(timer);
-      return v ?? this.start(channel, this.now());
-    });
+  private async join(channel: string, entry: CacheEntry): Promise<ResolvedRate> {
+    if (await pollUntil(() => entry.value !== null, 2 * this.readTimeoutMs)) {
+      return entry.value as unknown as ResolvedRate;
+    }
+    return this.start(channel, this.now());
   }
 
   /** Forgets cached rates (an admin write in this isolate takes effect at once). */

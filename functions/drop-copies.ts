@@ -17,6 +17,7 @@
  * Platform-neutral: the sink and the wait are arguments.
  */
 import type { DroppedCopy } from "./before-publish";
+import { pollUntil } from "./waiting";
 
 /** A copy as JSON text, with the original message text spliced in when there is one. */
 export function serialiseCopy(item: QueuedCopy): string {
@@ -65,9 +66,9 @@ export class DropCopyQueue {
   private readonly wait: (ms: number) => Promise<void>;
 
   /** The batch still accepting copies, if any. */
-  private open: { items: QueuedCopy[]; sent: Promise<void> } | null = null;
-  /** The newest batch opened; the next one waits for it. */
-  private tail: Promise<void> = Promise.resolve();
+  private open: { items: QueuedCopy[] } | null = null;
+  /** The newest batch opened; the next one is sent after it. */
+  private tail: { finished: boolean } = { finished: true };
   private waiting = 0;
   private readonly maxQueued: number;
 
@@ -86,9 +87,10 @@ export class DropCopyQueue {
   }
 
   /**
-   * Queues a copy; the promise settles once it has been sent or its failure reported. It may be the
-   * promise of a batch another request opened: hand it to `waitUntil` and chain nothing on it (in
-   * workerd, code continuing from another request's promise runs in that request's context).
+   * Queues a copy. The request that opens a batch gets a promise that settles once the batch was sent
+   * or its failure reported, and must hand it to `waitUntil`: it sends the batch. The others' copies
+   * travel in that batch, so their promise settles at once — in workerd a request must not wait on
+   * work another request does (see functions/waiting.ts).
    */
   enqueue(item: QueuedCopy): Promise<void> {
     if (this.waiting >= this.maxQueued) {
@@ -100,22 +102,27 @@ export class DropCopyQueue {
     this.waiting++;
     if (this.open && this.open.items.length < this.maxBatch) {
       this.open.items.push(item);
-      return this.open.sent;
+      return Promise.resolve();
     }
-    const items = [item];
+    const batch = { items: [item] };
     const ahead = this.tail;
-    const batch = { items, sent: this.send(items, ahead) };
+    const state = { finished: false };
     this.open = batch;
-    this.tail = batch.sent;
-    return batch.sent;
+    this.tail = state;
+    return this.send(batch, ahead).finally(() => {
+      state.finished = true;
+    });
   }
 
-  private async send(items: QueuedCopy[], ahead: Promise<void>): Promise<void> {
+  private async send(batch: { items: QueuedCopy[] }, ahead: { finished: boolean }): Promise<void> {
     // Even with no window, yield once so copies enqueued in the same tick travel together.
     if (this.windowMs > 0) await this.wait(this.windowMs);
     else await Promise.resolve();
-    await ahead; // never rejects
-    if (this.open?.items === items) this.open = null;
+    // One batch at a time, in order; checked on this request's own timers. A batch ahead that never
+    // finishes (its request was cut off) holds this one back at most AHEAD_PATIENCE_MS.
+    if (!ahead.finished) await pollUntil(() => ahead.finished, AHEAD_PATIENCE_MS);
+    if (this.open === batch) this.open = null;
+    const items = batch.items;
     this.waiting -= items.length;
     try {
       await this.sink.send(items);
@@ -124,3 +131,6 @@ export class DropCopyQueue {
     }
   }
 }
+
+/** How long a batch waits for the one ahead of it before it is sent anyway. */
+const AHEAD_PATIENCE_MS = 5000;

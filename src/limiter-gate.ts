@@ -12,14 +12,15 @@
  * arrival order), so strictness holds, but a hot subject costs one round trip per batch instead of
  * one per request. A request with nothing in flight ahead of it goes out at once.
  *
- * Each batch is sent by its first request (its leader). workerd ties I/O to the request that
- * started it and cancels a request whose client went away, so the leader hands the call to
- * `waitUntil` (it finishes and answers the followers even if the leader's client disconnects), and
- * every follower still gives up after {@link FOLLOWER_PATIENCE_MS} and asks the object itself. That
- * fallback can charge a follower twice (once in the lost batch), never admit one twice: a lost
- * leader costs tokens, not strictness. If the call ahead never answers, a leader stops waiting
- * after {@link STALL_MS} and sends anyway.
+ * Each batch is sent by its first request (its leader), which hands the call to `waitUntil` so it
+ * finishes even if that client disconnects. Nobody awaits a promise another request settles (see
+ * src/waiting.ts): followers and the next leader check shared state on timers of their own. A follower
+ * with no answer after {@link FOLLOWER_PATIENCE_MS} asks the object itself — that can charge it twice
+ * (once in the lost batch), never admit it twice. A leader stuck behind a call that never answers
+ * sends anyway after {@link STALL_MS}.
  */
+
+import { pollUntil } from "../functions/waiting";
 import { ApiError } from "./errors";
 import type { Limit } from "./limits";
 import type { BatchChargeResult } from "./rate-limiter";
@@ -58,16 +59,17 @@ interface Answer {
   error?: unknown;
 }
 
-interface Waiter {
-  settle(answer: Answer): void;
+/** A follower's place in a batch; the leader fills `answer`. */
+interface Slot {
+  answer: Answer | null;
 }
 
 interface Batch {
-  /** The leader is not in here: it gets its answer from `send` directly. */
-  followers: Waiter[];
+  /** The leader is not in here: it gets its answer directly. */
+  followers: Slot[];
   closed: boolean;
-  /** Settles (never rejects) when this batch's call has answered. */
-  done: Promise<void>;
+  /** Set once this batch's call has answered (or failed). */
+  finished: boolean;
 }
 
 interface Lane {
@@ -149,18 +151,14 @@ export class LimiterGate {
 
   /** Joins an open batch; if no answer comes in time, asks the object alone. */
   private async follow(bucket: BucketName, key: string, limit: Limit, batch: Batch): Promise<Record<string, string>> {
-    let timer: ReturnType<typeof setTimeout> | null = null;
-    let waiter!: Waiter;
-    const answered = new Promise<Answer | null>((resolve) => {
-      waiter = { settle: resolve };
-      batch.followers.push(waiter);
-      timer = setTimeout(() => resolve(null), FOLLOWER_PATIENCE_MS);
-    });
-    let answer = await answered;
-    if (timer !== null) clearTimeout(timer);
-    if (answer === null) {
+    const slot: Slot = { answer: null };
+    batch.followers.push(slot);
+    let answer: Answer;
+    if (await pollUntil(() => slot.answer !== null, FOLLOWER_PATIENCE_MS)) {
+      answer = slot.answer as unknown as Answer;
+    } else {
       // The batch's leader went away. Leave the batch if it has not gone out yet, then go alone.
-      if (!batch.closed) batch.followers.splice(batch.followers.indexOf(waiter), 1);
+      if (!batch.closed) batch.followers.splice(batch.followers.indexOf(slot), 1);
       answer = await this.solo(bucket, key, limit);
     }
     if (answer.error) throw answer.error;
@@ -212,13 +210,12 @@ export class LimiterGate {
     laneKey: string,
     lane: Lane,
   ): Promise<Record<string, string>> {
-    let finished!: () => void;
-    const batch: Batch = { followers: [], closed: false, done: new Promise<void>((r) => (finished = r)) };
+    const batch: Batch = { followers: [], closed: false, finished: false };
     const ahead = lane.tail;
     lane.open = batch;
     lane.tail = batch;
     try {
-      if (ahead) await waitAtMost(ahead.done, STALL_MS);
+      if (ahead) await pollUntil(() => ahead.finished, STALL_MS);
       else await Promise.resolve(); // let requests of the same tick join
       batch.closed = true;
       if (lane.open === batch) lane.open = null;
@@ -232,28 +229,20 @@ export class LimiterGate {
         all = Array.from({ length: count }, (_, i) => ({ error: this.failure(bucket, e, i === 0) }));
       }
       // Position 0 is the leader.
-      batch.followers.forEach((w, i) => {
-        w.settle(all[i + 1] as Answer);
+      batch.followers.forEach((slot, i) => {
+        slot.answer = all[i + 1] as Answer;
       });
       const own = all[0] as Answer;
       if (own.error) throw own.error;
       return own.headers ?? {};
     } finally {
-      finished();
+      batch.finished = true;
       if (lane.tail === batch) {
         lane.tail = null;
         if (!lane.open) this.lanes.delete(laneKey);
       }
     }
   }
-}
-
-/** Resolves when `p` settles or after `ms`, whichever comes first. */
-function waitAtMost(p: Promise<void>, ms: number): Promise<void> {
-  let timer: ReturnType<typeof setTimeout> | null = null;
-  return Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]).finally(() => {
-    if (timer !== null) clearTimeout(timer);
-  });
 }
 
 function sameLimit(a: Limit, b: Limit): boolean {

@@ -67,27 +67,24 @@ export function base64UrlDecode(text: string): Uint8Array {
   return out;
 }
 
-const keyCache = new Map<string, Promise<CryptoKey>>();
+/** Imported HMAC keys by secret. Values, not promises: a request never waits on another's import. */
+const keyCache = new Map<string, CryptoKey>();
 
 /**
- * Imports (once per isolate and secret) the HMAC key. Callers get a promise of their own: the import
- * may have been started by another request, and code continuing from that request's promise would
- * run in its context.
+ * The HMAC key for a secret, imported once per isolate. Two requests that miss at the same time each
+ * import it (cheap, and it happens once per isolate and secret); sharing the pending import would make
+ * one request continue in the other's context, which workerd refuses (see functions/waiting.ts).
  */
-function hmacKey(secret: string): Promise<CryptoKey> {
-  let key = keyCache.get(secret);
-  if (!key) {
-    key = crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
-      "sign",
-      "verify",
-    ]);
-    if (keyCache.size > 8) keyCache.clear(); // secrets rotate rarely; keep the cache tiny
-    keyCache.set(secret, key);
-  }
-  const shared = key;
-  return new Promise((resolve, reject) => {
-    shared.then(resolve, reject);
-  });
+async function hmacKey(secret: string): Promise<CryptoKey> {
+  const cached = keyCache.get(secret);
+  if (cached) return cached;
+  const key = await crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
+    "sign",
+    "verify",
+  ]);
+  if (keyCache.size > 8) keyCache.clear(); // secrets rotate rarely; keep the cache tiny
+  keyCache.set(secret, key);
+  return key;
 }
 
 /** Signs the claims as a compact HS256 JWT. */

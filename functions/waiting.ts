@@ -1,0 +1,29 @@
+/**
+ * Waiting on work another request does, the workerd way.
+ *
+ * workerd ties I/O to the request that started it, and code that continues from a promise another
+ * request resolved runs in *that* request's context: it then cannot touch its own timers or build its
+ * own response ("Cannot perform I/O on behalf of a different request"), and if that request ends, it
+ * never runs at all. So a request never awaits a promise another request settles. It checks shared
+ * state on timers of its own instead — a timer's callback always runs in the request that set it.
+ */
+
+/** Checks at 0, 1, 2, 4, 8, 8, … ms: fast when the answer is near, cheap when it is not. */
+const MAX_STEP_MS = 8;
+
+/**
+ * Resolves true once `ready()` holds, or false after waiting at least `timeoutMs` (counted as the
+ * sum of its own timer delays, so it needs no clock and runs the same under fake timers). Only this
+ * request's timers are involved, so whatever follows runs in this request's context.
+ */
+export async function pollUntil(ready: () => boolean, timeoutMs: number): Promise<boolean> {
+  let waited = 0;
+  let step = 0;
+  while (!ready()) {
+    if (waited >= timeoutMs) return false;
+    await new Promise<void>((r) => setTimeout(r, step));
+    waited += Math.max(step, 0.25); // a 0 ms timer still takes a turn of the event loop
+    step = step === 0 ? 1 : Math.min(step * 2, MAX_STEP_MS);
+  }
+  return true;
+}

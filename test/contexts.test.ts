@@ -1,0 +1,81 @@
+/**
+ * Concurrency across real request contexts. `exports.default.fetch` gives every request its own
+ * context, as in production; workerd refuses I/O from one request's context on behalf of another,
+ * and code that awaits a promise another request settles runs in that other context. These tests
+ * fail (with "Cannot perform I/O on behalf of a different request", or by hanging) if any shared work
+ * — the limiter batch, the analytics batch, the drop-rate read, the HMAC key — is awaited across
+ * requests. (Tests that call the handler directly run in one context and cannot see this.)
+ */
+import { env } from "cloudflare:workers";
+import { describe, expect, it, vi } from "vitest";
+import { pollUntil } from "../functions/waiting";
+import { services } from "../src/services";
+import { adminHeaders, call, callAndWait, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
+
+describe("pollUntil", () => {
+  it("resolves true as soon as the condition holds, false after the timeout, on its own timers", async () => {
+    vi.useFakeTimers();
+    try {
+      let ready = false;
+      const hit = pollUntil(() => ready, 1000);
+      await vi.advanceTimersByTimeAsync(30);
+      ready = true;
+      await vi.advanceTimersByTimeAsync(10);
+      await expect(hit).resolves.toBe(true);
+      const miss = pollUntil(() => false, 100);
+      await vi.advanceTimersByTimeAsync(120);
+      await expect(miss).resolves.toBe(false);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
+describe("real request contexts", () => {
+  it("50 concurrent publishes from one subject: one coalesced limiter, all delivered once", async () => {
+    const ch = `public:ctx.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:ctx.*"], rl: "10000/s" });
+    const callsBefore = services(env).gate.calls;
+    const statuses = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => publishTo(ch, access_token, { i }).then((r) => r.status)),
+    );
+    expect(statuses.filter((s) => s === 200)).toHaveLength(50);
+    expect(services(env).gate.calls - callsBefore).toBeLessThan(50); // batches did form
+    expect(await historyOf(ch, null, "?limit=100")).toHaveLength(50);
+  });
+
+  it("50 concurrent drops: every copy reaches the analytics channel", async () => {
+    const ch = `public:ctx.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:ctx.*"], rl: "10000/s" });
+    await setRate(ch, 1);
+    const statuses = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => publishTo(ch, access_token, { i }).then((r) => r.status)),
+    );
+    expect(statuses.every((s) => s === 202)).toBe(true);
+    // Copies travel after the responses; the source channel counts them as they land (bounded wait).
+    const dropped = async () =>
+      (
+        (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
+          dropped_total: number;
+        }
+      ).dropped_total;
+    let total = await dropped();
+    for (let i = 0; i < 50 && total < 50; i++) {
+      await pollUntil(() => false, 20);
+      total = await dropped();
+    }
+    expect(total).toBe(50);
+  });
+
+  it("concurrent first publishes to new channels share nothing they must wait on", async () => {
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:ctx.*"], rl: "10000/s" });
+    const chans = Array.from({ length: 10 }, () => `public:ctx.${uniq()}`);
+    const statuses = await Promise.all(
+      chans.flatMap((ch) =>
+        Array.from({ length: 5 }, () => publishTo(ch, access_token, { x: 1 }).then((r) => r.status)),
+      ),
+    );
+    expect(statuses.every((s) => s === 200)).toBe(true);
+    expect((await call("/healthz")).status).toBe(200);
+  });
+});
