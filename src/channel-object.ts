@@ -116,46 +116,61 @@ export class ChannelObject extends DurableObject<Env> {
   // ---- RPC -------------------------------------------------------------------------------------
 
   /** Delivers or records the drop of one message, honouring its Idempotency-Key. */
-  publish(cmd: PublishCommand): Promise<PublishOutcome> {
+  async publish(cmd: PublishCommand): Promise<PublishOutcome> {
+    const [outcome] = await this.publishMany([cmd]);
+    return outcome as PublishOutcome;
+  }
+
+  /**
+   * Several publishes that reached one Worker isolate together (see src/publish-batcher.ts), decided
+   * in order in one transaction: one storage commit and one fan-out for all of them. Each gets exactly
+   * the outcome it would have had alone, Idempotency-Keys included (a key repeated inside the batch
+   * answers the first result again).
+   */
+  publishMany(cmds: PublishCommand[]): Promise<PublishOutcome[]> {
+    const outcomes: PublishOutcome[] = [];
+    this.ctx.storage.transactionSync(() => {
+      for (const cmd of cmds) outcomes.push(this.applyOne(cmd));
+    });
+    if (outcomes.some((o) => o.status === "delivered" && !o.replayed)) this.flushLive();
+    return this.settled(outcomes);
+  }
+
+  private applyOne(cmd: PublishCommand): PublishOutcome {
     this.remember(cmd.channel);
     const idemKey = cmd.idempotencyKey ? `${cmd.publisher}\u0000${cmd.idempotencyKey}` : null;
     if (idemKey) {
       const prior = this.sql
         .exec<{ result: string }>("SELECT result FROM idempotency WHERE key = ? AND expires_at > ?", idemKey, cmd.now)
         .toArray()[0];
-      if (prior) return Promise.resolve({ ...(JSON.parse(prior.result) as PublishOutcome), replayed: true });
+      if (prior) return { ...(JSON.parse(prior.result) as PublishOutcome), replayed: true };
     }
     let outcome: PublishOutcome;
-    this.ctx.storage.transactionSync(() => {
-      if (cmd.action === "drop") {
-        this.bump({ dropped_total: 1, period_dropped: 1 });
-        outcome = { status: "dropped", replayed: false };
-      } else {
-        const m = this.append(cmd.channel, cmd.data, cmd.publisher, cmd.now);
-        outcome = {
-          status: "delivered",
-          channel: cmd.channel,
-          seq: m.seq,
-          id: m.id,
-          published_at: cmd.now,
-          replayed: false,
-        };
-      }
-      if (idemKey) {
-        this.sql.exec("DELETE FROM idempotency WHERE expires_at <= ?", cmd.now);
-        const { replayed: _, ...stored } = outcome;
-        this.sql.exec(
-          "INSERT OR REPLACE INTO idempotency (key, result, expires_at) VALUES (?, ?, ?)",
-          idemKey,
-          JSON.stringify(stored),
-          cmd.now + IDEMPOTENCY_TTL_MS,
-        );
-      }
-    });
-    // biome-ignore lint/style/noNonNullAssertion: assigned inside the synchronous transaction above
-    const result = outcome!;
-    if (result.status === "delivered") this.flushLive();
-    return this.settled(result);
+    if (cmd.action === "drop") {
+      this.bump({ dropped_total: 1, period_dropped: 1 });
+      outcome = { status: "dropped", replayed: false };
+    } else {
+      const m = this.append(cmd.channel, cmd.data, cmd.publisher, cmd.now);
+      outcome = {
+        status: "delivered",
+        channel: cmd.channel,
+        seq: m.seq,
+        id: m.id,
+        published_at: cmd.now,
+        replayed: false,
+      };
+    }
+    if (idemKey) {
+      this.sql.exec("DELETE FROM idempotency WHERE expires_at <= ?", cmd.now);
+      const { replayed: _, ...stored } = outcome;
+      this.sql.exec(
+        "INSERT OR REPLACE INTO idempotency (key, result, expires_at) VALUES (?, ?, ?)",
+        idemKey,
+        JSON.stringify(stored),
+        cmd.now + IDEMPOTENCY_TTL_MS,
+      );
+    }
+    return outcome;
   }
 
   /** Appends several messages in one call (the analytics channel's copies). Returns the last seq. */

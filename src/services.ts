@@ -10,6 +10,7 @@ import type { ChannelObject } from "./channel-object";
 import { type Config, getConfig } from "./config";
 import { LimiterGate } from "./limiter-gate";
 import { MetricsBuffer } from "./metrics";
+import { PublishBatcher } from "./publish-batcher";
 
 export interface Services {
   config: Config;
@@ -19,6 +20,8 @@ export interface Services {
   metrics: MetricsBuffer;
   /** Per-isolate error-diffusion state for channels in `THROTTLE_THINNING`. */
   thinning: Thinning;
+  /** Coalesces concurrent publishes to one channel into one object call. */
+  publisher: PublishBatcher;
 }
 
 /** The stub of a channel's object, for one call; counts the call in `floodgate_object_calls_total`. */
@@ -70,6 +73,7 @@ export function services(env: Env): Services {
     config,
     metrics,
     thinning: new Thinning(),
+    publisher: new PublishBatcher((channel, cmds) => channelStub(env, channel).publishMany(cmds)),
     reader: new DropRateReader({
       store: {
         get: (key) => {

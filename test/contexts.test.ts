@@ -36,12 +36,40 @@ describe("real request contexts", () => {
     const ch = `public:ctx.${uniq()}`;
     const { access_token } = await mint({ sub: uniq(), channels: ["public:ctx.*"], rl: "10000/s" });
     const callsBefore = services(env).gate.calls;
-    const statuses = await Promise.all(
-      Array.from({ length: 50 }, (_, i) => publishTo(ch, access_token, { i }).then((r) => r.status)),
+    const appendsBefore = services(env).publisher.calls;
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) =>
+        publishTo(ch, access_token, { i }).then(async (r) => ({
+          status: r.status,
+          seq: ((await r.json()) as { seq: number }).seq,
+        })),
+      ),
     );
-    expect(statuses.filter((s) => s === 200)).toHaveLength(50);
-    expect(services(env).gate.calls - callsBefore).toBeLessThan(50); // batches did form
-    expect(await historyOf(ch, null, "?limit=100")).toHaveLength(50);
+    expect(results.filter((r) => r.status === 200)).toHaveLength(50);
+    expect(services(env).gate.calls - callsBefore).toBeLessThan(50); // limiter batches did form
+    expect(services(env).publisher.calls - appendsBefore).toBeLessThan(50); // and channel batches
+    const history = await historyOf(ch, null, "?limit=100");
+    expect(history.map((f) => f.seq)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
+    // Each publish was answered with the seq of its own message.
+    results.forEach((r, i) => {
+      expect(history.find((f) => f.seq === r.seq)?.data).toEqual({ i });
+    });
+  });
+
+  it("the same Idempotency-Key twice in one channel batch delivers once and answers both alike", async () => {
+    const ch = `public:ctx.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:ctx.*"], rl: "10000/s" });
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, () =>
+        publishTo(ch, access_token, { n: 1 }, { "idempotency-key": "twin" }).then(async (r) => ({
+          status: r.status,
+          body: await r.json(),
+        })),
+      ),
+    );
+    expect(answers.every((a) => a.status === 200)).toBe(true);
+    for (const a of answers) expect(a.body).toEqual(answers[0]?.body);
+    expect(await historyOf(ch, null)).toHaveLength(1);
   });
 
   it("50 concurrent drops: every copy reaches the analytics channel", async () => {

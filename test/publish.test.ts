@@ -226,7 +226,7 @@ describe("channel object failure", () => {
     const { ChannelObject } = await import("../src/channel-object");
     const ch = `public:pub.${uniq()}`;
     const t = await token();
-    const res = await withFailing(ChannelObject, "publish", "SQLITE_BUSY: internal detail", () =>
+    const res = await withFailing(ChannelObject, "publishMany", "SQLITE_BUSY: internal detail", () =>
       publishTo(ch, t, { n: 1 }, { "idempotency-key": "k1" }),
     );
     expect(res.status).toBe(503);

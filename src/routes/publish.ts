@@ -10,7 +10,6 @@ import type { PublishOutcome } from "../channel-object";
 import { thinningFor } from "../config";
 import { invalidArgument, orUnavailable } from "../errors";
 import { authorise, bearer, channelParam, parseJsonText, readBody } from "../http";
-import { channelStub } from "../services";
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,64}$/;
 
@@ -65,14 +64,17 @@ publish.post("/:channel", async (c) => {
   const outcome = await orUnavailable<PublishOutcome>(
     "channel",
     () =>
-      channelStub(c.env, channel.name).publish({
-        channel: channel.name,
-        data: messageJson,
-        publisher: sub,
-        action: decision.action,
-        now,
-        ...(idemKey ? { idempotencyKey: idemKey } : {}),
-      }),
+      svc.publisher.publish(
+        {
+          channel: channel.name,
+          data: messageJson,
+          publisher: sub,
+          action: decision.action,
+          now,
+          ...(idemKey ? { idempotencyKey: idemKey } : {}),
+        },
+        defer,
+      ),
     "retry with the same Idempotency-Key",
   );
 
