@@ -1,5 +1,7 @@
 // Shared by the benchmark scripts: the Worker bundled and started in workerd through Miniflare's API
 // (no dev proxy in the way), a bare Hono Worker as the reference, autocannon runs, tokens, metrics.
+// Debugging aids: BENCH_DEBUG_500=1 prints the body of the first 5xx answers of each run; INSPECT=1
+// opens workerd's inspector on port 9229 (attach Chrome DevTools or send Profiler.* over CDP).
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
