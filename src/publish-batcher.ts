@@ -6,7 +6,7 @@
  * the same channel join one open batch, sent as one call (one transaction, one commit) once the call
  * ahead returns. Order is arrival order in this isolate; each publish gets exactly the outcome it
  * would have had alone (the object decides them one by one, Idempotency-Keys included). A publish with
- * nothing in flight ahead of it goes out at once.
+ * nothing in flight ahead of it waits {@link GATHER_MS} (1 ms) for company first.
  *
  * The batch is sent by its first publish (its leader) under that request's `waitUntil`, so it
  * completes even if that client disconnects. Nobody awaits a promise another request settles
@@ -16,6 +16,9 @@
  */
 import { pollUntil } from "../functions/waiting";
 import type { PublishCommand, PublishOutcome } from "./channel-object";
+
+/** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
+export const GATHER_MS = 1;
 
 /** Most publishes in one call. */
 const MAX_BATCH = 100;
@@ -81,7 +84,7 @@ export class PublishBatcher {
     lane.tail = batch;
     try {
       if (ahead) await pollUntil(() => ahead.finished, STALL_MS);
-      else await Promise.resolve(); // publishes of the same tick go together
+      else await new Promise<void>((r) => setTimeout(r, GATHER_MS)); // publishes arriving meanwhile join
       batch.closed = true;
       if (lane.open === batch) lane.open = null;
       let outcomes: PublishOutcome[];
