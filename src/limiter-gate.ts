@@ -6,22 +6,15 @@
  * calling the object. It can only deny, never admit, so strictness holds; a flooding subject then
  * costs about one object call per refill interval instead of one per request.
  *
- * Coalescing: while a call for a key is in flight, further requests for the same key and limit in
- * this isolate join one open batch, which goes to the object as a single `chargeMany(n)` once the
- * call ahead of it returns. The object still decides every token (at most what the bucket holds, in
- * arrival order), so strictness holds, but a hot subject costs one round trip per batch instead of
- * one per request. A request with nothing in flight ahead of it waits {@link GATHER_MS} for company
- * first: 1 ms of latency that halved the calls per request in `npm run bench`.
- *
- * Each batch is sent by its first request (its leader), which hands the call to `waitUntil` so it
- * finishes even if that client disconnects. Nobody awaits a promise another request settles (see
- * src/waiting.ts): followers and the next leader check shared state on timers of their own. A follower
- * with no answer after {@link FOLLOWER_PATIENCE_MS} asks the object itself — that can charge it twice
- * (once in the lost batch), never admit it twice. A leader stuck behind a call that never answers
- * sends anyway after {@link STALL_MS}.
+ * Coalescing: requests for one key and limit that arrive while that key's object call is in flight
+ * go to the object together as one `chargeMany(n)` (src/coalescer.ts). The object still decides every
+ * token (at most what the bucket holds, in arrival order), so strictness holds, but a hot subject
+ * costs one round trip per batch instead of one per request. A request whose batch never answers
+ * asks the object itself after {@link FOLLOWER_PATIENCE_MS}: that can charge it twice (once in the
+ * lost batch), never admit it twice.
  */
 
-import { pollUntil } from "../functions/waiting";
+import { Coalescer, LOST } from "./coalescer";
 import { ApiError } from "./errors";
 import type { Limit } from "./limits";
 import type { BatchChargeResult } from "./rate-limiter";
@@ -47,7 +40,6 @@ export interface GateEvents {
 
 /** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
 export const GATHER_MS = 1;
-
 /** Most requests one object call decides. */
 const MAX_BATCH = 1000;
 /** How long a batch waits for the call ahead of it before it is sent regardless. */
@@ -58,28 +50,16 @@ export const FOLLOWER_PATIENCE_MS = 2 * STALL_MS;
 /** `ctx.waitUntil`, so a batch's call outlives a leader whose client went away. */
 export type Defer = (p: Promise<unknown>) => void;
 
+/** One request's charge; every request in a batch has the same bucket, key and limit. */
+interface Charge {
+  bucket: BucketName;
+  key: string;
+  limit: Limit;
+}
+
 interface Answer {
   headers?: Record<string, string>;
   error?: unknown;
-}
-
-/** A follower's place in a batch; the leader fills `answer`. */
-interface Slot {
-  answer: Answer | null;
-}
-
-interface Batch {
-  /** The leader is not in here: it gets its answer directly. */
-  followers: Slot[];
-  closed: boolean;
-  /** Set once this batch's call has answered (or failed). */
-  finished: boolean;
-}
-
-interface Lane {
-  open: Batch | null;
-  /** The newest batch sent or about to be sent; null when nothing is in flight. */
-  tail: Batch | null;
 }
 
 /** `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-08+). */
@@ -116,7 +96,12 @@ interface DenyEntry {
 export class LimiterGate {
   private readonly deny = new Map<string, DenyEntry>();
   /** Batches per key and limit. */
-  private readonly lanes = new Map<string, Lane>();
+  private readonly batches = new Coalescer<Charge, Answer>((_lane, charges) => this.chargeBatch(charges), {
+    maxBatch: MAX_BATCH,
+    gatherMs: GATHER_MS,
+    stallMs: STALL_MS,
+    patienceMs: FOLLOWER_PATIENCE_MS,
+  });
   /** Object calls made, for the benchmark's calls-per-denial figure. */
   calls = 0;
 
@@ -140,48 +125,29 @@ export class LimiterGate {
     }
     if (cached) this.deny.delete(key);
 
+    const charge: Charge = { bucket, key, limit };
     const laneKey = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
-    let lane = this.lanes.get(laneKey);
-    if (!lane) {
-      lane = { open: null, tail: null };
-      this.lanes.set(laneKey, lane);
-    }
-    const open = lane.open;
-    if (open && !open.closed && open.followers.length < MAX_BATCH - 1) return this.follow(bucket, key, limit, open);
-    const work = this.lead(bucket, key, limit, laneKey, lane);
-    defer?.(work.catch(() => {}));
-    return work;
-  }
-
-  /** Joins an open batch; if no answer comes in time, asks the object alone. */
-  private async follow(bucket: BucketName, key: string, limit: Limit, batch: Batch): Promise<Record<string, string>> {
-    const slot: Slot = { answer: null };
-    batch.followers.push(slot);
-    let answer: Answer;
-    if (await pollUntil(() => slot.answer !== null, FOLLOWER_PATIENCE_MS)) {
-      answer = slot.answer as unknown as Answer;
-    } else {
-      // The batch's leader went away. Leave the batch if it has not gone out yet, then go alone.
-      if (!batch.closed) batch.followers.splice(batch.followers.indexOf(slot), 1);
-      answer = await this.solo(bucket, key, limit);
-    }
+    const batched = await this.batches.submit(laneKey, charge, defer);
+    // A batch that never answered (its leader went away): ask the object alone.
+    const answer = batched === LOST ? ((await this.chargeBatch([charge]))[0] as Answer) : batched;
     if (answer.error) throw answer.error;
     return answer.headers ?? {};
   }
 
-  /** One request, one call, outside any batch. */
-  private async solo(bucket: BucketName, key: string, limit: Limit): Promise<Answer> {
-    let result: BatchChargeResult;
+  /** One object call for `charges` (same key and limit); never rejects: a failure is an answer each. */
+  private async chargeBatch(charges: Charge[]): Promise<Answer[]> {
+    const { bucket, key, limit } = charges[0] as Charge;
+    const count = charges.length;
     try {
       this.calls++;
-      result = await this.backend.charge(key, limit, 1);
+      const result = await this.backend.charge(key, limit, count);
+      return this.answers(bucket, key, limit, result, count);
     } catch (e) {
-      return { error: this.failure(bucket, e) };
+      return charges.map((_, i) => ({ error: this.failure(bucket, e, i === 0) }));
     }
-    return this.answers(bucket, key, limit, result, 1)[0] as Answer;
   }
 
-  private failure(bucket: BucketName, e: unknown, log = true): ApiError {
+  private failure(bucket: BucketName, e: unknown, log: boolean): ApiError {
     if (log)
       console.error(`floodgate limiter: ${bucket} bucket failed, failing closed`, e instanceof Error ? e.message : e);
     this.events.error(bucket);
@@ -204,48 +170,6 @@ export class LimiterGate {
         ? { headers: rateLimitHeaders(bucket, limit, result.remaining + (granted - 1 - i), result.fullInMs) }
         : { error: deniedError(bucket, limit, result.retryAfterMs, result.fullInMs) };
     });
-  }
-
-  /** Opens a batch, waits for the call ahead (if any), then sends the batch and answers everyone in it. */
-  private async lead(
-    bucket: BucketName,
-    key: string,
-    limit: Limit,
-    laneKey: string,
-    lane: Lane,
-  ): Promise<Record<string, string>> {
-    const batch: Batch = { followers: [], closed: false, finished: false };
-    const ahead = lane.tail;
-    lane.open = batch;
-    lane.tail = batch;
-    try {
-      if (ahead) await pollUntil(() => ahead.finished, STALL_MS);
-      else await new Promise<void>((r) => setTimeout(r, GATHER_MS)); // let requests arriving meanwhile join
-      batch.closed = true;
-      if (lane.open === batch) lane.open = null;
-      const count = 1 + batch.followers.length;
-      let all: Answer[];
-      try {
-        this.calls++;
-        const result = await this.backend.charge(key, limit, count);
-        all = this.answers(bucket, key, limit, result, count);
-      } catch (e) {
-        all = Array.from({ length: count }, (_, i) => ({ error: this.failure(bucket, e, i === 0) }));
-      }
-      // Position 0 is the leader.
-      batch.followers.forEach((slot, i) => {
-        slot.answer = all[i + 1] as Answer;
-      });
-      const own = all[0] as Answer;
-      if (own.error) throw own.error;
-      return own.headers ?? {};
-    } finally {
-      batch.finished = true;
-      if (lane.tail === batch) {
-        lane.tail = null;
-        if (!lane.open) this.lanes.delete(laneKey);
-      }
-    }
   }
 }
 
