@@ -75,10 +75,8 @@ export function clampRate(n: number): number {
 }
 
 interface CacheEntry {
-  /** Set once the read has answered. */
+  /** Set once the read has answered; null while it is in flight (others then join it). */
   value: ResolvedRate | null;
-  /** The read in flight, shared by requests that miss meanwhile. */
-  pending: Promise<ResolvedRate> | null;
   expires: number;
 }
 
@@ -107,20 +105,17 @@ export class DropRateReader {
     const now = this.now();
     const hit = this.cache.get(channel);
     if (hit && hit.expires > now) {
-      if (hit.value) return Promise.resolve(hit.value);
-      if (hit.pending) return this.join(channel, hit);
+      return hit.value ? Promise.resolve(hit.value) : this.join(channel, hit);
     }
     return this.start(channel, now);
   }
 
   private start(channel: string, now: number): Promise<ResolvedRate> {
-    const entry: CacheEntry = { value: null, pending: null, expires: now + this.cacheMs };
+    const entry: CacheEntry = { value: null, expires: now + this.cacheMs };
     const read = this.read(channel).then((v) => {
       entry.value = v;
-      entry.pending = null;
       return v;
     });
-    entry.pending = read;
     if (this.cacheMs > 0) {
       // Bound memory under a flood of distinct channel names: start over rather than grow forever.
       if (this.cache.size >= 10_000) this.cache.clear();

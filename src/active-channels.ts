@@ -16,6 +16,14 @@
  */
 import { DurableObject } from "cloudflare:workers";
 
+/** The name of the one registry object. */
+export const SAMPLER_REGISTRY = "sampler";
+
+/** The registry's stub (one object for the deployment). */
+export function samplerRegistry(env: Env): DurableObjectStub<ActiveChannels> {
+  return env.SAMPLER.get(env.SAMPLER.idFromName(SAMPLER_REGISTRY));
+}
+
 /** A target as the admin API takes it: a shorthand such as "50/s", or {"deliveries": "5000/s"}. */
 export type TargetJson = string | { deliveries: string };
 

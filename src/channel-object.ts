@@ -8,11 +8,9 @@
  * `fetch`, because a WebSocket upgrade has to travel as an HTTP request.
  */
 import { DurableObject } from "cloudflare:workers";
+import { samplerRegistry } from "./active-channels";
 import { parseChannelName } from "./channels";
 import { getConfig, targetFor } from "./config";
-
-/** The name of the sampler's registry object (ActiveChannels). */
-export const SAMPLER_REGISTRY = "sampler";
 
 /** How long an Idempotency-Key is remembered (CONTRACT §4). */
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
@@ -115,17 +113,11 @@ export class ChannelObject extends DurableObject<Env> {
 
   // ---- RPC -------------------------------------------------------------------------------------
 
-  /** Delivers or records the drop of one message, honouring its Idempotency-Key. */
-  async publish(cmd: PublishCommand): Promise<PublishOutcome> {
-    const [outcome] = await this.publishMany([cmd]);
-    return outcome as PublishOutcome;
-  }
-
   /**
-   * Several publishes that reached one Worker isolate together (see src/publish-batcher.ts), decided
-   * in order in one transaction: one storage commit and one fan-out for all of them. Each gets exactly
-   * the outcome it would have had alone, Idempotency-Keys included (a key repeated inside the batch
-   * answers the first result again).
+   * Delivers or records the drop of each message, honouring its Idempotency-Key: the publishes that
+   * reached one Worker isolate together (src/publish-batcher.ts), decided in order in one transaction —
+   * one storage commit and one fan-out for all. Each gets exactly the outcome it would have had alone
+   * (a key repeated inside the batch answers the first result again).
    */
   publishMany(cmds: PublishCommand[]): Promise<PublishOutcome[]> {
     const outcomes: PublishOutcome[] = [];
@@ -426,7 +418,7 @@ export class ChannelObject extends DurableObject<Env> {
       return;
     }
     this.set({ period_marked: 1 });
-    const registry = this.env.SAMPLER.get(this.env.SAMPLER.idFromName(SAMPLER_REGISTRY));
+    const registry = samplerRegistry(this.env);
     this.marking = registry.markActive(channel).then(
       (lastRunAt) => {
         // A channel idle through earlier runs starts its period at the last run, not long before.
@@ -452,7 +444,7 @@ export class ChannelObject extends DurableObject<Env> {
     const now = Date.now();
     if (now - this.lastSeenReport < 60_000 || channel === getConfig(this.env).analyticsChannel.name) return;
     this.lastSeenReport = now;
-    const registry = this.env.SAMPLER.get(this.env.SAMPLER.idFromName(SAMPLER_REGISTRY));
+    const registry = samplerRegistry(this.env);
     this.marking = registry.markSeen(channel, now).then(
       () => {
         this.marking = null;

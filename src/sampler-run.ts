@@ -12,7 +12,7 @@
  */
 import { parseStoredRate, rateKey } from "../functions/before-publish";
 import { isMeaningfulChange, nextDropRate, offeredRate, roundRate, type SamplerTarget } from "../functions/sampler";
-import { SAMPLER_REGISTRY } from "./channel-object";
+import { samplerRegistry } from "./active-channels";
 import { type ChannelName, parseChannelName } from "./channels";
 import { type Config, parseTarget, type Target, targetFor } from "./config";
 import { channelStub } from "./services";
@@ -68,7 +68,7 @@ export async function runSampler(
   now: number = Date.now(),
   cache?: RateCache,
 ): Promise<SamplerReport> {
-  const registry = env.SAMPLER.get(env.SAMPLER.idFromName(SAMPLER_REGISTRY));
+  const registry = samplerRegistry(env);
   const start = await registry.beginRun(now);
   const runtimeTargets = start.targets;
   const results: SamplerReport["channels"] = [];

@@ -155,7 +155,7 @@ describe("slow consumer", () => {
     const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
     const total = SSE_MAX_BACKLOG + 200;
     for (let i = 0; i < total; i++) {
-      await stub.publish({ channel: ch, data: `{"i":${i}}`, publisher: "p", action: "deliver", now: Date.now() });
+      await stub.publishMany([{ channel: ch, data: `{"i":${i}}`, publisher: "p", action: "deliver", now: Date.now() }]);
     }
     const frames = await live.next(total);
     expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));

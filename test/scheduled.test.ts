@@ -12,13 +12,14 @@ import {
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
+import { samplerRegistry } from "../src/active-channels";
 import { ChannelObject } from "../src/channel-object";
 import worker from "../src/index";
 import type { ChannelSample, SamplerReport } from "../src/sampler-run";
 import { adminHeaders, callAndWait, envWith, mint, openSocket, publishAndWait, uniq, withFailing } from "./helpers";
 
 const channelStub = (name: string) => env.CHANNEL.get(env.CHANNEL.idFromName(name));
-const registry = () => env.SAMPLER.get(env.SAMPLER.idFromName("sampler"));
+const registry = () => samplerRegistry(env);
 
 async function cron(customEnv: Env = env): Promise<void> {
   const ctx = createExecutionContext();

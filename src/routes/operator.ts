@@ -4,10 +4,9 @@
  */
 import { Hono } from "hono";
 import { parseStoredRate, rateKey } from "../../functions/before-publish";
-import type { TargetJson } from "../active-channels";
+import { samplerRegistry, type TargetJson } from "../active-channels";
 import type { AppEnv } from "../app-env";
 import type { ChannelStats } from "../channel-object";
-import { SAMPLER_REGISTRY } from "../channel-object";
 import type { ChannelName } from "../channels";
 import { type Config, parseTarget, type Target, targetFor, thinningFor } from "../config";
 import { DurationError, parseDuration } from "../durations";
@@ -65,13 +64,9 @@ operator.get("/metrics", async (c) => {
   return c.body(renderPrometheus(series), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
 });
 
-function registry(env: Env) {
-  return env.SAMPLER.get(env.SAMPLER.idFromName(SAMPLER_REGISTRY));
-}
-
 /** The channel's target: one set at runtime (admin API) wins over THROTTLE_TARGET(S). */
 async function targetOf(env: Env, config: Config, channel: ChannelName): Promise<Target | null> {
-  const runtime = await orUnavailable("sampler registry", () => registry(env).targets());
+  const runtime = await orUnavailable("sampler registry", () => samplerRegistry(env).targets());
   return effectiveTarget(config, channel, runtime[channel.name]);
 }
 
@@ -195,18 +190,18 @@ operator.put("/v1/admin/target/:channel", async (c) => {
   }
   if (!parsed) throw invalidArgument("target must be a positive rate; DELETE clears it");
   const stored: TargetJson = parsed.kind === "messages" ? parsed.source : { deliveries: parsed.source };
-  await orUnavailable("sampler registry", () => registry(c.env).setTarget(channel.name, stored));
+  await orUnavailable("sampler registry", () => samplerRegistry(c.env).setTarget(channel.name, stored));
   return c.json(await targetView(c.env, c.get("svc").config, channel));
 });
 
 operator.delete("/v1/admin/target/:channel", async (c) => {
   const channel = channelParam(c.req.param("channel"));
-  await orUnavailable("sampler registry", () => registry(c.env).setTarget(channel.name, null));
+  await orUnavailable("sampler registry", () => samplerRegistry(c.env).setTarget(channel.name, null));
   return c.body(null, 204);
 });
 
 async function targetView(env: Env, config: Config, channel: ChannelName) {
-  const runtime = (await orUnavailable("sampler registry", () => registry(env).targets()))[channel.name];
+  const runtime = (await orUnavailable("sampler registry", () => samplerRegistry(env).targets()))[channel.name];
   const configured = targetFor(config, channel);
   const effective = effectiveTarget(config, channel, runtime);
   return {
@@ -227,8 +222,10 @@ operator.get("/v1/admin/channels", async (c) => {
     if (e instanceof DurationError) throw invalidArgument('within must be a duration such as "10m"');
     throw e;
   }
-  const seen = await orUnavailable("sampler registry", () => registry(c.env).recentlySeen(Date.now() - withinMs, 50));
-  const runtime = await orUnavailable("sampler registry", () => registry(c.env).targets());
+  const [seen, runtime] = await orUnavailable("sampler registry", () => {
+    const registry = samplerRegistry(c.env);
+    return Promise.all([registry.recentlySeen(Date.now() - withinMs, 50), registry.targets()]);
+  });
   const channels = await Promise.all(
     seen.map(async ({ channel, at }) => {
       const name = channelParam(channel);
