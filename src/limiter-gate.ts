@@ -12,12 +12,20 @@
  * costs one round trip per batch instead of one per request. A request whose batch never answers
  * asks the object itself after {@link FOLLOWER_PATIENCE_MS}: that can charge it twice (once in the
  * lost batch), never admit it twice.
+ *
+ * Leases: for a hot key (at least {@link LEASE_MIN_DEMAND} requests in this isolate over the last
+ * 250–500 ms), a charge also asks for that many extra tokens, and later requests spend them here with
+ * no object call at all until they run out or {@link LEASE_SPEND_MS} has passed. The object takes
+ * leased tokens from the bucket when it grants them and keeps counting them as in the bucket until
+ * they are settled, so leases never admit what the bucket would not (src/rate-limiter.ts). Their cost
+ * is on the other side: tokens on lease here are not available to another isolate until they are
+ * spent, settled on this isolate's next call, or expire. A spent-out lease is settled at once.
  */
 
 import { Coalescer, LOST } from "./coalescer";
 import { ApiError } from "./errors";
 import type { Limit } from "./limits";
-import type { BatchChargeResult } from "./rate-limiter";
+import { type BatchChargeResult, LEASE_SPEND_MS, type LeaseRequest } from "./rate-limiter";
 
 export type BucketName = "publish" | "subscribe" | "token-issue";
 
@@ -29,13 +37,41 @@ const MESSAGES: Record<BucketName, string> = {
 
 /** What a bucket's object answers for `count` requests at once; backed by `RateLimiter.chargeMany`. */
 export interface BucketBackend {
-  charge(key: string, limit: Limit, count: number): Promise<BatchChargeResult>;
+  charge(key: string, limit: Limit, count: number, lease: LeaseRequest): Promise<BatchChargeResult>;
 }
 
+/** Who answered: the bucket's object, this isolate's deny cache, or a lease this isolate holds. */
+export type DecisionSource = "object" | "deny_cache" | "lease";
+
 export interface GateEvents {
-  /** `fromCache`: answered by the deny cache, without an object call. */
-  decision(bucket: BucketName, allowed: boolean, fromCache: boolean): void;
+  decision(bucket: BucketName, allowed: boolean, source: DecisionSource): void;
   error(bucket: BucketName): void;
+}
+
+/** Requests for one key seen in this isolate over the last 250–500 ms before a charge asks for a lease. */
+export const LEASE_MIN_DEMAND = 4;
+const DEMAND_WINDOW_MS = 250;
+/** Most keys whose leases and demand this isolate tracks; beyond it they are forgotten (leases expire). */
+const MAX_TRACKED_KEYS = 10_000;
+
+/** A lease this isolate is spending. */
+interface HeldLease {
+  id: string;
+  left: number;
+  /** Spend before this (isolate clock): {@link LEASE_SPEND_MS} after the charge that brought it was sent. */
+  until: number;
+  /** Whole tokens the object kept after granting it, for the RateLimit header. */
+  objectRemaining: number;
+  fullAt: number;
+}
+
+/** Per key and limit: leases held, leases to settle, and recent demand. */
+interface KeyState {
+  leases: HeldLease[];
+  settle: LeaseRequest["settle"];
+  windowStart: number;
+  seen: number;
+  seenBefore: number;
 }
 
 /** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
@@ -95,8 +131,9 @@ interface DenyEntry {
 
 export class LimiterGate {
   private readonly deny = new Map<string, DenyEntry>();
+  private readonly keys = new Map<string, KeyState>();
   /** Batches per key and limit. */
-  private readonly batches = new Coalescer<Charge, Answer>((_lane, charges) => this.chargeBatch(charges), {
+  private readonly batches = new Coalescer<Charge, Answer>((lane, charges) => this.chargeBatch(charges, lane), {
     maxBatch: MAX_BATCH,
     gatherMs: GATHER_MS,
     stallMs: STALL_MS,
@@ -118,33 +155,110 @@ export class LimiterGate {
   async check(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Record<string, string>> {
     if (!limit) return {};
     const now = this.now();
+    const laneKey = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
+    const state = this.keyState(laneKey, now);
+    state.seen++;
+    // Tokens already taken from the bucket are spent first, even past a cached denial.
+    const leased = this.spendLease(bucket, limit, state, now);
+    if (leased) return leased;
     const cached = this.deny.get(key);
     if (cached && cached.until > now && sameLimit(cached.limit, limit)) {
-      this.events.decision(bucket, false, true);
+      this.events.decision(bucket, false, "deny_cache");
       throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
     }
     if (cached) this.deny.delete(key);
 
     const charge: Charge = { bucket, key, limit };
-    const laneKey = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
     const batched = await this.batches.submit(laneKey, charge, defer);
     // A batch that never answered (its leader went away): ask the object alone.
-    const answer = batched === LOST ? ((await this.chargeBatch([charge]))[0] as Answer) : batched;
+    const answer = batched === LOST ? ((await this.chargeBatch([charge], laneKey))[0] as Answer) : batched;
     if (answer.error) throw answer.error;
     return answer.headers ?? {};
   }
 
-  /** One object call for `charges` (same key and limit); never rejects: a failure is an answer each. */
-  private async chargeBatch(charges: Charge[]): Promise<Answer[]> {
+  /**
+   * Answers `charges` (same key and limit, arrival order): first from a lease that arrived while they
+   * waited, the rest with one object call. Never rejects: a failure is an answer each.
+   */
+  private async chargeBatch(charges: Charge[], laneKey: string): Promise<Answer[]> {
     const { bucket, key, limit } = charges[0] as Charge;
-    const count = charges.length;
+    const sentAt = this.now();
+    const state = this.keyState(laneKey, sentAt);
+    const answers: Answer[] = [];
+    while (answers.length < charges.length) {
+      const headers = this.spendLease(bucket, limit, state, sentAt);
+      if (!headers) break;
+      answers.push({ headers });
+    }
+    const count = charges.length - answers.length;
+    if (count === 0) return answers;
+    const demand = state.seen + state.seenBefore;
+    const settle = state.settle.splice(0);
     try {
       this.calls++;
-      const result = await this.backend.charge(key, limit, count);
-      return this.answers(bucket, key, limit, result, count);
+      const result = await this.backend.charge(key, limit, count, {
+        want: demand >= LEASE_MIN_DEMAND ? demand : 0,
+        settle,
+      });
+      if (result.lease) {
+        state.leases.push({
+          id: result.lease.id,
+          left: result.lease.tokens,
+          until: sentAt + LEASE_SPEND_MS,
+          objectRemaining: result.remaining,
+          fullAt: this.now() + result.fullInMs,
+        });
+      }
+      return answers.concat(this.answers(bucket, key, limit, result, count));
     } catch (e) {
-      return charges.map((_, i) => ({ error: this.failure(bucket, e, i === 0) }));
+      // Settling is idempotent, so these go again with the next call.
+      state.settle.push(...settle);
+      return answers.concat(Array.from({ length: count }, (_, i) => ({ error: this.failure(bucket, e, i === 0) })));
     }
+  }
+
+  /** This key's lease and demand state, with the demand window moved on to `now`. */
+  private keyState(laneKey: string, now: number): KeyState {
+    let state = this.keys.get(laneKey);
+    if (!state) {
+      if (this.keys.size >= MAX_TRACKED_KEYS) this.keys.clear();
+      state = { leases: [], settle: [], windowStart: now, seen: 0, seenBefore: 0 };
+      this.keys.set(laneKey, state);
+    }
+    const elapsed = now - state.windowStart;
+    if (elapsed >= DEMAND_WINDOW_MS) {
+      state.seenBefore = elapsed < 2 * DEMAND_WINDOW_MS ? state.seen : 0;
+      state.seen = 0;
+      state.windowStart = now;
+    }
+    return state;
+  }
+
+  /**
+   * Admits one request from a lease this isolate holds, or returns null when none has a token left.
+   * Leases past their spending window, or spent out, are queued to be settled.
+   */
+  private spendLease(bucket: BucketName, limit: Limit, state: KeyState, now: number): Record<string, string> | null {
+    while (state.leases.length > 0) {
+      const lease = state.leases[0] as HeldLease;
+      if (lease.until > now && lease.left > 0) {
+        lease.left--;
+        if (lease.left === 0) this.retire(state);
+        this.events.decision(bucket, true, "lease");
+        return rateLimitHeaders(bucket, limit, lease.objectRemaining + lease.left, lease.fullAt - now);
+      }
+      this.retire(state);
+    }
+    return null;
+  }
+
+  /** Stops spending the oldest lease; its unused tokens go back with the next call (or it expires). */
+  private retire(state: KeyState): void {
+    const lease = state.leases.shift();
+    if (!lease) return;
+    state.settle.push({ id: lease.id, unused: lease.left });
+    // Unsettled leases simply expire in the object, counted as spent: a bound on memory, not on safety.
+    if (state.settle.length > 100) state.settle.shift();
   }
 
   private failure(bucket: BucketName, e: unknown, log: boolean): ApiError {
@@ -164,10 +278,17 @@ export class LimiterGate {
     }
     return Array.from({ length: count }, (_, i) => {
       const allowed = i < granted;
-      this.events.decision(bucket, allowed, false);
+      this.events.decision(bucket, allowed, "object");
       // Earlier requests in the batch saw the tokens later ones took.
       return allowed
-        ? { headers: rateLimitHeaders(bucket, limit, result.remaining + (granted - 1 - i), result.fullInMs) }
+        ? {
+            headers: rateLimitHeaders(
+              bucket,
+              limit,
+              result.remaining + (result.lease?.tokens ?? 0) + (granted - 1 - i),
+              result.fullInMs,
+            ),
+          }
         : { error: deniedError(bucket, limit, result.retryAfterMs, result.fullInMs) };
     });
   }

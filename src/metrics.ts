@@ -14,6 +14,8 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_rate_limit_errors_total: "Rate-limiter failures (requests failed closed) by bucket.",
   floodgate_rate_limit_deny_cache_hits_total:
     "Denials answered from an isolate's deny cache, without a limiter object call, by bucket.",
+  floodgate_rate_limit_lease_hits_total:
+    "Admissions paid from tokens an isolate holds on lease, without a limiter object call, by bucket.",
   floodgate_messages_total: "Published messages by result (delivered or dropped by the throttle).",
   floodgate_analytics_copy_failures_total: "Copies of dropped messages that did not reach the analytics channel.",
   floodgate_object_calls_total:
@@ -46,6 +48,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     }
     all[seriesKey("floodgate_rate_limit_errors_total", { bucket })] ??= 0;
     all[seriesKey("floodgate_rate_limit_deny_cache_hits_total", { bucket })] ??= 0;
+    all[seriesKey("floodgate_rate_limit_lease_hits_total", { bucket })] ??= 0;
   }
   const lines: string[] = [];
   for (const [name, help] of Object.entries(METRIC_HELP)) {

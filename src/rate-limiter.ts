@@ -5,6 +5,14 @@
  * `charge` is synchronous from reading the bucket to writing it back (SQLite calls are synchronous in
  * a Durable Object), so concurrent requests are decided strictly one after another. The state is
  * written on every charge, so eviction or a restart never refills a bucket early.
+ *
+ * Leases: a hot isolate may take a few extra tokens with a charge and spend them itself, without a
+ * round trip per request (src/limiter-gate.ts). A leased token is taken from this bucket when it is
+ * granted, so nothing is admitted that the bucket did not hand out; and it still counts as in the
+ * bucket until its lease ends, so the bucket refills only up to `burst − leased` and the burst bound
+ * holds for any interval. A lease ends when its isolate settles it (unused tokens come back) or after
+ * {@link LEASE_TTL_MS} (its tokens count as spent: an isolate that vanished can only under-admit).
+ * An object at most grants half the whole tokens left after the batch, so others are never starved.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { Limit } from "./limits";
@@ -13,6 +21,7 @@ import {
   type BucketDecision,
   type BucketState,
   fullBucket,
+  refill,
   rescale,
   takeMany,
 } from "./token-bucket";
@@ -27,7 +36,28 @@ interface Row {
 }
 
 export type ChargeResult = Omit<BucketDecision, "state">;
-export type BatchChargeResult = Omit<BatchDecision, "state">;
+
+/** How long a lease may be spent, counted from when its isolate asked; the isolate stops at this. */
+export const LEASE_SPEND_MS = 1000;
+/** When this object ends a lease nobody settled: twice the spending window, so clock skew is harmless. */
+export const LEASE_TTL_MS = 2 * LEASE_SPEND_MS;
+/** Most tokens one lease holds. */
+export const MAX_LEASE = 1000;
+
+/** What an isolate asks for with a charge. */
+export interface LeaseRequest {
+  /** Extra tokens wanted on lease (granted only if the whole batch was, and at most half of what is left). */
+  want: number;
+  /** Leases this isolate stopped spending, with the tokens it did not use. Settling twice is harmless. */
+  settle: { id: string; unused: number }[];
+}
+
+export interface Lease {
+  id: string;
+  tokens: number;
+}
+
+export type BatchChargeResult = Omit<BatchDecision, "state"> & { lease?: Lease };
 
 export class RateLimiter extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
@@ -35,6 +65,8 @@ export class RateLimiter extends DurableObject<Env> {
     ctx.storage.sql.exec(`CREATE TABLE IF NOT EXISTS bucket (
       id INTEGER PRIMARY KEY CHECK (id = 1), tokens REAL NOT NULL, updated_at INTEGER NOT NULL,
       rate INTEGER NOT NULL, per_ms REAL NOT NULL, burst INTEGER NOT NULL)`);
+    ctx.storage.sql.exec(`CREATE TABLE IF NOT EXISTS lease (
+      id TEXT PRIMARY KEY, tokens INTEGER NOT NULL, expires_at INTEGER NOT NULL)`);
   }
 
   /** Takes one token from this bucket under `limit`. `now` defaults to this object's clock. */
@@ -45,9 +77,11 @@ export class RateLimiter extends DurableObject<Env> {
 
   /**
    * Decides `count` requests that reached one Worker isolate together (see LimiterGate): the first
-   * `granted` are admitted, the rest denied and charged nothing. One read and one write either way.
+   * `granted` are admitted, the rest denied and charged nothing. With `lease`, first takes back the
+   * unused tokens of settled leases, then, if all `count` were granted, may grant a lease of extra
+   * tokens. `count` may be 0 (a lease alone).
    */
-  chargeMany(limit: Limit, count: number, now: number = Date.now()): BatchChargeResult {
+  chargeMany(limit: Limit, count: number, now: number = Date.now(), lease?: LeaseRequest): BatchChargeResult {
     const sql = this.ctx.storage.sql;
     const row = sql.exec<Row>("SELECT * FROM bucket WHERE id = 1").toArray()[0];
     let state: BucketState;
@@ -60,8 +94,25 @@ export class RateLimiter extends DurableObject<Env> {
         state = rescale(state, stored, limit, now);
       }
     }
-    const n = Number.isInteger(count) && count > 0 ? Math.min(count, 10_000) : 1;
-    const { state: next, ...decision } = takeMany(state, limit, now, n);
+    const leases = this.endLeases(state, limit, now, lease?.settle ?? []);
+    state = leases.state;
+    const n = Number.isInteger(count) && count >= 0 ? Math.min(count, 10_000) : 1;
+    const { state: next, ...decision } = takeMany(state, limit, now, n, leases.held);
+    let leased: Lease | undefined;
+    const want = Math.min(MAX_LEASE, Math.floor(lease?.want ?? 0));
+    if (want > 0 && decision.granted === n) {
+      const tokens = Math.min(want, Math.floor(decision.remaining / 2));
+      if (tokens > 0) {
+        leased = { id: crypto.randomUUID(), tokens };
+        next.tokens -= tokens;
+        decision.remaining -= tokens;
+        sql.exec("INSERT INTO lease (id, tokens, expires_at) VALUES (?, ?, ?)", leased.id, tokens, now + LEASE_TTL_MS);
+      }
+    }
+    if (decision.granted < n && leases.held > limit.burst - 1) {
+      // Every whole token is out on lease: the next one comes back when the first lease ends.
+      decision.retryAfterMs = Math.max(decision.retryAfterMs, leases.firstEndsAt - now);
+    }
     sql.exec(
       "INSERT OR REPLACE INTO bucket (id, tokens, updated_at, rate, per_ms, burst) VALUES (1, ?, ?, ?, ?, ?)",
       next.tokens,
@@ -70,7 +121,43 @@ export class RateLimiter extends DurableObject<Env> {
       limit.perMs,
       limit.burst,
     );
-    return decision;
+    return leased ? { ...decision, lease: leased } : decision;
+  }
+
+  /**
+   * Ends expired leases (their tokens count as spent) and settled ones (their unused tokens come
+   * back, refilled first so they are not capped twice). Returns the state and what is still held.
+   */
+  private endLeases(
+    state: BucketState,
+    limit: Limit,
+    now: number,
+    settle: LeaseRequest["settle"],
+  ): { state: BucketState; held: number; firstEndsAt: number } {
+    const sql = this.ctx.storage.sql;
+    const open = sql.exec<{ id: string; tokens: number; expires_at: number }>("SELECT * FROM lease").toArray();
+    if (open.length === 0) return { state, held: 0, firstEndsAt: now };
+    let held = open.reduce((a, l) => a + l.tokens, 0);
+    // Refill under the old hold before any lease ends, so the bucket never over-fills.
+    let tokens = refill(state, limit, now, held);
+    const settled = new Map(settle.map((s) => [s.id, s.unused]));
+    for (const l of open) {
+      const expired = l.expires_at <= now;
+      const unused = settled.get(l.id);
+      if (!expired && unused === undefined) continue;
+      sql.exec("DELETE FROM lease WHERE id = ?", l.id);
+      held -= l.tokens;
+      if (!expired && unused !== undefined) tokens += Math.max(0, Math.min(l.tokens, Math.floor(unused)));
+    }
+    const firstEndsAt = Math.min(
+      now + LEASE_TTL_MS,
+      ...open.filter((l) => l.expires_at > now && !settled.has(l.id)).map((l) => l.expires_at),
+    );
+    return {
+      state: { tokens: Math.min(tokens, limit.burst - held), updatedAt: Math.max(now, state.updatedAt) },
+      held,
+      firstEndsAt,
+    };
   }
 
   /** The stored bucket, for tests and diagnostics. */

@@ -99,15 +99,16 @@ export function services(env: Env): Services {
     }),
     gate: new LimiterGate(
       {
-        charge: (key, limit, count) => {
+        charge: (key, limit, count, lease) => {
           metrics.inc("floodgate_object_calls_total", { object: "limiter" });
-          return env.RATE_LIMITER.get(objectId(env.RATE_LIMITER, key)).chargeMany(limit, count);
+          return env.RATE_LIMITER.get(objectId(env.RATE_LIMITER, key)).chargeMany(limit, count, undefined, lease);
         },
       },
       {
-        decision: (bucket, allowed, fromCache) => {
+        decision: (bucket, allowed, source) => {
           metrics.inc("floodgate_rate_limit_decisions_total", { bucket, result: allowed ? "allowed" : "denied" });
-          if (fromCache) metrics.inc("floodgate_rate_limit_deny_cache_hits_total", { bucket });
+          if (source === "deny_cache") metrics.inc("floodgate_rate_limit_deny_cache_hits_total", { bucket });
+          if (source === "lease") metrics.inc("floodgate_rate_limit_lease_hits_total", { bucket });
         },
         error: (bucket) => metrics.inc("floodgate_rate_limit_errors_total", { bucket }),
       },

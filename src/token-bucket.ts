@@ -29,10 +29,17 @@ export function fullBucket(limit: Limit, now: number): BucketState {
   return { tokens: limit.burst, updatedAt: now };
 }
 
-/** Tokens after refilling up to `now`. A clock that steps back refills nothing. */
-export function refill(state: BucketState, limit: Limit, now: number): number {
+/**
+ * Tokens after refilling up to `now`. A clock that steps back refills nothing.
+ *
+ * `held`: tokens out on lease (see src/rate-limiter.ts). They still count as in the bucket, so the
+ * bucket itself refills only up to `burst − held`: tokens in the bucket plus tokens on lease never
+ * exceed `burst`, exactly as if the leased ones had stayed in. Defaults to 0.
+ */
+export function refill(state: BucketState, limit: Limit, now: number, held = 0): number {
   const elapsed = Math.max(0, now - state.updatedAt);
-  return Math.min(limit.burst, state.tokens + (elapsed * limit.rate) / limit.perMs);
+  const cap = Math.max(0, limit.burst - held);
+  return Math.min(Math.max(cap, state.tokens), state.tokens + (elapsed * limit.rate) / limit.perMs);
 }
 
 /**
@@ -63,8 +70,8 @@ export interface BatchDecision {
  * Decides `count` requests that arrived together, in order: each takes one whole token while there is
  * one, the rest are denied and take none. Exactly what `count` calls of {@link take} would decide.
  */
-export function takeMany(state: BucketState, limit: Limit, now: number, count: number): BatchDecision {
-  const tokens = refill(state, limit, now);
+export function takeMany(state: BucketState, limit: Limit, now: number, count: number, held = 0): BatchDecision {
+  const tokens = refill(state, limit, now, held);
   const msPerToken = limit.perMs / limit.rate;
   const granted = Math.max(0, Math.min(count, Math.floor(tokens + EPSILON)));
   const after = Math.max(0, tokens - granted);
@@ -74,7 +81,7 @@ export function takeMany(state: BucketState, limit: Limit, now: number, count: n
     granted,
     remaining: Math.floor(after + EPSILON),
     retryAfterMs: after + EPSILON >= 1 ? 0 : deniedSome ? Math.max(1, untilNext) : untilNext,
-    fullInMs: Math.ceil((limit.burst - after) * msPerToken),
+    fullInMs: Math.ceil(Math.max(0, limit.burst - held - after) * msPerToken),
     // A denial consumes nothing; the refill so far is kept so the clock stays monotonic.
     state: { tokens: after, updatedAt: Math.max(now, state.updatedAt) },
   };

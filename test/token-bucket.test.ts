@@ -54,6 +54,15 @@ describe("token bucket", () => {
     expect(refill({ tokens: 3, updatedAt: 0 }, limit, 1_000_000)).toBe(10);
   });
 
+  it("tokens on lease still count: the bucket refills only up to burst minus what is held", () => {
+    expect(refill({ tokens: 3, updatedAt: 0 }, limit, 1_000_000, 4)).toBe(6);
+    // Holding more than is left never takes tokens away that are already in the bucket.
+    expect(refill({ tokens: 7, updatedAt: 0 }, limit, 1_000_000, 4)).toBe(7);
+    const d = takeMany({ tokens: 6, updatedAt: 0 }, limit, 0, 10, 4);
+    expect(d.granted).toBe(6);
+    expect(d.fullInMs).toBe(600); // back to burst − held = 6 tokens at 100 ms each
+  });
+
   it("tells exactly when the next token is back, and when the bucket is full", () => {
     const empty = drain(fullBucket(limit, 0), limit, 0, 10);
     const d = take(empty, limit, 30);
