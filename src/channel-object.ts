@@ -16,6 +16,16 @@ import { getConfig, targetFor } from "./config";
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
 /** Frames an SSE reader may fall behind before its stream is closed, so one slow reader cannot grow memory. */
 export const SSE_MAX_BACKLOG = 1024;
+/**
+ * Bytes a WebSocket subscriber may leave unread (the socket's `bufferedAmount`) before it is closed
+ * with {@link SLOW_CONSUMER_CLOSE}: 1 MiB, about 7,000 typical frames or 32 of the largest.
+ */
+export const WS_MAX_BUFFERED_BYTES = 1024 * 1024;
+/** The close code for a WebSocket subscriber that fell too far behind; it may resume with `?after=`. */
+export const SLOW_CONSUMER_CLOSE = 4008;
+const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?after=<last seq received>";
+/** `WebSocket.OPEN`. */
+const OPEN = 1;
 
 /** What the Worker asks the channel to do with one publish. */
 export interface PublishCommand {
@@ -59,6 +69,8 @@ export interface ChannelStats {
   delivered_total: number;
   dropped_total: number;
   analytics_copy_failures_total: number;
+  /** Subscribers disconnected for falling too far behind (WebSocket and SSE). */
+  slow_consumers_closed: number;
   last_sample: unknown;
 }
 
@@ -74,6 +86,8 @@ type CounterName =
   | "delivered_total"
   | "dropped_total"
   | "copy_failures_total"
+  /** Subscribers (WebSocket or SSE) disconnected for falling too far behind. */
+  | "slow_consumers_closed"
   | "period_delivered"
   | "period_dropped"
   | "period_started_at"
@@ -202,7 +216,7 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   stats(): ChannelStats {
-    const websockets = this.ctx.getWebSockets().length;
+    const websockets = this.openSockets().length;
     return {
       channel: this.channel,
       occupancy: websockets + this.sse.size,
@@ -212,6 +226,7 @@ export class ChannelObject extends DurableObject<Env> {
       delivered_total: this.counter("delivered_total"),
       dropped_total: this.counter("dropped_total"),
       analytics_copy_failures_total: this.counter("copy_failures_total"),
+      slow_consumers_closed: this.counter("slow_consumers_closed"),
       last_sample: this.lastSample,
     };
   }
@@ -229,7 +244,7 @@ export class ChannelObject extends DurableObject<Env> {
       offered: delivered + dropped,
       elapsed_ms: Math.max(0, now - started),
       period_started_at: started,
-      occupancy: this.ctx.getWebSockets().length + this.sse.size,
+      occupancy: this.openSockets().length + this.sse.size,
     };
   }
 
@@ -338,9 +353,16 @@ export class ChannelObject extends DurableObject<Env> {
     const frames = this.pendingLive;
     this.pendingLive = [];
     if (frames.length === 0) return;
-    for (const ws of this.ctx.getWebSockets()) {
+    let slow = 0;
+    for (const ws of this.openSockets()) {
       try {
         for (const f of frames) ws.send(f.text);
+        // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
+        // most the bound plus one batch, and never slows the others (sends do not block).
+        if (ws.bufferedAmount > WS_MAX_BUFFERED_BYTES) {
+          slow++;
+          ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
+        }
       } catch {
         // A socket whose send fails is dropped without disturbing the others.
         try {
@@ -350,7 +372,16 @@ export class ChannelObject extends DurableObject<Env> {
         }
       }
     }
-    for (const client of this.sse) for (const f of frames) this.writeSse(client, sseEvent(f));
+    for (const client of this.sse) for (const f of frames) if (!this.writeSse(client, sseEvent(f))) slow++;
+    if (slow > 0) this.bump({ slow_consumers_closed: slow });
+  }
+
+  /**
+   * Sockets still open: one this object closed stays listed until its peer answers the close, which
+   * a stalled reader never does, so it must not count as a subscriber nor be sent to.
+   */
+  private openSockets(): WebSocket[] {
+    return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
   }
 
   private replayFrames(after: number): LiveFrame[] {
@@ -361,15 +392,17 @@ export class ChannelObject extends DurableObject<Env> {
       .map((r) => ({ seq: r.seq, text: frame(channel, r) }));
   }
 
-  private writeSse(client: SseClient, text: string): void {
-    if (client.closed) return;
+  /** Writes one event; false when this write found the reader too far behind and closed it. */
+  private writeSse(client: SseClient, text: string): boolean {
+    if (client.closed) return true;
     const backlog = client.writer.desiredSize;
     if (backlog !== null && backlog <= 0) {
       // The reader fell SSE_MAX_BACKLOG frames behind: close it rather than buffer without bound.
       this.dropSse(client, true);
-      return;
+      return false;
     }
     client.writer.write(encoder.encode(text)).catch(() => this.dropSse(client));
+    return true;
   }
 
   private dropSse(client: SseClient, abort = false): void {

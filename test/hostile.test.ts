@@ -5,7 +5,7 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { SSE_MAX_BACKLOG } from "../src/channel-object";
+import { SLOW_CONSUMER_CLOSE, SSE_MAX_BACKLOG, WS_MAX_BUFFERED_BYTES } from "../src/channel-object";
 import { base64UrlEncode, signToken } from "../src/tokens";
 import { ADMIN, adminHeaders, call, callAndWait, historyOf, mint, openSocket, publishTo, uniq } from "./helpers";
 
@@ -147,6 +147,51 @@ describe("hostile tokens", () => {
 });
 
 describe("slow consumer", () => {
+  it("a WebSocket reader that stops reading is closed with 4008 past 1 MiB unread, and can resume", async () => {
+    const ch = `public:hostile.${uniq()}`;
+    const res = await call(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } });
+    const stalled = res.webSocket;
+    if (!stalled) throw new Error("no socket");
+    // Not accepted yet: nothing is read, so the channel's sends pile up in the socket's buffer.
+    const live = await openSocket(ch);
+    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+    const big = "x".repeat(30_000);
+    const total = 100; // 3 MB: about three times the bound
+    for (let i = 0; i < total; i++) {
+      await stub.publishMany([
+        { channel: ch, data: JSON.stringify({ i, big }), publisher: "p", action: "deliver", now: Date.now() },
+      ]);
+    }
+    // The reader that keeps up gets everything, in order.
+    const frames = await live.next(total);
+    expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
+    const stats = (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
+      websockets: number;
+      slow_consumers_closed: number;
+    };
+    expect(stats).toMatchObject({ websockets: 1, slow_consumers_closed: 1 });
+    // The stalled reader, reading at last: a gapless prefix of about the bound, then the close.
+    const got: number[] = [];
+    const closed = new Promise<{ code: number; reason: string }>((resolve) => {
+      stalled.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason }));
+    });
+    stalled.addEventListener("message", (ev) => got.push((JSON.parse(ev.data as string) as { seq: number }).seq));
+    stalled.accept();
+    const close = await closed;
+    expect(close.code).toBe(SLOW_CONSUMER_CLOSE);
+    expect(close.reason).toMatch(/slow consumer.*after=/);
+    expect(got).toEqual(Array.from({ length: got.length }, (_, i) => i + 1));
+    const bytesPerFrame = 30_100;
+    expect(got.length).toBeGreaterThanOrEqual(Math.floor(WS_MAX_BUFFERED_BYTES / bytesPerFrame));
+    expect(got.length).toBeLessThan(total);
+    // Resuming after the last seq it got brings the rest, nothing skipped or repeated.
+    const resumed = await openSocket(ch, `?after=${got.at(-1)}`);
+    const rest = await resumed.next(total - got.length);
+    expect(rest.map((f) => f.seq)).toEqual(Array.from({ length: total - got.length }, (_, i) => got.length + i + 1));
+    live.ws.close();
+    resumed.ws.close();
+  });
+
   it("an SSE reader that stops reading is cut off after a bounded backlog; the others get everything", async () => {
     const ch = `public:hostile.${uniq()}`;
     const stalled = await call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } });

@@ -159,6 +159,7 @@ operator.get("/v1/channels/:channel/stats", async (c) => {
     delivered_total: stats.delivered_total,
     dropped_total: stats.dropped_total,
     analytics_copy_failures_total: stats.analytics_copy_failures_total,
+    slow_consumers_closed: stats.slow_consumers_closed,
     drop_rate: name === config.analyticsChannel.name ? 0 : rate.rate,
     drop_rate_source: rate.source,
     drop_mode: thinningFor(config, channel) ? "thinning" : "random",
