@@ -135,8 +135,9 @@ export class ChannelObject extends DurableObject<Env> {
    */
   publishMany(cmds: PublishCommand[]): Promise<PublishOutcome[]> {
     const outcomes: PublishOutcome[] = [];
-    this.ctx.storage.transactionSync(() => {
+    this.inBatch(() => {
       for (const cmd of cmds) outcomes.push(this.applyOne(cmd));
+      this.trimHistory(this.counter("next_seq"));
     });
     if (outcomes.some((o) => o.status === "delivered" && !o.replayed)) this.flushLive();
     return this.settled(outcomes);
@@ -156,7 +157,7 @@ export class ChannelObject extends DurableObject<Env> {
       this.bump({ dropped_total: 1, period_dropped: 1 });
       outcome = { status: "dropped", replayed: false };
     } else {
-      const m = this.append(cmd.channel, cmd.data, cmd.publisher, cmd.now);
+      const m = this.append(cmd.data, cmd.publisher, cmd.now);
       outcome = {
         status: "delivered",
         channel: cmd.channel,
@@ -183,8 +184,8 @@ export class ChannelObject extends DurableObject<Env> {
   publishBatch(channel: string, items: BatchItem[], now: number): number {
     this.remember(channel);
     let last = this.counter("next_seq");
-    this.ctx.storage.transactionSync(() => {
-      for (const item of items) last = this.append(channel, item.data, item.publisher, now, false).seq;
+    this.inBatch(() => {
+      for (const item of items) last = this.append(item.data, item.publisher, now).seq;
       this.trimHistory(last);
     });
     this.flushLive();
@@ -317,16 +318,13 @@ export class ChannelObject extends DurableObject<Env> {
 
   // ---- internals ---------------------------------------------------------------------------------
 
-  private pendingLive: LiveFrame[] = [];
+  /** Messages appended by the current transaction, sent live once it commits. */
+  private pendingLive: MessageFields[] = [];
+  /** Inside {@link inBatch}: counters changed but not yet written. */
+  private deferred: Set<CounterName> | null = null;
 
-  /** Appends one message; `trim` keeps history at HISTORY_LIMIT (a batch trims once, at its end). */
-  private append(
-    channel: string,
-    data: string,
-    publisher: string,
-    now: number,
-    trim = true,
-  ): { seq: number; id: string } {
+  /** Appends one message; the batch around it trims history once, at its end. */
+  private append(data: string, publisher: string, now: number): { seq: number; id: string } {
     const seq = this.counter("next_seq") + 1;
     const id = crypto.randomUUID();
     this.sql.exec(
@@ -337,10 +335,26 @@ export class ChannelObject extends DurableObject<Env> {
       publisher,
       now,
     );
-    if (trim) this.trimHistory(seq);
     this.bump({ next_seq: 1, delivered_total: 1, period_delivered: 1 });
-    this.pendingLive.push({ seq, text: frame(channel, { seq, id, data, published_at: now }) });
+    this.pendingLive.push({ seq, id, data, published_at: now });
     return { seq, id };
+  }
+
+  /**
+   * Runs `fn` in one transaction with counter writes gathered into one statement at its end: a batch
+   * of 100 messages would otherwise write the counters 100 times.
+   */
+  private inBatch(fn: () => void): void {
+    this.ctx.storage.transactionSync(() => {
+      const dirty = new Set<CounterName>();
+      this.deferred = dirty;
+      try {
+        fn();
+      } finally {
+        this.deferred = null;
+      }
+      this.set(Object.fromEntries([...dirty].map((k) => [k, this.counter(k)])));
+    });
   }
 
   private trimHistory(lastSeq: number): void {
@@ -348,13 +362,18 @@ export class ChannelObject extends DurableObject<Env> {
     if (lastSeq > limit) this.sql.exec("DELETE FROM messages WHERE seq <= ?", lastSeq - limit);
   }
 
-  /** Sends frames appended by the last transaction to every live subscriber. */
+  /** Sends messages appended by the last transaction to every live subscriber. */
   private flushLive(): void {
-    const frames = this.pendingLive;
+    const messages = this.pendingLive;
     this.pendingLive = [];
-    if (frames.length === 0) return;
+    if (messages.length === 0) return;
+    const sockets = this.openSockets();
+    // No one listening (the analytics channel, usually): no frames to build.
+    if (sockets.length === 0 && this.sse.size === 0) return;
+    const channel = this.channel ?? "";
+    const frames = messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
     let slow = 0;
-    for (const ws of this.openSockets()) {
+    for (const ws of sockets) {
       try {
         for (const f of frames) ws.send(f.text);
         // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
@@ -517,6 +536,10 @@ export class ChannelObject extends DurableObject<Env> {
     const entries = Object.entries(values) as [CounterName, number][];
     if (entries.length === 0) return;
     for (const [k, v] of entries) this.counters.set(k, v);
+    if (this.deferred) {
+      for (const [k] of entries) this.deferred.add(k);
+      return;
+    }
     // One statement for all of them: a publish updates three counters, and each statement costs.
     this.sql.exec(
       `INSERT OR REPLACE INTO counters (name, value) VALUES ${entries.map(() => "(?, ?)").join(", ")}`,
@@ -543,6 +566,8 @@ interface LiveFrame {
   seq: number;
   text: string;
 }
+
+type MessageFields = Pick<MessageRow, "seq" | "id" | "data" | "published_at">;
 
 /** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */
 function sseEvent(f: LiveFrame): string {

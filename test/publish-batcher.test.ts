@@ -57,3 +57,33 @@ describe("publish batcher", () => {
     }
   });
 });
+
+describe("batches in the channel object", () => {
+  it("keep exactly HISTORY_LIMIT messages, counters written once per batch but right", async () => {
+    const { env } = await import("cloudflare:workers");
+    const ch = `public:batch.trim${crypto.randomUUID().slice(0, 8)}`;
+    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+    // 3 batches of 50 through publishMany, then 30 copies through publishBatch: 180 > 100 kept.
+    for (let b = 0; b < 3; b++) {
+      await stub.publishMany(
+        Array.from({ length: 50 }, (_, i) => ({ ...cmd(b * 50 + i), channel: ch, now: Date.now() })),
+      );
+    }
+    await stub.publishBatch(
+      ch,
+      Array.from({ length: 30 }, (_, i) => ({ data: `{"i":${150 + i}}`, publisher: "p" })),
+      Date.now(),
+    );
+    const history = (await stub.history(0, 1000)).map((f) => JSON.parse(f) as { seq: number; data: { i: number } });
+    expect(history.map((f) => f.seq)).toEqual(Array.from({ length: 100 }, (_, i) => 81 + i));
+    expect(history.map((f) => f.data.i)).toEqual(Array.from({ length: 100 }, (_, i) => 80 + i));
+    expect(await stub.stats()).toMatchObject({ last_seq: 180, delivered_total: 180 });
+    // The counters were stored, not only held in memory: a fresh instance reads the same.
+    const { evictDurableObject } = await import("cloudflare:test");
+    await evictDurableObject(stub);
+    expect(await env.CHANNEL.get(env.CHANNEL.idFromName(ch)).stats()).toMatchObject({
+      last_seq: 180,
+      delivered_total: 180,
+    });
+  });
+});
