@@ -9,7 +9,7 @@
  */
 
 /** Checks at 0, 1, 2, 4, 8, 8, … ms: fast when the answer is near, cheap when it is not. */
-const MAX_STEP_MS = 8;
+const MAX_STEP_MS = 2;
 
 /**
  * Resolves true once `ready()` holds, or false after waiting at least `timeoutMs` (counted as the
