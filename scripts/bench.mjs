@@ -8,7 +8,7 @@
 // figure as a ratio to the bare route, and Durable Object calls and KV reads per 1,000 publishes
 // (from the Worker's own /metrics counters).
 //
-// Scenarios are interleaved in rounds, each run paired with a bare-route run made just before it, and
+// Scenarios are interleaved in rounds, each run paired with a bare-route run made next to it, and
 // the median of the paired ratios is reported: the machine's throughput drifts by ±30% within
 // seconds, so only a ratio to a bare run of the same moment means anything. The deny path runs right
 // after the references, before any scenario that leaves background work (analytics copies) behind. Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
@@ -148,23 +148,27 @@ for (let round = 1; round <= ROUNDS; round++) {
   const line = [];
   for (const s of scenarios) {
     if (s.id === "bare") continue;
-    // Each scenario is paired with a bare run made just before it: this machine's throughput drifts
+    // Each scenario is paired with a bare run made next to it (before it in odd rounds, after it in
+    // even ones, so neither side always gets the quieter moment): this machine's throughput drifts
     // by ±30% within seconds, so a ratio to a bare run from another moment measures the drift.
-    const b = await load(bareScenario.url, bareScenario.opts, run);
-    runs.get("bare").push(b);
-    pairedBare.get(s.id).push(b);
+    const bareFirst = round % 2 === 1;
+    const runBare = () => load(bareScenario.url, bareScenario.opts, run);
+    const b0 = bareFirst ? await runBare() : null;
     const before = s.reference ? null : await metrics(fg.base);
     const framesBefore = s.subs?.counter.frames ?? 0;
     const r = await load(s.url, s.opts, run);
+    // Background work of the last requests (analytics copies, metric flushes) lands within ~1 s,
+    // and must not spill into a bare run.
+    await new Promise((res) => setTimeout(res, 1200));
     if (before) {
-      // Background work of the last requests (analytics copies, metric flushes) lands within ~1 s,
-      // and must not spill into the next bare run either.
-      await new Promise((res) => setTimeout(res, 1200));
       const after = await metrics(fg.base);
       r.counts = Object.fromEntries(
         Object.entries(COUNTERS).map(([k, series]) => [k, (after[series] ?? 0) - (before[series] ?? 0)]),
       );
     }
+    const b = b0 ?? (await runBare());
+    runs.get("bare").push(b);
+    pairedBare.get(s.id).push(b);
     r.deliveries = ((s.subs?.counter.frames ?? 0) - framesBefore) / SECONDS;
     runs.get(s.id).push(r);
     line.push(`${s.id} ${Math.round(r.rps)}/${Math.round(b.rps)}`);
