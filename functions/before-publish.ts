@@ -140,8 +140,24 @@ export class DropRateReader {
 
   /** Forgets cached rates (an admin write in this isolate takes effect at once). */
   invalidate(channel?: string): void {
-    if (channel === undefined || channel === "*") this.cache.clear();
-    else this.cache.delete(channel);
+    if (channel === undefined || channel === "*") {
+      this.cache.clear();
+      this.globalText = null;
+    } else this.cache.delete(channel);
+  }
+
+  /**
+   * The global key's text, cached for `cacheMs` for all channels together: otherwise every channel
+   * without its own key would read the same global key again on each of its own misses.
+   */
+  private globalText: { text: string | null; expires: number } | null = null;
+
+  private async readGlobal(): Promise<string | null> {
+    const cached = this.globalText;
+    if (cached && cached.expires > this.now()) return cached.text;
+    const text = await this.get(GLOBAL_RATE_KEY);
+    if (this.cacheMs > 0) this.globalText = { text, expires: this.now() + this.cacheMs };
+    return text;
   }
 
   private async read(channel: string): Promise<ResolvedRate> {
@@ -151,7 +167,7 @@ export class DropRateReader {
       text = await this.get(CHANNEL_RATE_PREFIX + channel);
       if (text === null) {
         source = "global";
-        text = await this.get(GLOBAL_RATE_KEY);
+        text = await this.readGlobal();
       }
     } catch (e) {
       return this.fallback("unreadable", e instanceof Error ? e.message : String(e));

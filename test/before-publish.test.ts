@@ -204,7 +204,7 @@ describe("isolate cache", () => {
       const joined = r.rateFor(CH);
       await vi.advanceTimersByTimeAsync(1999);
       expect(reads).toBe(1);
-      await vi.advanceTimersByTimeAsync(20); // it checks on a timer of its own, every 8 ms at most
+      await vi.advanceTimersByTimeAsync(20); // it checks on a timer of its own, every 2 ms at most
       await expect(joined).resolves.toEqual({ rate: 0.25, source: "channel" });
       expect(reads).toBe(2);
       // The fresh answer is cached for everyone after.
@@ -225,6 +225,28 @@ describe("isolate cache", () => {
     expect((await r.rateFor(CH)).rate).toBe(0);
     now = 1000;
     expect((await r.rateFor(CH)).rate).toBe(1);
+  });
+
+  it("channels without their own key share one read of the global key per cacheMs", async () => {
+    let now = 0;
+    const values: Record<string, string> = { throttleRate: "0.3" };
+    const store = memoryStore(values);
+    const { r } = reader(store, { cacheMs: 1000, now: () => now });
+    const channels = Array.from({ length: 50 }, (_, i) => `public:spread.c${i}`);
+    for (const ch of channels) expect(await r.rateFor(ch)).toEqual({ rate: 0.3, source: "global" });
+    // One read per channel key, and the global key once: not once per channel.
+    expect(store.reads.filter((k) => k === "throttleRate")).toHaveLength(1);
+    expect(store.reads).toHaveLength(51);
+    // A channel with its own key still wins over the cached global one.
+    values[rateKey("public:spread.own")] = "0.9";
+    expect(await r.rateFor("public:spread.own")).toEqual({ rate: 0.9, source: "channel" });
+    // The global value is re-read once it expires, and at once after invalidate("*").
+    values.throttleRate = "0.6";
+    now = 1000;
+    expect((await r.rateFor("public:spread.c0")).rate).toBe(0.6);
+    values.throttleRate = "0.7";
+    r.invalidate("*");
+    expect((await r.rateFor("public:spread.c1")).rate).toBe(0.7);
   });
 
   it("invalidate() makes the next read go to the store", async () => {
