@@ -4,7 +4,9 @@
  *
  * `charge` is synchronous from reading the bucket to writing it back (SQLite calls are synchronous in
  * a Durable Object), so concurrent requests are decided strictly one after another. The state is
- * written on every charge, so eviction or a restart never refills a bucket early.
+ * written on every charge, so eviction or a restart never refills a bucket early. This object is the
+ * bucket's only writer, so after the first read it decides from a copy in memory (one statement per
+ * charge instead of three), written through on every charge and read again by a new instance.
  *
  * Leases: a hot isolate may take a few extra tokens with a charge and spend them itself, without a
  * round trip per request (src/limiter-gate.ts). A leased token is taken from this bucket when it is
@@ -60,6 +62,11 @@ export interface Lease {
 export type BatchChargeResult = Omit<BatchDecision, "state"> & { lease?: Lease };
 
 export class RateLimiter extends DurableObject<Env> {
+  /** The stored bucket row as last written by this instance; undefined until first read. */
+  private row: Row | null | undefined = undefined;
+  /** Open lease rows; 0 lets a charge skip the lease table. */
+  private openLeases: number;
+
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     ctx.storage.sql.exec(`CREATE TABLE IF NOT EXISTS bucket (
@@ -67,6 +74,7 @@ export class RateLimiter extends DurableObject<Env> {
       rate INTEGER NOT NULL, per_ms REAL NOT NULL, burst INTEGER NOT NULL)`);
     ctx.storage.sql.exec(`CREATE TABLE IF NOT EXISTS lease (
       id TEXT PRIMARY KEY, tokens INTEGER NOT NULL, expires_at INTEGER NOT NULL)`);
+    this.openLeases = ctx.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lease").one().n;
   }
 
   /** Takes one token from this bucket under `limit`. `now` defaults to this object's clock. */
@@ -83,7 +91,8 @@ export class RateLimiter extends DurableObject<Env> {
    */
   chargeMany(limit: Limit, count: number, now: number = Date.now(), lease?: LeaseRequest): BatchChargeResult {
     const sql = this.ctx.storage.sql;
-    const row = sql.exec<Row>("SELECT * FROM bucket WHERE id = 1").toArray()[0];
+    if (this.row === undefined) this.row = sql.exec<Row>("SELECT * FROM bucket WHERE id = 1").toArray()[0] ?? null;
+    const row = this.row;
     let state: BucketState;
     if (!row) {
       state = fullBucket(limit, now);
@@ -107,6 +116,7 @@ export class RateLimiter extends DurableObject<Env> {
         next.tokens -= tokens;
         decision.remaining -= tokens;
         sql.exec("INSERT INTO lease (id, tokens, expires_at) VALUES (?, ?, ?)", leased.id, tokens, now + LEASE_TTL_MS);
+        this.openLeases++;
       }
     }
     if (decision.granted < n && leases.held > limit.burst - 1) {
@@ -121,6 +131,13 @@ export class RateLimiter extends DurableObject<Env> {
       limit.perMs,
       limit.burst,
     );
+    this.row = {
+      tokens: next.tokens,
+      updated_at: next.updatedAt,
+      rate: limit.rate,
+      per_ms: limit.perMs,
+      burst: limit.burst,
+    };
     return leased ? { ...decision, lease: leased } : decision;
   }
 
@@ -134,9 +151,10 @@ export class RateLimiter extends DurableObject<Env> {
     now: number,
     settle: LeaseRequest["settle"],
   ): { state: BucketState; held: number; firstEndsAt: number } {
+    if (this.openLeases === 0) return { state, held: 0, firstEndsAt: now };
     const sql = this.ctx.storage.sql;
     const open = sql.exec<{ id: string; tokens: number; expires_at: number }>("SELECT * FROM lease").toArray();
-    if (open.length === 0) return { state, held: 0, firstEndsAt: now };
+    this.openLeases = open.length;
     let held = open.reduce((a, l) => a + l.tokens, 0);
     // Refill under the old hold before any lease ends, so the bucket never over-fills.
     let tokens = refill(state, limit, now, held);
@@ -146,6 +164,7 @@ export class RateLimiter extends DurableObject<Env> {
       const unused = settled.get(l.id);
       if (!expired && unused === undefined) continue;
       sql.exec("DELETE FROM lease WHERE id = ?", l.id);
+      this.openLeases--;
       held -= l.tokens;
       if (!expired && unused !== undefined) tokens += Math.max(0, Math.min(l.tokens, Math.floor(unused)));
     }

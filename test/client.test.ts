@@ -2,7 +2,7 @@
  * The TypeScript client (src/client) against the real Worker in workerd: publish retries and
  * idempotency, typed errors, subscribe with reconnect and resume, SSE fallback, token refresh.
  */
-import { runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type SocketLike } from "../src/client";
@@ -69,6 +69,8 @@ describe("client publish", () => {
         await runInDurableObject(bucket, (_o, state) => {
           state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - ?", ms);
         });
+        // The object decides from its copy in memory: a new instance reads the moved clock.
+        await evictDurableObject(bucket);
         (services(env).gate as unknown as { deny: Map<string, unknown> }).deny.clear();
       },
     });

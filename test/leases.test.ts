@@ -2,6 +2,7 @@
  * Token leases: a hot isolate spends tokens it took from the bucket ahead of time, with no object
  * call per request, and the bucket's bound still holds for every interval.
  */
+import { evictDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { LEASE_MIN_DEMAND, LimiterGate } from "../src/limiter-gate";
@@ -47,6 +48,19 @@ describe("RateLimiter leases", () => {
     const other = again.lease?.id ?? "";
     const after = await s.chargeMany(l, 0, 1000, { want: 0, settle: [{ id: other, unused: 1000 }] });
     expect(after.remaining).toBe(9);
+  });
+
+  it("an evicted object still counts its open leases (a new instance reads them back)", async () => {
+    const key = `publish:${uniq()}`;
+    const l: Limit = { rate: 10, perMs: 1000, burst: 10 };
+    const { lease } = await stub(key).chargeMany(l, 2, 0, { want: 8, settle: [] });
+    expect(lease?.tokens).toBe(4);
+    await evictDurableObject(stub(key));
+    // As before eviction: 1 s later the bucket refills to 6, not 10, while 4 are on lease.
+    expect((await stub(key).chargeMany(l, 0, 1000, { want: 0, settle: [] })).remaining).toBe(6);
+    expect(
+      (await stub(key).chargeMany(l, 0, 1000, { want: 0, settle: [{ id: lease?.id ?? "", unused: 4 }] })).remaining,
+    ).toBe(10);
   });
 
   it("a lease nobody settles ends after LEASE_TTL_MS, its tokens counted as spent", async () => {
