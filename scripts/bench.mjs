@@ -3,7 +3,8 @@
 //
 // Starts the Worker in workerd through Miniflare's API (no dev proxy), opens real WebSocket
 // subscribers, drives publishes with autocannon, and prints one table: a bare Hono route (the
-// ceiling), publish at throttle 0 with the limiter on and 1 or 100 subscribers, publish at drop rate
+// ceiling), publish at throttle 0 with the limiter on and 1 or 100 subscribers, the same spread over
+// many subjects and channels (--spread N, default 500), publish at drop rate
 // 0.5 and 0.9, and the deny path of a flooding subject — requests/s, p50/p99, deliveries/s, every
 // figure as a ratio to the bare route, and Durable Object calls and KV reads per 1,000 publishes
 // (from the Worker's own /metrics counters).
@@ -12,7 +13,7 @@
 // the median of the paired ratios is reported: the machine's throughput drifts by ±30% within
 // seconds, so only a ratio to a bare run of the same moment means anything. The deny path runs right
 // after the references, before any scenario that leaves background work (analytics copies) behind. Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
-// --subscribers N (default 100).
+// --subscribers N (default 100), --spread N (default 500).
 import {
   arg,
   load,
@@ -30,6 +31,7 @@ const SECONDS = Number(arg("seconds", 2));
 const ROUNDS = Number(arg("rounds", 5));
 const CONNECTIONS = Number(arg("connections", 20));
 const SUBSCRIBERS = Number(arg("subscribers", 100));
+const SPREAD = Number(arg("spread", 500));
 const run = { seconds: SECONDS, connections: CONNECTIONS };
 
 // Limiter on for every publish (a generous per-token rl), off by default so tokens decide.
@@ -63,6 +65,21 @@ async function subscribers(channel, n) {
   };
 }
 
+// Spread: SPREAD subjects, each publishing to its own channel; every object exists before the runs
+// (one publish each), so the scenario measures steady traffic, not the first touch of 1,000 objects.
+const spreadTokens = [];
+for (let k = 0; k < SPREAD; k++) spreadTokens.push(await mintToken(fg.base, `spread${k}`, channels, generous));
+for (let k = 0; k < SPREAD; k += 50) {
+  await Promise.all(
+    spreadTokens.slice(k, k + 50).map((t, j) =>
+      fetch(`${fg.base}/v1/publish/public:bench.spread${k + j}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${t}`, "content-type": "application/json" },
+        body: "{}",
+      }).then((r) => r.arrayBuffer()),
+    ),
+  );
+}
 await setRate(fg.base, "public:bench.half", 0.5);
 await setRate(fg.base, "public:bench.ninety", 0.9);
 const subs = {
@@ -112,6 +129,11 @@ const scenarios = [
     ...publish(await mintToken(fg.base, "hundred", channels, generous), "public:bench.hundred"),
   },
   {
+    id: "spread",
+    title: `publish, ${SPREAD} subjects each to its own channel (a few a second each: no coalescing, no leases)`,
+    ...spread(spreadTokens),
+  },
+  {
     id: "drop50",
     title: "publish, drop rate 0.5",
     subs: subs.half,
@@ -124,6 +146,23 @@ const scenarios = [
     ...publish(await mintToken(fg.base, "ninety", channels, generous), "public:bench.ninety"),
   },
 ];
+
+/** Publishes spread over `tokens.length` subjects, subject k always to channel k, round robin. */
+function spread(tokens) {
+  let i = 0;
+  const body = JSON.stringify({ emoji: "🔥", at: 1 });
+  const setupRequest = (req) => {
+    const k = i++ % tokens.length;
+    return {
+      ...req,
+      method: "POST",
+      path: `/v1/publish/public:bench.spread${k}`,
+      headers: { authorization: `Bearer ${tokens[k]}`, "content-type": "application/json" },
+      body,
+    };
+  };
+  return { url: fg.base, opts: { requests: [{ setupRequest }] } };
+}
 
 function publish(token, channel) {
   const { path, ...opts } = publishOpts(token, channel);
