@@ -13,7 +13,7 @@
 // the median of the paired ratios is reported: the machine's throughput drifts by ±30% within
 // seconds, so only a ratio to a bare run of the same moment means anything. The deny path runs right
 // after the references, before any scenario that leaves background work (analytics copies) behind. Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
-// --subscribers N (default 100), --spread N (default 500).
+// --subscribers N (default 100), --spread N (default 500), --only id,id (just those scenarios).
 import {
   arg,
   load,
@@ -164,6 +164,13 @@ function spread(tokens) {
   return { url: fg.base, opts: { requests: [{ setupRequest }] } };
 }
 
+// --only id,id: run just those scenarios (ids as in the round lines), e.g. --only deny,drop90.
+const ONLY = arg("only", "");
+if (ONLY) {
+  const keep = new Set(["bare", ...ONLY.split(",")]);
+  for (let i = scenarios.length - 1; i >= 0; i--) if (!keep.has(scenarios[i].id)) scenarios.splice(i, 1);
+}
+
 function publish(token, channel) {
   const { path, ...opts } = publishOpts(token, channel);
   return { url: fg.base + path, opts };
@@ -220,7 +227,8 @@ const bareRps = med("bare", (r) => r.rps);
 const ratio = (id) => median(runs.get(id).map((r, i) => r.rps / pairedBare.get(id)[i].rps));
 // A publish is a POST with a body, which costs the client and the runtime more than a GET: the ratio
 // to the bare POST divides that out (the paired ratio to GET over the bare POST's own).
-const ratioPost = (id) => ratio(id) / ratio("post");
+const has = (id) => scenarios.some((s) => s.id === id);
+const ratioPost = (id) => (has("post") ? ratio(id) / ratio("post") : Number.NaN);
 const per1000 = (id, key) => {
   const list = runs.get(id);
   const publishes = list.reduce((a, r) => a + Object.values(r.statuses).reduce((x, y) => x + y, 0), 0);
@@ -234,26 +242,29 @@ console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
 for (const s of scenarios) {
   const isBare = s.id === "bare" || s.reference;
   console.log(
-    `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${s.id === "post" ? "1.00" : isBare ? "–" : ratioPost(s.id).toFixed(2)} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
+    `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${s.id === "post" ? "1.00" : isBare || !has("post") ? "–" : ratioPost(s.id).toFixed(2)} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
   );
 }
-const dropped = runs.get("drop90").reduce((a, r) => a + r.counts.dropped, 0);
-const analyticsCalls = runs.get("drop90").reduce((a, r) => a + r.counts.analytics, 0);
 console.log(`\nbare route: ${Math.round(bareRps)} req/s (median)`);
-console.log(`bare POST with a publish's body: ${ratio("post").toFixed(2)} of the bare GET`);
+if (has("post")) console.log(`bare POST with a publish's body: ${ratio("post").toFixed(2)} of the bare GET`);
 const goal = (id, what, target) =>
+  has(id) &&
   console.log(
-    `${what}: ${ratio(id).toFixed(2)} of bare GET, ${ratioPost(id).toFixed(2)} of bare POST (target ≥ ${target.toFixed(2)})`,
+    `${what}: ${ratio(id).toFixed(2)} of bare GET${has("post") ? `, ${ratioPost(id).toFixed(2)} of bare POST` : ""} (target ≥ ${target.toFixed(2)})`,
   );
 goal("pub1", "delivered publish (1 subscriber)", 0.5);
 goal("drop90", "dropped publish (drop rate 0.9)", 0.7);
 goal("deny", "deny path", 0.8);
-console.log(
-  `floors: two no-op object calls run at ${ratio("rpc2").toFixed(2)} of bare, two writing calls at ${ratio("rpc2w").toFixed(2)}; a limited, delivered publish runs at ${median(runs.get("pub1").map((r, i) => r.rps / runs.get("rpc2w")[i].rps)).toFixed(2)} of the writing floor`,
-);
-console.log(
-  `analytics batching at drop rate 0.9: ${dropped} drops, ${analyticsCalls} analytics-object calls → ${((1000 * analyticsCalls) / Math.max(1, dropped)).toFixed(0)} per 1,000 drops (target ≤ 100)`,
-);
+if (has("rpc2") && has("rpc2w") && has("pub1"))
+  console.log(
+    `floors: two no-op object calls run at ${ratio("rpc2").toFixed(2)} of bare, two writing calls at ${ratio("rpc2w").toFixed(2)}; a limited, delivered publish runs at ${median(runs.get("pub1").map((r, i) => r.rps / runs.get("rpc2w")[i].rps)).toFixed(2)} of the writing floor`,
+  );
+const dropped = has("drop90") ? runs.get("drop90").reduce((a, r) => a + r.counts.dropped, 0) : 0;
+const analyticsCalls = has("drop90") ? runs.get("drop90").reduce((a, r) => a + r.counts.analytics, 0) : 0;
+if (has("drop90"))
+  console.log(
+    `analytics batching at drop rate 0.9: ${dropped} drops, ${analyticsCalls} analytics-object calls → ${((1000 * analyticsCalls) / Math.max(1, dropped)).toFixed(0)} per 1,000 drops (target ≤ 100)`,
+  );
 for (const s of Object.values(subs)) s.close();
 await fg.dispose();
 await bare.dispose();
