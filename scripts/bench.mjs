@@ -32,6 +32,8 @@ const ROUNDS = Number(arg("rounds", 5));
 const CONNECTIONS = Number(arg("connections", 20));
 const SUBSCRIBERS = Number(arg("subscribers", 100));
 const SPREAD = Number(arg("spread", 500));
+// --only id,id: run just those scenarios (ids as in the round lines), e.g. --only deny,drop90.
+const ONLY = arg("only", "");
 const run = { seconds: SECONDS, connections: CONNECTIONS };
 
 // Limiter on for every publish (a generous per-token rl), off by default so tokens decide.
@@ -68,8 +70,9 @@ async function subscribers(channel, n) {
 // Spread: SPREAD subjects, each publishing to its own channel; every object exists before the runs
 // (one publish each), so the scenario measures steady traffic, not the first touch of 1,000 objects.
 const spreadTokens = [];
-for (let k = 0; k < SPREAD; k++) spreadTokens.push(await mintToken(fg.base, `spread${k}`, channels, generous));
-for (let k = 0; k < SPREAD; k += 50) {
+const spreadCount = !ONLY || ONLY.split(",").includes("spread") ? SPREAD : 0;
+for (let k = 0; k < spreadCount; k++) spreadTokens.push(await mintToken(fg.base, `spread${k}`, channels, generous));
+for (let k = 0; k < spreadCount; k += 50) {
   await Promise.all(
     spreadTokens.slice(k, k + 50).map((t, j) =>
       fetch(`${fg.base}/v1/publish/public:bench.spread${k + j}`, {
@@ -164,8 +167,6 @@ function spread(tokens) {
   return { url: fg.base, opts: { requests: [{ setupRequest }] } };
 }
 
-// --only id,id: run just those scenarios (ids as in the round lines), e.g. --only deny,drop90.
-const ONLY = arg("only", "");
 if (ONLY) {
   const keep = new Set(["bare", ...ONLY.split(",")]);
   for (let i = scenarios.length - 1; i >= 0; i--) if (!keep.has(scenarios[i].id)) scenarios.splice(i, 1);

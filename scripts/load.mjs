@@ -42,20 +42,42 @@ function fail(message) {
   process.exit(2);
 }
 
+// The Worker's own parsers (src/limits.ts, src/durations.ts), bundled on the fly, so --rate and
+// --duration accept exactly what the Worker's configuration does.
+const grammar = await (async () => {
+  const { build } = await import("esbuild");
+  const out = await build({
+    stdin: {
+      contents: `export { parseRateShorthand } from "./src/limits"; export { parseDuration } from "./src/durations";`,
+      resolveDir: root,
+      loader: "ts",
+    },
+    bundle: true,
+    write: false,
+    format: "esm",
+    platform: "neutral",
+  });
+  return import(`data:text/javascript;base64,${Buffer.from(out.outputFiles[0].text).toString("base64")}`);
+})();
+
+/** `--rate` as publishes per second. */
 function parseRate(text) {
-  const m = /^(\d+)\/(\d*)(ms|s|m|h)$/.exec(text.trim());
-  if (!m) fail(`--rate must look like 200/s, 30/m or 5/100ms (got "${text}")`);
-  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[3]];
-  const perMs = (m[2] ? Number(m[2]) : 1) * unit;
-  const rate = (Number(m[1]) * 1000) / perMs;
-  if (!(rate > 0)) fail("--rate must be positive");
-  return rate; // per second
+  let r;
+  try {
+    r = grammar.parseRateShorthand(text);
+  } catch (e) {
+    fail(`--rate must look like 200/s, 30/m or 5/100ms: ${e.message}`);
+  }
+  if (!r) fail("--rate must be positive");
+  return (r.rate * 1000) / r.perMs;
 }
 
 function parseDuration(text) {
-  const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)$/.exec(text.trim());
-  if (!m) fail(`--duration must look like 60s or 2m (got "${text}")`);
-  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[m[2]];
+  try {
+    return grammar.parseDuration(text);
+  } catch (e) {
+    fail(`--duration must look like 60s, 2m or 1m30s: ${e.message}`);
+  }
 }
 
 function devAdminToken() {
