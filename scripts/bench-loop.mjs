@@ -4,11 +4,8 @@
 // lag, random drops or deterministic thinning. Prints one table per trace.
 // Options: --target N (msg/s, default 20), --period N (seconds, default 60), --lag N (periods, default 1),
 // --seed N (default 1).
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { build } from "esbuild";
+import { importSource } from "./import-source.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const arg = (name, fallback) => {
   const i = process.argv.indexOf(`--${name}`);
   return i > 0 ? Number(process.argv[i + 1]) : fallback;
@@ -19,19 +16,8 @@ const LAG = arg("lag", 1);
 const SEED = arg("seed", 1);
 
 // The pack's own modules, bundled on the fly so the benchmark runs exactly the shipped law.
-const out = await build({
-  stdin: {
-    contents: `export * from "./functions/loop-simulation"; export * from "./functions/sampler";
-export { seededRandom } from "./test/seeded-random";`,
-    resolveDir: root,
-    loader: "ts",
-  },
-  bundle: true,
-  write: false,
-  format: "esm",
-  platform: "neutral",
-});
-const m = await import(`data:text/javascript;base64,${Buffer.from(out.outputFiles[0].text).toString("base64")}`);
+const m = await importSource(`export * from "./functions/loop-simulation"; export * from "./functions/sampler";
+export { seededRandom } from "./test/seeded-random";`);
 
 const laws = [
   ["feed-forward, random drop", m.nextDropRate, "random"],

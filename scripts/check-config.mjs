@@ -5,6 +5,7 @@
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { unstable_readConfig } from "wrangler";
+import { importSource } from "./import-source.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const env = process.argv.find((a) => a.startsWith("--env="))?.slice(6);
@@ -13,15 +14,7 @@ const varsOnly = process.argv.includes("--vars-only");
 const config = unstable_readConfig({ config: join(root, "wrangler.toml"), env }, { hideWarnings: true });
 
 // The Worker's own parser, bundled on the fly so this check can never drift from it.
-const { build } = await import("esbuild");
-const out = await build({
-  entryPoints: [join(root, "src/config.ts")],
-  bundle: true,
-  write: false,
-  format: "esm",
-  platform: "neutral",
-});
-const mod = await import(`data:text/javascript;base64,${Buffer.from(out.outputFiles[0].text).toString("base64")}`);
+const mod = await importSource(`export { parseConfig, rawConfigFrom } from "./src/config";`);
 
 const problems = [];
 try {

@@ -19,6 +19,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { importSource } from "./import-source.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const argv = process.argv.slice(2);
@@ -44,21 +45,9 @@ function fail(message) {
 
 // The Worker's own parsers (src/limits.ts, src/durations.ts), bundled on the fly, so --rate and
 // --duration accept exactly what the Worker's configuration does.
-const grammar = await (async () => {
-  const { build } = await import("esbuild");
-  const out = await build({
-    stdin: {
-      contents: `export { parseRateShorthand } from "./src/limits"; export { parseDuration } from "./src/durations";`,
-      resolveDir: root,
-      loader: "ts",
-    },
-    bundle: true,
-    write: false,
-    format: "esm",
-    platform: "neutral",
-  });
-  return import(`data:text/javascript;base64,${Buffer.from(out.outputFiles[0].text).toString("base64")}`);
-})();
+const grammar = await importSource(
+  `export { parseRateShorthand } from "./src/limits"; export { parseDuration } from "./src/durations";`,
+);
 
 /** `--rate` as publishes per second. */
 function parseRate(text) {
