@@ -148,16 +148,9 @@ function targetText(t) {
   return typeof t === "string" ? t : `${t.deliveries} deliveries`;
 }
 
-/** Messages per second the target allows right now (a delivery budget is split across subscribers). */
+/** Messages per second the target allows right now, as the API computes it (null: no line). */
 function targetRate(c) {
-  const t = c.target;
-  if (t === null || t === undefined) return null;
-  const text = typeof t === "string" ? t : t.deliveries;
-  const m = /^(\d+)\/(\d*)(ms|s|m|h)$/.exec(text);
-  if (!m) return null;
-  const perS = (Number(m[1]) * 1000) / ((m[2] ? Number(m[2]) : 1) * { ms: 1, s: 1000, m: 60000, h: 3600000 }[m[3]]);
-  if (typeof t === "string") return perS;
-  return c.occupancy > 0 ? perS / c.occupancy : null;
+  return typeof c.target_rate === "number" ? c.target_rate : null;
 }
 
 function renderChannel(c, now) {

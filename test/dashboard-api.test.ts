@@ -12,7 +12,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import worker from "../src/index";
-import { adminHeaders, callAndWait, mint, publishAndWait, uniq } from "./helpers";
+import { adminHeaders, callAndWait, mint, openSocket, publishAndWait, uniq } from "./helpers";
 
 async function cron(): Promise<void> {
   const ctx = createExecutionContext();
@@ -36,7 +36,11 @@ describe("GET /v1/admin/channels", () => {
     expect(names).toContain(quiet);
     expect(names).toContain(busy);
     expect(names.indexOf(busy)).toBeLessThan(names.indexOf(quiet));
-    expect(body.channels.find((c) => c.channel === busy)).toMatchObject({ delivered_total: 3, target: null });
+    expect(body.channels.find((c) => c.channel === busy)).toMatchObject({
+      delivered_total: 3,
+      target: null,
+      target_rate: null,
+    });
     expect((await callAndWait("/v1/admin/channels")).status).toBe(401);
     expect((await admin("/v1/admin/channels?within=forever")).status).toBe(400);
   });
@@ -57,7 +61,9 @@ describe("runtime targets", () => {
     const rate = Number(await env.THROTTLE_KV.get(rateKey(ch)));
     expect(rate).toBeGreaterThan(0.7); // ~40/s offered against 10/s
     const stats = (await (await admin(`/v1/channels/${ch}/stats`)).json()) as { target: unknown };
-    expect(stats.target).toBe("10/s");
+    expect(stats).toMatchObject({ target: "10/s", target_rate: 10 });
+    const listed = (await (await admin("/v1/admin/channels")).json()) as { channels: { channel: string }[] };
+    expect(listed.channels.find((c) => c.channel === ch)).toMatchObject({ target: "10/s", target_rate: 10 });
 
     expect((await admin(`/v1/admin/target/${ch}`, { method: "DELETE" })).status).toBe(204);
     expect(await (await admin(`/v1/admin/target/${ch}`)).json()).toEqual({
@@ -80,5 +86,12 @@ describe("runtime targets", () => {
       body: JSON.stringify({ target: { deliveries: "5000/s" } }),
     });
     expect(await budget.json()).toMatchObject({ target: { deliveries: "5000/s" }, source: "runtime" });
+    // A delivery budget is split across subscribers; with none there is no limit to draw.
+    expect(await (await admin(`/v1/channels/${ch}/stats`)).json()).toMatchObject({ target_rate: null });
+    const sub = await openSocket(ch);
+    const sub2 = await openSocket(ch);
+    expect(await (await admin(`/v1/channels/${ch}/stats`)).json()).toMatchObject({ target_rate: 2500 });
+    sub.ws.close();
+    sub2.ws.close();
   });
 });

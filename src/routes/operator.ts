@@ -4,6 +4,7 @@
  */
 import { Hono } from "hono";
 import { parseStoredRate, rateKey } from "../../functions/before-publish";
+import { allowedMessageRate } from "../../functions/sampler";
 import { samplerRegistry, type TargetJson } from "../active-channels";
 import type { AppEnv } from "../app-env";
 import type { ChannelStats } from "../channel-object";
@@ -21,6 +22,16 @@ import { channelStub } from "../services";
 export function targetJson(t: Target | null): string | { deliveries: string } | null {
   if (!t) return null;
   return t.kind === "messages" ? t.source : { deliveries: t.source };
+}
+
+/**
+ * Messages per second the target lets through now: a delivery budget is split across the current
+ * subscribers. Null with no target, or a delivery budget and nobody subscribed (no limit).
+ */
+export function targetRate(t: Target | null, occupancy: number): number | null {
+  if (!t) return null;
+  const rate = allowedMessageRate(t, occupancy);
+  return Number.isFinite(rate) ? rate : null;
 }
 
 /** The public manifest (CONTRACT §8). Per-token overrides never appear. */
@@ -164,6 +175,7 @@ operator.get("/v1/channels/:channel/stats", async (c) => {
     drop_rate_source: rate.source,
     drop_mode: thinningFor(config, channel) ? "thinning" : "random",
     target: targetJson(target),
+    target_rate: targetRate(target, stats.occupancy),
     last_sample: stats.last_sample,
   });
 });
@@ -240,6 +252,7 @@ operator.get("/v1/admin/channels", async (c) => {
         drop_rate: rate.rate,
         drop_mode: thinningFor(config, name) ? "thinning" : "random",
         target: targetJson(effectiveTarget(config, name, runtime[channel])),
+        target_rate: targetRate(effectiveTarget(config, name, runtime[channel]), stats.occupancy),
         last_sample: stats.last_sample,
       };
     }),
