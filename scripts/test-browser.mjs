@@ -18,6 +18,9 @@ const PORT = 8797;
 const BASE = `http://127.0.0.1:${PORT}`;
 const ADMIN = "dev-admin-token";
 const CHANNEL = "public:live.browser";
+// No target: the sampler leaves its rate alone, so a rate set from the page stays set. (On CHANNEL the
+// next sample, every 2 s here, would overwrite it, which made this check flaky.)
+const MANUAL = "public:live.manual";
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const artifacts = join(root, "test-artifacts");
 mkdirSync(artifacts, { recursive: true });
@@ -44,7 +47,7 @@ const server = spawn(
     "--persist-to",
     mkdtempSync(join(tmpdir(), "floodgate-browser-")),
     "--var",
-    "THROTTLE_TARGET:5/s",
+    `THROTTLE_TARGETS:${JSON.stringify({ [CHANNEL]: "5/s" })}`,
     "--var",
     "THROTTLE_RATE_CACHE_MS:200",
   ],
@@ -79,11 +82,11 @@ try {
   const tokenRes = await fetch(`${BASE}/v1/tokens`, {
     method: "POST",
     headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
-    body: JSON.stringify({ sub: "browser-test", channels: [CHANNEL], rl: "1000/s" }),
+    body: JSON.stringify({ sub: "browser-test", channels: [CHANNEL, MANUAL], rl: "1000/s" }),
   });
   const { access_token: token } = await tokenRes.json();
-  const publish = () =>
-    fetch(`${BASE}/v1/publish/${CHANNEL}`, {
+  const publish = (channel = CHANNEL) =>
+    fetch(`${BASE}/v1/publish/${channel}`, {
       method: "POST",
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       body: JSON.stringify({ emoji: "🔥" }),
@@ -133,13 +136,16 @@ try {
 
   publishing = false;
   await traffic;
-  await page.fill(`${card} .set-rate input`, "1");
-  await page.click(`${card} .set-rate button[type=submit]`);
-  await page.waitForFunction((sel) => document.querySelector(`${sel} .rate`)?.textContent === "1.000", card, {
+  const manual = `article[data-channel="${MANUAL}"]`;
+  await Promise.all([publish(MANUAL), publish(MANUAL)]);
+  await page.waitForSelector(manual, { timeout: 15_000 });
+  await page.fill(`${manual} .set-rate input`, "1");
+  await page.click(`${manual} .set-rate button[type=submit]`);
+  await page.waitForFunction((sel) => document.querySelector(`${sel} .rate`)?.textContent === "1.000", manual, {
     timeout: 10_000,
   });
   const statuses = await waitFor(async () => {
-    const s = await Promise.all([publish(), publish(), publish()]);
+    const s = await Promise.all([publish(MANUAL), publish(MANUAL), publish(MANUAL)]);
     return s.every((x) => x === 202) ? s : null;
   }, "publishes to answer 202");
   check(
