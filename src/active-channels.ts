@@ -15,6 +15,7 @@
  * API, which take precedence over `THROTTLE_TARGET(S)`; the sampler visits those channels every run.
  */
 import { DurableObject } from "cloudflare:workers";
+import type { TargetJson } from "./config";
 
 /** The name of the one registry object. */
 export const SAMPLER_REGISTRY = "sampler";
@@ -23,9 +24,6 @@ export const SAMPLER_REGISTRY = "sampler";
 export function samplerRegistry(env: Env): DurableObjectStub<ActiveChannels> {
   return env.SAMPLER.get(env.SAMPLER.idFromName(SAMPLER_REGISTRY));
 }
-
-/** A target as the admin API takes it: a shorthand such as "50/s", or {"deliveries": "5000/s"}. */
-export type TargetJson = string | { deliveries: string };
 
 export interface RunStart {
   /** Channels to visit, with the generation of their mark (0 for throttled-only channels). */

@@ -22,6 +22,17 @@ export type Target =
   | { kind: "messages"; perSecond: number; source: string }
   | { kind: "deliveries"; perSecond: number; source: string };
 
+/** A target as the API shows and takes it: a shorthand such as "50/s", or {"deliveries": "5000/s"}. */
+export type TargetJson = string | { deliveries: string };
+
+/** The target as the API shows it (the inverse of {@link parseTarget}). */
+export function targetJson(t: Target): TargetJson;
+export function targetJson(t: Target | null): TargetJson | null;
+export function targetJson(t: Target | null): TargetJson | null {
+  if (!t) return null;
+  return t.kind === "messages" ? t.source : { deliveries: t.source };
+}
+
 export interface Config {
   /** Default budgets; null means disabled. */
   publish: Limit | null;

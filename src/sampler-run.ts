@@ -11,10 +11,17 @@
  *    error and keeps its mark for the next run; the others go on.
  */
 import { parseStoredRate, rateKey } from "../functions/before-publish";
-import { isMeaningfulChange, nextDropRate, offeredRate, roundRate, type SamplerTarget } from "../functions/sampler";
+import {
+  allowedMessageRate,
+  isMeaningfulChange,
+  nextDropRate,
+  offeredRate,
+  roundRate,
+  type SamplerTarget,
+} from "../functions/sampler";
 import { samplerRegistry } from "./active-channels";
 import { type ChannelName, parseChannelName } from "./channels";
-import { type Config, parseTarget, type Target, targetFor } from "./config";
+import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson } from "./config";
 import { channelStub } from "./services";
 
 /** What the sampler decided for one channel; stored as the channel's `last_sample`. */
@@ -22,7 +29,7 @@ export interface ChannelSample {
   channel: string;
   sampled_at: number;
   /** The target as configured: shorthand, or `{"deliveries": …}`. */
-  target: string | { deliveries: string };
+  target: TargetJson;
   offered: number;
   delivered: number;
   dropped: number;
@@ -123,29 +130,24 @@ async function sampleChannel(
   // meaningful changes are written (KV: one write per second per key, and each write is billed).
   const written = stored === null || isMeaningfulChange(stored, next);
   if (written) await env.THROTTLE_KV.put(rateKey(channel), String(next));
-  const allowed =
-    target.kind === "messages" ? target.perSecond : counts.occupancy > 0 ? target.perSecond / counts.occupancy : null;
   const sample: ChannelSample = {
     channel,
     sampled_at: now,
-    target: targetSource(target),
+    target: targetJson(target),
     offered: counts.offered,
     delivered: counts.delivered,
     dropped: counts.dropped,
     elapsed_ms: counts.elapsed_ms,
     occupancy: counts.occupancy,
     offered_rate: round3(offeredRate(period)),
-    allowed_rate: round3(allowed),
+    // Unlimited (a delivery budget with nobody subscribed) shows as null.
+    allowed_rate: round3(allowedMessageRate(target, counts.occupancy)),
     old_rate: stored,
     new_rate: written ? next : (stored ?? 0),
     written,
   };
   await stub.recordSample(sample);
   return sample;
-}
-
-function targetSource(t: Target): string | { deliveries: string } {
-  return t.kind === "messages" ? t.source : { deliveries: t.source };
 }
 
 function round3(n: number | null): number | null {

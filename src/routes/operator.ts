@@ -5,11 +5,11 @@
 import { Hono } from "hono";
 import { parseStoredRate, rateKey } from "../../functions/before-publish";
 import { allowedMessageRate } from "../../functions/sampler";
-import { samplerRegistry, type TargetJson } from "../active-channels";
+import { samplerRegistry } from "../active-channels";
 import type { AppEnv } from "../app-env";
 import type { ChannelStats } from "../channel-object";
 import type { ChannelName } from "../channels";
-import { type Config, parseTarget, type Target, targetFor, thinningFor } from "../config";
+import { type Config, parseTarget, type Target, targetFor, targetJson, thinningFor } from "../config";
 import { DurationError, parseDuration } from "../durations";
 import { invalidArgument, orUnavailable } from "../errors";
 import { channelParam, readJson, requireAdmin } from "../http";
@@ -17,12 +17,6 @@ import { LimitError, limitToJson } from "../limits";
 import { renderPrometheus } from "../metrics";
 import { effectiveTarget, runSampler } from "../sampler-run";
 import { channelStub } from "../services";
-
-/** The target as the API shows it: the shorthand, or `{"deliveries":…}` for a delivery budget. */
-export function targetJson(t: Target | null): string | { deliveries: string } | null {
-  if (!t) return null;
-  return t.kind === "messages" ? t.source : { deliveries: t.source };
-}
 
 /**
  * Messages per second the target lets through now: a delivery budget is split across the current
@@ -202,8 +196,7 @@ operator.put("/v1/admin/target/:channel", async (c) => {
     throw e;
   }
   if (!parsed) throw invalidArgument("target must be a positive rate; DELETE clears it");
-  const stored: TargetJson = parsed.kind === "messages" ? parsed.source : { deliveries: parsed.source };
-  await orUnavailable("sampler registry", () => samplerRegistry(c.env).setTarget(channel.name, stored));
+  await orUnavailable("sampler registry", () => samplerRegistry(c.env).setTarget(channel.name, targetJson(parsed)));
   return c.json(await targetView(c.env, c.get("svc").config, channel));
 });
 
@@ -243,6 +236,7 @@ operator.get("/v1/admin/channels", async (c) => {
     seen.map(async ({ channel, at }) => {
       const name = channelParam(channel);
       const [stats, rate] = await Promise.all([channelStats(c.env, channel), c.get("svc").reader.rateFor(channel)]);
+      const target = effectiveTarget(config, name, runtime[channel]);
       return {
         channel,
         last_seen_at: at,
@@ -251,8 +245,8 @@ operator.get("/v1/admin/channels", async (c) => {
         dropped_total: stats.dropped_total,
         drop_rate: rate.rate,
         drop_mode: thinningFor(config, name) ? "thinning" : "random",
-        target: targetJson(effectiveTarget(config, name, runtime[channel])),
-        target_rate: targetRate(effectiveTarget(config, name, runtime[channel]), stats.occupancy),
+        target: targetJson(target),
+        target_rate: targetRate(target, stats.occupancy),
         last_sample: stats.last_sample,
       };
     }),
