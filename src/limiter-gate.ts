@@ -24,7 +24,7 @@
 
 import { Coalescer, LOST } from "./coalescer";
 import { ApiError } from "./errors";
-import type { Limit } from "./limits";
+import { type Limit, sameLimit } from "./limits";
 import { type BatchChargeResult, LEASE_SPEND_MS, type LeaseRequest } from "./rate-limiter";
 
 export type BucketName = "publish" | "subscribe" | "token-issue";
@@ -292,8 +292,4 @@ export class LimiterGate {
         : { error: deniedError(bucket, limit, result.retryAfterMs, result.fullInMs) };
     });
   }
-}
-
-function sameLimit(a: Limit, b: Limit): boolean {
-  return a.rate === b.rate && a.perMs === b.perMs && a.burst === b.burst;
 }

@@ -77,6 +77,11 @@ export function normaliseBurst(rate: number, burst: string | number | undefined)
   return Math.max(rate, Number(text));
 }
 
+/** Whether two limits are the same rate, window and burst. */
+export function sameLimit(a: Limit, b: Limit): boolean {
+  return a.rate === b.rate && a.perMs === b.perMs && a.burst === b.burst;
+}
+
 /**
  * Parses a limit given as a shorthand string or as `{"rate":N,"per":"1s","burst":N}`.
  * Returns null when disabled. @throws LimitError

@@ -17,7 +17,7 @@
  * An object at most grants half the whole tokens left after the batch, so others are never starved.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { Limit } from "./limits";
+import { type Limit, sameLimit } from "./limits";
 import {
   type BatchDecision,
   type BucketDecision,
@@ -99,7 +99,7 @@ export class RateLimiter extends DurableObject<Env> {
     } else {
       state = { tokens: row.tokens, updatedAt: row.updated_at };
       const stored: Limit = { rate: row.rate, perMs: row.per_ms, burst: row.burst };
-      if (stored.rate !== limit.rate || stored.perMs !== limit.perMs || stored.burst !== limit.burst) {
+      if (!sameLimit(stored, limit)) {
         state = rescale(state, stored, limit, now);
       }
     }
