@@ -370,8 +370,7 @@ export class ChannelObject extends DurableObject<Env> {
     const sockets = this.openSockets();
     // No one listening (the analytics channel, usually): no frames to build.
     if (sockets.length === 0 && this.sse.size === 0) return;
-    const channel = this.channel ?? "";
-    const frames = messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
+    const frames = this.liveFrames(messages);
     let slow = 0;
     for (const ws of sockets) {
       try {
@@ -404,11 +403,15 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   private replayFrames(after: number): LiveFrame[] {
+    return this.liveFrames(
+      this.sql.exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC", after).toArray(),
+    );
+  }
+
+  /** Wire frames for messages of this channel, with their seq (SSE uses it as the event id). */
+  private liveFrames(messages: MessageFields[]): LiveFrame[] {
     const channel = this.channel ?? "";
-    return this.sql
-      .exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC", after)
-      .toArray()
-      .map((r) => ({ seq: r.seq, text: frame(channel, r) }));
+    return messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
   }
 
   /** Writes one event; false when this write found the reader too far behind and closed it. */
@@ -558,7 +561,7 @@ interface MessageRow {
 }
 
 /** The wire frame (CONTRACT §5), built as text so the payload is never parsed again. */
-function frame(channel: string, r: Pick<MessageRow, "seq" | "id" | "data" | "published_at">): string {
+function frame(channel: string, r: MessageFields): string {
   return `{"type":"message","channel":${JSON.stringify(channel)},"seq":${r.seq},"id":${JSON.stringify(r.id)},"data":${r.data},"published_at":${r.published_at}}`;
 }
 
