@@ -15,10 +15,10 @@
  * shows it (on top of KV's own propagation delay, up to about 60 s between locations).
  */
 
-/** The part of a key-value store the throttle needs (`KVNamespace` satisfies it). */
 import type { Thinning } from "./thinning";
 import { pollUntil } from "./waiting";
 
+/** The part of a key-value store the throttle needs (`KVNamespace` satisfies it). */
 export interface RateStore {
   get(key: string): Promise<string | null>;
 }

@@ -16,7 +16,7 @@ import {
   arg,
   median,
   mintToken as mint,
-  publishOpts as publishRequest,
+  publishOpts,
   load as run,
   setRate,
   startBare,
@@ -40,7 +40,6 @@ async function load(opts) {
   const { path, origin = base, ...rest } = opts;
   return run(origin + path, rest, { seconds: SECONDS, connections: CONNECTIONS });
 }
-const publishOpts = publishRequest;
 async function metrics() {
   const m = await allMetrics(base);
   return {

@@ -15,12 +15,13 @@ export { RefreshLedger } from "./refresh-ledger";
 export default {
   fetch: app.fetch,
 
-  /** The sampler (CONTRACT §9): every minute in production; see wrangler.toml `[triggers]`. */
-  async scheduled(controller, env, ctx) {
+  /**
+   * The sampler (CONTRACT §9): every minute in production; see wrangler.toml `[triggers]`. It measures
+   * with real time, not `controller.scheduledTime`: a late run must measure the period it really covered.
+   */
+  async scheduled(_controller, env, ctx) {
     // Invalid configuration throws here too (fail closed): the run is logged as failed, nothing written.
     const svc = services(env);
-    // Real time, not controller.scheduledTime: a late run must measure the period it really covered.
-    void controller;
     const run = runSampler(env, svc.config, Date.now(), svc.reader).then((report) => {
       if (report.channels.length === 0) return;
       const changed = report.channels.filter((c) => "written" in c && c.written).length;
