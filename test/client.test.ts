@@ -11,6 +11,20 @@ import { BASE, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
 
 const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));
 
+/** A client on the real Worker that counts the HTTP requests it makes (retries included). */
+function countingClient(accessToken: string) {
+  const counter = { calls: 0 };
+  const fg = new FloodgateClient({
+    baseUrl: BASE,
+    accessToken,
+    fetch: (i, init) => {
+      counter.calls++;
+      return workerFetch(i, init);
+    },
+  });
+  return { fg, counter };
+}
+
 /** Opens WebSockets through the Worker itself; keeps them so a test can cut one like a network would. */
 function socketOpener() {
   const sockets: WebSocket[] = [];
@@ -35,21 +49,13 @@ describe("client publish", () => {
   it("delivers, and answers a drop as a result without retrying it", async () => {
     const ch = `public:client.${uniq()}`;
     const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
-    let calls = 0;
-    const fg = new FloodgateClient({
-      baseUrl: BASE,
-      accessToken: access_token,
-      fetch: (i, init) => {
-        calls++;
-        return workerFetch(i, init);
-      },
-    });
+    const { fg, counter } = countingClient(access_token);
     const r = await fg.publish(ch, { hello: "world" });
     expect(r).toMatchObject({ status: "delivered", channel: ch, seq: 1 });
     await setRate(ch, 1);
-    calls = 0;
+    counter.calls = 0;
     expect(await fg.publish(ch, { dropped: true })).toEqual({ status: "dropped" });
-    expect(calls).toBe(1);
+    expect(counter.calls).toBe(1);
   });
 
   it("waits out Retry-After on 429 and then succeeds (the bucket's clock moved instead of sleeping)", async () => {
@@ -134,21 +140,13 @@ describe("client publish", () => {
 
   it("throws typed errors that mirror the contract's codes, without retrying them", async () => {
     const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
-    let calls = 0;
-    const fg = new FloodgateClient({
-      baseUrl: BASE,
-      accessToken: access_token,
-      fetch: (i, init) => {
-        calls++;
-        return workerFetch(i, init);
-      },
-    });
+    const { fg, counter } = countingClient(access_token);
     const denied = await fg.publish("public:other.thing", 1).catch((e: unknown) => e);
     expect(denied).toBeInstanceOf(FloodgateError);
     expect(denied).toMatchObject({ status: 403, code: "permission_denied", metaCode: "PERMISSION_DENIED" });
     const bad = await fg.publish("not a channel", 1).catch((e: unknown) => e);
     expect(bad).toMatchObject({ status: 400, code: "invalid_argument" });
-    expect(calls).toBe(2);
+    expect(counter.calls).toBe(2);
   });
 
   it("refreshes the access token before it expires, and hands the new pair to onTokens", async () => {

@@ -25,6 +25,22 @@ function publishWith(
   );
 }
 
+/**
+ * A limiter backend whose first call never answers, like a request whose context died mid-call; later
+ * calls grant every request and report `remaining` tokens left.
+ */
+function firstCallHangs(remaining: number) {
+  const counter = { calls: 0 };
+  const backend = {
+    charge(_key: string, _limit: unknown, count: number) {
+      counter.calls++;
+      if (counter.calls === 1) return new Promise<never>(() => {});
+      return Promise.resolve({ granted: count, remaining, retryAfterMs: 0, fullInMs: 100 });
+    },
+  };
+  return { backend, counter };
+}
+
 async function accessToken(sub: string, over: Record<string, unknown> = {}) {
   const now = Math.floor(Date.now() / 1000);
   return signToken(
@@ -310,24 +326,16 @@ describe("deny cache", () => {
   it("a batch stuck behind a call that never answers is sent after STALL_MS", async () => {
     vi.useFakeTimers();
     try {
-      let calls = 0;
-      const backend = {
-        charge(_key: string, _limit: unknown, count: number) {
-          calls++;
-          // The first call hangs forever, like a request whose context died mid-call.
-          if (calls === 1) return new Promise<never>(() => {});
-          return Promise.resolve({ granted: count, remaining: 5, retryAfterMs: 0, fullInMs: 100 });
-        },
-      };
+      const { backend, counter } = firstCallHangs(5);
       const gate = new LimiterGate(backend, { decision: () => {}, error: () => {} });
       const limit = { rate: 10, perMs: 1000, burst: 10 };
       void gate.check("publish", "k", limit);
       await vi.advanceTimersByTimeAsync(1);
       const second = gate.check("publish", "k", limit);
       await vi.advanceTimersByTimeAsync(STALL_MS - 10);
-      expect(calls).toBe(1);
+      expect(counter.calls).toBe(1);
       await vi.advanceTimersByTimeAsync(20);
-      expect(calls).toBe(2);
+      expect(counter.calls).toBe(2);
       await expect(second).resolves.toMatchObject({ RateLimit: '"publish";r=5;t=1' });
     } finally {
       vi.useRealTimers();
@@ -337,23 +345,15 @@ describe("deny cache", () => {
   it("followers whose leader never gets an answer ask the object themselves", async () => {
     vi.useFakeTimers();
     try {
-      let calls = 0;
-      const backend = {
-        charge(_key: string, _limit: unknown, count: number) {
-          calls++;
-          // The batch's call is lost, as when the leader's client disconnects mid-call.
-          if (calls === 1) return new Promise<never>(() => {});
-          return Promise.resolve({ granted: count, remaining: 3, retryAfterMs: 0, fullInMs: 100 });
-        },
-      };
+      const { backend, counter } = firstCallHangs(3); // the leader's client disconnects mid-call
       const gate = new LimiterGate(backend, { decision: () => {}, error: () => {} });
       const limit = { rate: 10, perMs: 1000, burst: 10 };
       void gate.check("publish", "k", limit); // the leader, lost
       const followers = Array.from({ length: 4 }, () => gate.check("publish", "k", limit));
       await vi.advanceTimersByTimeAsync(FOLLOWER_PATIENCE_MS - 10);
-      expect(calls).toBe(1);
+      expect(counter.calls).toBe(1);
       await vi.advanceTimersByTimeAsync(20);
-      expect(calls).toBe(5);
+      expect(counter.calls).toBe(5);
       for (const f of followers) await expect(f).resolves.toMatchObject({ RateLimit: '"publish";r=3;t=1' });
     } finally {
       vi.useRealTimers();
