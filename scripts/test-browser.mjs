@@ -3,7 +3,8 @@
 // against the Worker started here with `npm start` (wrangler dev, local KV and Durable Objects, the
 // local sampler every 2 s). Steps: a wrong token is refused with a clear message; the right one shows
 // the empty state; a channel appears once traffic flows; its drop rate rises after the sampler runs;
-// a rate set from the page makes publishes answer 202; the page fits a phone's width; with the server
+// a rate set from the page makes publishes answer 202; the page fits a phone's width; a browser's
+// WebSocket subscriber gets frames without compression (straight to the Worker); with the server
 // stopped the page says so. Screenshots go
 // to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
 import { spawn } from "node:child_process";
@@ -12,6 +13,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { mintToken, startFloodgate } from "./bench-lib.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const PORT = 8797;
@@ -28,6 +30,44 @@ mkdirSync(artifacts, { recursive: true });
 if (!existsSync(CHROMIUM)) {
   console.error(`test:browser: no Chromium at ${CHROMIUM}; install it with: apt-get install -y chromium`);
   process.exit(1);
+}
+
+/**
+ * A browser offers permessage-deflate on every WebSocket; the Worker declines it (wrangler.toml
+ * `no_web_socket_compression`) so a fan-out never compresses each frame once per subscriber. wrangler
+ * dev's proxy answers the browser's upgrade itself, so this check talks to the Worker straight through
+ * a workerd direct socket (scripts/bench-lib.mjs), as the edge would.
+ */
+async function checkUncompressedFrames(page) {
+  const worker = await startFloodgate({});
+  try {
+    const channel = "public:live.socket";
+    await page.evaluate(
+      (url) =>
+        new Promise((resolve, reject) => {
+          const ws = new WebSocket(url);
+          window.__frame = new Promise((got) => {
+            ws.onmessage = (e) => got({ extensions: ws.extensions, type: JSON.parse(e.data).type });
+          });
+          ws.onopen = resolve;
+          ws.onerror = () => reject(new Error("subscribe socket failed"));
+        }),
+      `${worker.base.replace(/^http/, "ws")}/v1/subscribe/${channel}`,
+    );
+    const token = await mintToken(worker.base, "browser-socket", ["public:live.*"]);
+    const res = await fetch(`${worker.base}/v1/publish/${channel}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ hello: 1 }),
+    });
+    const frame = await page.evaluate(() => window.__frame);
+    check(
+      res.status === 200 && frame.type === "message" && frame.extensions === "",
+      `a browser's WebSocket subscriber gets its frames uncompressed (extensions ${JSON.stringify(frame.extensions)})`,
+    );
+  } finally {
+    await worker.dispose();
+  }
 }
 
 let failures = 0;
@@ -159,6 +199,8 @@ try {
   check(fits, "at phone width (390 px) nothing scrolls sideways");
   await page.screenshot({ path: join(artifacts, "dashboard-phone.png"), fullPage: true });
   console.log(`     screenshots: test-artifacts/dashboard.png, test-artifacts/dashboard-phone.png`);
+
+  await checkUncompressedFrames(page);
 
   stopServer();
   await page.waitForFunction(() => document.querySelector("#app-error")?.textContent.includes("Cannot reach"), null, {
