@@ -35,22 +35,39 @@ async function bundle(entry) {
   return out.outputFiles[0].text;
 }
 
-function start(worker) {
+/**
+ * Starts one Worker in its own workerd and resolves to its base URL. Requests go straight to the
+ * Worker through a direct socket: Miniflare's default socket passes every request through its own
+ * entry Worker first (a dev-time router that rebuilds the Request and clones its `cf` object), which
+ * cost about 250 µs of workerd CPU per request here, more than a bare route itself, and would
+ * flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead, for comparison.
+ */
+async function start(worker) {
+  const direct = !process.env.BENCH_VIA_ENTRY;
   // Miniflare 5 takes a new option shape; convertV4MiniflareOptions accepts the long-documented v4 one.
-  return new Miniflare(
+  const mf = new Miniflare(
     convertV4MiniflareOptions({
       host: "127.0.0.1",
       inspectorPort: process.env.INSPECT ? 9229 : undefined,
       port: 0,
       log: new Log(LogLevel.WARN),
-      workers: [{ compatibilityDate: config.compatibility_date, ...worker }],
+      workers: [
+        {
+          compatibilityDate: config.compatibility_date,
+          compatibilityFlags: config.compatibility_flags,
+          ...(direct ? { unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }] } : {}),
+          ...worker,
+        },
+      ],
     }),
   );
+  const url = direct ? await mf.ready.then(() => mf.unsafeGetDirectURL(worker.name)) : await mf.ready;
+  return { base: url.toString().replace(/\/$/, ""), dispose: () => mf.dispose() };
 }
 
 /** Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, dispose }. */
 export async function startFloodgate(vars = {}) {
-  const mf = start({
+  const started = await start({
     name: "floodgate",
     modules: [
       { type: "ESModule", path: "index.mjs", contents: await bundle({ entryPoints: [join(root, "src/index.ts")] }) },
@@ -65,8 +82,7 @@ export async function startFloodgate(vars = {}) {
     },
     bindings: { ...config.vars, TOKEN_SECRET: "bench-secret-0123456789", ADMIN_TOKEN: ADMIN, ...vars },
   });
-  const base = (await mf.ready).toString().replace(/\/$/, "");
-  return { base, dispose: () => mf.dispose() };
+  return started;
 }
 
 /**
@@ -111,13 +127,12 @@ export default app;`,
       loader: "ts",
     },
   });
-  const mf = start({
+  const started = await start({
     name: "bare",
     modules: [{ type: "ESModule", path: "bare.mjs", contents }],
     durableObjects: { NOOP: { className: "Noop", useSQLite: true } },
   });
-  const base = (await mf.ready).toString().replace(/\/$/, "");
-  return { base, dispose: () => mf.dispose() };
+  return started;
 }
 
 /** One autocannon run: { rps, p50, p99, statuses }. */
