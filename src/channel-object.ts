@@ -81,6 +81,25 @@ interface SseClient {
 
 const encoder = new TextEncoder();
 
+/**
+ * Frames in each chunk written to an SSE stream. One chunk carries every frame of a flush, and the
+ * runtime moves a stream chunk by chunk, so a frame per chunk could not keep up with a busy channel
+ * (every SSE reader fell behind and was cut off at 3,000 publishes/s); the backlog bound still counts
+ * frames, through this size.
+ */
+const sseFrames = new WeakMap<Uint8Array, number>();
+const SSE_QUEUE: QueuingStrategy<Uint8Array> = {
+  highWaterMark: SSE_MAX_BACKLOG,
+  size: (chunk) => (chunk ? (sseFrames.get(chunk) ?? 1) : 1),
+};
+
+/** Events as one chunk for every SSE reader (read-only once written), counted in frames. */
+function sseChunk(events: string[]): Uint8Array {
+  const bytes = encoder.encode(events.join(""));
+  sseFrames.set(bytes, events.length);
+  return bytes;
+}
+
 type CounterName =
   | "next_seq"
   | "delivered_total"
@@ -274,15 +293,15 @@ export class ChannelObject extends DurableObject<Env> {
       if (after !== null) for (const f of this.replayFrames(after)) server.send(f.text);
       return new Response(null, { status: 101, webSocket: client });
     }
-    // Backlog is counted on the writable side, in frames: desiredSize goes to 0 once the reader is
-    // SSE_MAX_BACKLOG frames behind.
-    const stream = new TransformStream<Uint8Array, Uint8Array>(
-      undefined,
-      new CountQueuingStrategy({ highWaterMark: SSE_MAX_BACKLOG }),
-    );
+    // Backlog is counted on the writable side, in frames (SSE_QUEUE): desiredSize goes to 0 once the
+    // reader is SSE_MAX_BACKLOG frames behind.
+    const stream = new TransformStream<Uint8Array, Uint8Array>(undefined, SSE_QUEUE);
     const client: SseClient = { writer: stream.writable.getWriter(), closed: false };
-    this.writeSse(client, ": subscribed\nretry: 1000\n\n");
-    if (after !== null) for (const f of this.replayFrames(after)) this.writeSse(client, sseEvent(f));
+    this.writeSse(client, sseChunk([": subscribed\nretry: 1000\n\n"]));
+    if (after !== null) {
+      const replay = this.replayFrames(after);
+      if (replay.length > 0) this.writeSse(client, sseChunk(replay.map(sseEvent)));
+    }
     this.sse.add(client);
     client.writer.closed.then(
       () => this.dropSse(client),
@@ -390,7 +409,10 @@ export class ChannelObject extends DurableObject<Env> {
         }
       }
     }
-    for (const client of this.sse) for (const f of frames) if (!this.writeSse(client, sseEvent(f))) slow++;
+    if (this.sse.size > 0) {
+      const chunk = sseChunk(frames.map(sseEvent));
+      for (const client of this.sse) if (!this.writeSse(client, chunk)) slow++;
+    }
     if (slow > 0) this.bump({ slow_consumers_closed: slow });
   }
 
@@ -414,8 +436,8 @@ export class ChannelObject extends DurableObject<Env> {
     return messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
   }
 
-  /** Writes one event; false when this write found the reader too far behind and closed it. */
-  private writeSse(client: SseClient, text: string): boolean {
+  /** Writes one chunk of events; false when this write found the reader too far behind and closed it. */
+  private writeSse(client: SseClient, chunk: Uint8Array): boolean {
     if (client.closed) return true;
     const backlog = client.writer.desiredSize;
     if (backlog !== null && backlog <= 0) {
@@ -423,7 +445,7 @@ export class ChannelObject extends DurableObject<Env> {
       this.dropSse(client, true);
       return false;
     }
-    client.writer.write(encoder.encode(text)).catch(() => this.dropSse(client));
+    client.writer.write(chunk).catch(() => this.dropSse(client));
     return true;
   }
 

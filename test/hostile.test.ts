@@ -7,7 +7,18 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { SLOW_CONSUMER_CLOSE, SSE_MAX_BACKLOG, WS_MAX_BUFFERED_BYTES } from "../src/channel-object";
 import { base64UrlEncode, signToken } from "../src/tokens";
-import { ADMIN, adminHeaders, call, callAndWait, historyOf, mint, openSocket, publishTo, uniq } from "./helpers";
+import {
+  ADMIN,
+  adminHeaders,
+  call,
+  callAndWait,
+  historyOf,
+  mint,
+  openSocket,
+  publishTo,
+  readSse,
+  uniq,
+} from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
 
@@ -211,6 +222,41 @@ describe("slow consumer", () => {
     expect(stats).toMatchObject({ sse: 0, websockets: 1 });
     live.ws.close();
     await stalled.body?.cancel().catch(() => {});
+  });
+});
+
+describe("SSE under a busy channel", () => {
+  it("a flush of more frames than the backlog bound reaches every reading SSE subscriber whole", async () => {
+    // One flush used to be one stream chunk per frame: a batch bigger than the bound (a busy channel,
+    // a long replay) filled the queue before the reader could take a chunk, and cut off a reader
+    // that was keeping up. Now a flush is one chunk, shared by all SSE readers, and the bound still
+    // counts its frames.
+    const ch = `public:hostile.${uniq()}`;
+    const readers = await Promise.all(
+      [1, 2].map(() => call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } })),
+    );
+    for (const res of readers) expect(res.status).toBe(200);
+    const total = SSE_MAX_BACKLOG + 500;
+    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+    await stub.publishMany(
+      Array.from({ length: total }, (_, i) => ({
+        channel: ch,
+        data: `{"i":${i}}`,
+        publisher: "p",
+        action: "deliver" as const,
+        now: Date.now(),
+      })),
+    );
+    const stats = (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
+      sse: number;
+      slow_consumers_closed: number;
+    };
+    expect(stats).toMatchObject({ sse: 2, slow_consumers_closed: 0 });
+    for (const res of readers) {
+      const events = await readSse(res, total);
+      expect(events.map((e) => (e.data.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
+      expect(events.map((e) => Number(e.id))).toEqual(Array.from({ length: total }, (_, i) => i + 1));
+    }
   });
 });
 
