@@ -3,7 +3,7 @@
 //
 // Starts the Worker in workerd through Miniflare's API (no dev proxy), opens real WebSocket
 // subscribers, drives publishes with autocannon, and prints one table: a bare Hono route (the
-// ceiling), publish at throttle 0 with the limiter on and 1 or 100 subscribers, the same spread over
+// ceiling), publish at throttle 0 with the limiter on and 1 or 100 WebSocket subscribers or 100 SSE ones, the same spread over
 // many subjects and channels (--spread N, default 500), publish at drop rate
 // 0.5 and 0.9, and the deny path of a flooding subject — requests/s, p50/p99, deliveries/s, every
 // figure as a ratio to the bare route, and Durable Object calls and KV reads per 1,000 publishes
@@ -67,6 +67,38 @@ async function subscribers(channel, n) {
   };
 }
 
+/** Opens `n` SSE subscribers on a channel and counts the events they receive. */
+async function sseSubscribers(channel, n) {
+  const counter = { frames: 0 };
+  const controllers = [];
+  await Promise.all(
+    Array.from({ length: n }, async () => {
+      const ctl = new AbortController();
+      controllers.push(ctl);
+      const res = await fetch(`${fg.base}/v1/subscribe/${channel}`, {
+        headers: { accept: "text/event-stream" },
+        signal: ctl.signal,
+      });
+      if (res.status !== 200) throw new Error(`SSE subscribe to ${channel} failed: ${res.status}`);
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      (async () => {
+        for (;;) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          counter.frames += decoder.decode(value, { stream: true }).split("\nevent: message\n").length - 1;
+        }
+      })().catch(() => {}); // ended by close() below, or cut off as a slow reader (fewer deliveries)
+    }),
+  );
+  return {
+    counter,
+    close: () => {
+      for (const ctl of controllers) ctl.abort();
+    },
+  };
+}
+
 // Spread: SPREAD subjects, each publishing to its own channel; every object exists before the runs
 // (one publish each), so the scenario measures steady traffic, not the first touch of 1,000 objects.
 // It runs against a Worker of its own (its own workerd), so its 1,000 objects never sit in the
@@ -92,6 +124,7 @@ await setRate(fg.base, "public:bench.ninety", 0.9);
 const subs = {
   one: await subscribers("public:bench.one", 1),
   hundred: await subscribers("public:bench.hundred", SUBSCRIBERS),
+  sse: await sseSubscribers("public:bench.sse", SUBSCRIBERS),
   half: await subscribers("public:bench.half", 1),
   ninety: await subscribers("public:bench.ninety", 1),
 };
@@ -134,6 +167,12 @@ const scenarios = [
     title: `publish, throttle 0, limiter on, ${SUBSCRIBERS} subscribers`,
     subs: subs.hundred,
     ...publish(await mintToken(fg.base, "hundred", channels, generous), "public:bench.hundred"),
+  },
+  {
+    id: "pubsse",
+    title: `publish, throttle 0, limiter on, ${SUBSCRIBERS} SSE subscribers`,
+    subs: subs.sse,
+    ...publish(await mintToken(fg.base, "sse", channels, generous), "public:bench.sse"),
   },
   {
     id: "spread",
