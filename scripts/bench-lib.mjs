@@ -20,6 +20,8 @@ export function arg(name, fallback) {
 }
 
 const config = unstable_readConfig({ config: join(root, "wrangler.toml") }, { hideWarnings: true });
+/** The analytics channel of the shipped `[vars]`, where the Worker under test copies its drops. */
+export const ANALYTICS_CHANNEL = config.vars.ANALYTICS_CHANNEL;
 
 async function bundle(entry) {
   const out = await build({
