@@ -5,7 +5,7 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { SLOW_CONSUMER_CLOSE, SSE_MAX_BACKLOG, WS_MAX_BUFFERED_BYTES } from "../src/channel-object";
+import { type ChannelStats, SLOW_CONSUMER_CLOSE, SSE_MAX_BACKLOG, WS_MAX_BUFFERED_BYTES } from "../src/channel-object";
 import { base64UrlEncode, signToken } from "../src/tokens";
 import {
   ADMIN,
@@ -26,9 +26,14 @@ async function publisher(): Promise<string> {
   return (await mint({ sub: uniq("pub"), channels: ["public:hostile.*"], rl: "100000/s" })).access_token;
 }
 
-async function lastSeq(ch: string): Promise<number> {
+/** The channel's stats, once the requests before have finished their background work. */
+async function channelStats(ch: string): Promise<ChannelStats> {
   const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return ((await res.json()) as { last_seq: number }).last_seq;
+  return (await res.json()) as ChannelStats;
+}
+
+async function lastSeq(ch: string): Promise<number> {
+  return (await channelStats(ch)).last_seq;
 }
 
 async function expectError(res: Response, status: number, code: string): Promise<void> {
@@ -176,10 +181,7 @@ describe("slow consumer", () => {
     // The reader that keeps up gets everything, in order.
     const frames = await live.next(total);
     expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
-    const stats = (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
-      websockets: number;
-      slow_consumers_closed: number;
-    };
+    const stats = await channelStats(ch);
     expect(stats).toMatchObject({ websockets: 1, slow_consumers_closed: 1 });
     // The stalled reader, reading at last: a gapless prefix of about the bound, then the close.
     const got: number[] = [];
@@ -215,10 +217,7 @@ describe("slow consumer", () => {
     }
     const frames = await live.next(total);
     expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
-    const stats = (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
-      sse: number;
-      websockets: number;
-    };
+    const stats = await channelStats(ch);
     expect(stats).toMatchObject({ sse: 0, websockets: 1 });
     live.ws.close();
     // Its stream ends cleanly (EventSource reconnects with Last-Event-ID) rather than failing; what
@@ -251,10 +250,7 @@ describe("SSE under a busy channel", () => {
         now: Date.now(),
       })),
     );
-    const stats = (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
-      sse: number;
-      slow_consumers_closed: number;
-    };
+    const stats = await channelStats(ch);
     expect(stats).toMatchObject({ sse: 2, slow_consumers_closed: 0 });
     for (const res of readers) {
       const events = await readSse(res, total);
