@@ -91,7 +91,7 @@ function storageDir() {
 
 /** Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, dispose }. */
 export async function startFloodgate(vars = {}) {
-  const started = await start({
+  return start({
     name: "floodgate",
     modules: [
       { type: "ESModule", path: "index.mjs", contents: await bundle({ entryPoints: [join(root, "src/index.ts")] }) },
@@ -106,7 +106,6 @@ export async function startFloodgate(vars = {}) {
     },
     bindings: { ...config.vars, TOKEN_SECRET: "bench-secret-0123456789", ADMIN_TOKEN: ADMIN, ...vars },
   });
-  return started;
 }
 
 /**
@@ -151,12 +150,11 @@ export default app;`,
       loader: "ts",
     },
   });
-  const started = await start({
+  return start({
     name: "bare",
     modules: [{ type: "ESModule", path: "bare.mjs", contents }],
     durableObjects: { NOOP: { className: "Noop", useSQLite: true } },
   });
-  return started;
 }
 
 /** One autocannon run: { rps, p50, p99, statuses }. */

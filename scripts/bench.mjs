@@ -1,18 +1,19 @@
 #!/usr/bin/env node
 // `npm run bench`: Floodgate under load, end to end, in one run on this machine.
 //
-// Starts the Worker in workerd through Miniflare's API (no dev proxy), opens real WebSocket
-// subscribers, drives publishes with autocannon, and prints one table: a bare Hono route (the
-// ceiling), publish at throttle 0 with the limiter on and 1 or 100 WebSocket subscribers or 100 SSE ones, the same spread over
-// many subjects and channels (--spread N, default 500), publish at drop rate
-// 0.5 and 0.9, and the deny path of a flooding subject — requests/s, p50/p99, deliveries/s, every
-// figure as a ratio to the bare route, and Durable Object calls and KV reads per 1,000 publishes
-// (from the Worker's own /metrics counters).
+// Starts the Worker in workerd through Miniflare's API (straight to the Worker, see bench-lib.mjs),
+// opens real subscribers, drives publishes with autocannon, and prints one table: a bare Hono route
+// (the ceiling) and a bare POST, publish at throttle 0 with the limiter on and 1 or 100 WebSocket
+// subscribers or 100 SSE ones, the same spread over many subjects and channels (--spread N, default
+// 500), publish at drop rate 0.5 and 0.9, and the deny path of a flooding subject — requests/s,
+// p50/p99, deliveries/s, every figure as a ratio to the bare routes, and Durable Object calls and KV
+// reads per 1,000 publishes (from the Worker's own /metrics counters).
 //
 // Scenarios are interleaved in rounds, each run paired with a bare-route run made next to it, and
 // the median of the paired ratios is reported: the machine's throughput drifts by ±30% within
 // seconds, so only a ratio to a bare run of the same moment means anything. The deny path runs right
-// after the references, before any scenario that leaves background work (analytics copies) behind. Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
+// after the references, before any scenario that leaves background work (analytics copies) behind.
+// Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
 // --subscribers N (default 100), --spread N (default 500), --only id,id (just those scenarios).
 import {
   ADMIN,

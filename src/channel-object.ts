@@ -92,7 +92,7 @@ const encoder = new TextEncoder();
 const sseFrames = new WeakMap<Uint8Array, number>();
 const SSE_QUEUE: QueuingStrategy<Uint8Array> = {
   highWaterMark: SSE_MAX_BACKLOG,
-  size: (chunk) => (chunk ? (sseFrames.get(chunk) ?? 1) : 1),
+  size: (chunk) => sseFrames.get(chunk) ?? 1,
 };
 
 /** Events as one chunk for every SSE reader (read-only once written), counted in frames. */
