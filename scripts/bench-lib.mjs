@@ -2,7 +2,7 @@
 // (no dev proxy in the way), a bare Hono Worker as the reference, autocannon runs, tokens, metrics.
 // Debugging aids: BENCH_DEBUG_500=1 prints the body of the first 5xx answers of each run; INSPECT=1
 // opens workerd's inspector on port 9229 (attach Chrome DevTools or send Profiler.* over CDP).
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
@@ -71,7 +71,49 @@ async function start(worker) {
     await mf.dispose();
     if (storage) rmSync(storage, { recursive: true, force: true });
   };
-  return { base: url.toString().replace(/\/$/, ""), dispose };
+  return { base: url.toString().replace(/\/$/, ""), pid: listenerPid(Number(url.port)), dispose };
+}
+
+/**
+ * The process listening on `port` on this machine (Linux: /proc), or null. Used to read a workerd's
+ * CPU time, which is steadier than throughput on a small shared machine.
+ */
+function listenerPid(port) {
+  if (process.platform !== "linux") return null;
+  const hex = `:${port.toString(16).toUpperCase().padStart(4, "0")}`;
+  let inode = null;
+  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    if (!existsSync(table)) continue;
+    for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      if (cols[1]?.endsWith(hex) && cols[3] === "0A") inode = cols[9]; // 0A: LISTEN
+    }
+  }
+  if (!inode) return null;
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+        if (readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`) return Number(pid);
+      }
+    } catch {
+      // a process that ended, or one we may not inspect
+    }
+  }
+  return null;
+}
+
+/** CPU time a process has used so far, in µs, summed over its threads (schedstat: ns, not 10 ms ticks). */
+export function cpuMicros(pid) {
+  if (!pid) return Number.NaN;
+  let ns = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, "utf8").split(" ")[0]);
+    } catch {
+      // a thread that ended between the listing and the read
+    }
+  }
+  return ns / 1000;
 }
 
 /**

@@ -4,10 +4,11 @@
 // Starts the Worker in workerd through Miniflare's API (straight to the Worker, see bench-lib.mjs),
 // opens real subscribers, drives publishes with autocannon, and prints one table: a bare Hono route
 // (the ceiling) and a bare POST, publish at throttle 0 with the limiter on and 1 or 100 WebSocket
-// subscribers or 100 SSE ones, the same spread over many subjects and channels (--spread N, default
-// 500), publish at drop rate 0.5 and 0.9, and the deny path of a flooding subject — requests/s,
-// p50/p99, deliveries/s, every figure as a ratio to the bare routes, and Durable Object calls and KV
-// reads per 1,000 publishes (from the Worker's own /metrics counters).
+// subscribers or 100 SSE ones, many subjects (--spread N, default 500) publishing to one channel
+// (crowd) or each to its own (spread), publish at drop rate 0.5 and 0.9, and the deny path of a
+// flooding subject — requests/s, p50/p99, deliveries/s, workerd CPU per request, every figure as a
+// ratio to the bare routes, and Durable Object calls and KV reads per 1,000 publishes (from the
+// Worker's own /metrics counters).
 //
 // Scenarios are interleaved in rounds, each run paired with a bare-route run made next to it, and
 // the median of the paired ratios is reported: the machine's throughput drifts by ±30% within
@@ -19,6 +20,7 @@ import {
   ADMIN,
   ANALYTICS_CHANNEL,
   arg,
+  cpuMicros,
   load,
   median,
   metrics,
@@ -46,14 +48,14 @@ const generous = "1000000/s";
 const channels = ["public:bench.*"];
 
 /** Opens `n` WebSocket subscribers on a channel and counts the frames they receive. */
-async function subscribers(channel, n) {
+async function subscribers(channel, n, base = fg.base) {
   const counter = { frames: 0 };
   const sockets = await Promise.all(
     Array.from(
       { length: n },
       () =>
         new Promise((resolve, reject) => {
-          const ws = new WebSocket(`${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}`);
+          const ws = new WebSocket(`${base.replace(/^http/, "ws")}/v1/subscribe/${channel}`);
           ws.onopen = () => resolve(ws);
           ws.onerror = () => reject(new Error(`subscribe to ${channel} failed`));
           ws.onmessage = () => {
@@ -102,25 +104,32 @@ async function sseSubscribers(channel, n) {
   };
 }
 
-// Spread: SPREAD subjects, each publishing to its own channel; every object exists before the runs
-// (one publish each), so the scenario measures steady traffic, not the first touch of 1,000 objects.
-// It runs against a Worker of its own (its own workerd), so its 1,000 objects never sit in the
-// memory of the Worker the other scenarios measure.
+// Many subjects: SPREAD subjects publishing each to its own channel (spread), or all to one channel
+// (crowd: the stadium's reactions). They run against a Worker of its own (its own workerd), so their
+// objects never sit in the memory of the Worker the other scenarios measure.
+const manyScenarios = ["spread", "crowd"];
 const spreadTokens = [];
-const spreadCount = !ONLY || ONLY.split(",").includes("spread") ? SPREAD : 0;
-const fgSpread = spreadCount ? await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" }) : null;
-for (let k = 0; k < spreadCount; k++)
-  spreadTokens.push(await mintToken(fgSpread.base, `spread${k}`, channels, generous));
-for (let k = 0; k < spreadCount; k += 50) {
-  await Promise.all(
-    spreadTokens.slice(k, k + 50).map((t, j) =>
-      fetch(`${fgSpread.base}/v1/publish/public:bench.spread${k + j}`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${t}`, "content-type": "application/json" },
-        body: "{}",
-      }).then((r) => r.arrayBuffer()),
-    ),
-  );
+const spreadCount = !ONLY || ONLY.split(",").some((id) => manyScenarios.includes(id)) ? SPREAD : 0;
+const fgMany = spreadCount ? await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" }) : null;
+for (let k = 0; k < spreadCount; k++) spreadTokens.push(await mintToken(fgMany.base, `spread${k}`, channels, generous));
+
+/**
+ * One publish from every subject (subject k to `channelOf(k)`), 50 at a time: run right before each
+ * many-subject run, because local workerd evicts an object left idle for about 10 s, and a run that
+ * starts on 1,000 evicted objects measures their restart (4× slower here), not steady traffic.
+ */
+async function touchAll(channelOf) {
+  for (let k = 0; k < spreadTokens.length; k += 50) {
+    await Promise.all(
+      spreadTokens.slice(k, k + 50).map((t, j) =>
+        fetch(`${fgMany.base}/v1/publish/${channelOf(k + j)}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${t}`, "content-type": "application/json" },
+          body: "{}",
+        }).then((r) => r.arrayBuffer()),
+      ),
+    );
+  }
 }
 await setRate(fg.base, "public:bench.half", 0.5);
 await setRate(fg.base, "public:bench.ninety", 0.9);
@@ -130,13 +139,15 @@ const subs = {
   sse: await sseSubscribers("public:bench.sse", SUBSCRIBERS),
   half: await subscribers("public:bench.half", 1),
   ninety: await subscribers("public:bench.ninety", 1),
+  ...(fgMany ? { crowd: await subscribers("public:bench.crowd", 1, fgMany.base) } : {}),
 };
 const scenarios = [
-  { id: "bare", title: "bare Hono route (GET, same runtime)", url: `${bare.base}/bare`, opts: {} },
+  { id: "bare", title: "bare Hono route (GET, same runtime)", url: `${bare.base}/bare`, pid: bare.pid, opts: {} },
   {
     id: "post",
     title: "bare Hono route, POST with a publish's headers and body (reads it, answers 429)",
     url: `${bare.base}/bare`,
+    pid: bare.pid,
     opts: (({ path: _, ...o }) => o)(publishOpts("bare-token", "public:bench.none")),
     reference: true,
   },
@@ -144,6 +155,7 @@ const scenarios = [
     id: "rpc2",
     title: "bare Hono route + 2 no-op Durable Object calls (floor for a limited publish)",
     url: `${bare.base}/bare-rpc2`,
+    pid: bare.pid,
     opts: {},
     reference: true,
   },
@@ -151,6 +163,7 @@ const scenarios = [
     id: "rpc2w",
     title: "bare Hono route + 2 Durable Object calls that each write one row",
     url: `${bare.base}/bare-rpc2w`,
+    pid: bare.pid,
     opts: {},
     reference: true,
   },
@@ -178,9 +191,17 @@ const scenarios = [
     ...publish(await mintToken(fg.base, "sse", channels, generous), "public:bench.sse"),
   },
   {
+    id: "crowd",
+    title: `publish, ${SPREAD} subjects to one channel, 1 subscriber (a few a second each: no leases)`,
+    subs: subs.crowd,
+    warm: () => touchAll(() => "public:bench.crowd"),
+    ...many(() => "public:bench.crowd"),
+  },
+  {
     id: "spread",
-    title: `publish, ${SPREAD} subjects each to its own channel (a few a second each: no coalescing, no leases)`,
-    ...spread(spreadTokens),
+    title: `publish, ${SPREAD} subjects each to its own channel (no coalescing, no leases)`,
+    warm: () => touchAll((k) => `public:bench.spread${k}`),
+    ...many((k) => `public:bench.spread${k}`),
   },
   {
     id: "drop50",
@@ -196,21 +217,21 @@ const scenarios = [
   },
 ];
 
-/** Publishes spread over `tokens.length` subjects, subject k always to channel k, round robin. */
-function spread(tokens) {
+/** Publishes from every many-subject token in turn, subject k always to `channelOf(k)`. */
+function many(channelOf) {
   let i = 0;
   const body = JSON.stringify({ emoji: "🔥", at: 1 });
   const setupRequest = (req) => {
-    const k = i++ % tokens.length;
+    const k = i++ % spreadTokens.length;
     return {
       ...req,
       method: "POST",
-      path: `/v1/publish/public:bench.spread${k}`,
-      headers: { authorization: `Bearer ${tokens[k]}`, "content-type": "application/json" },
+      path: `/v1/publish/${channelOf(k)}`,
+      headers: { authorization: `Bearer ${spreadTokens[k]}`, "content-type": "application/json" },
       body,
     };
   };
-  return { url: fgSpread?.base, base: fgSpread?.base, opts: { requests: [{ setupRequest }] } };
+  return { url: fgMany?.base, base: fgMany?.base, pid: fgMany?.pid, opts: { requests: [{ setupRequest }] } };
 }
 
 if (ONLY) {
@@ -220,7 +241,7 @@ if (ONLY) {
 
 function publish(token, channel) {
   const { path, ...opts } = publishOpts(token, channel);
-  return { url: fg.base + path, opts };
+  return { url: fg.base + path, pid: fg.pid, opts };
 }
 
 console.log(
@@ -245,14 +266,14 @@ for (let round = 1; round <= ROUNDS; round++) {
     // even ones, so neither side always gets the quieter moment): this machine's throughput drifts
     // by ±30% within seconds, so a ratio to a bare run from another moment measures the drift.
     const bareFirst = round % 2 === 1;
-    const runBare = () => load(bareScenario.url, bareScenario.opts, run);
+    const runBare = () => measured(bareScenario);
     const b0 = bareFirst ? await runBare() : null;
+    await s.warm?.();
     const before = s.reference ? null : await metrics(s.base ?? fg.base);
     const framesBefore = s.subs?.counter.frames ?? 0;
-    const r = await load(s.url, s.opts, run);
     // Background work of the last requests (analytics copies, metric flushes) lands within ~1 s,
-    // and must not spill into a bare run.
-    await new Promise((res) => setTimeout(res, 1200));
+    // counts in the scenario's CPU, and must not spill into a bare run.
+    const r = await measured(s, s.reference ? 0 : 1200);
     if (before) {
       const after = await metrics(s.base ?? fg.base);
       r.counts = Object.fromEntries(
@@ -269,6 +290,20 @@ for (let round = 1; round <= ROUNDS; round++) {
   console.log(`  round ${round}/${ROUNDS} (scenario/bare req/s): ${line.join(", ")}`);
 }
 
+/**
+ * One load run, with the workerd CPU it cost per request (µs, counted until `settleMs` after the run so
+ * background work is included). CPU per request does not depend on how the load generator, which
+ * shares this machine, is doing, so it is the steadier of the two measures.
+ */
+async function measured(s, settleMs = 0) {
+  const cpu0 = cpuMicros(s.pid);
+  const r = await load(s.url, s.opts, run);
+  if (settleMs) await new Promise((res) => setTimeout(res, settleMs));
+  const requests = Object.values(r.statuses).reduce((a, n) => a + n, 0);
+  r.cpuPerRequest = (cpuMicros(s.pid) - cpu0) / requests;
+  return r;
+}
+
 const med = (id, f) => median(runs.get(id).map(f));
 const bareRps = med("bare", (r) => r.rps);
 const ratio = (id) => median(runs.get(id).map((r, i) => r.rps / pairedBare.get(id)[i].rps));
@@ -276,6 +311,9 @@ const ratio = (id) => median(runs.get(id).map((r, i) => r.rps / pairedBare.get(i
 // to the bare POST divides that out (the paired ratio to GET over the bare POST's own).
 const has = (id) => scenarios.some((s) => s.id === id);
 const ratioPost = (id) => (has("post") ? ratio(id) / ratio("post") : Number.NaN);
+// CPU per request as a multiple of the bare POST's, from the same pairing.
+const cpuRatio = (id) => median(runs.get(id).map((r, i) => r.cpuPerRequest / pairedBare.get(id)[i].cpuPerRequest));
+const cpuPost = (id) => (id === "bare" ? 1 / cpuRatio("post") : cpuRatio(id) / cpuRatio("post"));
 const per1000 = (id, key) => {
   const list = runs.get(id);
   const publishes = list.reduce((a, r) => a + Object.values(r.statuses).reduce((x, y) => x + y, 0), 0);
@@ -283,13 +321,13 @@ const per1000 = (id, key) => {
   return publishes ? ((1000 * n) / publishes).toFixed(0) : "–";
 };
 console.log(
-  "\n| scenario | req/s | p50 ms | p99 ms | deliveries/s | ratio to bare GET | ratio to bare POST | channel calls /1k | analytics calls /1k | limiter calls /1k | KV reads /1k | statuses |",
+  "\n| scenario | req/s | p50 ms | p99 ms | deliveries/s | ratio to bare GET | ratio to bare POST | workerd CPU µs/req | CPU × bare POST | channel calls /1k | analytics calls /1k | limiter calls /1k | KV reads /1k | statuses |",
 );
-console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
 for (const s of scenarios) {
   const isBare = s.id === "bare" || s.reference;
   console.log(
-    `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${s.id === "post" ? "1.00" : isBare || !has("post") ? "–" : ratioPost(s.id).toFixed(2)} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
+    `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${s.id === "post" ? "1.00" : isBare || !has("post") ? "–" : ratioPost(s.id).toFixed(2)} | ${Math.round(med(s.id, (r) => r.cpuPerRequest))} | ${has("post") ? cpuPost(s.id).toFixed(2) : "–"} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
   );
 }
 console.log(`\nbare route: ${Math.round(bareRps)} req/s (median)`);
@@ -297,7 +335,7 @@ if (has("post")) console.log(`bare POST with a publish's body: ${ratio("post").t
 const goal = (id, what, target) =>
   has(id) &&
   console.log(
-    `${what}: ${ratio(id).toFixed(2)} of bare GET${has("post") ? `, ${ratioPost(id).toFixed(2)} of bare POST` : ""} (target ≥ ${target.toFixed(2)})`,
+    `${what}: ${ratio(id).toFixed(2)} of bare GET${has("post") ? `, ${ratioPost(id).toFixed(2)} of bare POST, ${cpuPost(id).toFixed(2)}× its CPU per request` : ""} (target ≥ ${target.toFixed(2)})`,
   );
 goal("pub1", "delivered publish (1 subscriber)", 0.5);
 goal("drop90", "dropped publish (drop rate 0.9)", 0.7);
@@ -327,5 +365,5 @@ if (has("drop90"))
 }
 for (const s of Object.values(subs)) s.close();
 await fg.dispose();
-await fgSpread?.dispose();
+await fgMany?.dispose();
 await bare.dispose();
