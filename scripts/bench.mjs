@@ -15,7 +15,8 @@
 // seconds, so only a ratio to a bare run of the same moment means anything. The deny path runs right
 // after the references, before any scenario that leaves background work (analytics copies) behind.
 // Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
-// --subscribers N (default 100), --spread N (default 500), --only id,id (just those scenarios).
+// --subscribers N (default 100), --spread N (default 500), --only id,id (just those scenarios),
+// --fine N (rounds of the fine check of the three targets at the end, default 12; 0 skips it).
 import {
   ADMIN,
   ANALYTICS_CHANNEL,
@@ -39,6 +40,9 @@ const SUBSCRIBERS = Number(arg("subscribers", 100));
 const SPREAD = Number(arg("spread", 500));
 // --only id,id: run just those scenarios (ids as in the round lines), e.g. --only deny,drop90.
 const ONLY = arg("only", "");
+// --fine N: rounds of the fine check of the three targets at the end (0 skips it).
+const FINE = Number(arg("fine", 12));
+const FINE_SECONDS = 0.6;
 const run = { seconds: SECONDS, connections: CONNECTIONS };
 
 // Limiter on for every publish (a generous per-token rl), off by default so tokens decide.
@@ -295,12 +299,12 @@ for (let round = 1; round <= ROUNDS; round++) {
  * background work is included). CPU per request does not depend on how the load generator, which
  * shares this machine, is doing, so it is the steadier of the two measures.
  */
-async function measured(s, settleMs = 0) {
+async function measured(s, settleMs = 0, options = run) {
   const cpu0 = cpuMicros(s.pid);
-  const r = await load(s.url, s.opts, run);
+  const r = await load(s.url, s.opts, options);
   if (settleMs) await new Promise((res) => setTimeout(res, settleMs));
-  const requests = Object.values(r.statuses).reduce((a, n) => a + n, 0);
-  r.cpuPerRequest = (cpuMicros(s.pid) - cpu0) / requests;
+  r.requests = Object.values(r.statuses).reduce((a, n) => a + n, 0);
+  r.cpuPerRequest = (cpuMicros(s.pid) - cpu0) / r.requests;
   return r;
 }
 
@@ -332,14 +336,6 @@ for (const s of scenarios) {
 }
 console.log(`\nbare route: ${Math.round(bareRps)} req/s (median)`);
 if (has("post")) console.log(`bare POST with a publish's body: ${ratio("post").toFixed(2)} of the bare GET`);
-const goal = (id, what, target) =>
-  has(id) &&
-  console.log(
-    `${what}: ${ratio(id).toFixed(2)} of bare GET${has("post") ? `, ${ratioPost(id).toFixed(2)} of bare POST, ${cpuPost(id).toFixed(2)}× its CPU per request` : ""} (target ≥ ${target.toFixed(2)})`,
-  );
-goal("pub1", "delivered publish (1 subscriber)", 0.5);
-goal("drop90", "dropped publish (drop rate 0.9)", 0.7);
-goal("deny", "deny path", 0.8);
 if (has("rpc2") && has("rpc2w") && has("pub1"))
   console.log(
     `floors: two no-op object calls run at ${ratio("rpc2").toFixed(2)} of bare, two writing calls at ${ratio("rpc2w").toFixed(2)}; a limited, delivered publish runs at ${median(runs.get("pub1").map((r, i) => r.rps / runs.get("rpc2w")[i].rps)).toFixed(2)} of the writing floor`,
@@ -366,4 +362,70 @@ if (has("drop90"))
 for (const s of Object.values(subs)) s.close();
 await fg.dispose();
 await fgMany?.dispose();
+
+/**
+ * The fine check of the three targets: each path in a Worker (a workerd) of its own, so one path's
+ * background work never lands in another's numbers, then `--fine` rounds of short closed-loop slices
+ * against the bare GET, the bare POST and each path in turn (the order reversed every other round).
+ * A path's ratio is the median over rounds of its slice against the bare slices of the same round:
+ * slices 0.6 s apart see the same machine, which over 2 s runs it often does not.
+ */
+async function fineCheck() {
+  const ids = ["deny", "pub1", "drop90"].filter(has);
+  if (!FINE || ids.length === 0 || !has("post")) return null;
+  const channelOf = { deny: "public:bench.flood", pub1: "public:bench.one", drop90: "public:bench.ninety" };
+  const post = scenarios.find((x) => x.id === "post");
+  const paths = [
+    { id: "bare", url: bareScenario.url, pid: bare.pid, opts: bareScenario.opts },
+    { id: "post", url: post.url, pid: bare.pid, opts: post.opts },
+  ];
+  const cleanup = [];
+  for (const id of ids) {
+    const worker = await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" });
+    cleanup.push(() => worker.dispose());
+    if (id === "drop90") await setRate(worker.base, channelOf[id], 0.9);
+    if (id !== "deny") {
+      const sub = await subscribers(channelOf[id], 1, worker.base);
+      cleanup.unshift(() => sub.close());
+    }
+    const { path, ...opts } = publishOpts(
+      await mintToken(worker.base, id, channels, id === "deny" ? "1/h" : generous),
+      channelOf[id],
+    );
+    paths.push({ id, url: worker.base + path, pid: worker.pid, opts });
+  }
+  const slice = { seconds: FINE_SECONDS, connections: CONNECTIONS };
+  for (const p of paths) await load(p.url, p.opts, slice); // warm-up: compile, first limiter call
+  const slices = new Map(paths.map((p) => [p.id, []]));
+  for (let round = 0; round < FINE; round++) {
+    for (const p of round % 2 ? [...paths].reverse() : paths) slices.get(p.id).push(await measured(p, 0, slice));
+  }
+  for (const done of cleanup) await done();
+  const against = (id, ref, f) => median(slices.get(id).map((r, i) => f(r) / f(slices.get(ref)[i])));
+  return {
+    throughput: (id, ref) => against(id, ref, (r) => r.requests),
+    cpu: (id, ref) => against(id, ref, (r) => r.cpuPerRequest),
+  };
+}
+
+const fine = await fineCheck();
 await bare.dispose();
+if (fine) {
+  console.log(
+    `\nfine check (${FINE} rounds of ${FINE_SECONDS} s slices, each path in its own workerd; median ratio to the bare slices of the same round):`,
+  );
+  console.log("| path | throughput / bare POST | CPU per request × bare POST | throughput / bare GET |");
+  console.log("|---|---:|---:|---:|");
+  for (const id of ["bare", "deny", "drop90", "pub1"].filter((x) => x === "bare" || has(x)))
+    console.log(
+      `| ${id === "bare" ? "bare GET" : id} | ${fine.throughput(id, "post").toFixed(2)} | ${fine.cpu(id, "post").toFixed(2)} | ${id === "bare" ? "1.00" : fine.throughput(id, "bare").toFixed(2)} |`,
+    );
+}
+const goal = (id, what, target) =>
+  has(id) &&
+  console.log(
+    `${what}: ${ratio(id).toFixed(2)} of bare GET${has("post") ? `, ${ratioPost(id).toFixed(2)} of bare POST, ${cpuPost(id).toFixed(2)}× its CPU per request` : ""}${fine ? `; fine check ${fine.throughput(id, "bare").toFixed(2)} of bare GET, ${fine.throughput(id, "post").toFixed(2)} of bare POST, ${fine.cpu(id, "post").toFixed(2)}× its CPU` : ""} (target ≥ ${target.toFixed(2)})`,
+  );
+goal("pub1", "delivered publish (1 subscriber)", 0.5);
+goal("drop90", "dropped publish (drop rate 0.9)", 0.7);
+goal("deny", "deny path", 0.8);
