@@ -112,10 +112,10 @@ async function sseSubscribers(channel, n) {
 // (crowd: the stadium's reactions). They run against a Worker of its own (its own workerd), so their
 // objects never sit in the memory of the Worker the other scenarios measure.
 const manyScenarios = ["spread", "crowd"];
-const spreadTokens = [];
+const manyTokens = [];
 const spreadCount = !ONLY || ONLY.split(",").some((id) => manyScenarios.includes(id)) ? SPREAD : 0;
 const fgMany = spreadCount ? await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" }) : null;
-for (let k = 0; k < spreadCount; k++) spreadTokens.push(await mintToken(fgMany.base, `spread${k}`, channels, generous));
+for (let k = 0; k < spreadCount; k++) manyTokens.push(await mintToken(fgMany.base, `spread${k}`, channels, generous));
 
 /**
  * One publish from every subject (subject k to `channelOf(k)`), 50 at a time: run right before each
@@ -123,9 +123,9 @@ for (let k = 0; k < spreadCount; k++) spreadTokens.push(await mintToken(fgMany.b
  * starts on 1,000 evicted objects measures their restart (4× slower here), not steady traffic.
  */
 async function touchAll(channelOf) {
-  for (let k = 0; k < spreadTokens.length; k += 50) {
+  for (let k = 0; k < manyTokens.length; k += 50) {
     await Promise.all(
-      spreadTokens.slice(k, k + 50).map((t, j) =>
+      manyTokens.slice(k, k + 50).map((t, j) =>
         fetch(`${fgMany.base}/v1/publish/${channelOf(k + j)}`, {
           method: "POST",
           headers: { authorization: `Bearer ${t}`, "content-type": "application/json" },
@@ -226,12 +226,12 @@ function many(channelOf) {
   let i = 0;
   const body = JSON.stringify({ emoji: "🔥", at: 1 });
   const setupRequest = (req) => {
-    const k = i++ % spreadTokens.length;
+    const k = i++ % manyTokens.length;
     return {
       ...req,
       method: "POST",
       path: `/v1/publish/${channelOf(k)}`,
-      headers: { authorization: `Bearer ${spreadTokens[k]}`, "content-type": "application/json" },
+      headers: { authorization: `Bearer ${manyTokens[k]}`, "content-type": "application/json" },
       body,
     };
   };
@@ -309,6 +309,8 @@ async function measured(s, settleMs = 0, options = run) {
 }
 
 const med = (id, f) => median(runs.get(id).map(f));
+/** A figure for the table, or "–" where this machine cannot give it (CPU time needs Linux's /proc). */
+const fmt = (x, digits = 2) => (Number.isFinite(x) ? x.toFixed(digits) : "–");
 const bareRps = med("bare", (r) => r.rps);
 const ratio = (id) => median(runs.get(id).map((r, i) => r.rps / pairedBare.get(id)[i].rps));
 // A publish is a POST with a body, which costs the client and the runtime more than a GET: the ratio
@@ -331,7 +333,10 @@ console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|--
 for (const s of scenarios) {
   const isBare = s.id === "bare" || s.reference;
   console.log(
-    `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${s.id === "post" ? "1.00" : isBare || !has("post") ? "–" : ratioPost(s.id).toFixed(2)} | ${Math.round(med(s.id, (r) => r.cpuPerRequest))} | ${has("post") ? cpuPost(s.id).toFixed(2) : "–"} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
+    `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${s.id === "post" ? "1.00" : isBare || !has("post") ? "–" : ratioPost(s.id).toFixed(2)} | ${fmt(
+      med(s.id, (r) => r.cpuPerRequest),
+      0,
+    )} | ${has("post") ? fmt(cpuPost(s.id)) : "–"} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
   );
 }
 console.log(`\nbare route: ${Math.round(bareRps)} req/s (median)`);
@@ -418,13 +423,13 @@ if (fine) {
   console.log("|---|---:|---:|---:|");
   for (const id of ["bare", "deny", "drop90", "pub1"].filter((x) => x === "bare" || has(x)))
     console.log(
-      `| ${id === "bare" ? "bare GET" : id} | ${fine.throughput(id, "post").toFixed(2)} | ${fine.cpu(id, "post").toFixed(2)} | ${id === "bare" ? "1.00" : fine.throughput(id, "bare").toFixed(2)} |`,
+      `| ${id === "bare" ? "bare GET" : id} | ${fine.throughput(id, "post").toFixed(2)} | ${fmt(fine.cpu(id, "post"))} | ${id === "bare" ? "1.00" : fine.throughput(id, "bare").toFixed(2)} |`,
     );
 }
 const goal = (id, what, target) =>
   has(id) &&
   console.log(
-    `${what}: ${ratio(id).toFixed(2)} of bare GET${has("post") ? `, ${ratioPost(id).toFixed(2)} of bare POST, ${cpuPost(id).toFixed(2)}× its CPU per request` : ""}${fine ? `; fine check ${fine.throughput(id, "bare").toFixed(2)} of bare GET, ${fine.throughput(id, "post").toFixed(2)} of bare POST, ${fine.cpu(id, "post").toFixed(2)}× its CPU` : ""} (target ≥ ${target.toFixed(2)})`,
+    `${what}: ${ratio(id).toFixed(2)} of bare GET${has("post") ? `, ${ratioPost(id).toFixed(2)} of bare POST, ${fmt(cpuPost(id))}× its CPU per request` : ""}${fine ? `; fine check ${fine.throughput(id, "bare").toFixed(2)} of bare GET, ${fine.throughput(id, "post").toFixed(2)} of bare POST, ${fmt(fine.cpu(id, "post"))}× its CPU` : ""} (target ≥ ${target.toFixed(2)})`,
   );
 goal("pub1", "delivered publish (1 subscriber)", 0.5);
 goal("drop90", "dropped publish (drop rate 0.9)", 0.7);
