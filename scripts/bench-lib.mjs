@@ -23,7 +23,8 @@ const config = unstable_readConfig({ config: join(root, "wrangler.toml") }, { hi
 /** The analytics channel of the shipped `[vars]`, where the Worker under test copies its drops. */
 export const ANALYTICS_CHANNEL = config.vars.ANALYTICS_CHANNEL;
 
-async function bundle(entry) {
+/** Bundles a Worker module (esbuild options `entryPoints` or `stdin`) to one ES module's text. */
+export async function bundle(entry) {
   const out = await build({
     ...entry,
     bundle: true,
@@ -45,7 +46,7 @@ async function bundle(entry) {
  * cost about 250 µs of workerd CPU per request here, more than a bare route itself, and would
  * flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead, for comparison.
  */
-async function start(worker) {
+export async function startWorker(worker) {
   const direct = !process.env.BENCH_VIA_ENTRY;
   const storage = storageDir();
   // Miniflare 5 takes a new option shape; convertV4MiniflareOptions accepts the long-documented v4 one.
@@ -133,7 +134,7 @@ function storageDir() {
 
 /** Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, dispose }. */
 export async function startFloodgate(vars = {}) {
-  return start({
+  return startWorker({
     name: "floodgate",
     modules: [
       { type: "ESModule", path: "index.mjs", contents: await bundle({ entryPoints: [join(root, "src/index.ts")] }) },
@@ -192,7 +193,7 @@ export default app;`,
       loader: "ts",
     },
   });
-  return start({
+  return startWorker({
     name: "bare",
     modules: [{ type: "ESModule", path: "bare.mjs", contents }],
     durableObjects: { NOOP: { className: "Noop", useSQLite: true } },

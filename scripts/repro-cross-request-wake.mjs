@@ -9,11 +9,7 @@
 // On workerd 1.20261117 it works for a while and then breaks for good: in 2 of 3 runs of 15 s, a
 // third or more of the requests answered 500 ("Cannot perform I/O on behalf of a different
 // request"); the third run answered all 65,201 with 200. Exits 1 if any request failed.
-import { join } from "node:path";
-import autocannon from "autocannon";
-import { build } from "esbuild";
-import { convertV4MiniflareOptions, Log, LogLevel, Miniflare } from "miniflare";
-import { root } from "./bench-lib.mjs";
+import { bundle, load, root, startWorker } from "./bench-lib.mjs";
 
 const seconds = Number(process.argv[2] ?? 15);
 const connections = Number(process.argv[3] ?? 20);
@@ -50,37 +46,18 @@ app.post("/publish", async (c) => {
 });
 export default app;`;
 
-const bundled = await build({
-  stdin: { contents: worker, resolveDir: root, loader: "js" },
-  bundle: true,
-  write: false,
-  format: "esm",
-  platform: "neutral",
-  external: ["cloudflare:*"],
-  mainFields: ["module", "main"],
-  conditions: ["workerd", "worker", "browser", "import"],
+// Started like the benchmarks' Workers: wrangler.toml's compatibility date and flags, a direct socket.
+const repro = await startWorker({
+  name: "repro",
+  modules: [
+    { type: "ESModule", path: "repro.mjs", contents: await bundle({ stdin: { contents: worker, resolveDir: root } }) },
+  ],
+  durableObjects: { NOOP: { className: "Noop", useSQLite: true } },
 });
-const mf = new Miniflare(
-  convertV4MiniflareOptions({
-    log: new Log(LogLevel.NONE),
-    workers: [
-      {
-        name: "repro",
-        modules: [{ type: "ESModule", path: join("repro.mjs"), contents: bundled.outputFiles[0].text }],
-        compatibilityDate: "2026-10-01",
-        durableObjects: { NOOP: { className: "Noop", useSQLite: true } },
-        unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }],
-      },
-    ],
-  }),
-);
-await mf.ready;
-const base = (await mf.unsafeGetDirectURL("repro")).toString().replace(/\/$/, "");
 console.log(`${connections} connections for ${seconds} s against the minimal Worker…`);
-const r = await autocannon({ url: `${base}/publish`, method: "POST", body: "{}", connections, duration: seconds });
-const statuses = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([k, v]) => [k, v.count]));
+const { statuses } = await load(`${repro.base}/publish`, { method: "POST", body: "{}" }, { seconds, connections });
 console.log(`answers: ${JSON.stringify(statuses)}`);
-await mf.dispose();
+await repro.dispose();
 const failed = Object.entries(statuses).some(([code]) => code !== "200");
 console.log(failed ? "cross-request wakes failed under load" : "every request answered 200");
 process.exit(failed ? 1 : 0);
