@@ -40,11 +40,11 @@ export async function bundle(entry) {
 }
 
 /**
- * Starts one Worker in its own workerd and resolves to its base URL. Requests go straight to the
- * Worker through a direct socket: Miniflare's default socket passes every request through its own
- * entry Worker first (a dev-time router that rebuilds the Request and clones its `cf` object), which
- * cost about 250 µs of workerd CPU per request here, more than a bare route itself, and would
- * flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead, for comparison.
+ * Starts one Worker in its own workerd; resolves to { base, pid (that workerd's), dispose }.
+ * Requests go straight to the Worker through a direct socket: Miniflare's default socket passes every
+ * request through its own entry Worker first (a dev-time router that rebuilds the Request and clones
+ * its `cf` object), which cost about 250 µs of workerd CPU per request here, more than a bare route
+ * itself, and would flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead.
  */
 export async function startWorker(worker) {
   const direct = !process.env.BENCH_VIA_ENTRY;
@@ -132,7 +132,7 @@ function storageDir() {
   return dir;
 }
 
-/** Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, dispose }. */
+/** Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, pid, dispose }. */
 export async function startFloodgate(vars = {}) {
   return startWorker({
     name: "floodgate",
