@@ -56,7 +56,17 @@ export function objectId(ns: { idFromName(name: string): DurableObjectId }, name
 
 const METRICS_OBJECT = "metrics";
 
-const cache = new WeakMap<object, Services>();
+let cache = new WeakMap<object, Services>();
+
+/**
+ * Test hook: forgets the services of every env, so the next request builds them anew, with empty
+ * drop-rate, deny, lease and thinning state. The tests write KV and object storage behind those
+ * caches' backs (a global drop rate deleted straight from KV stays cached for THROTTLE_RATE_CACHE_MS),
+ * so test/setup.ts calls this before every test; nothing in the Worker calls it.
+ */
+export function forgetServices(): void {
+  cache = new WeakMap();
+}
 
 /**
  * The services for this env (one set per isolate). @throws ConfigError when the config is invalid.

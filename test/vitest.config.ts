@@ -27,6 +27,7 @@ export default defineConfig({
   root,
   test: {
     include: ["test/**/*.test.ts"],
+    setupFiles: ["test/setup.ts"],
     testTimeout: 20_000,
     hookTimeout: 30_000,
   },
