@@ -1,9 +1,30 @@
-/** Hibernation: after the channel object is evicted, its sockets still receive and seq continues. */
+/**
+ * Sockets of a channel object: hibernation (after eviction its sockets still receive and seq
+ * continues), a socket whose send fails, and the close and error handlers.
+ */
 
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { mint, openSocket, publishTo, uniq } from "./helpers";
+import { mint, openSocket, publishTo, uniq, withFailing } from "./helpers";
+
+/** Resolves with the close event's code once the client side of `ws` sees the socket close. */
+function closed(ws: WebSocket): Promise<{ code: number; reason: string }> {
+  return new Promise((resolve) => {
+    ws.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason }));
+  });
+}
+
+function channelStubFor(ch: string) {
+  return env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+}
+
+/** The object's server side of the channel's only subscriber so far. */
+async function onlyServerSocket(ch: string): Promise<WebSocket> {
+  const sockets = await runInDurableObject(channelStubFor(ch), (_instance, state) => state.getWebSockets());
+  expect(sockets).toHaveLength(1);
+  return sockets[0] as WebSocket;
+}
 
 describe("eviction", () => {
   it("hibernated WebSockets keep receiving after eviction, without a gap in seq", async () => {
@@ -12,7 +33,7 @@ describe("eviction", () => {
     const sub = await openSocket(ch);
     await publishTo(ch, t, "before");
     await sub.next(1);
-    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+    const stub = channelStubFor(ch);
     await evictDurableObject(stub);
     await publishTo(ch, t, "after");
     const frames = await sub.next(2);
@@ -25,16 +46,69 @@ describe("eviction", () => {
     expect(stats).toMatchObject({ delivered_total: 2, last_seq: 2, websockets: 1 });
     sub.ws.close();
   });
+});
 
-  it("a socket whose send fails is dropped without disturbing the others", async () => {
+describe("subscriber sockets", () => {
+  it("a socket whose send fails is closed with 1011 and the others still get every frame", async () => {
     const ch = `public:evict.${uniq()}`;
     const t = (await mint({ sub: uniq(), channels: ["public:evict.*"] })).access_token;
     const a = await openSocket(ch);
+    const failing = await onlyServerSocket(ch);
     const b = await openSocket(ch);
-    a.ws.close();
-    await publishTo(ch, t, 1);
-    await publishTo(ch, t, 2);
+    const aClosed = closed(a.ws);
+    // Sends to the first subscriber's server side throw while the publishes run; the rest are real.
+    await withFailing(
+      WebSocket,
+      "send",
+      "send failed: peer reset",
+      async () => {
+        expect((await publishTo(ch, t, 1)).status).toBe(200);
+        expect((await publishTo(ch, t, 2)).status).toBe(200);
+      },
+      (socket) => socket === (failing as unknown as Record<string, unknown>),
+    );
     expect((await b.next(2)).map((f) => f.data)).toEqual([1, 2]);
+    expect(await aClosed).toMatchObject({ code: 1011 });
+    expect(a.frames).toEqual([]);
+    const stats = await runInDurableObject(channelStubFor(ch), (instance) => instance.stats());
+    expect(stats).toMatchObject({ websockets: 1, delivered_total: 2 });
+    b.ws.close();
+  });
+
+  it("a subscriber's close is answered with its own code, and the socket stops counting", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const sub = await openSocket(ch);
+    const done = closed(sub.ws);
+    sub.ws.close(4321, "bye");
+    expect((await done).code).toBe(4321);
+    const stats = await runInDurableObject(channelStubFor(ch), (instance) => instance.stats());
+    expect(stats).toMatchObject({ websockets: 0, occupancy: 0 });
+  });
+
+  it("a close without a code (1005) or an abnormal one (1006) is answered with a normal 1000", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const sub = await openSocket(ch);
+    const done = closed(sub.ws);
+    const server = await onlyServerSocket(ch);
+    await runInDurableObject(channelStubFor(ch), (instance) => {
+      instance.webSocketClose(server, 1006, "", false);
+    });
+    expect((await done).code).toBe(1000);
+  });
+
+  it("a socket error closes that socket with 1011 and leaves the others open", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const t = (await mint({ sub: uniq(), channels: ["public:evict.*"] })).access_token;
+    const a = await openSocket(ch);
+    const broken = await onlyServerSocket(ch);
+    const b = await openSocket(ch);
+    const aClosed = closed(a.ws);
+    await runInDurableObject(channelStubFor(ch), (instance) => {
+      instance.webSocketError(broken, new Error("stream reset"));
+    });
+    expect((await aClosed).code).toBe(1011);
+    expect((await publishTo(ch, t, "still here")).status).toBe(200);
+    expect((await b.next(1)).map((f) => f.data)).toEqual(["still here"]);
     b.ws.close();
   });
 });
