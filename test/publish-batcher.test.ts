@@ -59,7 +59,7 @@ describe("publish batcher", () => {
 });
 
 describe("batches in the channel object", () => {
-  it("keep exactly HISTORY_LIMIT messages, counters written once per batch but right", async () => {
+  it("keep exactly HISTORY_LIMIT messages, with counters that are right and stored", async () => {
     const { env } = await import("cloudflare:workers");
     const ch = `public:batch.trim${crypto.randomUUID().slice(0, 8)}`;
     const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
@@ -85,5 +85,33 @@ describe("batches in the channel object", () => {
       last_seq: 180,
       delivered_total: 180,
     });
+  });
+
+  it("write the counters in one statement per batch, not one per message", async () => {
+    const { env } = await import("cloudflare:workers");
+    const { runInDurableObject } = await import("cloudflare:test");
+    const ch = `public:batch.writes${crypto.randomUUID().slice(0, 8)}`;
+    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+    await stub.publishMany([{ ...cmd(0), channel: ch, now: Date.now() }]); // the first publish stores the name
+    const counterWrites = await runInDurableObject(stub, async (instance, state) => {
+      // Count the statements that write the counters table while one batch of 50 is applied.
+      const sql = state.storage.sql;
+      const exec = sql.exec.bind(sql);
+      let writes = 0;
+      sql.exec = ((query: string, ...bindings: SqlStorageValue[]) => {
+        if (/INTO counters/.test(query)) writes++;
+        return exec(query, ...bindings);
+      }) as typeof sql.exec;
+      try {
+        await instance.publishMany(
+          Array.from({ length: 50 }, (_, i) => ({ ...cmd(1 + i), channel: ch, now: Date.now() })),
+        );
+      } finally {
+        sql.exec = exec;
+      }
+      return writes;
+    });
+    expect(counterWrites).toBe(1);
+    expect(await stub.stats()).toMatchObject({ last_seq: 51, delivered_total: 51 });
   });
 });
