@@ -117,4 +117,30 @@ describe("metrics", () => {
     expect(calls).toBe(1);
     expect(added[0]).toEqual({ 'floodgate_messages_total{result="delivered"}': 500 });
   });
+
+  it("a failed flush puts its counts back, and the next flush carries them with the new ones", async () => {
+    const added: Record<string, number>[] = [];
+    let failNext = true;
+    const buffer = new MetricsBuffer(
+      () => ({
+        add: async (d: Record<string, number>) => {
+          if (failNext) {
+            failNext = false;
+            throw new Error("metrics object down");
+          }
+          added.push(d);
+        },
+      }),
+      0,
+    );
+    buffer.inc("floodgate_messages_total", { result: "delivered" }, 3);
+    buffer.inc("floodgate_kv_reads_total");
+    await buffer.flushNow(); // fails: nothing stored, nothing lost
+    expect(added).toEqual([]);
+    buffer.inc("floodgate_messages_total", { result: "delivered" }, 2);
+    await buffer.flushNow();
+    expect(added).toEqual([{ 'floodgate_messages_total{result="delivered"}': 5, floodgate_kv_reads_total: 1 }]);
+    await buffer.flushNow(); // nothing pending: no empty call
+    expect(added).toHaveLength(1);
+  });
 });

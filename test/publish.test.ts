@@ -1,5 +1,7 @@
 /** Publish → WebSocket and SSE delivery, validation, idempotency and history, in workerd. */
+import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { IDEMPOTENCY_TTL_MS, type PublishCommand } from "../src/channel-object";
 import { call, historyOf, mint, openSocket, publishTo, readSse, uniq, withFailing } from "./helpers";
 
 const token = async (chs = ["public:pub.*", "private:pub.team.*"], scopes = ["publish", "subscribe"]) =>
@@ -165,6 +167,42 @@ describe("idempotency", () => {
     expect(frames.map((f) => f.data)).toEqual([{ order: 1 }, { order: 2 }]);
     expect(await historyOf(ch, null)).toHaveLength(2);
     sub.ws.close();
+  });
+
+  it("a key is remembered for 10 minutes, then the same key is a new message", async () => {
+    const ch = `public:pub.${uniq()}`;
+    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+    const t0 = Date.now();
+    // The object decides by the publish's own time, so ten minutes pass without waiting for them.
+    const publishAt = async (now: number) => {
+      const cmd: PublishCommand = {
+        channel: ch,
+        data: "1",
+        publisher: "alice",
+        action: "deliver",
+        idempotencyKey: "k",
+        now,
+      };
+      const [outcome] = await stub.publishMany([cmd]);
+      return outcome as { seq: number; replayed: boolean };
+    };
+    expect(await publishAt(t0)).toMatchObject({ seq: 1, replayed: false });
+    expect(await publishAt(t0 + IDEMPOTENCY_TTL_MS - 1)).toMatchObject({ seq: 1, replayed: true });
+    expect(await publishAt(t0 + IDEMPOTENCY_TTL_MS)).toMatchObject({ seq: 2, replayed: false });
+    expect(await publishAt(t0 + IDEMPOTENCY_TTL_MS + 1)).toMatchObject({ seq: 2, replayed: true });
+    expect(await historyOf(ch, null)).toHaveLength(2);
+  });
+
+  it("a key belongs to its publisher: another subject's same key is its own message", async () => {
+    const ch = `public:pub.${uniq()}`;
+    const alice = await token();
+    const bob = await token();
+    const key = { "idempotency-key": "shared-key" };
+    const a = (await (await publishTo(ch, alice, "from alice", key)).json()) as { seq: number };
+    const b = (await (await publishTo(ch, bob, "from bob", key)).json()) as { seq: number };
+    const again = (await (await publishTo(ch, alice, "from alice", key)).json()) as { seq: number };
+    expect([a.seq, b.seq, again.seq]).toEqual([1, 2, 1]);
+    expect((await historyOf(ch, null)).map((f) => f.data)).toEqual(["from alice", "from bob"]);
   });
 
   it("different keys are different messages", async () => {
