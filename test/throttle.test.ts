@@ -24,7 +24,7 @@ const ANALYTICS = "private:floodgate.analytics.dropped";
 async function tokens() {
   // A generous per-token budget so the publish limit never interferes with counting drops.
   const pub = (await mint({ sub: uniq("pub"), channels: ["public:thr.*"], rl: "10000/s" })).access_token;
-  const reader = (await mint({ sub: "analyst", channels: ["private:floodgate.analytics.**"], scopes: ["subscribe"] }))
+  const reader = (await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.**"], scopes: ["subscribe"] }))
     .access_token;
   return { pub, reader };
 }
@@ -152,7 +152,7 @@ describe("drop rate from KV", () => {
   });
 
   it("never throttles the analytics channel itself", async () => {
-    const writer = (await mint({ sub: "ops", channels: ["private:floodgate.analytics.**"] })).access_token;
+    const writer = (await mint({ sub: uniq("ops"), channels: ["private:floodgate.analytics.**"] })).access_token;
     await setRate("*", 1);
     await setRate(ANALYTICS, 1);
     const res = await publishAndWait(ANALYTICS, writer, { manual: true });
