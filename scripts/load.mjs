@@ -4,37 +4,52 @@
 //
 //   npm run load -- --channel public:live.reactions --rate 200/s --duration 60s [--subscribers 50]
 //
-// Options (all optional):
-//   --url URL            the Worker (default http://localhost:8787, i.e. `npm start`)
-//   --admin-token T      the admin bearer (default: $FLOODGATE_ADMIN_TOKEN, else ADMIN_TOKEN from
-//                        .dev.vars, else dev-admin-token)
-//   --channel NAME       default public:live.reactions
-//   --rate N/s           publishes per second, paced evenly (default 100/s)
-//   --duration 60s       how long (s, m; default 30s)
-//   --subscribers N      WebSocket subscribers held open on the channel (default 0)
-//   --max-in-flight N    publishes allowed in flight at once (default 256); beyond it a tick is
-//                        counted as "behind" instead of piling up requests
-// The token it mints has publish+subscribe scope on the channel and an `rl` of twice the rate, so the
-// publish budget does not get in the way unless you want it to (--rl 10/s to see 429s).
+// `npm run load -- --help` lists the options (HELP below).
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
 import { importSource } from "./import-source.mjs";
 
+const HELP = `usage: npm run load -- [options]
+
+  --url URL            the Worker (default http://localhost:8787, i.e. \`npm start\`)
+  --admin-token T      the admin bearer (default: $FLOODGATE_ADMIN_TOKEN, else ADMIN_TOKEN from
+                       .dev.vars, else dev-admin-token)
+  --channel NAME       default public:live.reactions
+  --rate N/s           publishes per second, paced evenly (default 100/s)
+  --duration 60s       how long (s, m; default 30s)
+  --subscribers N      WebSocket subscribers held open on the channel (default 0)
+  --max-in-flight N    publishes allowed in flight at once (default 256); beyond it a tick is
+                       counted as "behind" instead of piling up requests
+  --rl N/s             the publish budget of the token it mints (default twice --rate, so the
+                       budget does not get in the way; --rl 10/s to see 429s)
+  -h, --help           this text
+
+The token it mints has publish+subscribe scope on the channel.`;
+
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const argv = process.argv.slice(2);
-const opt = (name, fallback) => {
-  const i = argv.indexOf(`--${name}`);
-  return i >= 0 && argv[i + 1] !== undefined ? argv[i + 1] : fallback;
-};
-if (argv.includes("--help") || argv.includes("-h")) {
-  console.log(
-    readFileSync(fileURLToPath(import.meta.url), "utf8")
-      .split("\n")
-      .slice(1, 19)
-      .join("\n")
-      .replace(/^\/\/ ?/gm, ""),
-  );
+let args;
+try {
+  args = parseArgs({
+    options: {
+      url: { type: "string", default: "http://localhost:8787" },
+      "admin-token": { type: "string" },
+      channel: { type: "string", default: "public:live.reactions" },
+      rate: { type: "string", default: "100/s" },
+      duration: { type: "string", default: "30s" },
+      subscribers: { type: "string", default: "0" },
+      "max-in-flight": { type: "string", default: "256" },
+      rl: { type: "string" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  }).values;
+} catch (e) {
+  console.error(`floodgate load: ${e.message}\n\n${HELP}`);
+  process.exit(2);
+}
+if (args.help) {
+  console.log(HELP);
   process.exit(0);
 }
 
@@ -81,14 +96,14 @@ function devAdminToken() {
   return "dev-admin-token";
 }
 
-const base = opt("url", "http://localhost:8787").replace(/\/$/, "");
-const admin = opt("admin-token", devAdminToken());
-const channel = opt("channel", "public:live.reactions");
-const ratePerSecond = parseRate(opt("rate", "100/s"));
-const durationMs = parseDuration(opt("duration", "30s"));
-const subscriberCount = Number(opt("subscribers", "0"));
-const maxInFlight = Number(opt("max-in-flight", "256"));
-const rl = opt("rl", `${Math.max(1, Math.ceil(ratePerSecond * 2))}/s`);
+const base = args.url.replace(/\/$/, "");
+const admin = args["admin-token"] ?? devAdminToken();
+const channel = args.channel;
+const ratePerSecond = parseRate(args.rate);
+const durationMs = parseDuration(args.duration);
+const subscriberCount = Number(args.subscribers);
+const maxInFlight = Number(args["max-in-flight"]);
+const rl = args.rl ?? `${Math.max(1, Math.ceil(ratePerSecond * 2))}/s`;
 if (!Number.isInteger(subscriberCount) || subscriberCount < 0) fail("--subscribers must be a whole number ≥ 0");
 
 const adminHeaders = { authorization: `Bearer ${admin}`, "content-type": "application/json" };
