@@ -163,6 +163,7 @@ function renderChannel(c, now) {
   view.last = { at: now, delivered: c.delivered_total, dropped: c.dropped_total };
   const el = view.el;
   $(".rate", el).textContent = c.drop_rate.toFixed(3);
+  $(".rate", el).classList.toggle("dropping", c.drop_rate > 0);
   $(".target", el).textContent = targetText(c.target);
   $(".occupancy", el).textContent = String(c.occupancy);
   $(".badges", el).innerHTML = `<span>${c.drop_mode}</span>`;

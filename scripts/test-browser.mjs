@@ -142,6 +142,10 @@ try {
   await page.waitForSelector("#login-form", { state: "visible" });
   const loaded = await page.evaluate(() => performance.getEntriesByType("navigation")[0]?.loadEventEnd ?? -1);
   console.log(`     page load: ${Math.round(loaded)} ms (navigation timing), ${Date.now() - t0} ms to the login form`);
+  check(
+    !(await page.isVisible("#sample")) && !(await page.isVisible("#logout")),
+    "the login screen shows no operator buttons (Run sampler now, Log out)",
+  );
 
   await page.fill("#token", "wrong-token");
   await page.click("#login-form button");
@@ -171,6 +175,10 @@ try {
     timeout: 20_000,
   });
   check(true, `the drop rate rises after the sampler runs (now ${await page.textContent(`${card} .rate`)})`);
+  check(
+    await page.evaluate((sel) => document.querySelector(`${sel} .rate`)?.classList.contains("dropping"), card),
+    "a drop rate above 0 is marked as dropping (an idle 0.000 is not)",
+  );
   await page.waitForTimeout(8000); // let the chart gather a few points for the screenshot
   await page.screenshot({ path: join(artifacts, "dashboard.png"), fullPage: true });
 
