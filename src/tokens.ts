@@ -152,7 +152,8 @@ export async function verifyToken(
   const result = hit && hit.secret === secret ? hit.result : await verifySignatureAndShape(token, secret);
   const { claims } = result;
   if (!(nowSeconds < claims.exp)) throw new TokenError("expired", "token has expired");
-  if (claims.typ !== expected) throw new TokenError("wrong_type", `expected a ${expected} token`);
+  if (claims.typ !== expected)
+    throw new TokenError("wrong_type", `expected ${expected === "access" ? "an" : "a"} ${expected} token`);
   return result;
 }
 

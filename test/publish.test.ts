@@ -106,6 +106,15 @@ describe("refusals before anything changes", () => {
     if (ch !== "public:BAD") expect(await historyOf(ch, null)).toEqual([]);
   });
 
+  it("a refresh token used to publish is a 401 that says an access token is needed", async () => {
+    const ch = `public:pub.${uniq()}`;
+    const pair = await mint({ sub: uniq("p"), channels: ["public:pub.*"] });
+    const res = await publishTo(ch, pair.refresh_token, 1);
+    expect(res.status).toBe(401);
+    expect(await res.json()).toMatchObject({ code: "unauthenticated", msg: "expected an access token" });
+    expect(await historyOf(ch, null)).toEqual([]);
+  });
+
   it("413s a body over MAX_MESSAGE_BYTES, with or without Content-Length", async () => {
     const ch = `public:pub.${uniq()}`;
     const t = await token();
