@@ -4,16 +4,20 @@ import { defineConfig } from "vitest/config";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
+// Test-only secrets; production has none (see README "Deploy"). Also put in this process's
+// environment, where wrangler looks for the `[secrets] required` names, so it does not warn about
+// missing secrets once per test file.
+const TEST_SECRETS = { TOKEN_SECRET: "test-token-secret-0123456789abcdef", ADMIN_TOKEN: "test-admin-token" };
+Object.assign(process.env, TEST_SECRETS);
+
 export default defineConfig({
   plugins: [
     cloudflareTest({
       wrangler: { configPath: `${root}wrangler.toml` },
       remoteBindings: false,
       miniflare: {
-        // Test-only secrets; production has none (see README "Deploy").
         bindings: {
-          TOKEN_SECRET: "test-token-secret-0123456789abcdef",
-          ADMIN_TOKEN: "test-admin-token",
+          ...TEST_SECRETS,
           // Flush metrics at the end of every request so tests that wait on a request's waitUntil
           // do not wait a second each; the batching itself is tested with the shipped 1000 ms.
           METRICS_FLUSH_MS: "0",
