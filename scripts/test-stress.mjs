@@ -7,7 +7,9 @@
 //   order-dependent failure can be replayed: `npm test -- --sequence.shuffle --sequence.seed=<seed>`.
 // Prints `N/N passed` at the end and exits non-zero when any run failed.
 import { spawn } from "node:child_process";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
 
 const { values } = parseArgs({
@@ -53,7 +55,7 @@ function runSuite(args) {
       ["node_modules/vitest/vitest.mjs", "run", "--config", "test/vitest.config.ts", ...args],
       {
         stdio: ["ignore", "pipe", "pipe"],
-        env: { ...process.env, FORCE_COLOR: "0" },
+        env: { ...process.env, FORCE_COLOR: "0", NO_COLOR: "1" },
       },
     );
     let out = "";
@@ -81,12 +83,13 @@ for (let i = 1; i <= runs; i++) {
   if (code === 0) passed++;
   console.log(`run ${i}/${runs} (${label}): ${code === 0 ? "passed" : "FAILED"} in ${secs}s — ${summary}`);
   if (code !== 0) {
-    for (const line of out
-      .split("\n")
-      .filter((l) => /FAIL|AssertionError|Error:/.test(l))
-      .slice(0, 20)) {
-      console.log(`    ${line.trim()}`);
-    }
+    // The whole output goes to a file; the failing tests and their first error lines are shown here.
+    mkdirSync("test-artifacts", { recursive: true });
+    const log = join("test-artifacts", `stress-run-${i}.log`);
+    writeFileSync(log, out);
+    const shown = out.split("\n").filter((l) => /^\s*(FAIL|×)|AssertionError|Test timed out/.test(l));
+    for (const line of shown.slice(0, 20)) console.log(`    ${line.trim()}`);
+    console.log(`    full output: ${log}`);
   }
 }
 const minutes = ((Date.now() - started) / 60_000).toFixed(1);

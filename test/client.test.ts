@@ -41,7 +41,9 @@ function socketOpener() {
 }
 
 async function until(check: () => boolean, what: string): Promise<void> {
-  for (let i = 0; i < 300 && !check(); i++) await new Promise((r) => setTimeout(r, 10));
+  // Bounded in time, not in turns: on a loaded machine a turn takes longer than 10 ms.
+  const end = Date.now() + 15_000;
+  while (!check() && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
   if (!check()) throw new Error(`timed out waiting for ${what}`);
 }
 

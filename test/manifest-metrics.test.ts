@@ -2,7 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { MetricsBuffer } from "../src/metrics";
 import { signToken } from "../src/tokens";
-import { adminHeaders, callAndWait, envWith, uniq } from "./helpers";
+import { adminHeaders, callAndWait, envWith, SLOW_TEST_MS, uniq } from "./helpers";
 
 describe("manifest", () => {
   it("shows enabled budgets with canonical windows, and no per-channel lists when empty", async () => {
@@ -59,7 +59,7 @@ describe("metrics", () => {
     return Number(line?.split(" ")[1] ?? Number.NaN);
   }
 
-  it("counts every decision made before the scrape, by bucket and result", async () => {
+  it("counts every decision made before the scrape, by bucket and result", { timeout: SLOW_TEST_MS }, async () => {
     const e = envWith({ PUBLISH_RATE: "2/h", PUBLISH_BURST: "", METRICS_FLUSH_MS: "1000" });
     const scrape = async () => (await callAndWait("/metrics", { headers: adminHeaders() }, e)).text();
     const before = await scrape();

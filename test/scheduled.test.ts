@@ -16,7 +16,17 @@ import { samplerRegistry } from "../src/active-channels";
 import { ChannelObject } from "../src/channel-object";
 import worker from "../src/index";
 import type { ChannelSample, SamplerReport } from "../src/sampler-run";
-import { adminHeaders, callAndWait, envWith, mint, openSocket, publishAndWait, uniq, withFailing } from "./helpers";
+import {
+  adminHeaders,
+  callAndWait,
+  envWith,
+  mint,
+  openSocket,
+  publishAndWait,
+  SLOW_TEST_MS,
+  uniq,
+  withFailing,
+} from "./helpers";
 
 const channelStub = (name: string) => env.CHANNEL.get(env.CHANNEL.idFromName(name));
 const registry = () => samplerRegistry(env);
@@ -166,7 +176,9 @@ describe("scheduled sampler", () => {
     for (const s of sockets) s.ws.close();
   });
 
-  it("a rate the sampler wrote takes effect at once in this isolate; thinning drops exactly that share", async () => {
+  it("a rate the sampler wrote takes effect at once in this isolate; thinning drops exactly that share", {
+    timeout: SLOW_TEST_MS,
+  }, async () => {
     const ch = `public:sampled.thin.${uniq()}`; // THROTTLE_THINNING covers public:sampled.thin.*
     const token = await publisher("public:sampled.thin.*");
     await publishMany(ch, token, 40);

@@ -14,6 +14,7 @@ import {
   historyOf,
   mint,
   publishAndWait,
+  SLOW_TEST_MS,
   setRate,
   uniq,
   withFailing,
@@ -24,8 +25,9 @@ const ANALYTICS = "private:floodgate.analytics.dropped";
 async function tokens() {
   // A generous per-token budget so the publish limit never interferes with counting drops.
   const pub = (await mint({ sub: uniq("pub"), channels: ["public:thr.*"], rl: "10000/s" })).access_token;
-  const reader = (await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.**"], scopes: ["subscribe"] }))
-    .access_token;
+  const reader = (
+    await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.**"], scopes: ["subscribe"] })
+  ).access_token;
   return { pub, reader };
 }
 
@@ -80,7 +82,7 @@ describe("drop rate from KV", () => {
     expect(await statsOf(ch)).toMatchObject({ delivered_total: 0, dropped_total: 20, drop_rate: 1 });
   });
 
-  it("rate 0.5 drops about half", async () => {
+  it("rate 0.5 drops about half", { timeout: SLOW_TEST_MS }, async () => {
     const ch = `public:thr.${uniq()}`;
     const { pub } = await tokens();
     await setRate(ch, 0.5);
