@@ -12,7 +12,8 @@ import { availableParallelism } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 
-const { values } = parseArgs({
+const { values, positionals: filters } = parseArgs({
+  allowPositionals: true,
   options: {
     runs: { type: "string", default: "10" },
     "no-burn": { type: "boolean", default: false },
@@ -20,7 +21,7 @@ const { values } = parseArgs({
   },
 });
 if (values.help) {
-  console.log(`usage: npm run test:stress -- [--runs N] [--no-burn]
+  console.log(`usage: npm run test:stress -- [--runs N] [--no-burn] [test files or name filters]
   --runs N     how many runs of the whole suite (default 10); half of them shuffled
   --no-burn    do not start the CPU-burning children (one per core)`);
   process.exit(0);
@@ -74,7 +75,7 @@ let passed = 0;
 for (let i = 1; i <= runs; i++) {
   const shuffled = i % 2 === 0;
   const seed = Math.floor(Math.random() * 1e9);
-  const args = shuffled ? ["--sequence.shuffle", `--sequence.seed=${seed}`] : [];
+  const args = [...(shuffled ? ["--sequence.shuffle", `--sequence.seed=${seed}`] : []), ...filters];
   const t0 = Date.now();
   const { code, out } = await runSuite(args);
   const secs = ((Date.now() - t0) / 1000).toFixed(0);
