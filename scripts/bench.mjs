@@ -45,8 +45,10 @@ const FINE = Number(arg("fine", 12));
 const FINE_SECONDS = 0.6;
 const run = { seconds: SECONDS, connections: CONNECTIONS };
 
-// Limiter on for every publish (a generous per-token rl), off by default so tokens decide.
-const fg = await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" });
+// Limiter on for every publish (a generous per-token rl), off by default so tokens decide. The read
+// budget is off too: hundreds of anonymous subscribers from one address are the load being measured.
+const NO_DEFAULT_LIMITS = { PUBLISH_RATE: "", PUBLISH_BURST: "", READ_RATE: "" };
+const fg = await startFloodgate(NO_DEFAULT_LIMITS);
 const bare = await startBare();
 const generous = "1000000/s";
 const channels = ["public:bench.*"];
@@ -114,7 +116,7 @@ async function sseSubscribers(channel, n) {
 const manyScenarios = ["spread", "crowd"];
 const manyTokens = [];
 const spreadCount = !ONLY || ONLY.split(",").some((id) => manyScenarios.includes(id)) ? SPREAD : 0;
-const fgMany = spreadCount ? await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" }) : null;
+const fgMany = spreadCount ? await startFloodgate(NO_DEFAULT_LIMITS) : null;
 for (let k = 0; k < spreadCount; k++) manyTokens.push(await mintToken(fgMany.base, `spread${k}`, channels, generous));
 
 /**
@@ -389,7 +391,7 @@ async function fineCheck() {
   ];
   const cleanup = [];
   for (const id of ids) {
-    const worker = await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" });
+    const worker = await startFloodgate(NO_DEFAULT_LIMITS);
     cleanup.push(() => worker.dispose());
     if (id === "drop90") await setRate(worker.base, channelOf[id], 0.9);
     if (id !== "deny") {
