@@ -4,6 +4,7 @@
  * revoked on reuse, strong secrets, tokens kept out of URLs, and security headers. Each test also
  * checks that what should not change did not (another IP's or subject's budget, a token's next use).
  */
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import devVarsExample from "../.dev.vars.example?raw";
@@ -337,6 +338,34 @@ describe("sessions end", () => {
     expect((await refresh(p1.refresh_token)).status).toBe(401);
     // The same subject's other session is untouched.
     expect((await refresh(other.refresh_token)).status).toBe(200);
+  });
+
+  it("keeps nothing in a subject's ledger once its spent tokens and revoked chains have expired", async () => {
+    const stub = env.REFRESH_LEDGER.get(env.REFRESH_LEDGER.idFromName(uniq("ledger-gc")));
+    const now = Math.floor(Date.now() / 1000);
+    // A token spent, then replayed (its chain revoked): two rows, kept until they expire in an hour.
+    expect(await stub.spend("j1", "chain", now + 3600, now + 3600, now)).toBe("spent");
+    expect(await stub.spend("j1", "chain", now + 3600, now + 3600, now)).toBe("reused");
+    const before = await runInDurableObject(stub, async (_i, state) => {
+      const rows = state.storage.sql
+        .exec<{ n: number }>("SELECT (SELECT COUNT(*) FROM spent) + (SELECT COUNT(*) FROM revoked) AS n")
+        .one().n;
+      // The hour passes: their stored expiry moves into the past (the alarm then finds them expired).
+      state.storage.sql.exec("UPDATE spent SET expires_at = ?", now - 1);
+      state.storage.sql.exec("UPDATE revoked SET expires_at = ?", now - 1);
+      return { rows, alarm: await state.storage.getAlarm() };
+    });
+    expect(before).toEqual({ rows: 2, alarm: (now + 3600) * 1000 });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const after = await runInDurableObject(stub, async (_i, state) => ({
+      alarm: await state.storage.getAlarm(),
+      tables: state.storage.sql
+        .exec("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('spent', 'revoked')")
+        .toArray(),
+    }));
+    expect(after).toEqual({ alarm: null, tables: [] });
+    // And it still works afterwards.
+    expect(await stub.spend("j2", "chain2", now + 60, now + 60, now)).toBe("spent");
   });
 
   it("answers 503 unavailable with no backend text when the refresh ledger fails, and spends nothing", async () => {
