@@ -58,7 +58,7 @@ $("#login-form").addEventListener("submit", async (ev) => {
     setError(
       $("#login-error"),
       e.status === 401
-        ? "That token was refused. Use the server's ADMIN_TOKEN (locally: dev-admin-token, from .dev.vars)."
+        ? "That token was refused. Use the server's ADMIN_TOKEN (locally: dev-only-admin-token, from .dev.vars)."
         : e.message,
     );
     state.token = null;

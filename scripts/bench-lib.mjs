@@ -147,7 +147,7 @@ export async function startFloodgate(vars = {}) {
       METRICS: { className: "MetricsStore", useSQLite: true },
       SAMPLER: { className: "ActiveChannels", useSQLite: true },
     },
-    bindings: { ...config.vars, TOKEN_SECRET: "bench-secret-0123456789", ADMIN_TOKEN: ADMIN, ...vars },
+    bindings: { ...config.vars, TOKEN_SECRET: "bench-token-secret-0123456789abcdef", ADMIN_TOKEN: ADMIN, ...vars },
   });
 }
 

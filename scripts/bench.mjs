@@ -5,8 +5,8 @@
 // opens real subscribers, drives publishes with autocannon, and prints one table: a bare Hono route
 // (the ceiling) and a bare POST, publish at throttle 0 with the limiter on and 1 or 100 WebSocket
 // subscribers or 100 SSE ones, many subjects (--spread N, default 500) publishing to one channel
-// (crowd) or each to its own (spread), publish at drop rate 0.5 and 0.9, and the deny path of a
-// flooding subject — requests/s, p50/p99, deliveries/s, workerd CPU per request, every figure as a
+// (crowd) or each to its own (spread), publish at drop rate 0.5 and 0.9, the deny path of a
+// flooding subject and of a read flood (anonymous history reads from one IP, readdeny) — requests/s, p50/p99, deliveries/s, workerd CPU per request, every figure as a
 // ratio to the bare routes, and Durable Object calls and KV reads per 1,000 publishes (from the
 // Worker's own /metrics counters).
 //
@@ -45,8 +45,10 @@ const FINE = Number(arg("fine", 12));
 const FINE_SECONDS = 0.6;
 const run = { seconds: SECONDS, connections: CONNECTIONS };
 
-// Limiter on for every publish (a generous per-token rl), off by default so tokens decide.
-const fg = await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" });
+// Limiter on for every publish (a generous per-token rl), off by default so tokens decide. The read
+// budget is off too: hundreds of anonymous subscribers from one address are the load being measured.
+const NO_DEFAULT_LIMITS = { PUBLISH_RATE: "", PUBLISH_BURST: "", READ_RATE: "" };
+const fg = await startFloodgate(NO_DEFAULT_LIMITS);
 const bare = await startBare();
 const generous = "1000000/s";
 const channels = ["public:bench.*"];
@@ -114,7 +116,7 @@ async function sseSubscribers(channel, n) {
 const manyScenarios = ["spread", "crowd"];
 const manyTokens = [];
 const spreadCount = !ONLY || ONLY.split(",").some((id) => manyScenarios.includes(id)) ? SPREAD : 0;
-const fgMany = spreadCount ? await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" }) : null;
+const fgMany = spreadCount ? await startFloodgate(NO_DEFAULT_LIMITS) : null;
 for (let k = 0; k < spreadCount; k++) manyTokens.push(await mintToken(fgMany.base, `spread${k}`, channels, generous));
 
 /**
@@ -135,6 +137,10 @@ async function touchAll(channelOf) {
     );
   }
 }
+// A read flood: anonymous history reads from one client IP past its read budget (the shipped
+// READ_RATE), on a Worker of its own since `fg` has the read budget off for its anonymous subscribers.
+const fgRead = !ONLY || ONLY.split(",").includes("readdeny") ? await startFloodgate({}) : null;
+
 await setRate(fg.base, "public:bench.half", 0.5);
 await setRate(fg.base, "public:bench.ninety", 0.9);
 const subs = {
@@ -180,6 +186,17 @@ const scenarios = [
     title: "deny path (one flooding subject)",
     ...publish(await mintToken(fg.base, "flood", channels, "1/h"), "public:bench.flood"),
   },
+  ...(fgRead
+    ? [
+        {
+          id: "readdeny",
+          title: "deny path of a read flood (anonymous history reads from one IP)",
+          url: `${fgRead.base}/v1/history/public:bench.read`,
+          pid: fgRead.pid,
+          opts: { headers: { "cf-connecting-ip": "198.51.100.7" } },
+        },
+      ]
+    : []),
   {
     id: "pub1",
     title: "publish, throttle 0, limiter on, 1 subscriber",
@@ -371,6 +388,7 @@ if (has("drop90"))
 for (const s of Object.values(subs)) s.close();
 await fg.dispose();
 await fgMany?.dispose();
+await fgRead?.dispose();
 
 /**
  * The fine check of the three targets: each path in a Worker (a workerd) of its own, so one path's
@@ -389,7 +407,7 @@ async function fineCheck() {
   ];
   const cleanup = [];
   for (const id of ids) {
-    const worker = await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" });
+    const worker = await startFloodgate(NO_DEFAULT_LIMITS);
     cleanup.push(() => worker.dispose());
     if (id === "drop90") await setRate(worker.base, channelOf[id], 0.9);
     if (id !== "deny") {

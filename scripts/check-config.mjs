@@ -2,6 +2,11 @@
 // `npm run deploy` runs this first (predeploy). It parses wrangler.toml's [vars] with the same code
 // the Worker uses and refuses to deploy a configuration the Worker would reject, or a placeholder
 // KV namespace id (`--vars-only` skips that). Exit 1 with the variable named; exit 0 when the config is deployable.
+// Secrets: it refuses a weak TOKEN_SECRET or ADMIN_TOKEN (docs/operations.md, "Secrets") wherever it
+// can see one: in [vars] (where a secret never belongs), in the process environment, or in the file
+// given with `--secrets-file=PATH` (JSON or .env, the same file `wrangler deploy --secrets-file` takes).
+// Secrets set with `wrangler secret put` are out of its sight; /healthz answers 500 for a weak one.
+import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { unstable_readConfig } from "wrangler";
@@ -14,13 +19,42 @@ const varsOnly = process.argv.includes("--vars-only");
 const config = unstable_readConfig({ config: join(root, "wrangler.toml"), env }, { hideWarnings: true });
 
 // The Worker's own parser, bundled on the fly so this check can never drift from it.
-const mod = await importSource(`export { parseConfig, rawConfigFrom } from "./src/config";`);
+const mod = await importSource(
+  `export { parseConfig, rawConfigFrom } from "./src/config"; export { SECRET_MIN, secretProblem } from "./src/secrets";`,
+);
+
+/** KEY=VALUE lines (quotes optional, # comments) or a JSON object. */
+function readSecretsFile(path) {
+  const text = readFileSync(path, "utf8");
+  if (text.trim().startsWith("{")) return JSON.parse(text);
+  const out = {};
+  for (const line of text.split(/\r?\n/)) {
+    const m = /^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*?)\s*$/.exec(line);
+    if (m && !line.trim().startsWith("#")) out[m[1]] = m[2].replace(/^(["'])(.*)\1$/, "$2");
+  }
+  return out;
+}
 
 const problems = [];
 try {
   mod.parseConfig(mod.rawConfigFrom(config.vars ?? {}));
 } catch (e) {
   problems.push(e.message);
+}
+const secretsFile = process.argv.find((a) => a.startsWith("--secrets-file="))?.slice("--secrets-file=".length);
+const secretSources = [
+  ["wrangler.toml [vars]", config.vars ?? {}],
+  ["the environment", process.env],
+  ...(secretsFile ? [[secretsFile, readSecretsFile(secretsFile)]] : []),
+];
+for (const name of Object.keys(mod.SECRET_MIN)) {
+  if (name in (config.vars ?? {}))
+    problems.push(`${name} is a secret: set it with \`wrangler secret put ${name}\`, not in [vars]`);
+  for (const [where, values] of secretSources) {
+    if (values[name] === undefined) continue;
+    const problem = mod.secretProblem(name, values[name]);
+    if (problem) problems.push(`${problem} (in ${where})`);
+  }
 }
 for (const ns of varsOnly ? [] : (config.kv_namespaces ?? [])) {
   if (!ns.id || /^0+$/.test(ns.id)) {

@@ -15,7 +15,7 @@ const HELP = `usage: npm run load -- [options]
 
   --url URL            the Worker (default http://localhost:8787, i.e. \`npm start\`)
   --admin-token T      the admin bearer (default: $FLOODGATE_ADMIN_TOKEN, else ADMIN_TOKEN from
-                       .dev.vars, else dev-admin-token)
+                       .dev.vars, else dev-only-admin-token)
   --channel NAME       default public:live.reactions
   --rate N/s           publishes per second, paced evenly (default 100/s)
   --duration 60s       how long (s, m; default 30s)
@@ -93,7 +93,7 @@ function devAdminToken() {
       .find((l) => l.startsWith("ADMIN_TOKEN="));
     if (line) return line.slice("ADMIN_TOKEN=".length).trim().replace(/^"|"$/g, "");
   }
-  return "dev-admin-token";
+  return "dev-only-admin-token";
 }
 
 const base = args.url.replace(/\/$/, "");
@@ -132,8 +132,8 @@ let inFlight = 0;
 
 const sockets = [];
 for (let i = 0; i < subscriberCount; i++) {
-  const url = `${base.replace(/^http/, "ws")}/v1/subscribe/${channel}?token=${encodeURIComponent(token)}`;
-  const ws = new WebSocket(url);
+  // The token as a subprotocol, not in the URL (docs/api.md, "Subscriber tokens").
+  const ws = new WebSocket(`${base.replace(/^http/, "ws")}/v1/subscribe/${channel}`, ["floodgate", `bearer.${token}`]);
   ws.onmessage = () => {
     counts.frames++;
   };

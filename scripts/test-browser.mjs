@@ -4,8 +4,9 @@
 // local sampler every 2 s). Steps: a wrong token is refused with a clear message; the right one shows
 // the empty state; a channel appears once traffic flows; its drop rate rises after the sampler runs;
 // a rate set from the page makes publishes answer 202; the page fits a phone's width; a browser's
-// WebSocket subscriber gets frames without compression (straight to the Worker); with the server
-// stopped the page says so. Screenshots go
+// WebSocket subscriber gets frames without compression, and one offering its token as a subprotocol
+// reads a private channel (straight to the Worker); the page and its script carry public/_headers'
+// CSP and the page runs with no CSP violation; with the server stopped the page says so. Screenshots go
 // to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync } from "node:fs";
@@ -16,9 +17,11 @@ import { chromium } from "playwright-core";
 import { mintToken, startFloodgate } from "./bench-lib.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const PORT = 8797;
+// BROWSER_TEST_PORT / BROWSER_TEST_INSPECTOR_PORT: so two runs on one machine do not collide.
+const PORT = Number(process.env.BROWSER_TEST_PORT ?? 8797);
+const INSPECTOR_PORT = process.env.BROWSER_TEST_INSPECTOR_PORT;
 const BASE = `http://127.0.0.1:${PORT}`;
-const ADMIN = "dev-admin-token";
+const ADMIN = "dev-only-admin-token";
 const CHANNEL = "public:live.browser";
 // No target: the sampler leaves its rate alone, so a rate set from the page stays set. (On CHANNEL the
 // next sample, every 2 s here, would overwrite it, which made this check flaky.)
@@ -38,8 +41,10 @@ if (!existsSync(CHROMIUM)) {
  * dev's proxy answers the browser's upgrade itself, so this check talks to the Worker straight through
  * a workerd direct socket (scripts/bench-lib.mjs), as the edge would.
  */
-async function checkUncompressedFrames(page) {
+async function checkUncompressedFrames(browser) {
   const worker = await startFloodgate({});
+  // A page of no origin: the dashboard's CSP (rightly) allows it no socket to another origin.
+  const page = await browser.newPage();
   try {
     const channel = "public:live.socket";
     await page.evaluate(
@@ -65,9 +70,56 @@ async function checkUncompressedFrames(page) {
       res.status === 200 && frame.type === "message" && frame.extensions === "",
       `a browser's WebSocket subscriber gets its frames uncompressed (extensions ${JSON.stringify(frame.extensions)})`,
     );
+
+    // A private channel, the token offered as a subprotocol instead of in the URL.
+    const privateChannel = "private:live.socket.secret";
+    const privateToken = await mintToken(worker.base, "browser-private", ["private:live.socket.*"]);
+    const protocol = await page.evaluate(
+      ({ url, token }) =>
+        new Promise((resolve, reject) => {
+          const ws = new WebSocket(url, ["floodgate", `bearer.${token}`]);
+          window.__privateFrame = new Promise((got) => {
+            ws.onmessage = (e) => got(JSON.parse(e.data).data);
+          });
+          ws.onopen = () => resolve(ws.protocol);
+          ws.onerror = () => reject(new Error("private subscribe socket failed"));
+        }),
+      { url: `${worker.base.replace(/^http/, "ws")}/v1/subscribe/${privateChannel}`, token: privateToken },
+    );
+    await fetch(`${worker.base}/v1/publish/${privateChannel}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${privateToken}`, "content-type": "application/json" },
+      body: JSON.stringify({ secret: 1 }),
+    });
+    const privateFrame = await page.evaluate(() => window.__privateFrame);
+    check(
+      protocol === "floodgate" && privateFrame?.secret === 1,
+      `a browser WebSocket sends its token as the bearer.<token> subprotocol and gets "floodgate" back (got ${JSON.stringify(protocol)})`,
+    );
   } finally {
+    await page.close();
     await worker.dispose();
   }
+}
+
+/** The dashboard's files carry the headers of public/_headers (served by the assets layer). */
+async function checkAssetHeaders() {
+  for (const path of ["/", "/app.js"]) {
+    const res = await fetch(`${BASE}${path}`);
+    await res.arrayBuffer();
+    const csp = res.headers.get("content-security-policy") ?? "";
+    check(
+      res.status === 200 &&
+        csp.includes("script-src 'self'") &&
+        csp.includes("frame-ancestors 'none'") &&
+        res.headers.get("x-content-type-options") === "nosniff" &&
+        res.headers.get("x-frame-options") === "DENY",
+      `${path} carries the dashboard's CSP, nosniff and X-Frame-Options (CSP ${JSON.stringify(csp)})`,
+    );
+  }
+  const headersFile = await fetch(`${BASE}/_headers`);
+  const text = await headersFile.text();
+  check(!text.includes("Content-Security-Policy"), "public/_headers itself is not served");
 }
 
 let failures = 0;
@@ -90,6 +142,7 @@ const server = spawn(
     `THROTTLE_TARGETS:${JSON.stringify({ [CHANNEL]: "5/s" })}`,
     "--var",
     "THROTTLE_RATE_CACHE_MS:200",
+    ...(INSPECTOR_PORT ? ["--inspector-port", INSPECTOR_PORT] : []),
   ],
   { cwd: root, env: { ...process.env, SAMPLER_LOCAL_PERIOD: "2" }, stdio: ["ignore", "pipe", "pipe"], detached: true },
 );
@@ -137,6 +190,14 @@ try {
 
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu"] });
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  // Every CSP violation the page reports (a blocked script, style or request), checked at the end.
+  await page.addInitScript(() => {
+    window.__cspViolations = [];
+    document.addEventListener("securitypolicyviolation", (e) =>
+      window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`),
+    );
+  });
+  await checkAssetHeaders();
   const t0 = Date.now();
   await page.goto(BASE);
   await page.waitForSelector("#login-form", { state: "visible" });
@@ -208,7 +269,10 @@ try {
   await page.screenshot({ path: join(artifacts, "dashboard-phone.png"), fullPage: true });
   console.log(`     screenshots: test-artifacts/dashboard.png, test-artifacts/dashboard-phone.png`);
 
-  await checkUncompressedFrames(page);
+  const violations = await page.evaluate(() => window.__cspViolations);
+  check(violations.length === 0, `the dashboard runs under its CSP with no violation (${JSON.stringify(violations)})`);
+
+  await checkUncompressedFrames(browser);
 
   stopServer();
   await page.waitForFunction(() => document.querySelector("#app-error")?.textContent.includes("Cannot reach"), null, {

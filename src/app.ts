@@ -3,6 +3,7 @@
  * the contract's error shape for every failure, unknown routes included.
  */
 import { Hono } from "hono";
+import { secureHeaders } from "hono/secure-headers";
 import type { AppEnv } from "./app-env";
 import { ConfigError } from "./config";
 import { ApiError, errorResponse } from "./errors";
@@ -13,6 +14,22 @@ import { tokens } from "./routes/tokens";
 import { services } from "./services";
 
 export const app = new Hono<AppEnv>();
+
+/**
+ * Security headers on every API answer, errors included (docs/security.md, "Headers"). The API only
+ * serves JSON, event streams and WebSockets, so its CSP allows nothing to load and no page to frame it.
+ * The dashboard's files are served by the assets layer before the Worker runs; their headers are in
+ * public/_headers. Cross-Origin-Resource-Policy is left out: it would block other sites' no-cors reads
+ * and adds nothing to CORS-mode fetches of the JSON API.
+ */
+app.use(
+  "*",
+  secureHeaders({
+    contentSecurityPolicy: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] },
+    xFrameOptions: "DENY",
+    crossOriginResourcePolicy: false,
+  }),
+);
 
 app.use("*", async (c, next) => {
   let svc: ReturnType<typeof services>;

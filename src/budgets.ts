@@ -1,5 +1,5 @@
 /**
- * Which bucket a request is charged to, and under which limit (CONTRACT §4 step 1, §5, §3).
+ * Which bucket a request is charged to, and under which limit (docs/api.md: Publish, Subscribe, Tokens, Bounds).
  * Pure.
  */
 import { type ChannelName, selectRule } from "./channels";
@@ -31,7 +31,10 @@ export function publishBudget(config: Config, channel: ChannelName, sub: string,
   return { key, limit };
 }
 
-/** Subscribe: keyed by the claimed `sub`; no per-token override applies. */
+/**
+ * Subscribe: keyed by the `sub` of a verified token (never a claimed one, so nobody can spend or read
+ * another subject's budget); no per-token override applies.
+ */
 export function subscribeBudget(config: Config, channel: ChannelName, sub: string): Budget {
   const rule = selectRule(config.perChannelSubscribe, channel);
   return rule
@@ -39,7 +42,14 @@ export function subscribeBudget(config: Config, channel: ChannelName, sub: strin
     : { key: `subscribe:${sub}`, limit: config.subscribe };
 }
 
+const ipKey = (ip: string | null) => (ip && ip.length > 0 ? ip : "unknown");
+
 /** Token mint and refresh: keyed by client IP; `unknown` when the header is absent. */
 export function tokenIssueBudget(config: Config, ip: string | null): Budget {
-  return { key: `token-issue:${ip && ip.length > 0 ? ip : "unknown"}`, limit: config.tokenIssue };
+  return { key: `token-issue:${ipKey(ip)}`, limit: config.tokenIssue };
+}
+
+/** Reads (every history request, subscribes without a verified token): keyed by client IP like token issue. */
+export function readBudget(config: Config, ip: string | null): Budget {
+  return { key: `read:${ipKey(ip)}`, limit: config.read };
 }

@@ -15,6 +15,7 @@ import {
   type Rule,
   selectRule,
 } from "./channels";
+import { DurationError, parseDuration } from "./durations";
 import { type Limit, LimitError, normaliseBurst, parseLimit, parseRateShorthand } from "./limits";
 
 /** A sampler target: messages per second delivered, or a delivery budget split across subscribers. */
@@ -38,6 +39,8 @@ export interface Config {
   publish: Limit | null;
   subscribe: Limit | null;
   tokenIssue: Limit | null;
+  /** Reads per client IP: history, and subscribes without a verified token (docs/api.md, Bounds). */
+  read: Limit | null;
   perChannelPublish: Rule<Limit | null>[];
   perChannelSubscribe: Rule<Limit | null>[];
   throttleFallbackRate: number;
@@ -52,6 +55,8 @@ export interface Config {
   analyticsChannel: ChannelName;
   maxMessageBytes: number;
   historyLimit: number;
+  /** Longest a refresh chain lives after its first mint, in seconds. */
+  sessionTtlSeconds: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults). */
@@ -64,6 +69,8 @@ export const CONFIG_VARIABLES = [
   "SUBSCRIBE_BURST",
   "TOKEN_ISSUE_RATE",
   "TOKEN_ISSUE_BURST",
+  "READ_RATE",
+  "READ_BURST",
   "PER_CHANNEL_PUBLISH_LIMITS",
   "PER_CHANNEL_SUBSCRIBE_LIMITS",
   "THROTTLE_FALLBACK_RATE",
@@ -75,6 +82,7 @@ export const CONFIG_VARIABLES = [
   "ANALYTICS_CHANNEL",
   "MAX_MESSAGE_BYTES",
   "HISTORY_LIMIT",
+  "SESSION_TTL",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -100,10 +108,16 @@ function wrap<T>(variable: string, f: () => T): T {
   }
 }
 
-function budget(raw: RawConfig, rateVar: ConfigVariable, burstVar: ConfigVariable, fallback: string): Limit | null {
+function budget(
+  raw: RawConfig,
+  rateVar: ConfigVariable,
+  burstVar: ConfigVariable,
+  fallback: string,
+  burstFallback = "",
+): Limit | null {
   const rateText = raw[rateVar] ?? fallback;
   const rate = wrap(rateVar, () => parseRateShorthand(rateText));
-  const burstText = raw[burstVar] ?? "";
+  const burstText = raw[burstVar] ?? burstFallback;
   // Validate the burst even when the budget is disabled, so a typo is never silently ignored.
   const burst = wrap(burstVar, () => normaliseBurst(rate?.rate ?? 1, burstText));
   return rate ? { ...rate, burst } : null;
@@ -163,6 +177,20 @@ function positiveInt(variable: string, text: string | undefined, fallback: numbe
   return Number(t);
 }
 
+/** `SESSION_TTL`: a duration of at least 1s (days allowed), default `30d`. */
+function sessionTtl(text: string | undefined): number {
+  const t = (text ?? "").trim() || "30d";
+  let ms: number;
+  try {
+    ms = parseDuration(t, { allowDays: true });
+  } catch (e) {
+    if (e instanceof DurationError) throw new ConfigError("SESSION_TTL", e.message);
+    throw e;
+  }
+  if (!(ms >= 1000)) throw new ConfigError("SESSION_TTL", `"${t}" must be at least 1s`);
+  return Math.floor(ms / 1000);
+}
+
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
 export function parseConfig(raw: RawConfig): Config {
   const fallbackText = (raw.THROTTLE_FALLBACK_RATE ?? "").trim() || "0";
@@ -173,10 +201,15 @@ export function parseConfig(raw: RawConfig): Config {
   const analytics = wrap("ANALYTICS_CHANNEL", () =>
     parseChannelName((raw.ANALYTICS_CHANNEL ?? "").trim() || "private:floodgate.analytics.dropped"),
   );
+  // Every dropped private message is copied here: on a public channel anyone could read them.
+  if (analytics.visibility !== "private") {
+    throw new ConfigError("ANALYTICS_CHANNEL", `"${analytics.name}" must be a private: channel`);
+  }
   return {
     publish: budget(raw, "PUBLISH_RATE", "PUBLISH_BURST", ""),
     subscribe: budget(raw, "SUBSCRIBE_RATE", "SUBSCRIBE_BURST", ""),
     tokenIssue: budget(raw, "TOKEN_ISSUE_RATE", "TOKEN_ISSUE_BURST", ""),
+    read: budget(raw, "READ_RATE", "READ_BURST", "20/s", "40"),
     perChannelPublish: patternRules("PER_CHANNEL_PUBLISH_LIMITS", raw.PER_CHANNEL_PUBLISH_LIMITS, parseLimit),
     perChannelSubscribe: patternRules("PER_CHANNEL_SUBSCRIBE_LIMITS", raw.PER_CHANNEL_SUBSCRIBE_LIMITS, parseLimit),
     throttleFallbackRate: fallback,
@@ -194,6 +227,7 @@ export function parseConfig(raw: RawConfig): Config {
     analyticsChannel: analytics,
     maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),
     historyLimit: positiveInt("HISTORY_LIMIT", raw.HISTORY_LIMIT, 100),
+    sessionTtlSeconds: sessionTtl(raw.SESSION_TTL),
   };
 }
 

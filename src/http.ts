@@ -4,6 +4,7 @@
  */
 import { type ChannelName, GrammarError, matchesPattern, parseChannelName } from "./channels";
 import { ApiError, invalidArgument, permissionDenied, unauthenticated } from "./errors";
+import { type SecretName, secretProblem } from "./secrets";
 import { type Scope, TokenError, type VerifiedToken, verifyToken } from "./tokens";
 
 /** Parses a channel path parameter. @throws ApiError 400 */
@@ -24,14 +25,40 @@ export function bearer(request: Request): string | null {
   return m ? (m[1] as string) : null;
 }
 
-/** The token secret, or a 500 when it is not configured (token routes fail closed). */
-export function tokenSecret(env: Env): string {
-  const s = (env as { TOKEN_SECRET?: string }).TOKEN_SECRET;
-  if (typeof s !== "string" || s.length === 0) {
-    console.error("floodgate: TOKEN_SECRET is not set; token routes fail closed");
-    throw new ApiError("internal", "server is not configured: TOKEN_SECRET is not set", { variable: "TOKEN_SECRET" });
+/** A secret the route needs, or a 500 naming it when it is missing or weak (fail closed). */
+function requiredSecret(env: Env, name: SecretName): string {
+  const value = (env as unknown as Record<string, unknown>)[name];
+  const problem = secretProblem(name, value);
+  if (problem) {
+    console.error(`floodgate: ${problem}; the routes that need it fail closed`);
+    throw new ApiError("internal", `server is not configured: ${problem}`, { variable: name });
   }
-  return s;
+  return value as string;
+}
+
+/** The token secret, or a 500 when it is missing or weak (token routes fail closed). */
+export function tokenSecret(env: Env): string {
+  return requiredSecret(env, "TOKEN_SECRET");
+}
+
+/** Verifies an access token: signature, shape, expiry and type. @throws ApiError 401 */
+export async function verifyAccess(env: Env, token: string | null): Promise<VerifiedToken> {
+  const secret = tokenSecret(env);
+  if (!token) throw unauthenticated("missing bearer token");
+  try {
+    return await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
+  } catch (e) {
+    if (e instanceof TokenError) throw unauthenticated(e.message);
+    throw e;
+  }
+}
+
+/** Checks that a verified token grants `scope` on `channel`. @throws ApiError 403 */
+export function checkGrant(verified: VerifiedToken, scope: Scope, channel: ChannelName): void {
+  if (!verified.claims.scp.includes(scope)) throw permissionDenied(`token lacks the "${scope}" scope`);
+  if (!verified.patterns.some((p) => matchesPattern(p, channel))) {
+    throw permissionDenied(`token does not grant channel ${channel.name}`);
+  }
 }
 
 /** Verifies an access token and checks scope and channel. @throws ApiError 401 / 403 */
@@ -41,31 +68,16 @@ export async function authorise(
   scope: Scope,
   channel: ChannelName,
 ): Promise<VerifiedToken> {
-  const secret = tokenSecret(env);
-  if (!token) throw unauthenticated("missing bearer token");
-  let verified: VerifiedToken;
-  try {
-    verified = await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
-  } catch (e) {
-    if (e instanceof TokenError) throw unauthenticated(e.message);
-    throw e;
-  }
-  if (!verified.claims.scp.includes(scope)) throw permissionDenied(`token lacks the "${scope}" scope`);
-  if (!verified.patterns.some((p) => matchesPattern(p, channel))) {
-    throw permissionDenied(`token does not grant channel ${channel.name}`);
-  }
+  const verified = await verifyAccess(env, token);
+  checkGrant(verified, scope, channel);
   return verified;
 }
 
 const encoder = new TextEncoder();
 
-/** Constant-time check of the admin bearer. @throws ApiError 401, or 500 when ADMIN_TOKEN is unset. */
+/** Constant-time check of the admin bearer. @throws ApiError 401, or 500 when ADMIN_TOKEN is unset or weak. */
 export async function requireAdmin(env: Env, request: Request): Promise<void> {
-  const expected = (env as { ADMIN_TOKEN?: string }).ADMIN_TOKEN;
-  if (typeof expected !== "string" || expected.length === 0) {
-    console.error("floodgate: ADMIN_TOKEN is not set; admin routes fail closed");
-    throw new ApiError("internal", "server is not configured: ADMIN_TOKEN is not set", { variable: "ADMIN_TOKEN" });
-  }
+  const expected = requiredSecret(env, "ADMIN_TOKEN");
   const given = bearer(request);
   if (!given) throw unauthenticated("admin bearer token required");
   // Hash both so the comparison has equal lengths and takes the same time whatever was sent.
@@ -154,4 +166,37 @@ export function intParam(value: string | undefined | null, name: string, max = N
     throw invalidArgument(`${name} must be a whole number between 0 and ${max}`);
   }
   return Number(value);
+}
+
+/**
+ * The client a per-IP budget is charged to, from `CF-Connecting-IP` (one address, set by Cloudflare;
+ * never `X-Forwarded-For`, which clients can write to), or null when the header is absent. An
+ * IPv4-mapped IPv6 address counts as its IPv4 address, and any other IPv6 address as its /64: one
+ * subscriber usually holds a whole /64, so keying on full addresses would give it 2^64 budgets.
+ */
+export function clientIp(request: Request): string | null {
+  const raw = request.headers.get("cf-connecting-ip")?.trim() ?? "";
+  if (raw.length === 0) return null;
+  if (!raw.includes(":")) return raw;
+  const mapped = /^::ffff:(\d{1,3}(?:\.\d{1,3}){3})$/i.exec(raw);
+  if (mapped) return mapped[1] as string;
+  const prefix = ipv6Prefix64(raw);
+  return prefix ?? raw;
+}
+
+/** The first four groups of an IPv6 address as `a:b:c:d::/64`, or null when it does not parse. */
+function ipv6Prefix64(ip: string): string | null {
+  const halves = ip.toLowerCase().split("::");
+  if (halves.length > 2) return null;
+  const groups = (h: string | undefined) => (h ? h.split(":") : []);
+  const head = groups(halves[0]);
+  const tail = groups(halves[1]);
+  const missing = 8 - head.length - tail.length;
+  if (halves.length === 1 ? missing !== 0 : missing < 1) return null;
+  const all = [...head, ...Array<string>(halves.length === 2 ? missing : 0).fill("0"), ...tail];
+  if (!all.every((g) => /^[0-9a-f]{1,4}$/.test(g))) return null;
+  return `${all
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ""))
+    .join(":")}::/64`;
 }

@@ -27,12 +27,13 @@ import { ApiError } from "./errors";
 import { type Limit, sameLimit } from "./limits";
 import { type BatchChargeResult, LEASE_SPEND_MS, type LeaseRequest } from "./rate-limiter";
 
-export type BucketName = "publish" | "subscribe" | "token-issue";
+export type BucketName = "publish" | "subscribe" | "token-issue" | "read";
 
 const MESSAGES: Record<BucketName, string> = {
   publish: "publish rate limit exceeded",
   subscribe: "subscribe rate limit exceeded",
   "token-issue": "token issue rate limit exceeded",
+  read: "read rate limit exceeded",
 };
 
 /** What a bucket's object answers for `count` requests at once; backed by `RateLimiter.chargeMany`. */

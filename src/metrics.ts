@@ -41,7 +41,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     floodgate_kv_reads_total: 0,
     ...series,
   };
-  for (const bucket of ["publish", "subscribe", "token-issue"]) {
+  for (const bucket of ["publish", "subscribe", "token-issue", "read"]) {
     for (const result of ["allowed", "denied"]) {
       const k = seriesKey("floodgate_rate_limit_decisions_total", { bucket, result });
       all[k] ??= 0;

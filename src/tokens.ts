@@ -1,5 +1,5 @@
 /**
- * HS256 JSON Web Tokens (CONTRACT §3) on WebCrypto, which exists in workerd and in Node 22 alike.
+ * HS256 JSON Web Tokens (docs/api.md, Tokens) on WebCrypto, which exists in workerd and in Node 22 alike.
  * The signature check is `crypto.subtle.verify`, which compares in constant time.
  */
 import { type ChannelPattern, GrammarError, parsePattern } from "./channels";
@@ -21,6 +21,10 @@ export interface TokenClaims {
   rl?: LimitJson;
   /** Refresh tokens only: the access-token lifetime (seconds) that a refresh reissues. */
   ttl?: number;
+  /** Refresh tokens only: the refresh chain (session) this token belongs to, for revocation. */
+  sid?: string;
+  /** Refresh tokens only: when the chain's first pair was minted (epoch seconds); SESSION_TTL counts from it. */
+  sst?: number;
 }
 
 /** A verified token with its channel patterns parsed once. */
@@ -44,8 +48,21 @@ export class TokenError extends Error {
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 const HEADER = base64UrlEncode(encoder.encode(JSON.stringify({ alg: "HS256", typ: "JWT" })));
-/** Longest token we bother to parse; anything bigger is malformed, not work for the CPU. */
-const MAX_TOKEN_LENGTH = 8192;
+/**
+ * Longest token any route accepts (longer is malformed, not work for the CPU). Signing refuses to
+ * make a longer one, so no token is ever issued that every route would then refuse.
+ */
+export const MAX_TOKEN_LENGTH = 8192;
+
+/** A token that would be longer than {@link MAX_TOKEN_LENGTH}: never issued. */
+export class TokenTooLargeError extends Error {
+  readonly length: number;
+  constructor(length: number) {
+    super(`the token would be ${length} characters, over the ${MAX_TOKEN_LENGTH}-character limit on tokens`);
+    this.name = "TokenTooLargeError";
+    this.length = length;
+  }
+}
 
 export function base64UrlEncode(bytes: Uint8Array): string {
   let bin = "";
@@ -87,10 +104,18 @@ async function hmacKey(secret: string): Promise<CryptoKey> {
   return key;
 }
 
-/** Signs the claims as a compact HS256 JWT. */
+/** HS256 signature: 32 bytes, 43 base64url characters. */
+const SIGNATURE_LENGTH = 43;
+
+/**
+ * Signs the claims as a compact HS256 JWT.
+ * @throws TokenTooLargeError when the token would be longer than any route accepts.
+ */
 export async function signToken(claims: TokenClaims, secret: string): Promise<string> {
   const payload = base64UrlEncode(encoder.encode(JSON.stringify(claims)));
   const input = `${HEADER}.${payload}`;
+  const length = input.length + 1 + SIGNATURE_LENGTH;
+  if (length > MAX_TOKEN_LENGTH) throw new TokenTooLargeError(length);
   const sig = await crypto.subtle.sign("HMAC", await hmacKey(secret), encoder.encode(input));
   return `${input}.${base64UrlEncode(new Uint8Array(sig))}`;
 }
@@ -108,7 +133,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "obj
 function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPattern[] } {
   const bad = (what: string) => new TokenError("malformed", `token claim ${what} is invalid`);
   if (!isObject(v)) throw bad("set");
-  const { sub, typ, chs, scp, iat, exp, jti, rl } = v;
+  const { sub, typ, chs, scp, iat, exp, jti, rl, sid, sst } = v;
   if (typeof sub !== "string" || sub.length === 0) throw bad("sub");
   if (typ !== "access" && typ !== "refresh") throw bad("typ");
   if (!Array.isArray(chs) || chs.some((c) => typeof c !== "string")) throw bad("chs");
@@ -116,6 +141,8 @@ function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPatter
   if (typeof iat !== "number" || typeof exp !== "number" || !Number.isFinite(exp)) throw bad("exp");
   if (typeof jti !== "string" || jti.length === 0) throw bad("jti");
   if (rl !== undefined && !isObject(rl)) throw bad("rl");
+  if (sid !== undefined && (typeof sid !== "string" || sid.length === 0)) throw bad("sid");
+  if (sst !== undefined && (typeof sst !== "number" || !Number.isFinite(sst))) throw bad("sst");
   let patterns: ChannelPattern[];
   try {
     patterns = (chs as string[]).map((c) => parsePattern(c));
@@ -171,23 +198,4 @@ async function verifySignatureAndShape(token: string, secret: string): Promise<V
   if (verified.size >= VERIFIED_CACHE_SIZE) verified.clear();
   verified.set(token, { secret, result });
   return result;
-}
-
-/**
- * Reads the claims without verifying them. Only for keying the subscribe budget by the `sub` a
- * token claims (CONTRACT §5), which by design happens before verification. Never trust the result.
- */
-export function peekSubject(token: string): string | null {
-  try {
-    if (token.length > MAX_TOKEN_LENGTH) return null;
-    const parts = token.split(".");
-    if (parts.length !== 3) return null;
-    const payload = parseJson(base64UrlDecode(parts[1] as string));
-    if (isObject(payload) && typeof payload.sub === "string" && payload.sub.length > 0 && payload.sub.length <= 128) {
-      return payload.sub;
-    }
-    return null;
-  } catch {
-    return null;
-  }
 }

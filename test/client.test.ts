@@ -28,9 +28,11 @@ function countingClient(accessToken: string) {
 /** Opens WebSockets through the Worker itself; keeps them so a test can cut one like a network would. */
 function socketOpener() {
   const sockets: WebSocket[] = [];
-  const open = async (url: string): Promise<SocketLike> => {
+  const open = async (url: string, protocols: string[]): Promise<SocketLike> => {
     const res = await exports.default.fetch(
-      new Request(url.replace(/^ws/, "http"), { headers: { upgrade: "websocket" } }),
+      new Request(url.replace(/^ws/, "http"), {
+        headers: { upgrade: "websocket", "sec-websocket-protocol": protocols.join(", ") },
+      }),
     );
     if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);
     res.webSocket.accept();

@@ -12,6 +12,8 @@ describe("parseConfig", () => {
     expect(c.maxMessageBytes).toBe(32768);
     expect(c.historyLimit).toBe(100);
     expect(c.throttleFallbackRate).toBe(0);
+    expect(c.read).toEqual({ rate: 20, perMs: 1000, burst: 40 });
+    expect(c.sessionTtlSeconds).toBe(30 * 86400);
   });
 
   it("applies the contract's defaults when variables are absent", () => {
@@ -22,6 +24,8 @@ describe("parseConfig", () => {
     expect(c.historyLimit).toBe(100);
     expect(c.perChannelPublish).toEqual([]);
     expect(c.throttleTarget).toBeNull();
+    expect(c.read).toEqual({ rate: 20, perMs: 1000, burst: 40 });
+    expect(c.sessionTtlSeconds).toBe(30 * 86400);
   });
 
   it("raises a burst below the rate, and treats empty or 0 burst as the rate", () => {
@@ -58,6 +62,11 @@ describe("parseConfig", () => {
     ["THROTTLE_TARGET", "fast"],
     ["THROTTLE_TARGETS", '{"public:a.*":{"deliveries":"x"}}'],
     ["ANALYTICS_CHANNEL", "analytics"],
+    ["ANALYTICS_CHANNEL", "public:floodgate.dropped"],
+    ["READ_RATE", "20/fortnight"],
+    ["READ_BURST", "many"],
+    ["SESSION_TTL", "30 days"],
+    ["SESSION_TTL", "0s"],
     ["MAX_MESSAGE_BYTES", "-1"],
     ["HISTORY_LIMIT", "0"],
     ["THROTTLE_RATE_CACHE_MS", "soon"],

@@ -162,20 +162,30 @@ describe("subscribe gate", () => {
       customEnv,
     );
 
-  it("charges the claimed sub before the token is verified", async () => {
-    const e = envWith({ SUBSCRIBE_RATE: "1/h", SUBSCRIBE_BURST: "" });
+  it("charges a token that does not verify to the client IP's read budget, never to the sub it claims", async () => {
+    const e = envWith({ SUBSCRIBE_RATE: "1/h", SUBSCRIBE_BURST: "", READ_RATE: "1/h", READ_BURST: "" });
     const sub = uniq("forged");
     const forged = await signToken(
       { sub, typ: "access", chs: ["private:gate.x.*"], scp: ["subscribe"], iat: 0, exp: 9_999_999_999, jti: "j" },
-      "not-the-secret",
+      "not-the-secret-not-the-secret-not-the-secret",
     );
     const ch = `private:gate.x.${uniq()}`;
-    expect((await sse(e, ch, forged)).status).toBe(401);
-    expect((await sse(e, ch, forged)).status).toBe(429);
-    expect(await peek(`subscribe:${sub}`)).not.toBeNull();
+    const ip = freshIp();
+    const sseFrom = (token: string) =>
+      callAndWait(
+        `/v1/subscribe/${ch}?token=${token}`,
+        { headers: { accept: "text/event-stream", "cf-connecting-ip": ip } },
+        e,
+      );
+    expect((await sseFrom(forged)).status).toBe(401);
+    const denied = await sseFrom(forged);
+    expect(denied.status).toBe(429);
+    expect(await denied.json()).toMatchObject({ meta: { bucket: "read" } });
+    expect(await peek(`read:${ip}`)).not.toBeNull();
+    expect(await peek(`subscribe:${sub}`)).toBeNull();
   });
 
-  it("answers 429 before any upgrade, and anonymous subscribers are not charged", async () => {
+  it("answers 429 before any upgrade, and anonymous subscribers are not charged to a subject", async () => {
     const e = envWith({ SUBSCRIBE_RATE: "1/h", SUBSCRIBE_BURST: "" });
     const sub = uniq("ws");
     const t = await accessToken(sub);

@@ -12,6 +12,7 @@ describe("manifest", () => {
       SUBSCRIBE_RATE: "10/s",
       SUBSCRIBE_BURST: "",
       TOKEN_ISSUE_RATE: "5/1500ms",
+      READ_RATE: "30/2s",
     });
     const res = await callAndWait("/v1/manifest", {}, e);
     expect(res.status).toBe(200);
@@ -20,6 +21,7 @@ describe("manifest", () => {
       publish: { rate: 90, per: "1m30s", burst: 120 },
       subscribe: { rate: 10, per: "1s", burst: 10 },
       token_issue: { rate: 5, per: "1.5s", burst: 30 },
+      read: { rate: 30, per: "2s", burst: 40 },
     });
     expect(m.throttle).toMatchObject({ analytics_channel: "private:floodgate.analytics.dropped", fallback_rate: 0 });
   });

@@ -95,10 +95,11 @@ export interface ClientOptions {
   /** Default: the global `fetch`. */
   fetch?: (input: string, init?: RequestInit) => Promise<Response>;
   /**
-   * Opens a WebSocket and resolves once it is open. Default: the global `WebSocket`. Return a
-   * rejected promise to make `subscribe` use SSE.
+   * Opens a WebSocket with these subprotocols and resolves once it is open. Default: the global
+   * `WebSocket`. The access token travels as the subprotocol `bearer.<token>` next to `floodgate`,
+   * never in the URL. Return a rejected promise to make `subscribe` use SSE.
    */
-  openWebSocket?: (url: string) => Promise<SocketLike>;
+  openWebSocket?: (url: string, protocols: string[]) => Promise<SocketLike>;
   /** Retries per publish after the first attempt. Default 5. */
   maxRetries?: number;
   /** Cap on any single wait between attempts, in ms. Default 10,000. */
@@ -250,12 +251,17 @@ export class FloodgateClient {
       const query = new URLSearchParams();
       // Resume from the last seq; with an explicit `after` (even 0) the first connect replays too.
       if (lastSeq > 0 || options.after !== undefined) query.set("after", String(lastSeq));
-      if (this.accessToken && channel.startsWith("private:")) query.set("token", this.accessToken);
       const qs = query.toString() ? `?${query}` : "";
+      // The token goes in a header or subprotocol, never the URL (URLs land in request logs). With a
+      // token the subscribe is charged to its subject's budget, else to this client's IP.
+      const token = this.accessToken;
       if (transport === "websocket") {
         const open = this.opts.openWebSocket ?? defaultOpenWebSocket;
         try {
-          const ws = await open(`${this.baseUrl.replace(/^http/, "ws")}/v1/subscribe/${channel}${qs}`);
+          const ws = await open(
+            `${this.baseUrl.replace(/^http/, "ws")}/v1/subscribe/${channel}${qs}`,
+            token ? [WS_PROTOCOL, `${WS_BEARER_PREFIX}${token}`] : [WS_PROTOCOL],
+          );
           wsFailures = 0;
           if (closed) return ws.close(1000, "closed");
           current = ws;
@@ -283,6 +289,7 @@ export class FloodgateClient {
         const res = await this.fetchFn(`${this.baseUrl}/v1/subscribe/${channel}${qs}`, {
           headers: {
             accept: "text/event-stream",
+            ...(token ? { authorization: `Bearer ${token}` } : {}),
             ...(lastSeq > 0 || options.after !== undefined ? { "last-event-id": String(lastSeq) } : {}),
           },
           signal: abort.signal,
@@ -389,11 +396,16 @@ interface OpeningSocket extends SocketLike {
   addEventListener(type: "open" | "message" | "close" | "error", fn: (ev: { data: unknown }) => void): void;
 }
 
-function defaultOpenWebSocket(url: string): Promise<SocketLike> {
-  const WS = (globalThis as unknown as { WebSocket?: new (url: string) => OpeningSocket }).WebSocket;
+/** The subprotocol Floodgate answers, and the prefix of the one that carries the token (docs/api.md). */
+const WS_PROTOCOL = "floodgate";
+const WS_BEARER_PREFIX = "bearer.";
+
+function defaultOpenWebSocket(url: string, protocols: string[]): Promise<SocketLike> {
+  const WS = (globalThis as unknown as { WebSocket?: new (url: string, protocols: string[]) => OpeningSocket })
+    .WebSocket;
   if (!WS) return Promise.reject(new Error("no WebSocket in this runtime"));
   return new Promise((resolve, reject) => {
-    const ws = new WS(url);
+    const ws = new WS(url, protocols);
     ws.addEventListener("error", () => reject(new Error("WebSocket failed to open")));
     ws.addEventListener("open", () => resolve(ws));
   });

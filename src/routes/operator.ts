@@ -11,11 +11,12 @@ import type { ChannelStats } from "../channel-object";
 import type { ChannelName } from "../channels";
 import { type Config, parseTarget, type Target, targetFor, targetJson, thinningFor } from "../config";
 import { DurationError, parseDuration } from "../durations";
-import { invalidArgument, orUnavailable } from "../errors";
+import { ApiError, invalidArgument, orUnavailable } from "../errors";
 import { channelParam, readJson, requireAdmin } from "../http";
 import { LimitError, limitToJson } from "../limits";
 import { renderPrometheus } from "../metrics";
 import { effectiveTarget, runSampler } from "../sampler-run";
+import { weakSecrets } from "../secrets";
 import { channelStub } from "../services";
 
 /**
@@ -39,6 +40,7 @@ export function manifest(config: Config) {
       publish: limitToJson(config.publish),
       subscribe: limitToJson(config.subscribe),
       token_issue: limitToJson(config.tokenIssue),
+      read: limitToJson(config.read),
       ...(publish.length ? { per_channel_publish: publish } : {}),
       ...(subscribe.length ? { per_channel_subscribe: subscribe } : {}),
     },
@@ -57,7 +59,12 @@ export function manifest(config: Config) {
 
 export const operator = new Hono<AppEnv>();
 
-operator.get("/healthz", (c) => c.json({ ok: true }));
+operator.get("/healthz", (c) => {
+  // A weak secret is bad configuration: fail the health check so a deploy catches it.
+  const weak = weakSecrets(c.env)[0];
+  if (weak) throw new ApiError("internal", `server is not configured: ${weak.problem}`, { variable: weak.name });
+  return c.json({ ok: true });
+});
 
 operator.get("/v1/manifest", (c) => c.json(manifest(c.get("svc").config)));
 

@@ -1,29 +1,53 @@
 /**
- * `GET /v1/subscribe/{channel}` (WebSocket or SSE) and `GET /v1/history/{channel}` (CONTRACT §5, §10).
+ * `GET /v1/subscribe/{channel}` (WebSocket or SSE) and `GET /v1/history/{channel}` (docs/api.md,
+ * Subscribe and history; Bounds).
  *
- * Subscribe order: channel → mode → subscribe budget (keyed by the `sub` the token *claims*, before
- * verification, so a flood of forged tokens is still charged) → token check for private channels →
- * the channel's object takes the connection. Every refusal is a plain HTTP response before upgrade.
+ * Subscribe order: channel → mode → the token is verified (signature, expiry, type) → one budget is
+ * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
+ * that does not verify), so nobody can spend or read another subject's budget → private channels
+ * need that verified token with scope and channel → the channel's object takes the connection.
+ * Every refusal is a plain HTTP response before upgrade.
  */
 import { Hono } from "hono";
 import type { AppEnv } from "../app-env";
-import { subscribeBudget } from "../budgets";
+import { readBudget, subscribeBudget } from "../budgets";
 import type { ChannelName } from "../channels";
-import { invalidArgument, orUnavailable } from "../errors";
-import { authorise, bearer, channelParam, intParam } from "../http";
+import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../errors";
+import { authorise, bearer, channelParam, checkGrant, clientIp, intParam, verifyAccess } from "../http";
 import { channelStub } from "../services";
-import { peekSubject } from "../tokens";
+import type { VerifiedToken } from "../tokens";
 
-/** The token a subscriber presents: `?token=` or `Authorization: Bearer`. */
-function presentedToken(request: Request, query: string | undefined): string | null {
-  if (query !== undefined && query.length > 0) return query;
-  return bearer(request);
+/**
+ * The WebSocket subprotocol a browser offers with its token, since a browser cannot set headers on
+ * a WebSocket: `new WebSocket(url, ["floodgate", "bearer.<token>"])`. The upgrade is answered with
+ * `floodgate`, never with the token. Same idea as Kubernetes' `base64url.bearer.authorization.k8s.io.`
+ * prefix; a JWT is already URL-safe base64 with dots, all valid subprotocol characters, so it needs
+ * no second encoding. See docs/api.md, "Subscriber tokens".
+ */
+export const WS_PROTOCOL = "floodgate";
+const WS_BEARER_PREFIX = "bearer.";
+
+/** The subprotocols a WebSocket upgrade offers, in order. */
+function offeredProtocols(request: Request): string[] {
+  const h = request.headers.get("sec-websocket-protocol");
+  if (!h) return [];
+  return h
+    .split(",")
+    .map((p) => p.trim())
+    .filter((p) => p.length > 0);
 }
 
-/** Private channels need an access token with `subscribe` scope and a matching pattern. */
-async function checkAccess(env: Env, channel: ChannelName, token: string | null): Promise<void> {
-  if (channel.visibility === "public") return;
-  await authorise(env, token, "subscribe", channel);
+/**
+ * The token a subscriber presents: `Authorization: Bearer`, the `bearer.<token>` WebSocket
+ * subprotocol, or `?token=` (the fallback that lands in request logs).
+ */
+function presentedToken(request: Request, query: string | undefined, protocols: string[]): string | null {
+  const header = bearer(request);
+  if (header) return header;
+  const offered = protocols.find((p) => p.startsWith(WS_BEARER_PREFIX));
+  if (offered && offered.length > WS_BEARER_PREFIX.length) return offered.slice(WS_BEARER_PREFIX.length);
+  if (query !== undefined && query.length > 0) return query;
+  return null;
 }
 
 export const subscribe = new Hono<AppEnv>();
@@ -38,15 +62,33 @@ subscribe.get("/:channel", async (c) => {
   }
   let after = intParam(c.req.query("after"), "after");
   if (after === null && !upgrade) after = intParam(c.req.header("last-event-id"), "Last-Event-ID");
-
-  const token = presentedToken(c.req.raw, c.req.query("token"));
-  let limitHeaders: Record<string, string> = {};
-  const claimed = token ? peekSubject(token) : null;
-  if (claimed) {
-    const budget = subscribeBudget(svc.config, channel, claimed);
-    limitHeaders = await svc.gate.check("subscribe", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
+  const protocols = upgrade ? offeredProtocols(c.req.raw) : [];
+  if (protocols.length > 0 && !protocols.includes(WS_PROTOCOL)) {
+    // The upgrade must answer with one offered subprotocol, and the only other one is the token.
+    throw invalidArgument(`a WebSocket that offers subprotocols must offer "${WS_PROTOCOL}"`);
   }
-  await checkAccess(c.env, channel, token);
+
+  const token = presentedToken(c.req.raw, c.req.query("token"), protocols);
+  let verified: VerifiedToken | null = null;
+  let refused: ApiError | null = null;
+  if (token) {
+    try {
+      verified = await verifyAccess(c.env, token);
+    } catch (e) {
+      if (!(e instanceof ApiError) || e.kind !== "unauthenticated") throw e;
+      refused = e;
+    }
+  }
+  const budget = verified
+    ? subscribeBudget(svc.config, channel, verified.claims.sub)
+    : readBudget(svc.config, clientIp(c.req.raw));
+  const limitHeaders = await svc.gate.check(verified ? "subscribe" : "read", budget.key, budget.limit, (p) =>
+    c.executionCtx.waitUntil(p),
+  );
+  if (channel.visibility === "private") {
+    if (!verified) throw refused ?? unauthenticated("missing bearer token");
+    checkGrant(verified, "subscribe", channel);
+  }
 
   const target = new URL("https://channel.internal/subscribe");
   target.searchParams.set("channel", channel.name);
@@ -55,21 +97,32 @@ subscribe.get("/:channel", async (c) => {
   const res = await orUnavailable("channel", () =>
     channelStub(c.env, channel.name).fetch(new Request(target, c.req.raw)),
   );
-  if (Object.keys(limitHeaders).length === 0) return res;
+  // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);
   for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);
+  if (res.webSocket && protocols.length > 0) headers.set("Sec-WebSocket-Protocol", WS_PROTOCOL);
   if (res.webSocket) return new Response(null, { status: 101, webSocket: res.webSocket, headers });
   return new Response(res.body, { status: res.status, headers });
 });
 
+/** Private channels need an access token with `subscribe` scope and a matching pattern. */
+async function checkAccess(env: Env, channel: ChannelName, token: string | null): Promise<void> {
+  if (channel.visibility === "public") return;
+  await authorise(env, token, "subscribe", channel);
+}
+
 export const history = new Hono<AppEnv>();
 
 history.get("/:channel", async (c) => {
+  const svc = c.get("svc");
   const channel = channelParam(c.req.param("channel"));
   const after = intParam(c.req.query("after"), "after");
   const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
-  await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token")));
+  // Every history request is a read of stored data, with or without a token.
+  const budget = readBudget(svc.config, clientIp(c.req.raw));
+  const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
+  await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token"), []));
   const frames = await orUnavailable("channel", () => channelStub(c.env, channel.name).history(after, limit));
-  return c.body(`{"messages":[${frames.join(",")}]}`, 200, { "content-type": "application/json" });
+  return c.body(`{"messages":[${frames.join(",")}]}`, 200, { ...limitHeaders, "content-type": "application/json" });
 });

@@ -1,16 +1,26 @@
 /**
- * Token mint and refresh (CONTRACT §3, §10). Both are gated first by the token-issue budget keyed by
- * client IP, before anything in the request is verified.
+ * Token mint and refresh (docs/api.md, Tokens). Both are gated first by the token-issue budget keyed
+ * by client IP, before anything in the request is verified. A refresh chain ends SESSION_TTL after its
+ * first mint, and reusing a spent refresh token revokes the chain (src/refresh-ledger.ts).
  */
 import { Hono } from "hono";
 import type { AppEnv } from "../app-env";
 import { tokenIssueBudget } from "../budgets";
 import { GrammarError, parsePattern } from "../channels";
 import { DurationError, parseDuration } from "../durations";
-import { invalidArgument, unauthenticated } from "../errors";
-import { readJson, requireAdmin, tokenSecret } from "../http";
+import { invalidArgument, orUnavailable, unauthenticated } from "../errors";
+import { clientIp, readJson, requireAdmin, tokenSecret } from "../http";
 import { LimitError, type LimitJson, limitToJson, parseLimit } from "../limits";
-import { SCOPES, type Scope, signToken, type TokenClaims, TokenError, verifyToken } from "../tokens";
+import {
+  MAX_TOKEN_LENGTH,
+  SCOPES,
+  type Scope,
+  signToken,
+  type TokenClaims,
+  TokenError,
+  TokenTooLargeError,
+  verifyToken,
+} from "../tokens";
 
 const MAX_TOKEN_BODY = 16 * 1024;
 const SUB = /^[A-Za-z0-9_.:@-]{1,128}$/;
@@ -41,7 +51,7 @@ function duration(value: unknown, name: string, fallback: string, maxMs: number,
   return Math.floor(ms / 1000);
 }
 
-/** Validates a mint body (CONTRACT §10). @throws ApiError 400 */
+/** Validates a mint body (docs/api.md, Tokens). @throws ApiError 400 */
 export function parseMintRequest(body: unknown): MintRequest {
   if (body === null || typeof body !== "object" || Array.isArray(body))
     throw invalidArgument("body must be a JSON object");
@@ -85,8 +95,21 @@ export function parseMintRequest(body: unknown): MintRequest {
   return { sub: b.sub, channels: b.channels as string[], scopes, ttlSeconds, refreshTtlSeconds, ...(rl ? { rl } : {}) };
 }
 
-/** Signs an access/refresh pair. */
-export async function issuePair(secret: string, req: MintRequest, nowSeconds: number) {
+/** A refresh chain: every pair refreshed from one mint shares it (docs/api.md, Tokens). */
+export interface Session {
+  /** The chain's id, shared by its refresh tokens; reusing any of them revokes it. */
+  id: string;
+  /** When its first pair was minted, epoch seconds. */
+  startedAt: number;
+  /** Start + SESSION_TTL, epoch seconds: no token of the chain outlives it. */
+  endsAt: number;
+}
+
+/**
+ * Signs an access/refresh pair, neither outliving the session.
+ * @throws ApiError 400 when a token would be longer than any route accepts (it could never be used).
+ */
+export async function issuePair(secret: string, req: MintRequest, nowSeconds: number, session: Session) {
   const common = {
     sub: req.sub,
     chs: req.channels,
@@ -94,28 +117,45 @@ export async function issuePair(secret: string, req: MintRequest, nowSeconds: nu
     iat: nowSeconds,
     ...(req.rl ? { rl: req.rl } : {}),
   };
-  const access: TokenClaims = { ...common, typ: "access", exp: nowSeconds + req.ttlSeconds, jti: crypto.randomUUID() };
+  const access: TokenClaims = {
+    ...common,
+    typ: "access",
+    exp: Math.min(nowSeconds + req.ttlSeconds, session.endsAt),
+    jti: crypto.randomUUID(),
+  };
   const refresh: TokenClaims = {
     ...common,
     typ: "refresh",
-    exp: nowSeconds + req.refreshTtlSeconds,
+    exp: Math.min(nowSeconds + req.refreshTtlSeconds, session.endsAt),
     jti: crypto.randomUUID(),
     // Remembered so that a refreshed pair keeps the access lifetime it was minted with.
     ttl: req.ttlSeconds,
+    sid: session.id,
+    sst: session.startedAt,
   };
-  return {
-    access_token: await signToken(access, secret),
-    refresh_token: await signToken(refresh, secret),
-    expires_at: access.exp,
-    refresh_expires_at: refresh.exp,
-  };
+  try {
+    return {
+      access_token: await signToken(access, secret),
+      refresh_token: await signToken(refresh, secret),
+      expires_at: access.exp,
+      refresh_expires_at: refresh.exp,
+    };
+  } catch (e) {
+    if (e instanceof TokenTooLargeError) {
+      throw invalidArgument(`${e.message}; use fewer or shorter channel patterns`, {
+        limit: "max_token_length",
+        max_token_length: String(MAX_TOKEN_LENGTH),
+      });
+    }
+    throw e;
+  }
 }
 
 export const tokens = new Hono<AppEnv>();
 
 tokens.use("*", async (c, next) => {
   const svc = c.get("svc");
-  const budget = tokenIssueBudget(svc.config, c.req.header("cf-connecting-ip") ?? null);
+  const budget = tokenIssueBudget(svc.config, clientIp(c.req.raw));
   const headers = await svc.gate.check("token-issue", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
   await next();
   for (const [k, v] of Object.entries(headers)) c.res.headers.set(k, v);
@@ -125,7 +165,9 @@ tokens.post("/", async (c) => {
   await requireAdmin(c.env, c.req.raw);
   const secret = tokenSecret(c.env);
   const req = parseMintRequest(await readJson(c.req.raw, MAX_TOKEN_BODY));
-  return c.json(await issuePair(secret, req, Math.floor(Date.now() / 1000)), 201);
+  const now = Math.floor(Date.now() / 1000);
+  const session = { id: crypto.randomUUID(), startedAt: now, endsAt: now + c.get("svc").config.sessionTtlSeconds };
+  return c.json(await issuePair(secret, req, now, session), 201);
 });
 
 tokens.post("/refresh", async (c) => {
@@ -146,9 +188,16 @@ tokens.post("/refresh", async (c) => {
     if (e instanceof TokenError) throw unauthenticated(e.message);
     throw e;
   }
-  const ledger = c.env.REFRESH_LEDGER.get(c.env.REFRESH_LEDGER.idFromName(claims.sub));
-  if (!(await ledger.spend(claims.jti, claims.exp, now))) throw unauthenticated("refresh token was already used");
+  // Tokens minted before chains existed are their own chain, started when they were issued.
+  const startedAt = typeof claims.sst === "number" ? claims.sst : claims.iat;
+  const session: Session = {
+    id: typeof claims.sid === "string" ? claims.sid : claims.jti,
+    startedAt,
+    endsAt: startedAt + c.get("svc").config.sessionTtlSeconds,
+  };
+  if (!(now < session.endsAt)) throw unauthenticated("session has ended (SESSION_TTL); mint a new token pair");
   const ttlSeconds = typeof claims.ttl === "number" && claims.ttl > 0 ? claims.ttl : 300;
+  // Signed before the token is spent: a pair that could not be issued must not use up the token.
   const pair = await issuePair(
     secret,
     {
@@ -161,6 +210,15 @@ tokens.post("/refresh", async (c) => {
       ...(claims.rl ? { rl: claims.rl } : {}),
     },
     now,
+    session,
   );
+  const ledger = c.env.REFRESH_LEDGER.get(c.env.REFRESH_LEDGER.idFromName(claims.sub));
+  const outcome = await orUnavailable("refresh ledger", () =>
+    ledger.spend(claims.jti, session.id, claims.exp, session.endsAt, now),
+  );
+  if (outcome === "reused") {
+    throw unauthenticated("refresh token was already used; every token of its session is revoked");
+  }
+  if (outcome === "revoked") throw unauthenticated("session was revoked: one of its refresh tokens was used twice");
   return c.json(pair, 200);
 });

@@ -1,0 +1,39 @@
+/**
+ * The two secrets and how strong they must be (docs/security.md, "Secrets"). A short HMAC key or admin
+ * bearer can be guessed offline or by brute force, so a weak one is bad configuration: the routes
+ * that need it answer 500 naming it, `/healthz` fails so a deploy's health check catches it, and
+ * `scripts/check-config.mjs` refuses it. Pure, so that script runs the same rule.
+ */
+
+export type SecretName = "TOKEN_SECRET" | "ADMIN_TOKEN";
+
+/** Least length of each secret: TOKEN_SECRET in UTF-8 bytes (the HMAC key), ADMIN_TOKEN in characters. */
+export const SECRET_MIN = {
+  TOKEN_SECRET: { length: 32, unit: "bytes" },
+  ADMIN_TOKEN: { length: 16, unit: "characters" },
+} as const satisfies Record<SecretName, { length: number; unit: string }>;
+
+const encoder = new TextEncoder();
+
+/** What is wrong with a secret's value, or null when it is usable. */
+export function secretProblem(name: SecretName, value: unknown): string | null {
+  if (typeof value !== "string" || value.length === 0) return `${name} is not set`;
+  const min = SECRET_MIN[name];
+  const length = name === "TOKEN_SECRET" ? encoder.encode(value).byteLength : value.length;
+  if (length < min.length)
+    return `${name} is too weak: it must be at least ${min.length} ${min.unit} (it has ${length})`;
+  return null;
+}
+
+/** The problems of the secrets that are set but weak (a missing secret only fails the routes that need it). */
+export function weakSecrets(env: object): { name: SecretName; problem: string }[] {
+  const e = env as Record<string, unknown>;
+  const out: { name: SecretName; problem: string }[] = [];
+  for (const name of Object.keys(SECRET_MIN) as SecretName[]) {
+    const value = e[name];
+    if (typeof value !== "string" || value.length === 0) continue;
+    const problem = secretProblem(name, value);
+    if (problem) out.push({ name, problem });
+  }
+  return out;
+}
