@@ -15,6 +15,7 @@ import {
   type Rule,
   selectRule,
 } from "./channels";
+import { DurationError, parseDuration } from "./durations";
 import { type Limit, LimitError, normaliseBurst, parseLimit, parseRateShorthand } from "./limits";
 
 /** A sampler target: messages per second delivered, or a delivery budget split across subscribers. */
@@ -52,6 +53,8 @@ export interface Config {
   analyticsChannel: ChannelName;
   maxMessageBytes: number;
   historyLimit: number;
+  /** How long the analytics channel keeps each copy, in ms, counted from its `dropped_at`. */
+  analyticsRetentionMs: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults). */
@@ -75,6 +78,7 @@ export const CONFIG_VARIABLES = [
   "ANALYTICS_CHANNEL",
   "MAX_MESSAGE_BYTES",
   "HISTORY_LIMIT",
+  "ANALYTICS_RETENTION",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -93,7 +97,13 @@ function wrap<T>(variable: string, f: () => T): T {
     return f();
   } catch (e) {
     if (e instanceof ConfigError) throw e;
-    if (e instanceof LimitError || e instanceof GrammarError || e instanceof SyntaxError || e instanceof RangeError) {
+    if (
+      e instanceof LimitError ||
+      e instanceof GrammarError ||
+      e instanceof DurationError ||
+      e instanceof SyntaxError ||
+      e instanceof RangeError
+    ) {
       throw new ConfigError(variable, e.message);
     }
     throw e;
@@ -163,6 +173,14 @@ function positiveInt(variable: string, text: string | undefined, fallback: numbe
   return Number(t);
 }
 
+/** `ANALYTICS_RETENTION`: a duration with days allowed (`7d`, `36h`), at least one second. */
+function retention(text: string | undefined): number {
+  const t = (text ?? "").trim() || "7d";
+  const ms = wrap("ANALYTICS_RETENTION", () => parseDuration(t, { allowDays: true }));
+  if (ms < 1000) throw new ConfigError("ANALYTICS_RETENTION", `"${t}" must be at least 1s`);
+  return ms;
+}
+
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
 export function parseConfig(raw: RawConfig): Config {
   const fallbackText = (raw.THROTTLE_FALLBACK_RATE ?? "").trim() || "0";
@@ -194,6 +212,7 @@ export function parseConfig(raw: RawConfig): Config {
     analyticsChannel: analytics,
     maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),
     historyLimit: positiveInt("HISTORY_LIMIT", raw.HISTORY_LIMIT, 100),
+    analyticsRetentionMs: retention(raw.ANALYTICS_RETENTION),
   };
 }
 

@@ -1,5 +1,6 @@
 /**
- * `GET /v1/subscribe/{channel}` (WebSocket or SSE) and `GET /v1/history/{channel}` (CONTRACT §5, §10).
+ * `GET /v1/subscribe/{channel}` (WebSocket or SSE) and `GET /v1/history/{channel}` (docs/api.md): on the
+ * analytics channel, history pages through every retained copy and filters by `source_channel`.
  *
  * Subscribe order: channel → mode → subscribe budget (keyed by the `sub` the token *claims*, before
  * verification, so a flood of forged tokens is still charged) → token check for private channels →
@@ -10,7 +11,7 @@ import type { AppEnv } from "../app-env";
 import { subscribeBudget } from "../budgets";
 import type { ChannelName } from "../channels";
 import { invalidArgument, orUnavailable } from "../errors";
-import { authorise, bearer, channelParam, intParam } from "../http";
+import { authorise, bearer, channelParam, intParam, sourceChannelParam } from "../http";
 import { channelStub } from "../services";
 import { peekSubject } from "../tokens";
 
@@ -69,7 +70,10 @@ history.get("/:channel", async (c) => {
   const after = intParam(c.req.query("after"), "after");
   const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
+  const source = sourceChannelParam(c.req.query("source_channel"), channel, c.get("svc").config);
   await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token")));
-  const frames = await orUnavailable("channel", () => channelStub(c.env, channel.name).history(after, limit));
+  const frames = await orUnavailable("channel", () =>
+    channelStub(c.env, channel.name).history(after, limit, source?.name ?? null),
+  );
   return c.body(`{"messages":[${frames.join(",")}]}`, 200, { "content-type": "application/json" });
 });
