@@ -17,7 +17,7 @@ import { describe, expect, it } from "vitest";
 import { pollUntil } from "../functions/waiting";
 import { ChannelObject, type CopyItem, PAGE_MAX_BYTES } from "../src/channel-object";
 import worker from "../src/index";
-import { adminHeaders, BASE, callAndWait, env, envWith, type Frame, mint, setRate, uniq } from "./helpers";
+import { adminHeaders, BASE, callAndWait, env, envWith, type Frame, mint, openSocket, setRate, uniq } from "./helpers";
 
 const DAY = 86_400_000;
 
@@ -185,6 +185,33 @@ describe("paging and filtering", () => {
     expect(first.length).toBeGreaterThanOrEqual(Math.floor(PAGE_MAX_BYTES / 30_100));
     const { frames } = await pageAll(r);
     expect(frames.map((f) => f.seq)).toEqual(Array.from({ length: 300 }, (_, i) => i + 1));
+  });
+});
+
+describe("resume on the analytics channel", () => {
+  it("a replay larger than one page ends with close 4008, and resuming from the last seq continues", async () => {
+    const r = await record();
+    const pad = "x".repeat(30_000);
+    await append(
+      r.stub,
+      r.name,
+      Array.from({ length: 200 }, (_, i) => ({
+        ...copyOf(i, "public:src.big", Date.now()),
+        data: JSON.stringify({ i, pad }),
+      })),
+    );
+    // The first replay stops after one page (4 MiB, about 139 of these) and closes with 4008.
+    const first = await openSocket(r.name, `?after=0&token=${r.token}`);
+    const code = await new Promise<number>((res) => first.ws.addEventListener("close", (ev) => res(ev.code)));
+    expect(code).toBe(4008);
+    const seen = first.frames.map((f) => f.seq);
+    expect(seen.length).toBeGreaterThan(0);
+    expect(seen.length).toBeLessThan(200);
+    // Resuming from the last seq received replays the rest and stays open, live.
+    const rest = await openSocket(r.name, `?after=${seen[seen.length - 1]}&token=${r.token}`);
+    seen.push(...(await rest.next(200 - seen.length)).map((f) => f.seq));
+    rest.ws.close();
+    expect(seen).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
   });
 });
 
