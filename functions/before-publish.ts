@@ -223,12 +223,3 @@ export async function beforePublish(channel: string, opts: DecideOptions): Promi
     : (opts.random ?? Math.random)() < resolved.rate;
   return { action: drop ? "drop" : "deliver", ...resolved };
 }
-
-/** What the analytics channel receives for each dropped message (CONTRACT §4). */
-export interface DroppedCopy {
-  source_channel: string;
-  message: unknown;
-  publisher: string;
-  drop_rate: number;
-  dropped_at: number;
-}

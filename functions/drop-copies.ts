@@ -12,27 +12,75 @@
  * only ever waits for the one before it: no request's context has to outlive its own copies, so a
  * long flood never relies on one request staying alive (workerd ends `waitUntil` work after a limit).
  *
+ * Memory is bounded in bytes: a copy's bytes count from the moment it is queued until the send that
+ * carries it has settled, and a copy that would take the queue past `maxBytes` is not kept. It is
+ * counted, by source channel, and reported as failed (with the reason "queue full") once the send
+ * ahead of it settles — so every copy ends up either sent or reported, and none is lost uncounted.
+ *
  * A failed send is reported through `onFailure` (count and log it); the messages stay dropped. When
  * `onFailure` returns a promise the flush waits for it, so work it starts stays inside `waitUntil`.
  * Platform-neutral: the sink and the wait are arguments.
  */
-import type { DroppedCopy } from "./before-publish";
 import { pollUntil } from "./waiting";
 
-/** A copy as JSON text, with the original message text spliced in when there is one. */
-export function serialiseCopy(item: QueuedCopy): string {
-  const { copy, messageJson } = item;
-  if (messageJson === undefined) return JSON.stringify(copy);
-  return `{"source_channel":${JSON.stringify(copy.source_channel)},"message":${messageJson},"publisher":${JSON.stringify(copy.publisher)},"drop_rate":${JSON.stringify(copy.drop_rate)},"dropped_at":${JSON.stringify(copy.dropped_at)}}`;
-}
-
-/** A queued copy and whether its drop was already counted by the source channel. */
+/**
+ * A copy of a dropped message waiting to be sent. The message is kept only as the text the publisher
+ * sent (never parsed again, and never also as a parsed value: that would double its memory).
+ */
 export interface QueuedCopy {
-  copy: DroppedCopy;
+  source_channel: string;
+  /** The message as the publisher sent it (JSON text), so no digit is lost on the way. */
+  message: string;
+  publisher: string;
+  drop_rate: number;
+  dropped_at: number;
   /** True when the channel's own object already counted this drop (idempotent publishes). */
   counted: boolean;
-  /** The message as the publisher sent it (JSON text), kept so no digit is lost on the way. */
-  messageJson?: string;
+}
+
+/** A copy as JSON text (the analytics channel's message), the original message text spliced in. */
+export function serialiseCopy(c: QueuedCopy): string {
+  return `{"source_channel":${JSON.stringify(c.source_channel)},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
+}
+
+/** What one copy's fields besides the message take in memory, near enough (object, numbers, strings). */
+const COPY_OVERHEAD_BYTES = 128;
+
+/** The bytes a queued copy holds: its texts (a character is at most 2 bytes in V8) plus the rest. */
+export function copyBytes(c: QueuedCopy): number {
+  return 2 * (c.message.length + c.source_channel.length + c.publisher.length) + COPY_OVERHEAD_BYTES;
+}
+
+/** Why copies did not reach the analytics channel. */
+export type FailureCause = "send failed" | "queue full";
+
+/** Copies that did not reach the analytics channel, counted per source channel (no message kept). */
+export class CopyTally {
+  /** Per source channel: copies lost, and how many of their drops the channel has not counted yet. */
+  readonly byChannel = new Map<string, { copies: number; uncounted: number }>();
+  total = 0;
+
+  add(c: Pick<QueuedCopy, "source_channel" | "counted">, n = 1): void {
+    const e = this.byChannel.get(c.source_channel) ?? { copies: 0, uncounted: 0 };
+    e.copies += n;
+    if (!c.counted) e.uncounted += n;
+    this.byChannel.set(c.source_channel, e);
+    this.total += n;
+  }
+
+  static of(copies: QueuedCopy[]): CopyTally {
+    const t = new CopyTally();
+    for (const c of copies) t.add(c);
+    return t;
+  }
+
+  /** `public:a.b (3), public:c.d (1)`, busiest first, at most `max` channels named. */
+  describe(max = 5): string {
+    const all = [...this.byChannel].sort((a, b) => b[1].copies - a[1].copies);
+    const named = all.slice(0, max).map(([ch, e]) => `${ch} (${e.copies})`);
+    if (all.length > max) named.push(`${all.length - max} more channels`);
+    return named.join(", ");
+  }
 }
 
 export interface DropCopySink {
@@ -42,48 +90,60 @@ export interface DropCopySink {
 
 export interface DropCopyQueueOptions {
   sink: DropCopySink;
-  /** Called once per failed batch, with the copies that were not delivered. */
-  onFailure: (batch: QueuedCopy[], error: unknown) => void | Promise<void>;
+  /** Called for copies that did not reach the analytics channel: a failed batch, or a full queue. */
+  onFailure: (failed: CopyTally, cause: FailureCause, error?: unknown) => void | Promise<void>;
+  /** Most bytes of copies held in this isolate (see {@link copyBytes}); past it a copy is not kept. */
+  maxBytes: number;
   /** Largest batch per call. Default 100. */
   maxBatch?: number;
   /** How long the first copy of a batch waits for company, in ms. Default 25. */
   windowMs?: number;
   /** Default: a `setTimeout` promise. */
   wait?: (ms: number) => Promise<void>;
-  /**
-   * Most copies waiting in this isolate (default 10,000). Beyond it a copy is reported to `onFailure`
-   * at once instead of queued, so a stalled analytics channel cannot grow memory without bound; the
-   * message stays dropped and the failure is counted, as for any failed copy.
-   */
-  maxQueued?: number;
+}
+
+/** One batch: its copies, their bytes, and whether its send has settled (or was given up on). */
+interface Batch {
+  items: QueuedCopy[];
+  bytes: number;
+  finished: boolean;
+  released: boolean;
 }
 
 export class DropCopyQueue {
   private readonly sink: DropCopySink;
-  private readonly onFailure: (batch: QueuedCopy[], error: unknown) => void | Promise<void>;
+  private readonly onFailure: (failed: CopyTally, cause: FailureCause, error?: unknown) => void | Promise<void>;
   private readonly maxBatch: number;
   private readonly windowMs: number;
+  private readonly maxBytes: number;
   private readonly wait: (ms: number) => Promise<void>;
 
   /** The batch still accepting copies, if any. */
-  private open: { items: QueuedCopy[] } | null = null;
+  private open: Batch | null = null;
   /** The newest batch opened; the next one is sent after it. */
-  private tail: { finished: boolean } = { finished: true };
-  private waiting = 0;
-  private readonly maxQueued: number;
+  private tail: Batch = { items: [], bytes: 0, finished: true, released: true };
+  private held = 0;
+  private heldBytes = 0;
+  /** Copies turned away because the queue was full, reported when the next send settles. */
+  private overflow = new CopyTally();
 
   constructor(opts: DropCopyQueueOptions) {
     this.sink = opts.sink;
     this.onFailure = opts.onFailure;
     this.maxBatch = Math.max(1, opts.maxBatch ?? 100);
     this.windowMs = Math.max(0, opts.windowMs ?? 25);
-    this.maxQueued = Math.max(1, opts.maxQueued ?? 10_000);
+    this.maxBytes = Math.max(1, opts.maxBytes);
     this.wait = opts.wait ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
   }
 
-  /** Copies waiting to be sent. */
+  /** Copies held: queued, or in a send that has not settled. */
   get size(): number {
-    return this.waiting;
+    return this.held;
+  }
+
+  /** Bytes of the copies held (see {@link copyBytes}). */
+  get bytes(): number {
+    return this.heldBytes;
   }
 
   /**
@@ -91,46 +151,99 @@ export class DropCopyQueue {
    * or its failure reported, and must hand it to `waitUntil`: it sends the batch. The others' copies
    * travel in that batch, so their promise settles at once — in workerd a request must not wait on
    * work another request does (see functions/waiting.ts).
+   *
+   * A copy that would take the queue past `maxBytes` is let go at once and only counted; a send is
+   * then always in flight (something is held), and it reports the count when it settles. A copy
+   * arriving at an empty queue is always kept, however large.
    */
   enqueue(item: QueuedCopy): Promise<void> {
-    if (this.waiting >= this.maxQueued) {
-      return Promise.resolve(this.onFailure([item], new Error(`more than ${this.maxQueued} copies waiting`))).then(
-        () => {},
-        () => {},
-      );
-    }
-    this.waiting++;
-    if (this.open && this.open.items.length < this.maxBatch) {
-      this.open.items.push(item);
+    const size = copyBytes(item);
+    if (this.heldBytes > 0 && this.heldBytes + size > this.maxBytes) {
+      this.overflow.add(item);
       return Promise.resolve();
     }
-    const batch = { items: [item] };
+    this.held++;
+    this.heldBytes += size;
+    if (this.open && this.open.items.length < this.maxBatch) {
+      this.open.items.push(item);
+      this.open.bytes += size;
+      return Promise.resolve();
+    }
+    const batch: Batch = { items: [item], bytes: size, finished: false, released: false };
     const ahead = this.tail;
-    const state = { finished: false };
     this.open = batch;
-    this.tail = state;
-    return this.send(batch, ahead).finally(() => {
-      state.finished = true;
-    });
+    this.tail = batch;
+    return this.send(batch, ahead);
   }
 
-  private async send(batch: { items: QueuedCopy[] }, ahead: { finished: boolean }): Promise<void> {
-    // Even with no window, yield once so copies enqueued in the same tick travel together.
-    if (this.windowMs > 0) await this.wait(this.windowMs);
-    else await Promise.resolve();
-    // One batch at a time, in order; checked on this request's own timers. A batch ahead that never
-    // finishes (its request was cut off) holds this one back at most AHEAD_PATIENCE_MS.
-    if (!ahead.finished) await pollUntil(() => ahead.finished, AHEAD_PATIENCE_MS);
-    if (this.open === batch) this.open = null;
-    const items = batch.items;
-    this.waiting -= items.length;
+  private async send(batch: Batch, ahead: Batch): Promise<void> {
     try {
-      await this.sink.send(items);
-    } catch (e) {
-      await this.onFailure(items, e);
+      // Even with no window, yield once so copies enqueued in the same tick travel together.
+      if (this.windowMs > 0) await this.wait(this.windowMs);
+      else await Promise.resolve();
+      // One batch at a time, in order; checked on this request's own timers. A batch ahead that never
+      // finishes (its request was cut off) holds this one back at most AHEAD_PATIENCE_MS; its bytes
+      // are then let go too, so a lost request cannot keep the queue full for ever.
+      if (!ahead.finished && !(await pollUntil(() => ahead.finished, AHEAD_PATIENCE_MS))) this.release(ahead);
+      if (this.open === batch) this.open = null;
+      try {
+        await this.sink.send(batch.items);
+      } catch (e) {
+        await this.onFailure(CopyTally.of(batch.items), "send failed", e);
+      }
+    } finally {
+      this.release(batch);
+      batch.finished = true;
+      await this.reportOverflow();
+    }
+  }
+
+  private release(batch: Batch): void {
+    if (batch.released) return;
+    batch.released = true;
+    this.held -= batch.items.length;
+    this.heldBytes -= batch.bytes;
+  }
+
+  private async reportOverflow(): Promise<void> {
+    if (this.overflow.total === 0) return;
+    const turnedAway = this.overflow;
+    this.overflow = new CopyTally();
+    try {
+      await this.onFailure(turnedAway, "queue full");
+    } catch {
+      // reporting is best effort; the failure handler counts before it does anything that can throw
     }
   }
 }
 
 /** How long a batch waits for the one ahead of it before it is sent anyway. */
 const AHEAD_PATIENCE_MS = 5000;
+
+/**
+ * Logs copies turned away by a full queue at most once per `periodMs`, naming their source channels:
+ * a flood past the cap would otherwise log thousands of lines a second. The first turn-away after a
+ * quiet period is logged at once; later ones are summed into the next line.
+ */
+export class OverflowLog {
+  private pending = new CopyTally();
+  private lastLogAt = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly log: (line: string) => void,
+    private readonly periodMs = 10_000,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  note(turnedAway: CopyTally): void {
+    for (const [ch, e] of turnedAway.byChannel) this.pending.add({ source_channel: ch, counted: true }, e.copies);
+    const now = this.now();
+    if (now - this.lastLogAt < this.periodMs) return;
+    this.lastLogAt = now;
+    const p = this.pending;
+    this.pending = new CopyTally();
+    this.log(
+      `floodgate analytics: ${p.total} dropped-message copies counted as failed: the isolate's copy queue was full (source channels: ${p.describe()})`,
+    );
+  }
+}

@@ -132,13 +132,15 @@ function storageDir() {
   return dir;
 }
 
-/** Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, pid, dispose }. */
-export async function startFloodgate(vars = {}) {
+/**
+ * Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, pid, dispose }. `entry`
+ * (esbuild options, as for {@link bundle}) swaps the Worker entry for one that exports the same
+ * Durable Object classes, to drive an object directly.
+ */
+export async function startFloodgate(vars = {}, entry = { entryPoints: [join(root, "src/index.ts")] }) {
   return startWorker({
     name: "floodgate",
-    modules: [
-      { type: "ESModule", path: "index.mjs", contents: await bundle({ entryPoints: [join(root, "src/index.ts")] }) },
-    ],
+    modules: [{ type: "ESModule", path: "index.mjs", contents: await bundle(entry) }],
     kvNamespaces: ["THROTTLE_KV"],
     durableObjects: {
       CHANNEL: { className: "ChannelObject", useSQLite: true },

@@ -5,8 +5,10 @@
 // opens real subscribers, drives publishes with autocannon, and prints one table: a bare Hono route
 // (the ceiling) and a bare POST, publish at throttle 0 with the limiter on and 1 or 100 WebSocket
 // subscribers or 100 SSE ones, many subjects (--spread N, default 500) publishing to one channel
-// (crowd) or each to its own (spread), publish at drop rate 0.5 and 0.9, the deny path of a
-// flooding subject and of a read flood (anonymous history reads from one IP, readdeny) — requests/s, p50/p99, deliveries/s, workerd CPU per request, every figure as a
+// (crowd) or each to its own (spread), publish at drop rate 0.5 and 0.9, a drop flood of 30 KB
+// messages at drop rate 1 from 100 connections (flood30k: every drop must be a copy on the analytics
+// channel or a counted copy failure), and the deny path of a flooding subject and of a read flood
+// (anonymous history reads from one IP, readdeny) — requests/s, p50/p99, deliveries/s, workerd CPU per request, every figure as a
 // ratio to the bare routes, and Durable Object calls and KV reads per 1,000 publishes (from the
 // Worker's own /metrics counters).
 //
@@ -14,7 +16,8 @@
 // the median of the paired ratios is reported: the machine's throughput drifts by ±30% within
 // seconds, so only a ratio to a bare run of the same moment means anything. The deny path runs right
 // after the references, before any scenario that leaves background work (analytics copies) behind.
-// Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20),
+// Options: --seconds N (default 2), --rounds N (default 5), --connections N (default 20; the drop
+// flood always uses 100),
 // --subscribers N (default 100), --spread N (default 500), --only id,id (just those scenarios),
 // --fine N (rounds of the fine check of the three targets at the end, default 12; 0 skips it).
 import {
@@ -44,6 +47,9 @@ const ONLY = arg("only", "");
 const FINE = Number(arg("fine", 12));
 const FINE_SECONDS = 0.6;
 const run = { seconds: SECONDS, connections: CONNECTIONS };
+// The drop flood: as many connections as the measurement it repeats (issue 15), 30 KB bodies.
+const FLOOD_CONNECTIONS = 100;
+const FLOOD_BODY = JSON.stringify({ pad: "x".repeat(30_000) });
 
 // Limiter on for every publish (a generous per-token rl), off by default so tokens decide. The read
 // budget is off too: hundreds of anonymous subscribers from one address are the load being measured.
@@ -143,6 +149,7 @@ const fgRead = !ONLY || ONLY.split(",").includes("readdeny") ? await startFloodg
 
 await setRate(fg.base, "public:bench.half", 0.5);
 await setRate(fg.base, "public:bench.ninety", 0.9);
+await setRate(fg.base, "public:bench.flood30k", 1);
 const subs = {
   one: await subscribers("public:bench.one", 1),
   hundred: await subscribers("public:bench.hundred", SUBSCRIBERS),
@@ -240,6 +247,13 @@ const scenarios = [
     subs: subs.ninety,
     ...publish(await mintToken(fg.base, "ninety", channels, generous), "public:bench.ninety"),
   },
+  {
+    id: "flood30k",
+    title: `drop flood: 30 KB messages, drop rate 1, ${FLOOD_CONNECTIONS} connections`,
+    connections: FLOOD_CONNECTIONS,
+    settleCopies: true,
+    ...publish(await mintToken(fg.base, "flood30k", channels, generous), "public:bench.flood30k", FLOOD_BODY),
+  },
 ];
 
 /** Publishes from every many-subject token in turn, subject k always to `channelOf(k)`. */
@@ -264,9 +278,9 @@ if (ONLY) {
   for (let i = scenarios.length - 1; i >= 0; i--) if (!keep.has(scenarios[i].id)) scenarios.splice(i, 1);
 }
 
-function publish(token, channel) {
+function publish(token, channel, body) {
   const { path, ...opts } = publishOpts(token, channel);
-  return { url: fg.base + path, pid: fg.pid, opts };
+  return { url: fg.base + path, pid: fg.pid, opts: body ? { ...opts, body } : opts };
 }
 
 console.log(
@@ -280,6 +294,8 @@ const COUNTERS = {
   kv: "floodgate_kv_reads_total",
   delivered: 'floodgate_messages_total{result="delivered"}',
   dropped: 'floodgate_messages_total{result="dropped"}',
+  copies: "floodgate_analytics_copies_total",
+  failures: "floodgate_analytics_copy_failures_total",
 };
 const bareScenario = scenarios[0];
 const pairedBare = new Map(scenarios.map((s) => [s.id, []]));
@@ -298,7 +314,8 @@ for (let round = 1; round <= ROUNDS; round++) {
     const framesBefore = s.subs?.counter.frames ?? 0;
     // Background work of the last requests (analytics copies, metric flushes) lands within ~1 s,
     // counts in the scenario's CPU, and must not spill into a bare run.
-    const r = await measured(s, s.reference ? 0 : 1200);
+    const r = await measured(s, s.reference ? 0 : 1200, { ...run, connections: s.connections ?? CONNECTIONS });
+    if (s.settleCopies) await copiesSettled(s.base ?? fg.base, before);
     if (before) {
       const after = await metrics(s.base ?? fg.base);
       r.counts = Object.fromEntries(
@@ -313,6 +330,26 @@ for (let round = 1; round <= ROUNDS; round++) {
     line.push(`${s.id} ${Math.round(r.rps)}/${Math.round(b.rps)}`);
   }
   console.log(`  round ${round}/${ROUNDS} (scenario/bare req/s): ${line.join(", ")}`);
+}
+
+/**
+ * Waits (up to 30 s) until every drop since `before` is a copy or a counted copy failure, or their
+ * sum stops moving for 2 s: a flood of large copies takes longer to land than the usual settle time.
+ */
+async function copiesSettled(base, before) {
+  let last = Number.NaN;
+  let stableSince = Date.now();
+  for (const start = Date.now(); Date.now() - start < 30_000; ) {
+    const m = await metrics(base);
+    const d = (k) => (m[COUNTERS[k]] ?? 0) - (before[COUNTERS[k]] ?? 0);
+    const landed = d("copies") + d("failures");
+    if (landed === d("dropped")) return;
+    if (landed !== last) {
+      last = landed;
+      stableSince = Date.now();
+    } else if (Date.now() - stableSince > 2000) return;
+    await new Promise((res) => setTimeout(res, 250));
+  }
 }
 
 /**
@@ -372,6 +409,13 @@ if (has("drop90"))
   console.log(
     `analytics batching at drop rate 0.9: ${dropped} drops, ${analyticsCalls} analytics-object calls → ${((1000 * analyticsCalls) / Math.max(1, dropped)).toFixed(0)} per 1,000 drops (target ≤ 100)`,
   );
+if (has("flood30k")) {
+  const sum = (k) => runs.get("flood30k").reduce((a, r) => a + r.counts[k], 0);
+  const [dropped, copies, failures, calls] = ["dropped", "copies", "failures", "analytics"].map(sum);
+  console.log(
+    `drop flood (30 KB, drop rate 1, ${FLOOD_CONNECTIONS} connections): dropped ${dropped}, copies ${copies}, failures ${failures}, unaccounted ${dropped - copies - failures} (must be 0); ${((1000 * calls) / Math.max(1, dropped)).toFixed(0)} analytics-object calls per 1,000 drops`,
+  );
+}
 // Nothing accepted is lost under load: every drop of the run (all scenarios) is a copy on the
 // analytics channel or a counted copy failure.
 {

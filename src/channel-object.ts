@@ -4,6 +4,10 @@
  * remembers `Idempotency-Key`s for 10 minutes, delivers to hibernatable WebSockets and to SSE streams,
  * and counts delivered and dropped messages per sampling period for the sampler.
  *
+ * The analytics channel's object is the record of dropped messages (docs/operations.md): it keeps
+ * every copy for `ANALYTICS_RETENTION` instead of `HISTORY_LIMIT`, indexed by source channel and by
+ * drop time for history filters and exports, and its alarm deletes expired copies in batches.
+ *
  * The Worker talks to it by RPC (publish, history, stats, …) and forwards subscribe requests with
  * `fetch`, because a WebSocket upgrade has to travel as an HTTP request.
  */
@@ -26,6 +30,17 @@ export const SLOW_CONSUMER_CLOSE = 4008;
 const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?after=<last seq received>";
 /** `WebSocket.OPEN`. */
 const OPEN = 1;
+/**
+ * Most bytes of messages one history page, export page or resume replay carries (at least one
+ * message). The analytics channel keeps far more than `HISTORY_LIMIT`, and a page of 1,000 of the
+ * largest copies would be 33 MB in one call; with the shipped `HISTORY_LIMIT` other channels never
+ * reach it.
+ */
+export const PAGE_MAX_BYTES = 4 * 1024 * 1024;
+/** Expired copies deleted per statement, and at most per alarm run before the object yields. */
+export const EXPIRE_BATCH = 1000;
+export const EXPIRE_PER_RUN = 20_000;
+const RESUME_BEHIND_REASON = "resume replay is over 4 MiB: reconnect with ?after=<last seq received>";
 
 /** What the Worker asks the channel to do with one publish. */
 export interface PublishCommand {
@@ -43,10 +58,30 @@ export type PublishOutcome =
   | { status: "delivered"; channel: string; seq: number; id: string; published_at: number; replayed: boolean }
   | { status: "dropped"; replayed: boolean };
 
-/** One message for a batch append (analytics copies). */
-export interface BatchItem {
+/** One copy of a dropped message for the analytics channel (its JSON text and what it is indexed by). */
+export interface CopyItem {
   data: string;
   publisher: string;
+  source_channel: string;
+  dropped_at: number;
+}
+
+/** Where an export page ends: the next page starts after this (drop time, seq). */
+export interface ExportCursor {
+  dropped_at: number;
+  seq: number;
+}
+
+/** The analytics channel's reconciliation counts (stats and /metrics). */
+export interface RecordCounts {
+  /** Copies ever appended. */
+  copies_total: number;
+  /** Copies retained now (appended minus expired). */
+  copies_kept: number;
+  /** Copies deleted by `ANALYTICS_RETENTION`. */
+  copies_expired_total: number;
+  /** `dropped_at` of the oldest message retained, or null when none is. */
+  oldest_dropped_at: number | null;
 }
 
 /** Counts for one sampling period, handed to the sampler and then reset. */
@@ -72,6 +107,8 @@ export interface ChannelStats {
   /** Subscribers disconnected for falling too far behind (WebSocket and SSE). */
   slow_consumers_closed: number;
   last_sample: unknown;
+  /** Set on the analytics channel only. */
+  record: RecordCounts | null;
 }
 
 interface SseClient {
@@ -113,7 +150,10 @@ type CounterName =
   | "period_dropped"
   | "period_started_at"
   /** 1 once this period's traffic is reported to the sampler's registry. */
-  | "period_marked";
+  | "period_marked"
+  /** The analytics channel: copies appended, and copies deleted by retention. */
+  | "copies_total"
+  | "copies_expired_total";
 
 export class ChannelObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -131,6 +171,7 @@ export class ChannelObject extends DurableObject<Env> {
       this.sql.exec(`CREATE TABLE IF NOT EXISTS messages (
         seq INTEGER PRIMARY KEY, id TEXT NOT NULL, data TEXT NOT NULL, publisher TEXT NOT NULL,
         published_at INTEGER NOT NULL)`);
+      this.addRecordColumns();
       this.sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
         key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
       this.sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
@@ -142,6 +183,7 @@ export class ChannelObject extends DurableObject<Env> {
       for (const row of this.sql.exec<{ name: string; value: string }>("SELECT name, value FROM meta")) {
         if (row.name === "channel") this.channel = row.value;
         if (row.name === "last_sample") this.lastSample = JSON.parse(row.value);
+        if (row.name === "record") this.recordRole = true;
       }
     });
   }
@@ -160,7 +202,10 @@ export class ChannelObject extends DurableObject<Env> {
       for (const cmd of cmds) outcomes.push(this.applyOne(cmd));
       this.trimHistory(this.counter("next_seq"));
     });
-    if (outcomes.some((o) => o.status === "delivered" && !o.replayed)) this.flushLive();
+    const appended = outcomes.some((o) => o.status === "delivered" && !o.replayed);
+    if (appended) this.flushLive();
+    // A message published straight to the analytics channel is kept for the retention too.
+    if (appended && this.isRecord()) return this.scheduleExpiry().then(() => this.settled(outcomes));
     return this.settled(outcomes);
   }
 
@@ -201,15 +246,21 @@ export class ChannelObject extends DurableObject<Env> {
     return outcome;
   }
 
-  /** Appends several messages in one call (the analytics channel's copies). Returns the last seq. */
-  publishBatch(channel: string, items: BatchItem[], now: number): number {
+  /**
+   * Appends copies of dropped messages in one call and one transaction: this object is the analytics
+   * channel (the record of dropped messages), so it keeps them for `ANALYTICS_RETENTION`, not
+   * `HISTORY_LIMIT`, and makes sure its alarm will expire them. Returns the last seq.
+   */
+  async appendCopies(channel: string, items: CopyItem[], now: number): Promise<number> {
     this.remember(channel);
+    this.becomeRecord();
     let last = this.counter("next_seq");
     this.inBatch(() => {
-      for (const item of items) last = this.append(item.data, item.publisher, now).seq;
-      this.trimHistory(last);
+      for (const item of items) last = this.append(item.data, item.publisher, now, item).seq;
+      this.bump({ copies_total: items.length });
     });
     this.flushLive();
+    await this.scheduleExpiry();
     return last;
   }
 
@@ -220,21 +271,75 @@ export class ChannelObject extends DurableObject<Env> {
     return this.settled(undefined);
   }
 
-  /** Retained messages as JSON frames, oldest first: after `after`, or the newest `limit`. */
-  history(after: number | null, limit: number): string[] {
-    const rows =
-      after === null
-        ? this.sql
-            .exec<MessageRow>(
-              "SELECT * FROM (SELECT * FROM messages ORDER BY seq DESC LIMIT ?) ORDER BY seq ASC",
-              limit,
-            )
-            .toArray()
-        : this.sql
-            .exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC LIMIT ?", after, limit)
-            .toArray();
+  /**
+   * Retained messages as JSON frames, oldest first: after `after`, or the newest `limit`; with
+   * `sourceChannel`, only copies of that channel's drops (analytics channel; through its index). A
+   * page stops early, after at least one message, once it holds {@link PAGE_MAX_BYTES}.
+   */
+  history(after: number | null, limit: number, sourceChannel: string | null = null): string[] {
+    const from = sourceChannel === null ? "messages" : "messages INDEXED BY messages_by_source";
+    const where = [sourceChannel === null ? "" : "source_channel = ?", after === null ? "" : "seq > ?"].filter(Boolean);
+    const args = [sourceChannel, after].filter((a) => a !== null);
+    const order = after === null ? "DESC" : "ASC";
+    const { rows } = takeBytes(
+      this.sql.exec<MessageRow>(
+        `SELECT * FROM ${from} ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY seq ${order} LIMIT ?`,
+        ...args,
+        limit,
+      ),
+    );
+    if (after === null) rows.reverse();
     const channel = this.channel ?? "";
     return rows.map((r) => frame(channel, r));
+  }
+
+  /**
+   * One page of the export: copies with `dropped_at` in [from, to) (of one source channel, if given)
+   * after `cursor`, ordered by drop time then seq, one frame per line. Through an index either way;
+   * at most `maxRows` copies and about {@link PAGE_MAX_BYTES}. `next` is null on the last page.
+   */
+  exportPage(
+    from: number,
+    to: number,
+    sourceChannel: string | null,
+    cursor: ExportCursor | null,
+    maxRows: number,
+  ): { ndjson: string; next: ExportCursor | null } {
+    const start = cursor ? Math.max(from, cursor.dropped_at) : from;
+    const after = cursor ?? { dropped_at: start, seq: -1 };
+    const { rows, cut } = takeBytes(
+      sourceChannel === null
+        ? this.sql.exec<MessageRow>(
+            `SELECT * FROM messages INDEXED BY messages_by_drop_time
+             WHERE dropped_at >= ? AND dropped_at < ? AND (dropped_at, seq) > (?, ?)
+             ORDER BY dropped_at, seq LIMIT ?`,
+            start,
+            to,
+            after.dropped_at,
+            after.seq,
+            maxRows + 1,
+          )
+        : this.sql.exec<MessageRow>(
+            `SELECT * FROM messages INDEXED BY messages_by_source_time
+             WHERE source_channel = ? AND dropped_at >= ? AND dropped_at < ? AND (dropped_at, seq) > (?, ?)
+             ORDER BY dropped_at, seq LIMIT ?`,
+            sourceChannel,
+            start,
+            to,
+            after.dropped_at,
+            after.seq,
+            maxRows + 1,
+          ),
+    );
+    // One row more than a page was asked for, to know whether another page follows.
+    const more = cut || rows.length > maxRows;
+    const page = rows.slice(0, maxRows);
+    const channel = this.channel ?? "";
+    const last = page[page.length - 1];
+    return {
+      ndjson: page.map((r) => `${frame(channel, r)}\n`).join(""),
+      next: more && last ? { dropped_at: last.dropped_at as number, seq: last.seq } : null,
+    };
   }
 
   stats(): ChannelStats {
@@ -250,7 +355,109 @@ export class ChannelObject extends DurableObject<Env> {
       analytics_copy_failures_total: this.counter("copy_failures_total"),
       slow_consumers_closed: this.counter("slow_consumers_closed"),
       last_sample: this.lastSample,
+      record: this.isRecord() ? this.recordCounts() : null,
     };
+  }
+
+  /** The analytics channel's copies: appended, kept and expired (all zero on any other channel). */
+  recordCounts(): RecordCounts {
+    const total = this.counter("copies_total");
+    const expired = this.counter("copies_expired_total");
+    return {
+      copies_total: total,
+      copies_kept: total - expired,
+      copies_expired_total: expired,
+      oldest_dropped_at: this.oldestDroppedAt(),
+    };
+  }
+
+  // ---- alarm -------------------------------------------------------------------------------------
+
+  /**
+   * The object's one alarm serves every job that needs one: each job is a method that does its work
+   * and answers when it next needs the alarm (or null), and the alarm is set to the earliest of them.
+   * A job that throws makes the runtime retry the alarm (with backoff) after the others ran.
+   */
+  override async alarm(): Promise<void> {
+    this.alarmAt = null; // the alarm that woke us is spent
+    const now = Date.now();
+    const next: (number | null)[] = [];
+    let failure: unknown = null;
+    for (const job of [() => this.expireCopies(now)]) {
+      try {
+        next.push(job());
+      } catch (e) {
+        failure ??= e;
+      }
+    }
+    const earliest = Math.min(...next.filter((t): t is number => t !== null));
+    if (Number.isFinite(earliest)) await this.scheduleAlarm(earliest);
+    if (failure) throw failure;
+  }
+
+  /**
+   * Sets the alarm to `at` unless it is already set no later: the alarm is shared by every job, so
+   * it is only ever moved earlier here, and {@link alarm} sets the next one after each run.
+   */
+  private async scheduleAlarm(at: number): Promise<void> {
+    if (this.alarmAt === undefined) this.alarmAt = await this.ctx.storage.getAlarm();
+    if (this.alarmAt !== null && this.alarmAt <= at) return;
+    this.alarmAt = at;
+    await this.ctx.storage.setAlarm(at);
+  }
+
+  /** When the alarm is set (null: not set; undefined: not read since this object started). */
+  private alarmAt: number | null | undefined = undefined;
+
+  /**
+   * Retention of the analytics channel: deletes messages whose `dropped_at` is older than
+   * `ANALYTICS_RETENTION`, {@link EXPIRE_BATCH} at a time through the drop-time index, at most
+   * {@link EXPIRE_PER_RUN} per run so publishes get their turn; never on the publish path. Answers
+   * when it must run next: at once when it stopped at its limit, else when the oldest message kept
+   * expires.
+   */
+  private expireCopies(now: number): number | null {
+    if (!this.isRecord()) return null;
+    const retention = getConfig(this.env).analyticsRetentionMs;
+    const cutoff = now - retention;
+    for (let deleted = 0; deleted < EXPIRE_PER_RUN; ) {
+      let n = 0;
+      this.inBatch(() => {
+        const gone = this.sql
+          .exec<{ source_channel: string | null }>(
+            `DELETE FROM messages WHERE seq IN (
+               SELECT seq FROM messages INDEXED BY messages_by_drop_time WHERE dropped_at < ? ORDER BY dropped_at LIMIT ?)
+             RETURNING source_channel`,
+            cutoff,
+            EXPIRE_BATCH,
+          )
+          .toArray();
+        n = gone.length;
+        // Messages published to the channel directly expire too, but only copies are counted.
+        this.bump({ copies_expired_total: gone.filter((r) => r.source_channel !== null).length });
+      });
+      deleted += n;
+      if (n < EXPIRE_BATCH) {
+        const oldest = this.oldestDroppedAt();
+        return oldest === null ? null : oldest + retention;
+      }
+    }
+    return now;
+  }
+
+  /** Makes sure the alarm will expire the oldest message the analytics channel keeps. */
+  private async scheduleExpiry(): Promise<void> {
+    const oldest = this.oldestDroppedAt();
+    if (oldest !== null) await this.scheduleAlarm(oldest + getConfig(this.env).analyticsRetentionMs);
+  }
+
+  private oldestDroppedAt(): number | null {
+    const row = this.sql
+      .exec<{ dropped_at: number }>(
+        "SELECT dropped_at FROM messages INDEXED BY messages_by_drop_time WHERE dropped_at IS NOT NULL ORDER BY dropped_at LIMIT 1",
+      )
+      .toArray()[0];
+    return row ? row.dropped_at : null;
   }
 
   /** Returns this period's counts and starts a new period (the sampler calls this once per run). */
@@ -292,7 +499,12 @@ export class ChannelObject extends DurableObject<Env> {
       server.serializeAttachment({ connected_at: Date.now() });
       // Replay and go live in one synchronous step: no publish can run in between, so nothing is
       // skipped or repeated.
-      if (after !== null) for (const f of this.replayFrames(after)) server.send(f.text);
+      if (after !== null) {
+        const replay = this.replayFrames(after);
+        for (const f of replay.frames) server.send(f.text);
+        // More to replay than one page: the rest comes by reconnecting with the last seq received.
+        if (replay.cut) server.close(SLOW_CONSUMER_CLOSE, RESUME_BEHIND_REASON);
+      }
       return new Response(null, { status: 101, webSocket: client });
     }
     // Backlog is counted on the writable side, in frames (SSE_QUEUE): desiredSize goes to 0 once the
@@ -308,11 +520,15 @@ export class ChannelObject extends DurableObject<Env> {
     );
     const client: SseClient = { writer: stream.writable.getWriter(), terminate, closed: false };
     this.writeSse(client, sseChunk([": subscribed\nretry: 1000\n\n"]));
+    let behind = false;
     if (after !== null) {
       const replay = this.replayFrames(after);
-      if (replay.length > 0) this.writeSse(client, sseChunk(replay.map(sseEvent)));
+      if (replay.frames.length > 0) this.writeSse(client, sseChunk(replay.frames.map(sseEvent)));
+      behind = replay.cut;
     }
-    this.sse.add(client);
+    // More to replay than one page: the stream ends after it, and the reader resumes with Last-Event-ID.
+    if (behind) client.writer.close().catch(() => {});
+    else this.sse.add(client);
     client.writer.closed.then(
       () => this.dropSse(client),
       () => this.dropSse(client),
@@ -352,17 +568,29 @@ export class ChannelObject extends DurableObject<Env> {
   /** Inside {@link inBatch}: counters changed but not yet written. */
   private deferred: Set<CounterName> | null = null;
 
-  /** Appends one message; the batch around it trims history once, at its end. */
-  private append(data: string, publisher: string, now: number): { seq: number; id: string } {
+  /**
+   * Appends one message; the batch around it trims history once, at its end. On the analytics channel
+   * a message also stores its source channel and drop time (a direct publish: its own time), which
+   * the record's indexes and retention use; elsewhere both stay null and cost no index entry.
+   */
+  private append(
+    data: string,
+    publisher: string,
+    now: number,
+    copy?: Pick<CopyItem, "source_channel" | "dropped_at">,
+  ): { seq: number; id: string } {
     const seq = this.counter("next_seq") + 1;
     const id = crypto.randomUUID();
+    const record = this.isRecord();
     this.sql.exec(
-      "INSERT INTO messages (seq, id, data, publisher, published_at) VALUES (?, ?, ?, ?, ?)",
+      "INSERT INTO messages (seq, id, data, publisher, published_at, source_channel, dropped_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
       seq,
       id,
       data,
       publisher,
       now,
+      copy?.source_channel ?? null,
+      copy?.dropped_at ?? (record ? now : null),
     );
     this.bump({ next_seq: 1, delivered_total: 1, period_delivered: 1 });
     this.pendingLive.push({ seq, id, data, published_at: now });
@@ -387,6 +615,7 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   private trimHistory(lastSeq: number): void {
+    if (this.isRecord()) return; // kept for ANALYTICS_RETENTION instead, trimmed by the alarm
     const limit = getConfig(this.env).historyLimit;
     if (lastSeq > limit) this.sql.exec("DELETE FROM messages WHERE seq <= ?", lastSeq - limit);
   }
@@ -434,10 +663,12 @@ export class ChannelObject extends DurableObject<Env> {
     return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
   }
 
-  private replayFrames(after: number): LiveFrame[] {
-    return this.liveFrames(
-      this.sql.exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC", after).toArray(),
+  /** Retained messages after `after`, at most one page ({@link PAGE_MAX_BYTES}); `cut` when more remain. */
+  private replayFrames(after: number): { frames: LiveFrame[]; cut: boolean } {
+    const { rows, cut } = takeBytes(
+      this.sql.exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC", after),
     );
+    return { frames: this.liveFrames(rows), cut };
   }
 
   /** Wire frames for messages of this channel, with their seq (SSE uses it as the event id). */
@@ -466,6 +697,56 @@ export class ChannelObject extends DurableObject<Env> {
     // A clean end (the client reconnects with Last-Event-ID), not an error: aborting the stream made
     // workerd log an uncaught exception for every reader cut off. The queued backlog is discarded.
     if (abort) client.terminate();
+  }
+
+  /** Set once this object has received analytics copies (stored in meta as "record"). */
+  private recordRole = false;
+
+  /**
+   * Whether this object is the analytics channel: it has received copies, or it bears the configured
+   * name (a message published to it directly, before any copy, is kept for the retention too).
+   */
+  private isRecord(): boolean {
+    if (this.recordRole) return true;
+    if (this.channel === null) return false;
+    try {
+      return this.channel === getConfig(this.env).analyticsChannel.name;
+    } catch {
+      return false; // bad config: the Worker refuses every request anyway
+    }
+  }
+
+  private becomeRecord(): void {
+    if (this.recordRole) return;
+    this.recordRole = true;
+    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('record', '1')");
+    // Messages kept before this object knew it was the record expire by their own time.
+    this.sql.exec("UPDATE messages SET dropped_at = published_at WHERE dropped_at IS NULL");
+  }
+
+  /**
+   * The record's columns and indexes. Partial indexes: a channel that is not the record leaves both
+   * columns null, so its publishes write no index entry. Each index ends in the rowid (seq), the
+   * tie-break of every order used. Objects created before the columns existed get them added.
+   */
+  private addRecordColumns(): void {
+    const columns = new Set(
+      this.sql
+        .exec<{ name: string }>("PRAGMA table_info(messages)")
+        .toArray()
+        .map((r) => r.name),
+    );
+    if (!columns.has("source_channel")) this.sql.exec("ALTER TABLE messages ADD COLUMN source_channel TEXT");
+    if (!columns.has("dropped_at")) this.sql.exec("ALTER TABLE messages ADD COLUMN dropped_at INTEGER");
+    this.sql.exec(
+      "CREATE INDEX IF NOT EXISTS messages_by_source ON messages (source_channel, seq) WHERE source_channel IS NOT NULL",
+    );
+    this.sql.exec(
+      "CREATE INDEX IF NOT EXISTS messages_by_drop_time ON messages (dropped_at) WHERE dropped_at IS NOT NULL",
+    );
+    this.sql.exec(
+      "CREATE INDEX IF NOT EXISTS messages_by_source_time ON messages (source_channel, dropped_at) WHERE source_channel IS NOT NULL",
+    );
   }
 
   private remember(channel: string): void {
@@ -592,6 +873,26 @@ interface MessageRow {
   data: string;
   publisher: string;
   published_at: number;
+  /** Analytics channel only: the copy's source channel (null for a message published to it directly). */
+  source_channel: string | null;
+  /** Analytics channel only: when the message was dropped (its published_at for a direct publish). */
+  dropped_at: number | null;
+}
+
+/**
+ * Rows of a query, in its order, until they hold {@link PAGE_MAX_BYTES} of message text (at least
+ * one row); `cut` when rows were left. The query's cursor is read lazily, so rows past the cut are
+ * never loaded.
+ */
+function takeBytes(cursor: Iterable<MessageRow>): { rows: MessageRow[]; cut: boolean } {
+  const rows: MessageRow[] = [];
+  let bytes = 0;
+  for (const r of cursor) {
+    if (rows.length > 0 && bytes + r.data.length > PAGE_MAX_BYTES) return { rows, cut: true };
+    rows.push(r);
+    bytes += r.data.length;
+  }
+  return { rows, cut: false };
 }
 
 /** The wire frame (CONTRACT §5), built as text so the payload is never parsed again. */

@@ -57,6 +57,8 @@ export interface Config {
   historyLimit: number;
   /** Longest a refresh chain lives after its first mint, in seconds. */
   sessionTtlSeconds: number;
+  /** How long the analytics channel keeps each copy, in ms, counted from its `dropped_at`. */
+  analyticsRetentionMs: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults). */
@@ -83,6 +85,7 @@ export const CONFIG_VARIABLES = [
   "MAX_MESSAGE_BYTES",
   "HISTORY_LIMIT",
   "SESSION_TTL",
+  "ANALYTICS_RETENTION",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -101,7 +104,13 @@ function wrap<T>(variable: string, f: () => T): T {
     return f();
   } catch (e) {
     if (e instanceof ConfigError) throw e;
-    if (e instanceof LimitError || e instanceof GrammarError || e instanceof SyntaxError || e instanceof RangeError) {
+    if (
+      e instanceof LimitError ||
+      e instanceof GrammarError ||
+      e instanceof DurationError ||
+      e instanceof SyntaxError ||
+      e instanceof RangeError
+    ) {
       throw new ConfigError(variable, e.message);
     }
     throw e;
@@ -177,18 +186,15 @@ function positiveInt(variable: string, text: string | undefined, fallback: numbe
   return Number(t);
 }
 
-/** `SESSION_TTL`: a duration of at least 1s (days allowed), default `30d`. */
-function sessionTtl(text: string | undefined): number {
-  const t = (text ?? "").trim() || "30d";
-  let ms: number;
-  try {
-    ms = parseDuration(t, { allowDays: true });
-  } catch (e) {
-    if (e instanceof DurationError) throw new ConfigError("SESSION_TTL", e.message);
-    throw e;
-  }
-  if (!(ms >= 1000)) throw new ConfigError("SESSION_TTL", `"${t}" must be at least 1s`);
-  return Math.floor(ms / 1000);
+/**
+ * A duration variable with days allowed (`30d`, `36h`), at least one second: `SESSION_TTL`,
+ * `ANALYTICS_RETENTION`. Returns milliseconds.
+ */
+function longDuration(variable: string, text: string | undefined, fallback: string): number {
+  const t = (text ?? "").trim() || fallback;
+  const ms = wrap(variable, () => parseDuration(t, { allowDays: true }));
+  if (!(ms >= 1000)) throw new ConfigError(variable, `"${t}" must be at least 1s`);
+  return ms;
 }
 
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
@@ -227,7 +233,8 @@ export function parseConfig(raw: RawConfig): Config {
     analyticsChannel: analytics,
     maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),
     historyLimit: positiveInt("HISTORY_LIMIT", raw.HISTORY_LIMIT, 100),
-    sessionTtlSeconds: sessionTtl(raw.SESSION_TTL),
+    sessionTtlSeconds: Math.floor(longDuration("SESSION_TTL", raw.SESSION_TTL, "30d") / 1000),
+    analyticsRetentionMs: longDuration("ANALYTICS_RETENTION", raw.ANALYTICS_RETENTION, "7d"),
   };
 }
 

@@ -17,6 +17,28 @@ export function channelParam(raw: string | undefined): ChannelName {
   }
 }
 
+/**
+ * `source_channel`, the filter of the analytics channel's history and export: a channel name, and
+ * only on the analytics channel (`on`), where the copies are — elsewhere it could only ever match
+ * nothing, so it is refused rather than silently answered empty. Null when absent. @throws ApiError 400
+ */
+export function sourceChannelParam(
+  raw: string | undefined,
+  on: ChannelName,
+  config: { analyticsChannel: ChannelName },
+): ChannelName | null {
+  if (raw === undefined) return null;
+  if (on.name !== config.analyticsChannel.name) {
+    throw invalidArgument(`source_channel applies only to the analytics channel ${config.analyticsChannel.name}`);
+  }
+  try {
+    return parseChannelName(raw);
+  } catch (e) {
+    if (e instanceof GrammarError) throw invalidArgument(`source_channel: ${e.message}`);
+    throw e;
+  }
+}
+
 /** The bearer token in `Authorization`, or null. */
 export function bearer(request: Request): string | null {
   const h = request.headers.get("authorization");

@@ -18,6 +18,10 @@ export const METRIC_HELP: Record<string, string> = {
     "Admissions paid from tokens an isolate holds on lease, without a limiter object call, by bucket.",
   floodgate_messages_total: "Published messages by result (delivered or dropped by the throttle).",
   floodgate_analytics_copy_failures_total: "Copies of dropped messages that did not reach the analytics channel.",
+  floodgate_analytics_copies_total:
+    "Copies of dropped messages appended to the analytics channel (dropped = copies + copy failures).",
+  floodgate_analytics_expired_total:
+    "Copies on the analytics channel deleted by ANALYTICS_RETENTION (counted by its object, read at scrape time).",
   floodgate_object_calls_total:
     "Durable Object calls made by the Worker, by object (channel, analytics, limiter); metric flushes not included.",
   floodgate_kv_reads_total: "Drop-rate reads from Workers KV (isolate cache misses).",
@@ -35,6 +39,8 @@ export function renderPrometheus(series: Record<string, number>): string {
     [seriesKey("floodgate_messages_total", { result: "delivered" })]: 0,
     [seriesKey("floodgate_messages_total", { result: "dropped" })]: 0,
     floodgate_analytics_copy_failures_total: 0,
+    floodgate_analytics_copies_total: 0,
+    floodgate_analytics_expired_total: 0,
     [seriesKey("floodgate_object_calls_total", { object: "channel" })]: 0,
     [seriesKey("floodgate_object_calls_total", { object: "analytics" })]: 0,
     [seriesKey("floodgate_object_calls_total", { object: "limiter" })]: 0,

@@ -4,7 +4,7 @@
  * the Hono context (`c.get("svc")`).
  */
 import { DropRateReader } from "../functions/before-publish";
-import { DropCopyQueue, type QueuedCopy, serialiseCopy } from "../functions/drop-copies";
+import { type CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy, serialiseCopy } from "../functions/drop-copies";
 import { Thinning } from "../functions/thinning";
 import type { ChannelObject } from "./channel-object";
 import { type Config, getConfig } from "./config";
@@ -56,6 +56,19 @@ export function objectId(ns: { idFromName(name: string): DurableObjectId }, name
 
 const METRICS_OBJECT = "metrics";
 
+/**
+ * The isolate's queue of analytics copies holds at most `MAX_MESSAGE_BYTES` × this many bytes: 16 MiB
+ * at the default 32 KiB, an eighth of the 128 MB an isolate may use. Counted at 2 bytes a character
+ * (see functions/drop-copies.ts, copyBytes), that is 256 copies of the largest message: the batch in
+ * flight and the one filling (100 each) with room to spare, so a sustained flood of 30 KB drops at
+ * the rate one isolate can take keeps every copy (docs/operations.md, "The record of dropped
+ * messages"), and only a stalled analytics channel makes copies overflow.
+ */
+export const COPY_QUEUE_MESSAGE_BYTES = 512;
+
+/** Copies turned away by a full queue: logged at most once per 10 s per isolate, with their sources. */
+const overflowLog = new OverflowLog((line) => console.error(line));
+
 let cache = new WeakMap<object, Services>();
 
 /**
@@ -95,16 +108,20 @@ export function services(env: Env): Services {
       cacheMs: config.rateCacheMs,
     }),
     drops: new DropCopyQueue({
-      sink: { send: (batch) => sendCopies(env, config, batch) },
-      onFailure: (batch, error) => {
-        console.error(
-          `floodgate analytics: ${batch.length} dropped-message copies did not reach ${config.analyticsChannel.name}`,
-          error instanceof Error ? error.message : error,
-        );
-        metrics.inc("floodgate_analytics_copy_failures_total", {}, batch.length);
+      sink: { send: (batch) => sendCopies(env, config, metrics, batch) },
+      maxBytes: config.maxMessageBytes * COPY_QUEUE_MESSAGE_BYTES,
+      onFailure: (failed, cause, error) => {
+        // Counted first, so the identity dropped = copies + failures holds whatever happens next.
+        metrics.inc("floodgate_analytics_copy_failures_total", {}, failed.total);
+        if (cause === "queue full") overflowLog.note(failed);
+        else
+          console.error(
+            `floodgate analytics: ${failed.total} dropped-message copies did not reach ${config.analyticsChannel.name} (source channels: ${failed.describe()})`,
+            error instanceof Error ? error.message : error,
+          );
         // The messages stay dropped; their drops and the failed copies are still counted. Returned so
         // the queue awaits it inside the request's waitUntil instead of leaving it floating.
-        return countDrops(env, batch, true);
+        return countDrops(env, failed);
       },
     }),
     gate: new LimiterGate(
@@ -130,36 +147,32 @@ export function services(env: Env): Services {
 }
 
 /** One call to the analytics channel per batch, then one drop count per source channel. */
-async function sendCopies(env: Env, config: Config, batch: QueuedCopy[]): Promise<void> {
-  const now = Date.now();
-  await channelStub(env, config.analyticsChannel.name).publishBatch(
+async function sendCopies(env: Env, config: Config, metrics: MetricsBuffer, batch: QueuedCopy[]): Promise<void> {
+  await channelStub(env, config.analyticsChannel.name).appendCopies(
     config.analyticsChannel.name,
-    batch.map((q) => ({ data: serialiseCopy(q), publisher: q.copy.publisher })),
-    now,
+    batch.map((q) => ({
+      data: serialiseCopy(q),
+      publisher: q.publisher,
+      source_channel: q.source_channel,
+      dropped_at: q.dropped_at,
+    })),
+    Date.now(),
   );
-  await countDrops(env, batch, false);
+  metrics.inc("floodgate_analytics_copies_total", {}, batch.length);
+  const uncounted = new Map<string, number>();
+  for (const q of batch) if (!q.counted) uncounted.set(q.source_channel, (uncounted.get(q.source_channel) ?? 0) + 1);
+  await Promise.all([...uncounted].map(([channel, n]) => recordDrops(env, channel, n, 0)));
 }
 
-/** Tells each source channel how many drops it had (those not counted by the channel already). */
-async function countDrops(env: Env, batch: QueuedCopy[], failed: boolean): Promise<void> {
-  const perChannel = new Map<string, { dropped: number; failed: number }>();
-  for (const q of batch) {
-    const e = perChannel.get(q.copy.source_channel) ?? { dropped: 0, failed: 0 };
-    if (!q.counted) e.dropped++;
-    if (failed) e.failed++;
-    perChannel.set(q.copy.source_channel, e);
+/** Tells each source channel how many drops it had (those it has not counted) and how many copies failed. */
+async function countDrops(env: Env, failed: CopyTally): Promise<void> {
+  await Promise.all([...failed.byChannel].map(([channel, e]) => recordDrops(env, channel, e.uncounted, e.copies)));
+}
+
+async function recordDrops(env: Env, channel: string, dropped: number, copyFailures: number): Promise<void> {
+  try {
+    await channelStub(env, channel).recordDrops(channel, dropped, copyFailures);
+  } catch (e) {
+    console.error(`floodgate: could not count ${dropped} drops on ${channel}`, e instanceof Error ? e.message : e);
   }
-  await Promise.all(
-    [...perChannel].map(async ([channel, n]) => {
-      if (n.dropped === 0 && n.failed === 0) return;
-      try {
-        await channelStub(env, channel).recordDrops(channel, n.dropped, n.failed);
-      } catch (e) {
-        console.error(
-          `floodgate: could not count ${n.dropped} drops on ${channel}`,
-          e instanceof Error ? e.message : e,
-        );
-      }
-    }),
-  );
 }

@@ -186,7 +186,7 @@ describe("analytics copy failure", () => {
     await setRate(ch, 1);
     const metricsBefore = await metricValue("floodgate_analytics_copy_failures_total");
     // The analytics channel's object refuses batch appends while this publish runs.
-    const res = await withFailing(ChannelObject, "publishBatch", "analytics object down", () =>
+    const res = await withFailing(ChannelObject, "appendCopies", "analytics object down", () =>
       publishAndWait(ch, pub, { lost: false }),
     );
     expect(res.status).toBe(202);

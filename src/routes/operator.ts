@@ -6,18 +6,19 @@ import { Hono } from "hono";
 import { parseStoredRate, rateKey } from "../../functions/before-publish";
 import { allowedMessageRate } from "../../functions/sampler";
 import { samplerRegistry } from "../active-channels";
+import { exportQuery, exportResponse } from "../analytics-export";
 import type { AppEnv } from "../app-env";
-import type { ChannelStats } from "../channel-object";
+import type { ChannelObject, ChannelStats } from "../channel-object";
 import type { ChannelName } from "../channels";
 import { type Config, parseTarget, type Target, targetFor, targetJson, thinningFor } from "../config";
-import { DurationError, parseDuration } from "../durations";
+import { DurationError, formatDuration, parseDuration } from "../durations";
 import { ApiError, invalidArgument, orUnavailable } from "../errors";
 import { channelParam, readJson, requireAdmin } from "../http";
 import { LimitError, limitToJson } from "../limits";
-import { renderPrometheus } from "../metrics";
+import { renderPrometheus, seriesKey } from "../metrics";
 import { effectiveTarget, runSampler } from "../sampler-run";
 import { weakSecrets } from "../secrets";
-import { channelStub } from "../services";
+import { channelStub, objectId, type Services } from "../services";
 
 /**
  * Messages per second the target lets through now: a delivery budget is split across the current
@@ -72,9 +73,32 @@ operator.get("/metrics", async (c) => {
   await requireAdmin(c.env, c.req.raw);
   const svc = c.get("svc");
   await svc.metrics.flushNow();
-  const series = await orUnavailable("metrics", () => c.env.METRICS.get(c.env.METRICS.idFromName("metrics")).read());
+  const [series, expired] = await Promise.all([
+    orUnavailable("metrics", () => metricsSeries(c.env)),
+    expiredCopies(c.env, svc.config),
+  ]);
+  if (expired !== null) series.floodgate_analytics_expired_total = expired;
   return c.body(renderPrometheus(series), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
 });
+
+function metricsSeries(env: Env): Promise<Record<string, number>> {
+  return env.METRICS.get(env.METRICS.idFromName("metrics")).read();
+}
+
+/**
+ * Copies the analytics channel's retention deleted, counted by its object (where they are deleted),
+ * read at scrape time. A scrape is not traffic, so it is left out of `floodgate_object_calls_total`.
+ * Null when the object cannot answer: the series is left out of that scrape rather than failing it.
+ */
+async function expiredCopies(env: Env, config: Config): Promise<number | null> {
+  const stub: DurableObjectStub<ChannelObject> = env.CHANNEL.get(objectId(env.CHANNEL, config.analyticsChannel.name));
+  try {
+    return (await stub.recordCounts()).copies_expired_total;
+  } catch (e) {
+    console.error("floodgate: analytics channel unavailable for /metrics", e instanceof Error ? e.message : e);
+    return null;
+  }
+}
 
 /** The channel's target: one set at runtime (admin API) wins over THROTTLE_TARGET(S). */
 async function targetOf(env: Env, config: Config, channel: ChannelName): Promise<Target | null> {
@@ -162,6 +186,7 @@ operator.get("/v1/channels/:channel/stats", async (c) => {
     c.get("svc").reader.rateFor(name),
     targetOf(c.env, config, channel),
   ]);
+  const analytics = name === config.analyticsChannel.name;
   return c.json({
     channel: name,
     occupancy: stats.occupancy,
@@ -178,8 +203,28 @@ operator.get("/v1/channels/:channel/stats", async (c) => {
     target: targetJson(target),
     target_rate: targetRate(target, stats.occupancy),
     last_sample: stats.last_sample,
+    ...(analytics ? { record: await recordView(c.env, c.get("svc"), stats) } : {}),
   });
 });
+
+/**
+ * The analytics channel's reconciliation: copies kept, expired and ever appended (its object's own
+ * counts), beside the deployment's dropped messages and failed copies (the metrics), so that
+ * `dropped_total = copies_total + copy_failures_total` can be checked by anyone once copies in
+ * flight have landed.
+ */
+async function recordView(env: Env, svc: Services, stats: ChannelStats) {
+  const config = svc.config;
+  await svc.metrics.flushNow();
+  const series = await orUnavailable("metrics", () => metricsSeries(env));
+  const counts = stats.record ?? { copies_total: 0, copies_kept: 0, copies_expired_total: 0, oldest_dropped_at: null };
+  return {
+    retention: formatDuration(config.analyticsRetentionMs),
+    ...counts,
+    copy_failures_total: series.floodgate_analytics_copy_failures_total ?? 0,
+    dropped_total: series[seriesKey("floodgate_messages_total", { result: "dropped" })] ?? 0,
+  };
+}
 
 /** Runtime targets (CONTRACT is silent; see docs/api.md): set from the dashboard or with curl. */
 operator.get("/v1/admin/target/:channel", async (c) => {
@@ -224,6 +269,15 @@ async function targetView(env: Env, config: Config, channel: ChannelName) {
     config_target: targetJson(configured),
   };
 }
+
+operator.get("/v1/admin/analytics/export", (c) => {
+  const config = c.get("svc").config;
+  return exportResponse(
+    c.env,
+    config,
+    exportQuery((k) => c.req.query(k), config),
+  );
+});
 
 /** Channels with traffic in the last `within` (default 10m), newest first, each with its stats. */
 operator.get("/v1/admin/channels", async (c) => {

@@ -3,7 +3,8 @@
  * key, body), then charge the publish budget, then run the before-publish throttle, then deliver.
  */
 import { Hono } from "hono";
-import { beforePublish, type DroppedCopy } from "../../functions/before-publish";
+import { beforePublish } from "../../functions/before-publish";
+import type { QueuedCopy } from "../../functions/drop-copies";
 import type { AppEnv } from "../app-env";
 import { publishBudget } from "../budgets";
 import type { PublishOutcome } from "../channel-object";
@@ -30,7 +31,8 @@ publish.post("/:channel", async (c) => {
   const channel = channelParam(c.req.param("channel"));
   const token = await authorise(c.env, bearer(c.req.raw), "publish", channel);
   const idemKey = idempotencyKey(c.req.header("idempotency-key"));
-  const { value: message, text: messageJson } = parseJsonText(await readBody(c.req.raw, config.maxMessageBytes));
+  // Parsed only to validate it: from here on the message is its text (a copy never keeps both).
+  const messageJson = parseJsonText(await readBody(c.req.raw, config.maxMessageBytes)).text;
   const sub = token.claims.sub;
 
   const budget = publishBudget(config, channel, sub, token.claims.rl);
@@ -43,12 +45,13 @@ publish.post("/:channel", async (c) => {
     thinning: thinningFor(config, channel) ? svc.thinning : null,
   });
   const now = Date.now();
-  const copy = (): DroppedCopy => ({
+  const copy = (counted: boolean): QueuedCopy => ({
     source_channel: channel.name,
-    message,
+    message: messageJson,
     publisher: sub,
     drop_rate: decision.rate,
     dropped_at: now,
+    counted,
   });
   const defer = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
 
@@ -57,7 +60,7 @@ publish.post("/:channel", async (c) => {
     svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
     // Only handed to waitUntil, never continued from here: the batch may belong to another request,
     // and code chained on another request's promise would run in that request's context.
-    defer(svc.drops.enqueue({ copy: copy(), counted: false, messageJson }));
+    defer(svc.drops.enqueue(copy(false)));
     return c.json({ status: "dropped" }, 202);
   }
 
@@ -81,7 +84,7 @@ publish.post("/:channel", async (c) => {
   if (outcome.status === "dropped") {
     if (!outcome.replayed) {
       svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
-      defer(svc.drops.enqueue({ copy: copy(), counted: true, messageJson }));
+      defer(svc.drops.enqueue(copy(true)));
     }
     return c.json({ status: "dropped" }, 202);
   }

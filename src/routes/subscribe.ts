@@ -1,6 +1,7 @@
 /**
  * `GET /v1/subscribe/{channel}` (WebSocket or SSE) and `GET /v1/history/{channel}` (docs/api.md,
- * Subscribe and history; Bounds).
+ * Subscribe and history; Bounds): on the analytics channel, history pages through every retained copy
+ * and filters by `source_channel`.
  *
  * Subscribe order: channel → mode → the token is verified (signature, expiry, type) → one budget is
  * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
@@ -13,7 +14,16 @@ import type { AppEnv } from "../app-env";
 import { readBudget, subscribeBudget } from "../budgets";
 import type { ChannelName } from "../channels";
 import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../errors";
-import { authorise, bearer, channelParam, checkGrant, clientIp, intParam, verifyAccess } from "../http";
+import {
+  authorise,
+  bearer,
+  channelParam,
+  checkGrant,
+  clientIp,
+  intParam,
+  sourceChannelParam,
+  verifyAccess,
+} from "../http";
 import { channelStub } from "../services";
 import type { VerifiedToken } from "../tokens";
 
@@ -119,10 +129,13 @@ history.get("/:channel", async (c) => {
   const after = intParam(c.req.query("after"), "after");
   const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
+  const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
   // Every history request is a read of stored data, with or without a token.
   const budget = readBudget(svc.config, clientIp(c.req.raw));
   const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
   await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token"), []));
-  const frames = await orUnavailable("channel", () => channelStub(c.env, channel.name).history(after, limit));
+  const frames = await orUnavailable("channel", () =>
+    channelStub(c.env, channel.name).history(after, limit, source?.name ?? null),
+  );
   return c.body(`{"messages":[${frames.join(",")}]}`, 200, { ...limitHeaders, "content-type": "application/json" });
 });
