@@ -15,6 +15,7 @@ import {
   type Rule,
   selectRule,
 } from "./channels";
+import { parseDuration } from "./durations";
 import { type Limit, LimitError, normaliseBurst, parseLimit, parseRateShorthand } from "./limits";
 
 /** A sampler target: messages per second delivered, or a delivery budget split across subscribers. */
@@ -52,6 +53,10 @@ export interface Config {
   analyticsChannel: ChannelName;
   maxMessageBytes: number;
   historyLimit: number;
+  /** How long an idle channel keeps its history after its last publish, in ms (docs/operations.md). */
+  historyTtlMs: number;
+  /** Most channels one sampler run visits, busiest first (docs/operations.md). */
+  samplerMaxChannels: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults). */
@@ -75,6 +80,8 @@ export const CONFIG_VARIABLES = [
   "ANALYTICS_CHANNEL",
   "MAX_MESSAGE_BYTES",
   "HISTORY_LIMIT",
+  "HISTORY_TTL",
+  "SAMPLER_MAX_CHANNELS",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -163,6 +170,19 @@ function positiveInt(variable: string, text: string | undefined, fallback: numbe
   return Number(t);
 }
 
+/** A duration such as `7d` or `12h`, in ms; days allowed; must be at least a second. */
+function positiveDuration(variable: string, text: string | undefined, fallback: string): number {
+  const t = (text ?? "").trim() || fallback;
+  let ms: number;
+  try {
+    ms = parseDuration(t, { allowDays: true });
+  } catch (e) {
+    throw new ConfigError(variable, e instanceof Error ? e.message : String(e));
+  }
+  if (!Number.isFinite(ms) || ms < 1000) throw new ConfigError(variable, `"${t}" must be at least 1s`);
+  return ms;
+}
+
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
 export function parseConfig(raw: RawConfig): Config {
   const fallbackText = (raw.THROTTLE_FALLBACK_RATE ?? "").trim() || "0";
@@ -194,6 +214,8 @@ export function parseConfig(raw: RawConfig): Config {
     analyticsChannel: analytics,
     maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),
     historyLimit: positiveInt("HISTORY_LIMIT", raw.HISTORY_LIMIT, 100),
+    historyTtlMs: positiveDuration("HISTORY_TTL", raw.HISTORY_TTL, "7d"),
+    samplerMaxChannels: positiveInt("SAMPLER_MAX_CHANNELS", raw.SAMPLER_MAX_CHANNELS, 500),
   };
 }
 
