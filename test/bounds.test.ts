@@ -334,3 +334,50 @@ describe("storage is bounded by activity", () => {
     expect(r).toMatchObject({ allowed: true, remaining: 4 });
   });
 });
+
+describe("memory is bounded by bytes", () => {
+  it("publishes waiting in one isolate past the byte cap get 503 unavailable with Retry-After, counted; the rest are delivered", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    const t = await publisher();
+    // The channel's object stalls (a slow storage commit) until released, so publishes pile up.
+    const proto = ChannelObject.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
+    const original = proto.publishMany as (...a: unknown[]) => unknown;
+    let release = false;
+    proto.publishMany = async function (this: unknown, ...args: unknown[]) {
+      while (!release) await new Promise((r) => setTimeout(r, 2));
+      return original.apply(this, args);
+    };
+    const metric = async () => {
+      const text = await (await callAndWait("/metrics", { headers: adminHeaders() })).text();
+      return Number(/^floodgate_publish_overflow_total (\d+)$/m.exec(text)?.[1] ?? "NaN");
+    };
+    const before = await metric();
+    const body = "x".repeat(30_000);
+    let answers: Response[];
+    try {
+      let settled = 0;
+      const pending = Array.from({ length: 300 }, () =>
+        publishTo(ch, t, body).then((r) => {
+          settled++;
+          return r;
+        }),
+      ); // 9 MB > the 8 MiB cap
+      // Refusals answer at once, while the accepted publishes still wait.
+      for (let i = 0; i < 2000 && settled === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      release = true;
+      answers = await Promise.all(pending);
+    } finally {
+      proto.publishMany = original;
+    }
+    const over = answers.filter((r) => r.status === 503);
+    const ok = answers.filter((r) => r.status === 200);
+    expect(over.length).toBeGreaterThan(0);
+    expect(ok.length + over.length).toBe(300);
+    expect(ok.length).toBeGreaterThanOrEqual(250);
+    expect(over[0]?.headers.get("retry-after")).toBe("1");
+    expect(await over[0]?.json()).toMatchObject({ code: "unavailable", meta: { code: "UNAVAILABLE" } });
+    // Every accepted publish was delivered; every refused one was counted.
+    expect((await channelStats(ch)).delivered_total).toBe(ok.length);
+    expect((await metric()) - before).toBe(over.length);
+  });
+});
