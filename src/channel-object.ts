@@ -121,7 +121,7 @@ type CounterName =
   | "period_started_at"
   /** When the channel last took a publish (delivered or dropped), or was first used: idle expiry counts from it. */
   | "last_publish_at"
-  /** 1 once this period's traffic is reported to the sampler's registry. */
+  /** The traffic weight last reported to the sampler's registry this period (0: not yet reported). */
   | "period_marked";
 
 export class ChannelObject extends DurableObject<Env> {
@@ -370,8 +370,9 @@ export class ChannelObject extends DurableObject<Env> {
       this.scheduleAlarm(expiresAt);
       return false;
     }
-    await this.ctx.storage.deleteAlarm();
-    await this.ctx.storage.deleteAll();
+    // Issued and marked in one synchronous step: anything that runs while they settle recreates the
+    // tables instead of writing to ones that are gone.
+    const deleted = Promise.all([this.ctx.storage.deleteAlarm(), this.ctx.storage.deleteAll()]);
     this.wiped = true;
     this.alarmAt = null;
     this.counters.clear();
@@ -380,6 +381,7 @@ export class ChannelObject extends DurableObject<Env> {
     this.pendingLive = [];
     this.sampledCache = null;
     this.lastSeenReport = 0;
+    await deleted;
     return true;
   }
 
@@ -670,18 +672,21 @@ export class ChannelObject extends DurableObject<Env> {
     for (const [k, d] of Object.entries(deltas) as [CounterName, number][]) {
       if (d) next[k] = this.counter(k) + d;
     }
-    if ((deltas.period_delivered || deltas.period_dropped) && !this.counter("period_marked")) {
-      if (!this.counter("period_started_at")) next.period_started_at = Date.now();
-      this.set(next);
-      this.markActive();
-      return;
-    }
+    const traffic = deltas.period_delivered || deltas.period_dropped;
+    if (traffic && !this.counter("period_started_at")) next.period_started_at = Date.now();
     this.set(next);
+    if (traffic && !this.marking && this.periodWeight() > this.counter("period_marked")) this.markActive();
+  }
+
+  /** This period's traffic as a weight for the sampler's order: 1 from 1 message, 2 from 10, 3 from 100, … */
+  private periodWeight(): number {
+    return trafficWeight(this.counter("period_delivered") + this.counter("period_dropped"));
   }
 
   /**
-   * Reports the first traffic of a period to the sampler's registry, once per period and only for a
-   * channel the sampler manages (one with a target; never the analytics channel). The RPC that
+   * Reports the first traffic of a period to the sampler's registry, and again at each order of
+   * magnitude of it (10, 100, … messages: a few calls per period, so the sampler can visit the busiest
+   * first), only for a channel the sampler manages (one with a target; never the analytics channel). The RPC that
    * counted the traffic waits for it (see {@link settled}) so the report is never cut off; a
    * registry failure is logged and retried on the next message, and never fails a publish.
    */
@@ -692,20 +697,24 @@ export class ChannelObject extends DurableObject<Env> {
       this.reportSeen(channel);
       return;
     }
-    this.set({ period_marked: 1 });
+    const reported = this.counter("period_marked");
+    const weight = this.periodWeight();
+    this.set({ period_marked: weight });
     const registry = samplerRegistry(this.env);
-    this.marking = registry.markActive(channel).then(
+    this.marking = registry.markActive(channel, weight).then(
       (lastRunAt) => {
         // A channel idle through earlier runs starts its period at the last run, not long before.
         if (lastRunAt && lastRunAt > this.counter("period_started_at")) this.set({ period_started_at: lastRunAt });
         this.marking = null;
+        // Traffic that came while this report was in flight may have reached the next weight.
+        if (!this.wiped && this.periodWeight() > this.counter("period_marked")) this.markActive();
       },
       (e) => {
         console.error(
           "floodgate: could not report channel activity to the sampler",
           e instanceof Error ? e.message : e,
         );
-        this.set({ period_marked: 0 });
+        this.set({ period_marked: reported });
         this.marking = null;
       },
     );
@@ -815,4 +824,9 @@ function utf8Length(s: string): number {
     if (c >= 0x80) n += c >= 0x800 && (c < 0xd800 || c > 0xdfff) ? 2 : 1;
   }
   return n;
+}
+
+/** The order of magnitude of a period's message count, for the sampler's busiest-first order. */
+function trafficWeight(count: number): number {
+  return count < 1 ? 0 : Math.floor(Math.log10(count)) + 1;
 }

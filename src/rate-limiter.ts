@@ -48,6 +48,8 @@ export type ChargeResult = Omit<BucketDecision, "state">;
 export const LEASE_SPEND_MS = 1000;
 /** When this object ends a lease nobody settled: twice the spending window, so clock skew is harmless. */
 export const LEASE_TTL_MS = 2 * LEASE_SPEND_MS;
+/** The soonest a bucket's storage is reclaimed after a charge: see {@link RateLimiter.alarm}. */
+const MIN_ALARM_DELAY_MS = 60_000;
 /** Most tokens one lease holds. */
 export const MAX_LEASE = 1000;
 
@@ -113,11 +115,13 @@ export class RateLimiter extends DurableObject<Env> {
         return;
       }
     }
-    await this.ctx.storage.deleteAlarm();
-    await this.ctx.storage.deleteAll();
+    // Issued and marked in one synchronous step: a charge that runs while they settle recreates
+    // the tables instead of writing to ones that are gone.
+    const deleted = Promise.all([this.ctx.storage.deleteAlarm(), this.ctx.storage.deleteAll()]);
     this.wiped = true;
     this.row = null;
     this.openLeases = 0;
+    await deleted;
   }
 
   /** Takes one token from this bucket under `limit`. `now` defaults to this object's clock. */
@@ -210,7 +214,9 @@ export class RateLimiter extends DurableObject<Env> {
     // The alarm judges on the real clock, so a charge made on another one (`now` is a parameter, for
     // tests) schedules nothing: the real clock would find its bucket full at once.
     if (Math.abs(now - Date.now()) > 1000) return;
-    const at = Math.max(now, state.updatedAt) + Math.max(1, Math.ceil(refillMs)) + leaseMs;
+    // At least a minute out: a busy bucket refills in milliseconds, and deleting and recreating it
+    // on every pause would cost more than the row.
+    const at = Math.max(now + MIN_ALARM_DELAY_MS, Math.max(now, state.updatedAt) + Math.ceil(refillMs) + leaseMs);
     if (this.alarmAt !== null && this.alarmAt <= at) return;
     this.alarmAt = at;
     this.ctx.storage.setAlarm(at).catch((e: unknown) => {
