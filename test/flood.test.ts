@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import { samplerRegistry } from "../src/active-channels";
 import { getConfig } from "../src/config";
-import type { ChannelSample, SamplerReport } from "../src/sampler-run";
+import type { SamplerReport } from "../src/sampler-run";
 import { adminHeaders, callAndWait, envWith, mint, publishTo, uniq } from "./helpers";
 
 /** Flooded names that get a real object each (see the flood test). */
