@@ -134,7 +134,7 @@ export class ChannelObject extends DurableObject<Env> {
   private marking: Promise<void> | null = null;
   /** When the object's alarm is set for, as this instance set or read it; null when none is set. */
   private alarmAt: number | null = null;
-  /** Everything was deleted ({@link expireIdle}); the tables come back with the next use. */
+  /** Nothing is stored (never written, or deleted by {@link expireIdle}); the tables come with the next write. */
   private wiped = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -143,6 +143,16 @@ export class ChannelObject extends DurableObject<Env> {
     // `ping` is answered by the runtime without waking the object, so an idle channel stays asleep.
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     ctx.blockConcurrencyWhile(async () => {
+      this.alarmAt = await ctx.storage.getAlarm();
+      // A channel never written to (a history read or stats of a name nobody used) creates nothing:
+      // its tables come with its first write.
+      const stored = this.sql
+        .exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'counters'")
+        .one().n;
+      if (stored === 0) {
+        this.wiped = true;
+        return;
+      }
       this.createTables();
       for (const row of this.sql.exec<{ name: string; value: number }>("SELECT name, value FROM counters")) {
         this.counters.set(row.name as CounterName, row.value);
@@ -151,7 +161,6 @@ export class ChannelObject extends DurableObject<Env> {
         if (row.name === "channel") this.channel = row.value;
         if (row.name === "last_sample") this.lastSample = JSON.parse(row.value);
       }
-      this.alarmAt = await ctx.storage.getAlarm();
     });
   }
 
@@ -656,6 +665,7 @@ export class ChannelObject extends DurableObject<Env> {
 
   private remember(channel: string): void {
     if (this.channel === null && channel) {
+      this.revive();
       this.channel = channel;
       this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('channel', ?)", channel);
       // A channel first used by a subscriber expires from then, like one first used by a publish.
@@ -772,6 +782,7 @@ export class ChannelObject extends DurableObject<Env> {
       for (const [k] of entries) this.deferred.add(k);
       return;
     }
+    this.revive();
     // One statement for all of them: a publish updates three counters, and each statement costs.
     this.sql.exec(
       `INSERT OR REPLACE INTO counters (name, value) VALUES ${entries.map(() => "(?, ?)").join(", ")}`,

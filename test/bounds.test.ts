@@ -55,7 +55,9 @@ async function rawSocket(ch: string, query = "") {
   if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status}`);
   const texts: string[] = [];
   let close: { code: number; reason: string } | null = null;
-  ws.addEventListener("message", (ev) => texts.push(ev.data as string));
+  ws.addEventListener("message", (ev) => {
+    texts.push(ev.data as string);
+  });
   ws.addEventListener("close", (ev) => {
     close = { code: ev.code, reason: ev.reason };
   });
@@ -291,6 +293,13 @@ describe("storage is bounded by activity", () => {
     expect(open).toBe(0);
     // Due now, so the runtime may already have run it by itself; run it if not.
     await runDurableObjectAlarm(channelStub(ch));
+    expect(await storedTables(channelStub(ch))).toEqual({});
+  });
+
+  it("reading a channel nobody used stores nothing", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    expect((await call(`/v1/history/${ch}`)).status).toBe(200);
+    expect(await channelStats(ch)).toMatchObject({ last_seq: 0, occupancy: 0 });
     expect(await storedTables(channelStub(ch))).toEqual({});
   });
 
