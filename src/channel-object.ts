@@ -24,8 +24,6 @@ export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
  * ends): 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md, "Slow subscribers").
  */
 export const SUBSCRIBER_MAX_BEHIND_BYTES = 1024 * 1024;
-/** @deprecated name kept for callers: the WebSocket side of {@link SUBSCRIBER_MAX_BEHIND_BYTES}. */
-export const WS_MAX_BUFFERED_BYTES = SUBSCRIBER_MAX_BEHIND_BYTES;
 /** The close code for a WebSocket subscriber that fell too far behind; it may resume with `?after=`. */
 export const SLOW_CONSUMER_CLOSE = 4008;
 const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?after=<last seq received>";
@@ -589,7 +587,7 @@ export class ChannelObject extends DurableObject<Env> {
         for (const f of frames) ws.send(f.text);
         // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
         // most the bound plus one batch, and never slows the others (sends do not block).
-        if (ws.bufferedAmount > WS_MAX_BUFFERED_BYTES) {
+        if (ws.bufferedAmount > SUBSCRIBER_MAX_BEHIND_BYTES) {
           slow++;
           ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
         }

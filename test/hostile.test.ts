@@ -5,7 +5,7 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { type ChannelStats, SLOW_CONSUMER_CLOSE, WS_MAX_BUFFERED_BYTES } from "../src/channel-object";
+import { type ChannelStats, SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/channel-object";
 import { base64UrlEncode, signToken } from "../src/tokens";
 import {
   ADMIN,
@@ -195,7 +195,7 @@ describe("slow consumer", () => {
     expect(close.reason).toMatch(/slow consumer.*after=/);
     expect(got).toEqual(Array.from({ length: got.length }, (_, i) => i + 1));
     const bytesPerFrame = 30_100;
-    expect(got.length).toBeGreaterThanOrEqual(Math.floor(WS_MAX_BUFFERED_BYTES / bytesPerFrame));
+    expect(got.length).toBeGreaterThanOrEqual(Math.floor(SUBSCRIBER_MAX_BEHIND_BYTES / bytesPerFrame));
     expect(got.length).toBeLessThan(total);
     // Resuming after the last seq it got brings the rest, nothing skipped or repeated (a replay is
     // bounded in bytes too, so the rest may take more than one resume: test/bounds.test.ts).
