@@ -10,12 +10,20 @@
  * Marks carry a generation: a channel that reports itself again while a run is visiting it keeps its
  * new mark when the run finishes, so no period of traffic is ever missed.
  *
+ * Marks also carry a weight, the order of magnitude of the channel's traffic this period (a channel
+ * reports again at 10, 100, 1,000, … messages): a run visits at most `SAMPLER_MAX_CHANNELS`, still
+ * throttled channels first, then runtime targets, then the busiest marks (oldest first among equals);
+ * the rest keep their marks for the next run (docs/operations.md, "Sampler limits per run").
+ *
  * It also remembers when each channel last had traffic (for the dashboard's channel list; channels
  * without a target report at most once a minute) and holds targets set at runtime through the admin
  * API, which take precedence over `THROTTLE_TARGET(S)`; the sampler visits those channels every run.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { TargetJson } from "./config";
+
+/** Channels the dashboard's "recently seen" list keeps. */
+const SEEN_KEPT = 1000;
 
 /** The name of the one registry object. */
 export const SAMPLER_REGISTRY = "sampler";
@@ -28,6 +36,8 @@ export function samplerRegistry(env: Env): DurableObjectStub<ActiveChannels> {
 export interface RunStart {
   /** Channels to visit, with the generation of their mark (0 for throttled-only channels). */
   channels: { channel: string; generation: number }[];
+  /** Channels left for a later run because of the per-run cap. */
+  deferred: number;
   /** Runtime targets (they override THROTTLE_TARGET(S)). */
   targets: Record<string, TargetJson>;
   /** When the previous run started (epoch ms), or null for the first run. */
@@ -41,16 +51,34 @@ export class ActiveChannels extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec("CREATE TABLE IF NOT EXISTS active (channel TEXT PRIMARY KEY, generation INTEGER NOT NULL)");
+    const columns = this.sql.exec<{ name: string }>("PRAGMA table_info(active)").toArray();
+    if (!columns.some((c) => c.name === "weight")) {
+      this.sql.exec("ALTER TABLE active ADD COLUMN weight INTEGER NOT NULL DEFAULT 0");
+    }
     this.sql.exec("CREATE TABLE IF NOT EXISTS throttled (channel TEXT PRIMARY KEY)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS seen (channel TEXT PRIMARY KEY, at INTEGER NOT NULL)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS targets (channel TEXT PRIMARY KEY, target TEXT NOT NULL)");
   }
 
-  /** A channel had traffic at `at` (epoch ms). Bounded: only the 1,000 most recent are kept. */
+  /** Rows in `seen`, once counted: trimming is needed only when it grows past the bound. */
+  private seenRows: number | null = null;
+
+  /**
+   * A channel had traffic at `at` (epoch ms). Bounded: only the 1,000 most recent are kept, trimmed
+   * in steps of 100 so a flood of new channels does not sort the table on every mark.
+   */
   markSeen(channel: string, at: number = Date.now()): void {
     this.sql.exec("INSERT OR REPLACE INTO seen (channel, at) VALUES (?, ?)", channel, at);
-    this.sql.exec("DELETE FROM seen WHERE channel NOT IN (SELECT channel FROM seen ORDER BY at DESC LIMIT 1000)");
+    this.seenRows ??= this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM seen").one().n;
+    this.seenRows++; // at most one too many (a replaced row): trims a little early, never late
+    if (this.seenRows > SEEN_KEPT + 100) {
+      this.sql.exec(
+        "DELETE FROM seen WHERE channel NOT IN (SELECT channel FROM seen ORDER BY at DESC LIMIT ?)",
+        SEEN_KEPT,
+      );
+      this.seenRows = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM seen").one().n;
+    }
   }
 
   /** Channels with traffic since `since` (epoch ms), most recent first. */
@@ -84,26 +112,50 @@ export class ActiveChannels extends DurableObject<Env> {
    * A channel saw its first traffic since the sampler last took its counts. Returns when the last run
    * started, so the channel can start its period there rather than at a stale earlier time.
    */
-  markActive(channel: string): number | null {
+  markActive(channel: string, weight = 1): number | null {
     this.markSeen(channel);
     const gen = this.meta("generation") + 1;
     this.setMeta("generation", gen);
-    this.sql.exec("INSERT OR REPLACE INTO active (channel, generation) VALUES (?, ?)", channel, gen);
+    this.sql.exec(
+      `INSERT INTO active (channel, generation, weight) VALUES (?, ?, ?)
+       ON CONFLICT (channel) DO UPDATE SET generation = excluded.generation, weight = MAX(weight, excluded.weight)`,
+      channel,
+      gen,
+      weight,
+    );
     return this.meta("last_run_at") || null;
   }
 
-  /** Starts a run: the channels to visit (active, still throttled, or with a runtime target). */
-  beginRun(now: number): RunStart {
+  /**
+   * Starts a run: at most `max` channels to visit — still throttled ones first (they must be
+   * released), then runtime targets, then marks by weight, heaviest first. The rest keep their marks.
+   */
+  beginRun(now: number, max = Number.POSITIVE_INFINITY): RunStart {
     const previous = this.meta("last_run_at") || null;
     this.setMeta("last_run_at", now);
-    const channels = new Map<string, number>();
-    for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM throttled")) channels.set(r.channel, 0);
-    for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM targets")) channels.set(r.channel, 0);
-    for (const r of this.sql.exec<{ channel: string; generation: number }>("SELECT channel, generation FROM active")) {
-      channels.set(r.channel, r.generation);
+    const marked = new Map<string, number>();
+    const order: string[] = [];
+    const add = (channel: string) => {
+      if (!marked.has(channel)) {
+        marked.set(channel, 0);
+        order.push(channel);
+      }
+    };
+    for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM throttled")) add(r.channel);
+    for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM targets")) add(r.channel);
+    const active = this.sql
+      .exec<{ channel: string; generation: number }>(
+        "SELECT channel, generation FROM active ORDER BY weight DESC, generation ASC",
+      )
+      .toArray();
+    for (const r of active) {
+      add(r.channel);
+      marked.set(r.channel, r.generation);
     }
+    const visit = Number.isFinite(max) ? order.slice(0, Math.max(0, max)) : order;
     return {
-      channels: [...channels].map(([channel, generation]) => ({ channel, generation })),
+      channels: visit.map((channel) => ({ channel, generation: marked.get(channel) ?? 0 })),
+      deferred: order.length - visit.length,
       targets: this.targets(),
       previousRunAt: previous,
     };

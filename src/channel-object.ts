@@ -8,6 +8,10 @@
  * every copy for `ANALYTICS_RETENTION` instead of `HISTORY_LIMIT`, indexed by source channel and by
  * drop time for history filters and exports, and its alarm deletes expired copies in batches.
  *
+ * Its storage is bounded by activity (docs/operations.md, "Storage bounded by activity"): the
+ * object's single alarm expires Idempotency-Keys without waiting for traffic, and deletes everything
+ * once nobody has published for `HISTORY_TTL` and nobody is subscribed.
+ *
  * The Worker talks to it by RPC (publish, history, stats, …) and forwards subscribe requests with
  * `fetch`, because a WebSocket upgrade has to travel as an HTTP request.
  */
@@ -18,16 +22,20 @@ import { getConfig, targetFor } from "./config";
 
 /** How long an Idempotency-Key is remembered (CONTRACT §4). */
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
-/** Frames an SSE reader may fall behind before its stream is closed, so one slow reader cannot grow memory. */
-export const SSE_MAX_BACKLOG = 1024;
 /**
- * Bytes a WebSocket subscriber may leave unread (the socket's `bufferedAmount`) before it is closed
- * with {@link SLOW_CONSUMER_CLOSE}: 1 MiB, about 7,000 typical frames or 32 of the largest.
+ * Bytes a subscriber may be behind — a WebSocket's unread `bufferedAmount`, an SSE stream's queued
+ * bytes, or a replay on connect — before it is closed ({@link SLOW_CONSUMER_CLOSE}; an SSE stream
+ * ends): 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md, "Slow subscribers").
  */
-export const WS_MAX_BUFFERED_BYTES = 1024 * 1024;
+export const SUBSCRIBER_MAX_BEHIND_BYTES = 1024 * 1024;
 /** The close code for a WebSocket subscriber that fell too far behind; it may resume with `?after=`. */
 export const SLOW_CONSUMER_CLOSE = 4008;
 const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?after=<last seq received>";
+/** The close code for a subscriber that sent a frame other than `ping` (policy violation). */
+export const SUBSCRIBER_SPOKE_CLOSE = 1008;
+const SUBSCRIBER_SPOKE_REASON = 'subscribers do not send frames; only "ping" is answered ("pong")';
+/** Idle-expiry and Idempotency-Key alarms are at least this far apart, so steady traffic cannot make the alarm fire constantly. */
+const ALARM_SLACK_MS = 60_000;
 /** `WebSocket.OPEN`. */
 const OPEN = 1;
 /**
@@ -40,7 +48,6 @@ export const PAGE_MAX_BYTES = 4 * 1024 * 1024;
 /** Expired copies deleted per statement, and at most per alarm run before the object yields. */
 export const EXPIRE_BATCH = 1000;
 export const EXPIRE_PER_RUN = 20_000;
-const RESUME_BEHIND_REASON = "resume replay is over 4 MiB: reconnect with ?after=<last seq received>";
 
 /** What the Worker asks the channel to do with one publish. */
 export interface PublishCommand {
@@ -121,22 +128,19 @@ interface SseClient {
 const encoder = new TextEncoder();
 
 /**
- * Frames in each chunk written to an SSE stream. One chunk carries every frame of a flush, and the
- * runtime moves a stream chunk by chunk, so a frame per chunk could not keep up with a busy channel
- * (every SSE reader fell behind and was cut off at 3,000 publishes/s); the backlog bound still counts
- * frames, through this size.
+ * An SSE stream's backlog, counted in bytes. One chunk carries every frame of a flush (the runtime
+ * moves a stream chunk by chunk, so a frame per chunk could not keep up with a busy channel), and the
+ * bound counts the chunk's bytes: a reader of small frames and one of large frames are held to the
+ * same memory.
  */
-const sseFrames = new WeakMap<Uint8Array, number>();
 const SSE_QUEUE: QueuingStrategy<Uint8Array> = {
-  highWaterMark: SSE_MAX_BACKLOG,
-  size: (chunk) => sseFrames.get(chunk) ?? 1,
+  highWaterMark: SUBSCRIBER_MAX_BEHIND_BYTES,
+  size: (chunk) => chunk.byteLength,
 };
 
-/** Events as one chunk for every SSE reader (read-only once written), counted in frames. */
+/** Events as one chunk for every SSE reader (read-only once written). */
 function sseChunk(events: string[]): Uint8Array {
-  const bytes = encoder.encode(events.join(""));
-  sseFrames.set(bytes, events.length);
-  return bytes;
+  return encoder.encode(events.join(""));
 }
 
 type CounterName =
@@ -149,7 +153,9 @@ type CounterName =
   | "period_delivered"
   | "period_dropped"
   | "period_started_at"
-  /** 1 once this period's traffic is reported to the sampler's registry. */
+  /** When the channel last took a publish (delivered or dropped), or was first used: idle expiry counts from it. */
+  | "last_publish_at"
+  /** The traffic weight last reported to the sampler's registry this period (0: not yet reported). */
   | "period_marked"
   /** The analytics channel: copies appended, and copies deleted by retention. */
   | "copies_total"
@@ -163,20 +169,28 @@ export class ChannelObject extends DurableObject<Env> {
   private lastSample: unknown = null;
   /** An activity report to the sampler's registry in flight (once per period). */
   private marking: Promise<void> | null = null;
+  /** When the object's alarm is set for, as this instance set or read it; null when none is set. */
+  private alarmAt: number | null = null;
+  /** Nothing is stored (never written, or deleted by {@link expireIdle}); the tables come with the next write. */
+  private wiped = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
+    // `ping` is answered by the runtime without waking the object, so an idle channel stays asleep.
+    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     ctx.blockConcurrencyWhile(async () => {
-      this.sql.exec(`CREATE TABLE IF NOT EXISTS messages (
-        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, data TEXT NOT NULL, publisher TEXT NOT NULL,
-        published_at INTEGER NOT NULL)`);
-      this.addRecordColumns();
-      this.sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
-        key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
-      this.sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
-      this.sql.exec("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
-      this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)");
+      this.alarmAt = await ctx.storage.getAlarm();
+      // A channel never written to (a history read or stats of a name nobody used) creates nothing:
+      // its tables come with its first write.
+      const stored = this.sql
+        .exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'counters'")
+        .one().n;
+      if (stored === 0) {
+        this.wiped = true;
+        return;
+      }
+      this.createTables();
       for (const row of this.sql.exec<{ name: string; value: number }>("SELECT name, value FROM counters")) {
         this.counters.set(row.name as CounterName, row.value);
       }
@@ -188,6 +202,25 @@ export class ChannelObject extends DurableObject<Env> {
     });
   }
 
+  private createTables(): void {
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS messages (
+        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, data TEXT NOT NULL, publisher TEXT NOT NULL,
+        published_at INTEGER NOT NULL)`);
+    this.addRecordColumns();
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
+        key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
+    this.sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)");
+  }
+
+  /** Before any use of storage: the tables, if an idle expiry deleted them. */
+  private revive(): void {
+    if (!this.wiped) return;
+    this.wiped = false;
+    this.createTables();
+  }
+
   // ---- RPC -------------------------------------------------------------------------------------
 
   /**
@@ -197,6 +230,7 @@ export class ChannelObject extends DurableObject<Env> {
    * (a key repeated inside the batch answers the first result again).
    */
   publishMany(cmds: PublishCommand[]): Promise<PublishOutcome[]> {
+    this.revive();
     const outcomes: PublishOutcome[] = [];
     this.inBatch(() => {
       for (const cmd of cmds) outcomes.push(this.applyOne(cmd));
@@ -205,7 +239,10 @@ export class ChannelObject extends DurableObject<Env> {
     const appended = outcomes.some((o) => o.status === "delivered" && !o.replayed);
     if (appended) this.flushLive();
     // A message published straight to the analytics channel is kept for the retention too.
-    if (appended && this.isRecord()) return this.scheduleExpiry().then(() => this.settled(outcomes));
+    if (appended && this.isRecord()) this.scheduleExpiry();
+    const keyed = cmds.filter((c) => c.idempotencyKey).map((c) => c.now);
+    if (keyed.length > 0) this.scheduleAlarm(Math.min(...keyed) + IDEMPOTENCY_TTL_MS);
+    this.ensureExpiry();
     return this.settled(outcomes);
   }
 
@@ -219,6 +256,7 @@ export class ChannelObject extends DurableObject<Env> {
       if (prior) return { ...(JSON.parse(prior.result) as PublishOutcome), replayed: true };
     }
     let outcome: PublishOutcome;
+    this.set({ last_publish_at: cmd.now });
     if (cmd.action === "drop") {
       this.bump({ dropped_total: 1, period_dropped: 1 });
       outcome = { status: "dropped", replayed: false };
@@ -251,23 +289,28 @@ export class ChannelObject extends DurableObject<Env> {
    * channel (the record of dropped messages), so it keeps them for `ANALYTICS_RETENTION`, not
    * `HISTORY_LIMIT`, and makes sure its alarm will expire them. Returns the last seq.
    */
-  async appendCopies(channel: string, items: CopyItem[], now: number): Promise<number> {
+  appendCopies(channel: string, items: CopyItem[], now: number): number {
+    this.revive();
     this.remember(channel);
     this.becomeRecord();
     let last = this.counter("next_seq");
     this.inBatch(() => {
       for (const item of items) last = this.append(item.data, item.publisher, now, item).seq;
       this.bump({ copies_total: items.length });
+      this.set({ last_publish_at: now });
     });
     this.flushLive();
-    await this.scheduleExpiry();
+    this.scheduleExpiry();
     return last;
   }
 
   /** Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed. */
   recordDrops(channel: string, dropped: number, copyFailures: number): Promise<void> {
+    this.revive();
     this.remember(channel);
+    if (dropped > 0) this.set({ last_publish_at: Date.now() });
     this.bump({ dropped_total: dropped, period_dropped: dropped, copy_failures_total: copyFailures });
+    this.ensureExpiry();
     return this.settled(undefined);
   }
 
@@ -277,6 +320,7 @@ export class ChannelObject extends DurableObject<Env> {
    * page stops early, after at least one message, once it holds {@link PAGE_MAX_BYTES}.
    */
   history(after: number | null, limit: number, sourceChannel: string | null = null): string[] {
+    if (this.wiped) return [];
     const from = sourceChannel === null ? "messages" : "messages INDEXED BY messages_by_source";
     const where = [sourceChannel === null ? "" : "source_channel = ?", after === null ? "" : "seq > ?"].filter(Boolean);
     const args = [sourceChannel, after].filter((a) => a !== null);
@@ -371,43 +415,7 @@ export class ChannelObject extends DurableObject<Env> {
     };
   }
 
-  // ---- alarm -------------------------------------------------------------------------------------
-
-  /**
-   * The object's one alarm serves every job that needs one: each job is a method that does its work
-   * and answers when it next needs the alarm (or null), and the alarm is set to the earliest of them.
-   * A job that throws makes the runtime retry the alarm (with backoff) after the others ran.
-   */
-  override async alarm(): Promise<void> {
-    this.alarmAt = null; // the alarm that woke us is spent
-    const now = Date.now();
-    const next: (number | null)[] = [];
-    let failure: unknown = null;
-    for (const job of [() => this.expireCopies(now)]) {
-      try {
-        next.push(job());
-      } catch (e) {
-        failure ??= e;
-      }
-    }
-    const earliest = Math.min(...next.filter((t): t is number => t !== null));
-    if (Number.isFinite(earliest)) await this.scheduleAlarm(earliest);
-    if (failure) throw failure;
-  }
-
-  /**
-   * Sets the alarm to `at` unless it is already set no later: the alarm is shared by every job, so
-   * it is only ever moved earlier here, and {@link alarm} sets the next one after each run.
-   */
-  private async scheduleAlarm(at: number): Promise<void> {
-    if (this.alarmAt === undefined) this.alarmAt = await this.ctx.storage.getAlarm();
-    if (this.alarmAt !== null && this.alarmAt <= at) return;
-    this.alarmAt = at;
-    await this.ctx.storage.setAlarm(at);
-  }
-
-  /** When the alarm is set (null: not set; undefined: not read since this object started). */
-  private alarmAt: number | null | undefined = undefined;
+  // ---- the record of dropped messages (analytics channel) ------------------------------------------
 
   /**
    * Retention of the analytics channel: deletes messages whose `dropped_at` is older than
@@ -417,7 +425,7 @@ export class ChannelObject extends DurableObject<Env> {
    * expires.
    */
   private expireCopies(now: number): number | null {
-    if (!this.isRecord()) return null;
+    if (this.wiped || !this.isRecord()) return null;
     const retention = getConfig(this.env).analyticsRetentionMs;
     const cutoff = now - retention;
     for (let deleted = 0; deleted < EXPIRE_PER_RUN; ) {
@@ -446,9 +454,9 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   /** Makes sure the alarm will expire the oldest message the analytics channel keeps. */
-  private async scheduleExpiry(): Promise<void> {
+  private scheduleExpiry(): void {
     const oldest = this.oldestDroppedAt();
-    if (oldest !== null) await this.scheduleAlarm(oldest + getConfig(this.env).analyticsRetentionMs);
+    if (oldest !== null) this.scheduleAlarm(oldest + getConfig(this.env).analyticsRetentionMs);
   }
 
   private oldestDroppedAt(): number | null {
@@ -462,10 +470,12 @@ export class ChannelObject extends DurableObject<Env> {
 
   /** Returns this period's counts and starts a new period (the sampler calls this once per run). */
   takePeriod(now: number): PeriodCounts {
+    this.revive();
     const started = this.counter("period_started_at") || now;
     const delivered = this.counter("period_delivered");
     const dropped = this.counter("period_dropped");
     this.set({ period_delivered: 0, period_dropped: 0, period_started_at: now, period_marked: 0 });
+    this.ensureExpiry();
     return {
       channel: this.channel,
       delivered,
@@ -479,17 +489,117 @@ export class ChannelObject extends DurableObject<Env> {
 
   /** Stores the sampler's latest decision so stats and the admin API can show it. */
   recordSample(sample: unknown): void {
+    this.revive();
     this.lastSample = sample;
     this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('last_sample', ?)", JSON.stringify(sample));
+    this.ensureExpiry();
+  }
+
+  // ---- alarm -------------------------------------------------------------------------------------
+
+  /**
+   * The object's single alarm, shared by every job that needs one: each job is a method that does
+   * what is due at `now` and asks {@link scheduleAlarm} for its next time; the earliest wins.
+   */
+  override async alarm(): Promise<void> {
+    this.alarmAt = null; // the alarm that fired is spent; each job below sets its next time
+    const now = Date.now();
+    if (await this.expireIdle(now)) return;
+    this.expireIdempotencyKeys(now);
+    const copiesDue = this.expireCopies(now);
+    if (copiesDue !== null) this.scheduleAlarm(copiesDue);
+  }
+
+  /**
+   * Sets the alarm for `at`, unless it is already set for an earlier time (an earlier alarm is never
+   * pushed later, so no job's time is missed: a job woken early just schedules again).
+   */
+  private scheduleAlarm(at: number): void {
+    if (this.alarmAt !== null && this.alarmAt <= at) return;
+    this.alarmAt = at;
+    this.ctx.storage.setAlarm(at).catch((e: unknown) => {
+      this.alarmAt = null; // the next write tries again
+      console.error("floodgate: could not set the channel's alarm", e instanceof Error ? e.message : e);
+    });
+  }
+
+  /** After a write: an alarm is set, so a channel that then goes quiet is still expired. */
+  private ensureExpiry(): void {
+    if (this.alarmAt !== null || this.isAnalytics()) return;
+    const ttl = getConfig(this.env).historyTtlMs;
+    this.scheduleAlarm((this.counter("last_publish_at") || Date.now()) + ttl);
+  }
+
+  /**
+   * Idle expiry: once nobody has published for `HISTORY_TTL` and nobody is subscribed, deletes
+   * everything this object stored (messages, counters, keys, the alarm). The analytics channel is
+   * kept by its own retention instead. Returns true when it deleted.
+   */
+  private async expireIdle(now: number): Promise<boolean> {
+    if (this.isAnalytics() || (this.channel === null && this.counters.size === 0)) return false;
+    const ttl = getConfig(this.env).historyTtlMs;
+    if (this.occupancy() > 0) {
+      // In use: look again later; the last subscriber leaving schedules the real time.
+      this.scheduleAlarm(now + ttl);
+      return false;
+    }
+    const expiresAt = (this.counter("last_publish_at") || now) + ttl;
+    if (now < expiresAt) {
+      this.scheduleAlarm(expiresAt);
+      return false;
+    }
+    // Issued and marked in one synchronous step: anything that runs while they settle recreates the
+    // tables instead of writing to ones that are gone.
+    const deleted = Promise.all([this.ctx.storage.deleteAlarm(), this.ctx.storage.deleteAll()]);
+    this.wiped = true;
+    this.alarmAt = null;
+    this.counters.clear();
+    this.channel = null;
+    this.lastSample = null;
+    this.pendingLive = [];
+    this.sampledCache = null;
+    this.lastSeenReport = 0;
+    await deleted;
+    return true;
+  }
+
+  /** Forgets Idempotency-Keys past their 10 minutes, without waiting for the next keyed publish. */
+  private expireIdempotencyKeys(now: number): void {
+    if (this.wiped) return;
+    this.sql.exec("DELETE FROM idempotency WHERE expires_at <= ?", now);
+    const next = this.sql.exec<{ at: number | null }>("SELECT MIN(expires_at) AS at FROM idempotency").one().at;
+    if (next !== null) this.scheduleAlarm(Math.max(next, now + ALARM_SLACK_MS));
+  }
+
+  /** The last subscriber left: the idle expiry counts from the last publish, not from the next check. */
+  private subscriberLeft(): void {
+    if (this.wiped || this.occupancy() > 0 || this.isAnalytics() || this.channel === null) return;
+    const ttl = getConfig(this.env).historyTtlMs;
+    const now = Date.now();
+    this.scheduleAlarm(Math.max(now, (this.counter("last_publish_at") || now) + ttl));
+  }
+
+  private occupancy(): number {
+    return this.openSockets().length + this.sse.size;
+  }
+
+  private isAnalytics(): boolean {
+    try {
+      return this.channel !== null && this.channel === getConfig(this.env).analyticsChannel.name;
+    } catch {
+      return true; // bad configuration: never delete on a guess
+    }
   }
 
   // ---- subscribe (fetch) -------------------------------------------------------------------------
 
   /** Subscribe: `GET /subscribe?channel=…&mode=ws|sse&after=<seq>`, already authorised by the Worker. */
   override async fetch(request: Request): Promise<Response> {
+    this.revive();
     const url = new URL(request.url);
     const channel = url.searchParams.get("channel") ?? "";
     this.remember(channel);
+    this.ensureExpiry();
     const afterText = url.searchParams.get("after");
     const after = afterText === null ? null : Number(afterText);
     if (url.searchParams.get("mode") === "ws") {
@@ -498,17 +608,20 @@ export class ChannelObject extends DurableObject<Env> {
       this.ctx.acceptWebSocket(server);
       server.serializeAttachment({ connected_at: Date.now() });
       // Replay and go live in one synchronous step: no publish can run in between, so nothing is
-      // skipped or repeated.
+      // skipped or repeated. A replay past the byte bound sends what fits, then closes like a slow
+      // subscriber: the client resumes with ?after= the last seq it got.
       if (after !== null) {
         const replay = this.replayFrames(after);
         for (const f of replay.frames) server.send(f.text);
-        // More to replay than one page: the rest comes by reconnecting with the last seq received.
-        if (replay.cut) server.close(SLOW_CONSUMER_CLOSE, RESUME_BEHIND_REASON);
+        if (replay.more) {
+          server.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
+          this.bump({ slow_consumers_closed: 1 });
+        }
       }
       return new Response(null, { status: 101, webSocket: client });
     }
-    // Backlog is counted on the writable side, in frames (SSE_QUEUE): desiredSize goes to 0 once the
-    // reader is SSE_MAX_BACKLOG frames behind.
+    // Backlog is counted on the writable side, in bytes (SSE_QUEUE): desiredSize goes to 0 once the
+    // reader is SUBSCRIBER_MAX_BEHIND_BYTES behind.
     let terminate = () => {};
     const stream = new TransformStream<Uint8Array, Uint8Array>(
       {
@@ -520,11 +633,17 @@ export class ChannelObject extends DurableObject<Env> {
     );
     const client: SseClient = { writer: stream.writable.getWriter(), terminate, closed: false };
     this.writeSse(client, sseChunk([": subscribed\nretry: 1000\n\n"]));
-    let behind = false;
+    const behind = false;
     if (after !== null) {
       const replay = this.replayFrames(after);
       if (replay.frames.length > 0) this.writeSse(client, sseChunk(replay.frames.map(sseEvent)));
-      behind = replay.cut;
+      if (replay.more) {
+        // What fits, then a clean end: EventSource reconnects with Last-Event-ID for the rest.
+        client.closed = true;
+        client.writer.close().catch(() => {});
+        this.bump({ slow_consumers_closed: 1 });
+        return sseResponse(stream.readable);
+      }
     }
     // More to replay than one page: the stream ends after it, and the reader resumes with Last-Event-ID.
     if (behind) client.writer.close().catch(() => {});
@@ -533,17 +652,22 @@ export class ChannelObject extends DurableObject<Env> {
       () => this.dropSse(client),
       () => this.dropSse(client),
     );
-    return new Response(stream.readable, {
-      headers: {
-        "content-type": "text/event-stream; charset=utf-8",
-        "cache-control": "no-cache, no-transform",
-        "x-accel-buffering": "no",
-      },
-    });
+    return sseResponse(stream.readable);
   }
 
-  /** Frames a subscriber sends are ignored; they are never published (CONTRACT §10). */
-  override webSocketMessage(_ws: WebSocket, _message: string | ArrayBuffer): void {}
+  /**
+   * Subscribers do not talk (docs/api.md, "Subscribing"): `ping` never gets here (the runtime answers
+   * it), so any frame that does — text or binary, of any size — closes that socket with 1008. It is
+   * never published.
+   */
+  override webSocketMessage(ws: WebSocket, _message: string | ArrayBuffer): void {
+    try {
+      ws.close(SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON);
+    } catch {
+      // already closed
+    }
+    this.subscriberLeft();
+  }
 
   override webSocketClose(ws: WebSocket, code: number, _reason: string, _wasClean: boolean): void {
     try {
@@ -551,6 +675,7 @@ export class ChannelObject extends DurableObject<Env> {
     } catch {
       // already closed
     }
+    this.subscriberLeft();
   }
 
   override webSocketError(ws: WebSocket, _error: unknown): void {
@@ -559,6 +684,7 @@ export class ChannelObject extends DurableObject<Env> {
     } catch {
       // already closed
     }
+    this.subscriberLeft();
   }
 
   // ---- internals ---------------------------------------------------------------------------------
@@ -602,16 +728,29 @@ export class ChannelObject extends DurableObject<Env> {
    * of 100 messages would otherwise write the counters 100 times.
    */
   private inBatch(fn: () => void): void {
-    this.ctx.storage.transactionSync(() => {
-      const dirty = new Set<CounterName>();
-      this.deferred = dirty;
-      try {
-        fn();
-      } finally {
-        this.deferred = null;
-      }
-      this.set(Object.fromEntries([...dirty].map((k) => [k, this.counter(k)])));
-    });
+    const counters = new Map(this.counters);
+    const pending = this.pendingLive.length;
+    const channel = this.channel;
+    try {
+      this.ctx.storage.transactionSync(() => {
+        const dirty = new Set<CounterName>();
+        this.deferred = dirty;
+        try {
+          fn();
+        } finally {
+          this.deferred = null;
+        }
+        this.set(Object.fromEntries([...dirty].map((k) => [k, this.counter(k)])));
+      });
+    } catch (e) {
+      // The transaction rolled back, so memory does too: otherwise its counters would run ahead of
+      // storage and its messages would go out live although their publishers were told it failed.
+      this.counters.clear();
+      for (const [k, v] of counters) this.counters.set(k, v);
+      this.pendingLive.length = pending;
+      this.channel = channel;
+      throw e;
+    }
   }
 
   private trimHistory(lastSeq: number): void {
@@ -635,7 +774,7 @@ export class ChannelObject extends DurableObject<Env> {
         for (const f of frames) ws.send(f.text);
         // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
         // most the bound plus one batch, and never slows the others (sends do not block).
-        if (ws.bufferedAmount > WS_MAX_BUFFERED_BYTES) {
+        if (ws.bufferedAmount > SUBSCRIBER_MAX_BEHIND_BYTES) {
           slow++;
           ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
         }
@@ -649,7 +788,7 @@ export class ChannelObject extends DurableObject<Env> {
       }
     }
     if (this.sse.size > 0) {
-      const chunk = sseChunk(frames.map(sseEvent));
+      const chunk = sseChunk(frames.map(sseEvent)); // written to every reader; counted per reader
       for (const client of this.sse) if (!this.writeSse(client, chunk)) slow++;
     }
     if (slow > 0) this.bump({ slow_consumers_closed: slow });
@@ -663,12 +802,21 @@ export class ChannelObject extends DurableObject<Env> {
     return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
   }
 
-  /** Retained messages after `after`, at most one page ({@link PAGE_MAX_BYTES}); `cut` when more remain. */
-  private replayFrames(after: number): { frames: LiveFrame[]; cut: boolean } {
-    const { rows, cut } = takeBytes(
-      this.sql.exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC", after),
-    );
-    return { frames: this.liveFrames(rows), cut };
+  /**
+   * The replay for `?after=`: retained messages after `after`, oldest first, up to
+   * SUBSCRIBER_MAX_BEHIND_BYTES of frames (at least one); `more` when some were left out.
+   */
+  private replayFrames(after: number): { frames: LiveFrame[]; more: boolean } {
+    const channel = this.channel ?? "";
+    const frames: LiveFrame[] = [];
+    let bytes = 0;
+    for (const m of this.sql.exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC", after)) {
+      const text = frame(channel, m);
+      bytes += utf8Length(text);
+      if (bytes > SUBSCRIBER_MAX_BEHIND_BYTES && frames.length > 0) return { frames, more: true };
+      frames.push({ seq: m.seq, text });
+    }
+    return { frames, more: false };
   }
 
   /** Wire frames for messages of this channel, with their seq (SSE uses it as the event id). */
@@ -682,7 +830,7 @@ export class ChannelObject extends DurableObject<Env> {
     if (client.closed) return true;
     const backlog = client.writer.desiredSize;
     if (backlog !== null && backlog <= 0) {
-      // The reader fell SSE_MAX_BACKLOG frames behind: close it rather than buffer without bound.
+      // The reader fell SUBSCRIBER_MAX_BEHIND_BYTES behind: close it rather than buffer without bound.
       this.dropSse(client, true);
       return false;
     }
@@ -694,6 +842,7 @@ export class ChannelObject extends DurableObject<Env> {
     if (client.closed) return;
     client.closed = true;
     this.sse.delete(client);
+    this.subscriberLeft();
     // A clean end (the client reconnects with Last-Event-ID), not an error: aborting the stream made
     // workerd log an uncaught exception for every reader cut off. The queued backlog is discarded.
     if (abort) client.terminate();
@@ -751,8 +900,11 @@ export class ChannelObject extends DurableObject<Env> {
 
   private remember(channel: string): void {
     if (this.channel === null && channel) {
+      this.revive();
       this.channel = channel;
       this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('channel', ?)", channel);
+      // A channel first used by a subscriber expires from then, like one first used by a publish.
+      if (!this.counter("last_publish_at")) this.set({ last_publish_at: Date.now() });
     }
   }
 
@@ -765,18 +917,21 @@ export class ChannelObject extends DurableObject<Env> {
     for (const [k, d] of Object.entries(deltas) as [CounterName, number][]) {
       if (d) next[k] = this.counter(k) + d;
     }
-    if ((deltas.period_delivered || deltas.period_dropped) && !this.counter("period_marked")) {
-      if (!this.counter("period_started_at")) next.period_started_at = Date.now();
-      this.set(next);
-      this.markActive();
-      return;
-    }
+    const traffic = deltas.period_delivered || deltas.period_dropped;
+    if (traffic && !this.counter("period_started_at")) next.period_started_at = Date.now();
     this.set(next);
+    if (traffic && !this.marking && this.periodWeight() > this.counter("period_marked")) this.markActive();
+  }
+
+  /** This period's traffic as a weight for the sampler's order: 1 from 1 message, 2 from 10, 3 from 100, … */
+  private periodWeight(): number {
+    return trafficWeight(this.counter("period_delivered") + this.counter("period_dropped"));
   }
 
   /**
-   * Reports the first traffic of a period to the sampler's registry, once per period and only for a
-   * channel the sampler manages (one with a target; never the analytics channel). The RPC that
+   * Reports the first traffic of a period to the sampler's registry, and again at each order of
+   * magnitude of it (10, 100, … messages: a few calls per period, so the sampler can visit the busiest
+   * first), only for a channel the sampler manages (one with a target; never the analytics channel). The RPC that
    * counted the traffic waits for it (see {@link settled}) so the report is never cut off; a
    * registry failure is logged and retried on the next message, and never fails a publish.
    */
@@ -787,20 +942,24 @@ export class ChannelObject extends DurableObject<Env> {
       this.reportSeen(channel);
       return;
     }
-    this.set({ period_marked: 1 });
+    const reported = this.counter("period_marked");
+    const weight = this.periodWeight();
+    this.set({ period_marked: weight });
     const registry = samplerRegistry(this.env);
-    this.marking = registry.markActive(channel).then(
+    this.marking = registry.markActive(channel, weight).then(
       (lastRunAt) => {
         // A channel idle through earlier runs starts its period at the last run, not long before.
         if (lastRunAt && lastRunAt > this.counter("period_started_at")) this.set({ period_started_at: lastRunAt });
         this.marking = null;
+        // Traffic that came while this report was in flight may have reached the next weight.
+        if (!this.wiped && this.periodWeight() > this.counter("period_marked")) this.markActive();
       },
       (e) => {
         console.error(
           "floodgate: could not report channel activity to the sampler",
           e instanceof Error ? e.message : e,
         );
-        this.set({ period_marked: 0 });
+        this.set({ period_marked: reported });
         this.marking = null;
       },
     );
@@ -858,6 +1017,7 @@ export class ChannelObject extends DurableObject<Env> {
       for (const [k] of entries) this.deferred.add(k);
       return;
     }
+    this.revive();
     // One statement for all of them: a publish updates three counters, and each statement costs.
     this.sql.exec(
       `INSERT OR REPLACE INTO counters (name, value) VALUES ${entries.map(() => "(?, ?)").join(", ")}`,
@@ -910,4 +1070,29 @@ type MessageFields = Pick<MessageRow, "seq" | "id" | "data" | "published_at">;
 /** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */
 function sseEvent(f: LiveFrame): string {
   return `id: ${f.seq}\nevent: message\ndata: ${f.text}\n\n`;
+}
+
+function sseResponse(body: ReadableStream<Uint8Array>): Response {
+  return new Response(body, {
+    headers: {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache, no-transform",
+      "x-accel-buffering": "no",
+    },
+  });
+}
+
+/** UTF-8 size of a string without encoding it. */
+function utf8Length(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0x80) n += c >= 0x800 && (c < 0xd800 || c > 0xdfff) ? 2 : 1;
+  }
+  return n;
+}
+
+/** The order of magnitude of a period's message count, for the sampler's busiest-first order. */
+function trafficWeight(count: number): number {
+  return count < 1 ? 0 : Math.floor(Math.log10(count)) + 1;
 }

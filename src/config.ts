@@ -59,6 +59,10 @@ export interface Config {
   sessionTtlSeconds: number;
   /** How long the analytics channel keeps each copy, in ms, counted from its `dropped_at`. */
   analyticsRetentionMs: number;
+  /** How long an idle channel keeps its history after its last publish, in ms (docs/operations.md). */
+  historyTtlMs: number;
+  /** Most channels one sampler run visits, busiest first (docs/operations.md). */
+  samplerMaxChannels: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults). */
@@ -86,6 +90,8 @@ export const CONFIG_VARIABLES = [
   "HISTORY_LIMIT",
   "SESSION_TTL",
   "ANALYTICS_RETENTION",
+  "HISTORY_TTL",
+  "SAMPLER_MAX_CHANNELS",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -188,7 +194,7 @@ function positiveInt(variable: string, text: string | undefined, fallback: numbe
 
 /**
  * A duration variable with days allowed (`30d`, `36h`), at least one second: `SESSION_TTL`,
- * `ANALYTICS_RETENTION`. Returns milliseconds.
+ * `ANALYTICS_RETENTION`, `HISTORY_TTL`. Returns milliseconds.
  */
 function longDuration(variable: string, text: string | undefined, fallback: string): number {
   const t = (text ?? "").trim() || fallback;
@@ -235,6 +241,8 @@ export function parseConfig(raw: RawConfig): Config {
     historyLimit: positiveInt("HISTORY_LIMIT", raw.HISTORY_LIMIT, 100),
     sessionTtlSeconds: Math.floor(longDuration("SESSION_TTL", raw.SESSION_TTL, "30d") / 1000),
     analyticsRetentionMs: longDuration("ANALYTICS_RETENTION", raw.ANALYTICS_RETENTION, "7d"),
+    historyTtlMs: longDuration("HISTORY_TTL", raw.HISTORY_TTL, "7d"),
+    samplerMaxChannels: positiveInt("SAMPLER_MAX_CHANNELS", raw.SAMPLER_MAX_CHANNELS, 500),
   };
 }
 

@@ -27,7 +27,7 @@ export default {
       const changed = report.channels.filter((c) => "written" in c && c.written).length;
       const failed = report.channels.filter((c) => "error" in c).length;
       console.log(
-        `floodgate sampler: ${report.channels.length} channels visited, ${changed} rates written, ${failed} failed`,
+        `floodgate sampler: ${report.channels.length} channels visited, ${changed} rates written, ${failed} failed, ${report.deferred} left for the next run`,
       );
     });
     ctx.waitUntil(run);

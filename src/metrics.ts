@@ -25,6 +25,8 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_object_calls_total:
     "Durable Object calls made by the Worker, by object (channel, analytics, limiter); metric flushes not included.",
   floodgate_kv_reads_total: "Drop-rate reads from Workers KV (isolate cache misses).",
+  floodgate_publish_overflow_total:
+    "Publishes refused with 503 because an isolate's waiting publishes were at their byte cap.",
 };
 
 /** Builds a series key such as `floodgate_messages_total{result="delivered"}`. */
@@ -45,6 +47,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     [seriesKey("floodgate_object_calls_total", { object: "analytics" })]: 0,
     [seriesKey("floodgate_object_calls_total", { object: "limiter" })]: 0,
     floodgate_kv_reads_total: 0,
+    floodgate_publish_overflow_total: 0,
     ...series,
   };
   for (const bucket of ["publish", "subscribe", "token-issue", "read"]) {

@@ -10,9 +10,14 @@
  *
  * A publish whose batch never answers within {@link FOLLOWER_PATIENCE_MS} fails (the route answers
  * 503: retry with the same Idempotency-Key) — it never resends by itself, which could deliver twice.
+ *
+ * What waits here is bounded in bytes ({@link PUBLISH_QUEUE_MAX_BYTES}): a publish that would take
+ * the isolate's waiting messages past it is refused at once with 503 `unavailable` and `Retry-After`,
+ * and counted (docs/api.md, "Bounds").
  */
 import type { PublishCommand, PublishOutcome } from "./channel-object";
 import { Coalescer, LOST } from "./coalescer";
+import { ApiError } from "./errors";
 
 /** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
 export const GATHER_MS = 1;
@@ -22,16 +27,38 @@ const MAX_BATCH = 100;
 export const STALL_MS = 5000;
 /** How long a follower waits for its batch's answer before it gives up (503). */
 export const FOLLOWER_PATIENCE_MS = 10_000;
+/**
+ * Most bytes of messages waiting in one isolate for their batch's answer, all channels together:
+ * 8 MiB, 256 of the largest default messages, a small share of an isolate's 128 MB.
+ */
+export const PUBLISH_QUEUE_MAX_BYTES = 8 * 1024 * 1024;
+/** Seconds a publish refused for the byte cap is told to wait: batches answer within milliseconds. */
+const OVERFLOW_RETRY_AFTER_S = 1;
+/** What one waiting publish costs beyond its message: the command, its slot, its promise. */
+const PER_PUBLISH_OVERHEAD_BYTES = 256;
 
 type Send = (channel: string, cmds: PublishCommand[]) => Promise<PublishOutcome[]>;
 type Answer = { outcome: PublishOutcome } | { error: string };
 
+export interface PublishBatcherOptions {
+  /** Byte cap of waiting publishes; default {@link PUBLISH_QUEUE_MAX_BYTES}. */
+  maxBytes?: number;
+  /** Called once per publish refused for the byte cap (the route counts it in /metrics). */
+  onOverflow?: () => void;
+}
+
 export class PublishBatcher {
   private readonly batches: Coalescer<PublishCommand, Answer>;
+  private readonly maxBytes: number;
+  private readonly onOverflow: () => void;
+  /** Bytes of the publishes waiting for an answer now. */
+  queuedBytes = 0;
   /** Calls made, for tests and the benchmark. */
   calls = 0;
 
-  constructor(send: Send) {
+  constructor(send: Send, opts: PublishBatcherOptions = {}) {
+    this.maxBytes = opts.maxBytes ?? PUBLISH_QUEUE_MAX_BYTES;
+    this.onOverflow = opts.onOverflow ?? (() => {});
     this.batches = new Coalescer<PublishCommand, Answer>(
       async (channel, cmds) => {
         try {
@@ -52,9 +79,28 @@ export class PublishBatcher {
     );
   }
 
-  /** Publishes `cmd` in a batch with its channel's concurrent publishes. @throws when the call failed. */
+  /**
+   * Publishes `cmd` in a batch with its channel's concurrent publishes.
+   * @throws ApiError 503 when the isolate's waiting publishes are at their byte cap; Error when the call failed.
+   */
   async publish(cmd: PublishCommand, defer?: (p: Promise<unknown>) => void): Promise<PublishOutcome> {
-    const answer = await this.batches.submit(cmd.channel, cmd, defer);
+    const bytes = cmd.data.length + (cmd.idempotencyKey?.length ?? 0) + PER_PUBLISH_OVERHEAD_BYTES;
+    if (this.queuedBytes + bytes > this.maxBytes) {
+      this.onOverflow();
+      throw new ApiError(
+        "unavailable",
+        "too many publishes are waiting in this server; retry shortly",
+        {},
+        { "retry-after": String(OVERFLOW_RETRY_AFTER_S) },
+      );
+    }
+    this.queuedBytes += bytes;
+    let answer: Answer | typeof LOST;
+    try {
+      answer = await this.batches.submit(cmd.channel, cmd, defer);
+    } finally {
+      this.queuedBytes -= bytes;
+    }
     if (answer === LOST) throw new Error("publish batch got no answer");
     if ("error" in answer) throw new Error(answer.error);
     return answer.outcome;

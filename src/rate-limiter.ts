@@ -15,6 +15,10 @@
  * holds for any interval. A lease ends when its isolate settles it (unused tokens come back) or after
  * {@link LEASE_TTL_MS} (its tokens count as spent: an isolate that vanished can only under-admit).
  * An object at most grants half the whole tokens left after the batch, so others are never starved.
+ *
+ * Storage is bounded by activity: an alarm at the time the bucket is full again (its leases ended)
+ * deletes everything, since a full bucket is exactly what a missing row means. A bucket that is not
+ * full is never forgotten, so eviction still never refills one early (docs/operations.md).
  */
 import { DurableObject } from "cloudflare:workers";
 import { type Limit, sameLimit } from "./limits";
@@ -23,6 +27,7 @@ import {
   type BucketDecision,
   type BucketState,
   fullBucket,
+  isFull,
   refill,
   rescale,
   takeMany,
@@ -43,6 +48,8 @@ export type ChargeResult = Omit<BucketDecision, "state">;
 export const LEASE_SPEND_MS = 1000;
 /** When this object ends a lease nobody settled: twice the spending window, so clock skew is harmless. */
 export const LEASE_TTL_MS = 2 * LEASE_SPEND_MS;
+/** The soonest a bucket's storage is reclaimed after a charge: see {@link RateLimiter.alarm}. */
+const MIN_ALARM_DELAY_MS = 60_000;
 /** Most tokens one lease holds. */
 export const MAX_LEASE = 1000;
 
@@ -66,15 +73,55 @@ export class RateLimiter extends DurableObject<Env> {
   private row: Row | null | undefined = undefined;
   /** Open lease rows; 0 lets a charge skip the lease table. */
   private openLeases: number;
+  /** When the alarm is set for (null: none), as this instance set or read it. */
+  private alarmAt: number | null = null;
+  /** The alarm deleted everything; the tables come back with the next charge. */
+  private wiped = false;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    ctx.storage.sql.exec(`CREATE TABLE IF NOT EXISTS bucket (
+    this.createTables();
+    this.openLeases = ctx.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lease").one().n;
+    ctx.blockConcurrencyWhile(async () => {
+      this.alarmAt = await ctx.storage.getAlarm();
+    });
+  }
+
+  private createTables(): void {
+    const sql = this.ctx.storage.sql;
+    sql.exec(`CREATE TABLE IF NOT EXISTS bucket (
       id INTEGER PRIMARY KEY CHECK (id = 1), tokens REAL NOT NULL, updated_at INTEGER NOT NULL,
       rate INTEGER NOT NULL, per_ms REAL NOT NULL, burst INTEGER NOT NULL)`);
-    ctx.storage.sql.exec(`CREATE TABLE IF NOT EXISTS lease (
+    sql.exec(`CREATE TABLE IF NOT EXISTS lease (
       id TEXT PRIMARY KEY, tokens INTEGER NOT NULL, expires_at INTEGER NOT NULL)`);
-    this.openLeases = ctx.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lease").one().n;
+  }
+
+  /**
+   * The bucket is due to be full: if it is (and no lease is open), delete everything; otherwise look
+   * again when it will be. Expired leases end here too, their tokens spent, and the state that
+   * results is stored so nothing refills past them later.
+   */
+  override async alarm(): Promise<void> {
+    this.alarmAt = null;
+    if (this.wiped) return;
+    const now = Date.now();
+    const row = this.readRow();
+    if (row) {
+      const limit: Limit = { rate: row.rate, perMs: row.per_ms, burst: row.burst };
+      const { state, held } = this.endLeases({ tokens: row.tokens, updatedAt: row.updated_at }, limit, now, []);
+      if (held > 0 || !isFull(state, limit, now)) {
+        this.writeRow(state, limit);
+        this.scheduleFull(state, limit, now);
+        return;
+      }
+    }
+    // Issued and marked in one synchronous step: a charge that runs while they settle recreates
+    // the tables instead of writing to ones that are gone.
+    const deleted = Promise.all([this.ctx.storage.deleteAlarm(), this.ctx.storage.deleteAll()]);
+    this.wiped = true;
+    this.row = null;
+    this.openLeases = 0;
+    await deleted;
   }
 
   /** Takes one token from this bucket under `limit`. `now` defaults to this object's clock. */
@@ -91,8 +138,11 @@ export class RateLimiter extends DurableObject<Env> {
    */
   chargeMany(limit: Limit, count: number, now: number = Date.now(), lease?: LeaseRequest): BatchChargeResult {
     const sql = this.ctx.storage.sql;
-    if (this.row === undefined) this.row = sql.exec<Row>("SELECT * FROM bucket WHERE id = 1").toArray()[0] ?? null;
-    const row = this.row;
+    if (this.wiped) {
+      this.wiped = false;
+      this.createTables();
+    }
+    const row = this.readRow();
     let state: BucketState;
     if (!row) {
       state = fullBucket(limit, now);
@@ -123,22 +173,56 @@ export class RateLimiter extends DurableObject<Env> {
       // Every whole token is out on lease: the next one comes back when the first lease ends.
       decision.retryAfterMs = Math.max(decision.retryAfterMs, leases.firstEndsAt - now);
     }
-    sql.exec(
+    this.writeRow(next, limit);
+    this.scheduleFull(next, limit, now);
+    return leased ? { ...decision, lease: leased } : decision;
+  }
+
+  private readRow(): Row | null {
+    if (this.row === undefined) {
+      this.row = this.ctx.storage.sql.exec<Row>("SELECT * FROM bucket WHERE id = 1").toArray()[0] ?? null;
+    }
+    return this.row;
+  }
+
+  private writeRow(state: BucketState, limit: Limit): void {
+    this.ctx.storage.sql.exec(
       "INSERT OR REPLACE INTO bucket (id, tokens, updated_at, rate, per_ms, burst) VALUES (1, ?, ?, ?, ?, ?)",
-      next.tokens,
-      next.updatedAt,
+      state.tokens,
+      state.updatedAt,
       limit.rate,
       limit.perMs,
       limit.burst,
     );
     this.row = {
-      tokens: next.tokens,
-      updated_at: next.updatedAt,
+      tokens: state.tokens,
+      updated_at: state.updatedAt,
       rate: limit.rate,
       per_ms: limit.perMs,
       burst: limit.burst,
     };
-    return leased ? { ...decision, lease: leased } : decision;
+  }
+
+  /**
+   * Sets the alarm for when the bucket will be full again, counting open leases as ending at their
+   * latest. Never moves an earlier alarm later: one that fires early just looks again.
+   */
+  private scheduleFull(state: BucketState, limit: Limit, now: number): void {
+    if (limit.rate <= 0) return; // never refills: the row is the bucket
+    const refillMs = ((limit.burst - state.tokens) * limit.perMs) / limit.rate;
+    const leaseMs = this.openLeases > 0 ? LEASE_TTL_MS : 0;
+    // The alarm judges on the real clock, so a charge made on another one (`now` is a parameter, for
+    // tests) schedules nothing: the real clock would find its bucket full at once.
+    if (Math.abs(now - Date.now()) > 1000) return;
+    // At least a minute out: a busy bucket refills in milliseconds, and deleting and recreating it
+    // on every pause would cost more than the row.
+    const at = Math.max(now + MIN_ALARM_DELAY_MS, Math.max(now, state.updatedAt) + Math.ceil(refillMs) + leaseMs);
+    if (this.alarmAt !== null && this.alarmAt <= at) return;
+    this.alarmAt = at;
+    this.ctx.storage.setAlarm(at).catch((e: unknown) => {
+      this.alarmAt = null;
+      console.error("floodgate: could not set the limiter's alarm", e instanceof Error ? e.message : e);
+    });
   }
 
   /**
@@ -181,6 +265,7 @@ export class RateLimiter extends DurableObject<Env> {
 
   /** The stored bucket, for tests and diagnostics. */
   peek(): { tokens: number; updatedAt: number } | null {
+    if (this.wiped) return null;
     const row = this.ctx.storage.sql.exec<Row>("SELECT * FROM bucket WHERE id = 1").toArray()[0];
     return row ? { tokens: row.tokens, updatedAt: row.updated_at } : null;
   }

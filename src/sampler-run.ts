@@ -3,14 +3,18 @@
  * {@link runSampler}. Platform glue around the pure law in functions/sampler.ts.
  *
  * 1. Ask the registry (ActiveChannels) which channels saw traffic since the last run or are still
- *    throttled — never a listing of every channel.
+ *    throttled — never a listing of every channel, and at most `SAMPLER_MAX_CHANNELS` of them,
+ *    busiest first; the rest keep their marks for the next run.
  * 2. For each channel with a target (never the analytics channel): take its period counts from its
- *    Durable Object, compute the new rate, write `throttleRate:<channel>` only when the change is
- *    meaningful, and record the sample on the channel so stats and the admin API show it.
+ *    Durable Object, compute the new rate, write `throttleRate:<channel>` only when the rate it
+ *    runs at changes meaningfully, and record the sample on the channel so stats and the admin API
+ *    show it. A run never spends more than the platform's KV operations per invocation
+ *    ({@link KV_OPERATIONS_PER_RUN}); a channel that would not fit waits for the next run
+ *    (docs/operations.md, "Sampler limits per run").
  * 3. Tell the registry what was sampled. A channel whose object or KV fails is reported with an
  *    error and keeps its mark for the next run; the others go on.
  */
-import { parseStoredRate, rateKey } from "../functions/before-publish";
+import { GLOBAL_RATE_KEY, parseStoredRate, rateKey } from "../functions/before-publish";
 import {
   allowedMessageRate,
   isMeaningfulChange,
@@ -59,10 +63,16 @@ export interface SamplerReport {
   ran_at: number;
   previous_run_at: number | null;
   channels: (ChannelSample | SkippedChannel | FailedChannel)[];
+  /** Channels with marks left for a later run (SAMPLER_MAX_CHANNELS, KV operations per run). */
+  deferred: number;
 }
 
 /** How many channels are visited at once. */
 const CONCURRENCY = 8;
+/** Workers KV operations one invocation may make (docs/operations.md, "Sampler limits per run"). */
+export const KV_OPERATIONS_PER_RUN = 1000;
+/** KV operations one channel's visit may take: a read of its key and perhaps a write. */
+const KV_OPERATIONS_PER_CHANNEL = 2;
 
 /** This isolate's drop-rate cache: a rate the sampler writes takes effect here at once. */
 export interface RateCache {
@@ -76,17 +86,28 @@ export async function runSampler(
   cache?: RateCache,
 ): Promise<SamplerReport> {
   const registry = samplerRegistry(env);
-  const start = await registry.beginRun(now);
+  const start = await registry.beginRun(now, config.samplerMaxChannels);
   const runtimeTargets = start.targets;
   const results: SamplerReport["channels"] = [];
   const finished: { channel: string; generation: number; throttled: boolean }[] = [];
   const queue = [...start.channels];
+  let deferred = start.deferred;
+  // The rate a channel without its own key runs at: one read for the whole run.
+  let kvLeft = KV_OPERATIONS_PER_RUN - 1;
+  const globalText = await env.THROTTLE_KV.get(GLOBAL_RATE_KEY);
+  const globalRate = (globalText === null ? null : parseStoredRate(globalText)) ?? config.throttleFallbackRate;
 
   async function worker(): Promise<void> {
     for (let next = queue.shift(); next; next = queue.shift()) {
       const { channel, generation } = next;
+      if (kvLeft < KV_OPERATIONS_PER_CHANNEL) {
+        deferred++; // keeps its mark: the next run visits it
+        continue;
+      }
+      kvLeft -= KV_OPERATIONS_PER_CHANNEL;
       try {
-        const outcome = await sampleChannel(env, config, channel, now, runtimeTargets[channel]);
+        const outcome = await sampleChannel(env, config, channel, now, runtimeTargets[channel], globalRate);
+        kvLeft += KV_OPERATIONS_PER_CHANNEL - kvOperations(outcome);
         if ("written" in outcome && outcome.written) cache?.invalidate(channel);
         results.push(outcome);
         const throttled = "new_rate" in outcome && outcome.new_rate > 0;
@@ -101,7 +122,12 @@ export async function runSampler(
   await Promise.all(Array.from({ length: Math.min(CONCURRENCY, queue.length) }, worker));
   await registry.finishRun(finished);
   results.sort((a, b) => a.channel.localeCompare(b.channel));
-  return { ran_at: now, previous_run_at: start.previousRunAt, channels: results };
+  return { ran_at: now, previous_run_at: start.previousRunAt, channels: results, deferred };
+}
+
+/** KV operations a visit made: none when skipped, a read, and a write when it wrote. */
+function kvOperations(outcome: ChannelSample | SkippedChannel): number {
+  return "written" in outcome ? (outcome.written ? 2 : 1) : 0;
 }
 
 async function sampleChannel(
@@ -110,6 +136,7 @@ async function sampleChannel(
   channel: string,
   now: number,
   runtimeTarget: unknown,
+  globalRate: number,
 ): Promise<ChannelSample | SkippedChannel> {
   if (channel === config.analyticsChannel.name) return { channel, skipped: "analytics channel" };
   const target = effectiveTarget(config, parseChannelName(channel), runtimeTarget);
@@ -124,11 +151,14 @@ async function sampleChannel(
     elapsedMs: counts.elapsed_ms,
     occupancy: counts.occupancy,
   };
-  const next = roundRate(nextDropRate(period, stored ?? 0, lawTarget));
-  // A channel with a target is the sampler's: its first sample writes the channel key even at 0, so a
-  // global `throttleRate` never throttles a channel that is under its target. After that, only
-  // meaningful changes are written (KV: one write per second per key, and each write is billed).
-  const written = stored === null || isMeaningfulChange(stored, next);
+  // Without its own key the channel runs at the global rate (or the fallback).
+  const current = stored ?? globalRate;
+  const next = roundRate(nextDropRate(period, current, lawTarget));
+  // Only a meaningful change of the rate the channel runs at is written (KV: one write per second per
+  // key, each write billed, a run's operations capped). A new channel under its target that already
+  // runs at 0 gets no key; one that the global rate would throttle gets its own 0, so the global rate
+  // never throttles a channel under its target.
+  const written = stored === null ? next !== globalRate : isMeaningfulChange(stored, next);
   if (written) await env.THROTTLE_KV.put(rateKey(channel), String(next));
   const sample: ChannelSample = {
     channel,
@@ -143,7 +173,7 @@ async function sampleChannel(
     // Unlimited (a delivery budget with nobody subscribed) shows as null.
     allowed_rate: round3(allowedMessageRate(target, counts.occupancy)),
     old_rate: stored,
-    new_rate: written ? next : (stored ?? 0),
+    new_rate: written ? next : current,
     written,
   };
   await stub.recordSample(sample);

@@ -96,7 +96,9 @@ export function services(env: Env): Services {
     config,
     metrics,
     thinning: new Thinning(),
-    publisher: new PublishBatcher((channel, cmds) => channelStub(env, channel).publishMany(cmds)),
+    publisher: new PublishBatcher((channel, cmds) => channelStub(env, channel).publishMany(cmds), {
+      onOverflow: () => metrics.inc("floodgate_publish_overflow_total"),
+    }),
     reader: new DropRateReader({
       store: {
         get: (key) => {

@@ -54,6 +54,11 @@ export function rescale(state: BucketState, from: Limit, to: Limit, now: number)
 /** Tiny tolerance so float refill arithmetic never denies a token that is due. */
 const EPSILON = 1e-9;
 
+/** Whether the bucket has refilled completely by `now` — the same as having no state at all. */
+export function isFull(state: BucketState, limit: Limit, now: number): boolean {
+  return refill(state, limit, now) + EPSILON >= limit.burst;
+}
+
 export interface BatchDecision {
   /** How many of the requests were admitted: the first `granted`, in order. */
   granted: number;

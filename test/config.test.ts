@@ -28,6 +28,25 @@ describe("parseConfig", () => {
     expect(c.sessionTtlSeconds).toBe(30 * 86400);
   });
 
+  it("HISTORY_TTL and SAMPLER_MAX_CHANNELS: shipped 7d and 500; bad values fail closed naming the variable", () => {
+    expect(parseConfig({})).toMatchObject({ historyTtlMs: 7 * 86_400_000, samplerMaxChannels: 500 });
+    expect(parseConfig({ HISTORY_TTL: "12h", SAMPLER_MAX_CHANNELS: "50" })).toMatchObject({
+      historyTtlMs: 12 * 3_600_000,
+      samplerMaxChannels: 50,
+    });
+    for (const [name, value] of [
+      ["HISTORY_TTL", "forever"],
+      ["HISTORY_TTL", "0s"],
+      ["HISTORY_TTL", "10"],
+      ["SAMPLER_MAX_CHANNELS", "0"],
+      ["SAMPLER_MAX_CHANNELS", "lots"],
+      ["SAMPLER_MAX_CHANNELS", "1.5"],
+    ] as const) {
+      expect(() => parseConfig({ [name]: value }), `${name}=${value}`).toThrow(ConfigError);
+      expect(() => parseConfig({ [name]: value })).toThrow(name);
+    }
+  });
+
   it("raises a burst below the rate, and treats empty or 0 burst as the rate", () => {
     expect(parseConfig({ PUBLISH_RATE: "50/s", PUBLISH_BURST: "10" }).publish?.burst).toBe(50);
     expect(parseConfig({ PUBLISH_RATE: "50/s", PUBLISH_BURST: "0" }).publish?.burst).toBe(50);

@@ -1,6 +1,8 @@
 /** The publish batcher on its own: order, one call per batch, and no resend when an answer is lost. */
 import { describe, expect, it, vi } from "vitest";
 import type { PublishCommand, PublishOutcome } from "../src/channel-object";
+import { TAKEOVER_MS } from "../src/coalescer";
+import { ApiError } from "../src/errors";
 import { FOLLOWER_PATIENCE_MS, PublishBatcher } from "../src/publish-batcher";
 
 const cmd = (i: number): PublishCommand => ({
@@ -113,5 +115,94 @@ describe("batches in the channel object", () => {
     });
     expect(counterWrites).toBe(1);
     expect(await stub.stats()).toMatchObject({ last_seq: 51, delivered_total: 51 });
+  });
+});
+
+describe("a batch leader whose request dies before it sends", () => {
+  it("is taken over by a follower within TAKEOVER_MS: every publish is answered once, in order, none lost", async () => {
+    vi.useFakeTimers();
+    try {
+      const sent: number[][] = [];
+      const b = new PublishBatcher(async (_ch, cmds) => {
+        sent.push(cmds.map((c) => c.now));
+        return cmds.map(
+          (c) =>
+            ({
+              status: "delivered",
+              channel: c.channel,
+              seq: c.now + 1,
+              id: `m${c.now}`,
+              published_at: c.now,
+              replayed: false,
+            }) as PublishOutcome,
+        );
+      });
+      // The leader's request is gone: the timers it sets never fire, so on its own it never sends.
+      const realSetTimeout = globalThis.setTimeout;
+      globalThis.setTimeout = (() => 0) as unknown as typeof setTimeout;
+      let leader: Promise<PublishOutcome>;
+      try {
+        leader = b.publish(cmd(0));
+      } finally {
+        globalThis.setTimeout = realSetTimeout;
+      }
+      void leader.catch(() => {});
+      const followers = [1, 2, 3].map((i) =>
+        b.publish(cmd(i)).then(
+          (o) => (o as { id: string }).id,
+          (e: Error) => e.message,
+        ),
+      );
+      await vi.advanceTimersByTimeAsync(TAKEOVER_MS + 50);
+      expect(await Promise.all(followers)).toEqual(["m1", "m2", "m3"]);
+      // The dead leader's message went out with them, once: nothing accepted is lost or doubled.
+      expect(sent).toEqual([[0, 1, 2, 3]]);
+      // And the channel's lane is free: the next publish goes straight through.
+      const next = b.publish(cmd(4));
+      await vi.advanceTimersByTimeAsync(10);
+      expect(((await next) as { id: string }).id).toBe("m4");
+      expect(b.calls).toBe(2);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});
+
+describe("byte cap on waiting publishes", () => {
+  it("refuses a publish past the cap with 503 unavailable and Retry-After, counts it, and frees the bytes on answer", async () => {
+    let release = false;
+    let overflows = 0;
+    const b = new PublishBatcher(
+      async (_ch, cmds) => {
+        while (!release) await new Promise((r) => setTimeout(r, 1));
+        return cmds.map(
+          (c) =>
+            ({
+              status: "delivered",
+              channel: c.channel,
+              seq: c.now,
+              id: `m${c.now}`,
+              published_at: c.now,
+              replayed: false,
+            }) as PublishOutcome,
+        );
+      },
+      { maxBytes: 10_000, onOverflow: () => overflows++ },
+    );
+    const big = (i: number): PublishCommand => ({ ...cmd(i), data: JSON.stringify("x".repeat(3000)) });
+    const waiting = [0, 1, 2].map((i) => b.publish(big(i)));
+    const refused = await b.publish(big(3)).then(
+      () => null,
+      (e: ApiError) => e,
+    );
+    expect(refused).toBeInstanceOf(ApiError);
+    expect(refused?.status).toBe(503);
+    expect(refused?.toBody().code).toBe("unavailable");
+    expect(refused?.headers["retry-after"]).toBe("1");
+    expect(overflows).toBe(1);
+    release = true;
+    expect((await Promise.all(waiting)).map((o) => (o as { id: string }).id)).toEqual(["m0", "m1", "m2"]);
+    expect(b.queuedBytes).toBe(0);
+    expect(((await b.publish(big(4))) as { id: string }).id).toBe("m4");
   });
 });

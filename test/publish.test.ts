@@ -69,11 +69,14 @@ describe("delivery", () => {
     expect(raw).toContain('"big": 12345678901234567890');
   });
 
-  it("ignores frames a subscriber sends; they are never published", async () => {
+  it("never publishes frames a subscriber sends: the sender is closed with 1008, the others go on", async () => {
     const ch = `public:pub.${uniq()}`;
     const t = await token();
+    const talker = await openSocket(ch);
+    const closed = new Promise<number>((resolve) => talker.ws.addEventListener("close", (ev) => resolve(ev.code)));
     const sub = await openSocket(ch);
-    sub.ws.send(JSON.stringify({ type: "message", data: "injected" }));
+    talker.ws.send(JSON.stringify({ type: "message", data: "injected" }));
+    expect(await closed).toBe(1008);
     await publishTo(ch, t, "real");
     const frames = await sub.next(1);
     expect(frames.map((f) => f.data)).toEqual(["real"]);
