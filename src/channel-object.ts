@@ -460,6 +460,7 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   private oldestDroppedAt(): number | null {
+    if (this.wiped) return null;
     const row = this.sql
       .exec<{ dropped_at: number }>(
         "SELECT dropped_at FROM messages INDEXED BY messages_by_drop_time WHERE dropped_at IS NOT NULL ORDER BY dropped_at LIMIT 1",
