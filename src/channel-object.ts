@@ -4,13 +4,19 @@
  * remembers `Idempotency-Key`s for 10 minutes, delivers to hibernatable WebSockets and to SSE streams,
  * and counts delivered and dropped messages per sampling period for the sampler.
  *
+ * A channel with a target also runs the throttle's fast loop here (docs/throttling.md, "Two loops"):
+ * while it is busy or throttled, an alarm every `SAMPLER_FAST_PERIOD` applies the sampler's law
+ * (functions/sampler.ts) to the last period, and every answer to a publish or a drop report carries
+ * the resulting rate back to the Worker isolate that sent it.
+ *
  * The Worker talks to it by RPC (publish, history, stats, …) and forwards subscribe requests with
  * `fetch`, because a WebSocket upgrade has to travel as an HTTP request.
  */
 import { DurableObject } from "cloudflare:workers";
+import { nextDropRate, roundRate } from "../functions/sampler";
 import { samplerRegistry } from "./active-channels";
 import { parseChannelName } from "./channels";
-import { getConfig, targetFor } from "./config";
+import { getConfig, parseTarget, type Target, type TargetJson, targetFor } from "./config";
 
 /** How long an Idempotency-Key is remembered (CONTRACT §4). */
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
@@ -39,6 +45,18 @@ export interface PublishCommand {
   now: number;
 }
 
+/**
+ * The channel's current drop rate from its fast loop, carried to the isolate in every answer; null
+ * when the channel has no target (KV's rate rules).
+ */
+export type ChannelRate = number | null;
+
+/** What {@link ChannelObject.publishMany} answers: one outcome per command, and the current rate. */
+export interface PublishManyResult {
+  outcomes: PublishOutcome[];
+  drop_rate: ChannelRate;
+}
+
 export type PublishOutcome =
   | { status: "delivered"; channel: string; seq: number; id: string; published_at: number; replayed: boolean }
   | { status: "dropped"; replayed: boolean };
@@ -58,6 +76,10 @@ export interface PeriodCounts {
   elapsed_ms: number;
   period_started_at: number;
   occupancy: number;
+  /** The fast loop's current rate, or null when the channel has no fast loop. */
+  fast_rate: ChannelRate;
+  /** When the fast loop last decided (epoch ms), or null when it never has. */
+  fast_decided_at: number | null;
 }
 
 export interface ChannelStats {
@@ -113,7 +135,13 @@ type CounterName =
   | "period_dropped"
   | "period_started_at"
   /** 1 once this period's traffic is reported to the sampler's registry. */
-  | "period_marked";
+  | "period_marked"
+  /** The fast loop's period: counts, start, when its alarm is due (0: not running), last decision. */
+  | "fast_delivered"
+  | "fast_dropped"
+  | "fast_started_at"
+  | "fast_due_at"
+  | "fast_decided_at";
 
 export class ChannelObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -123,6 +151,12 @@ export class ChannelObject extends DurableObject<Env> {
   private lastSample: unknown = null;
   /** An activity report to the sampler's registry in flight (once per period). */
   private marking: Promise<void> | null = null;
+  /** The fast loop's current drop rate (stored in `meta` as `fast_rate`). */
+  private fastRate = 0;
+  /** The target the sampler or the admin API last gave this channel; undefined: never told. */
+  private toldTarget: TargetJson | null | undefined = undefined;
+  /** An alarm being set for the fast loop, awaited before the RPC that started it answers. */
+  private waking: Promise<void> | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -142,6 +176,8 @@ export class ChannelObject extends DurableObject<Env> {
       for (const row of this.sql.exec<{ name: string; value: string }>("SELECT name, value FROM meta")) {
         if (row.name === "channel") this.channel = row.value;
         if (row.name === "last_sample") this.lastSample = JSON.parse(row.value);
+        if (row.name === "fast_rate") this.fastRate = Number(row.value) || 0;
+        if (row.name === "target") this.toldTarget = JSON.parse(row.value) as TargetJson | null;
       }
     });
   }
@@ -154,14 +190,15 @@ export class ChannelObject extends DurableObject<Env> {
    * one storage commit and one fan-out for all. Each gets exactly the outcome it would have had alone
    * (a key repeated inside the batch answers the first result again).
    */
-  publishMany(cmds: PublishCommand[]): Promise<PublishOutcome[]> {
+  async publishMany(cmds: PublishCommand[]): Promise<PublishManyResult> {
     const outcomes: PublishOutcome[] = [];
     this.inBatch(() => {
       for (const cmd of cmds) outcomes.push(this.applyOne(cmd));
       this.trimHistory(this.counter("next_seq"));
     });
     if (outcomes.some((o) => o.status === "delivered" && !o.replayed)) this.flushLive();
-    return this.settled(outcomes);
+    await this.settled(undefined);
+    return { outcomes, drop_rate: this.currentRate() };
   }
 
   private applyOne(cmd: PublishCommand): PublishOutcome {
@@ -213,11 +250,16 @@ export class ChannelObject extends DurableObject<Env> {
     return last;
   }
 
-  /** Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed. */
-  recordDrops(channel: string, dropped: number, copyFailures: number): Promise<void> {
+  /**
+   * Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed. Answers
+   * the current rate: at a high drop rate few publishes reach this object, but every isolate that
+   * drops reports here, so each one still hears the rate.
+   */
+  async recordDrops(channel: string, dropped: number, copyFailures: number): Promise<ChannelRate> {
     this.remember(channel);
     this.bump({ dropped_total: dropped, period_dropped: dropped, copy_failures_total: copyFailures });
-    return this.settled(undefined);
+    await this.settled(undefined);
+    return this.currentRate();
   }
 
   /** Retained messages as JSON frames, oldest first: after `after`, or the newest `limit`. */
@@ -253,8 +295,13 @@ export class ChannelObject extends DurableObject<Env> {
     };
   }
 
-  /** Returns this period's counts and starts a new period (the sampler calls this once per run). */
-  takePeriod(now: number): PeriodCounts {
+  /**
+   * Returns this period's counts and starts a new period (the sampler calls this once per run). The
+   * sampler passes the channel's effective target (a runtime one included), which the fast loop uses
+   * from then on.
+   */
+  takePeriod(now: number, target?: TargetJson | null): PeriodCounts {
+    if (target !== undefined) this.setTarget(target);
     const started = this.counter("period_started_at") || now;
     const delivered = this.counter("period_delivered");
     const dropped = this.counter("period_dropped");
@@ -266,14 +313,154 @@ export class ChannelObject extends DurableObject<Env> {
       offered: delivered + dropped,
       elapsed_ms: Math.max(0, now - started),
       period_started_at: started,
-      occupancy: this.openSockets().length + this.sse.size,
+      occupancy: this.occupancy(),
+      fast_rate: this.currentRate(),
+      fast_decided_at: this.counter("fast_decided_at") || null,
     };
   }
 
-  /** Stores the sampler's latest decision so stats and the admin API can show it. */
-  recordSample(sample: unknown): void {
+  /**
+   * Stores the sampler's latest decision so stats and the admin API can show it. A rate the sweep
+   * decided itself (the fast loop had not decided since) becomes the fast loop's rate too, unless the
+   * fast loop decided after the sweep began: both loops then answer with the same rate.
+   */
+  async recordSample(sample: { sampled_at: number; new_rate: number }): Promise<void> {
     this.lastSample = sample;
     this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('last_sample', ?)", JSON.stringify(sample));
+    if (this.fastTarget() && sample.sampled_at >= this.counter("fast_decided_at")) {
+      this.setFastRate(sample.new_rate);
+      if (sample.new_rate > 0) this.startFastLoop(Date.now());
+      await this.settled(undefined);
+    }
+  }
+
+  /**
+   * The channel's target as the sampler or the admin API resolved it (a runtime target included);
+   * null: none. Until told, the object uses `THROTTLE_TARGET(S)`.
+   */
+  setTarget(target: TargetJson | null): void {
+    if (JSON.stringify(target) === JSON.stringify(this.toldTarget)) return;
+    this.toldTarget = target;
+    this.fastTargetCache = undefined;
+    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('target', ?)", JSON.stringify(target));
+  }
+
+  // ---- alarm -------------------------------------------------------------------------------------
+
+  /**
+   * One alarm serves every timed job of this object. Each job keeps its own due time in storage,
+   * runs only when due (the alarm may have been set earlier for another job), and asks for its next
+   * wake-up through {@link wakeBy}, which never moves an earlier alarm later.
+   */
+  override async alarm(): Promise<void> {
+    const now = Date.now();
+    await this.fastLoopTick(now);
+  }
+
+  /** Sets the alarm to `at` unless one is already set for earlier. */
+  private async wakeBy(at: number): Promise<void> {
+    const current = await this.ctx.storage.getAlarm();
+    if (current === null || current > at) await this.ctx.storage.setAlarm(at);
+  }
+
+  // ---- fast loop ---------------------------------------------------------------------------------
+
+  /**
+   * One fast-loop period ends: the sampler's law on its counts gives the rate the next answers carry.
+   * The loop goes on while the channel is busy (any traffic in the period) or throttled, and stops —
+   * no alarm at all — once a period passes with no traffic, which also releases the rate to 0.
+   */
+  private async fastLoopTick(now: number): Promise<void> {
+    const due = this.counter("fast_due_at");
+    if (!due) return;
+    if (now < due) {
+      await this.wakeBy(due); // woken early for another job
+      return;
+    }
+    const target = this.fastTarget();
+    const delivered = this.counter("fast_delivered");
+    const dropped = this.counter("fast_dropped");
+    if (!target) {
+      this.set({ fast_due_at: 0, fast_delivered: 0, fast_dropped: 0 });
+      this.setFastRate(0);
+      return;
+    }
+    const counts = {
+      delivered,
+      dropped,
+      elapsedMs: Math.max(0, now - this.counter("fast_started_at")),
+      occupancy: this.occupancy(),
+    };
+    const next = roundRate(nextDropRate(counts, this.fastRate, target));
+    this.setFastRate(next);
+    const busy = delivered + dropped > 0;
+    const nextDue = busy || next > 0 ? now + getConfig(this.env).samplerFastPeriodMs : 0;
+    this.set({ fast_delivered: 0, fast_dropped: 0, fast_started_at: now, fast_due_at: nextDue, fast_decided_at: now });
+    if (nextDue) await this.wakeBy(nextDue);
+  }
+
+  /** Starts the fast loop's first period at `now` when a channel with a target is not running it yet. */
+  private startFastLoop(now: number): void {
+    if (!this.fastTarget()) return;
+    const period = getConfig(this.env).samplerFastPeriodMs;
+    const running = this.counter("fast_due_at");
+    let wake: number;
+    if (running) {
+      // Running, unless its alarm is a whole period overdue (lost): then wake it now, once a period.
+      if (now < running + period || now - this.rearmedAt < period) return;
+      this.rearmedAt = now;
+      wake = now;
+    } else {
+      wake = now + period;
+      this.set({ fast_delivered: 0, fast_dropped: 0, fast_started_at: now, fast_due_at: wake });
+    }
+    // A failure never fails the publish that started the loop: a lost alarm is re-armed (above).
+    const waking: Promise<void> = this.wakeBy(wake)
+      .catch((e) => console.error("floodgate: could not set the fast loop's alarm", e instanceof Error ? e.message : e))
+      .finally(() => {
+        if (this.waking === waking) this.waking = null;
+      });
+    this.waking = waking;
+  }
+
+  /** When a lost fast-loop alarm was last re-armed (epoch ms). */
+  private rearmedAt = 0;
+
+  /** The rate answers carry: the fast loop's, or null for a channel without one. */
+  private currentRate(): ChannelRate {
+    return this.fastTarget() ? this.fastRate : null;
+  }
+
+  private setFastRate(rate: number): void {
+    if (rate === this.fastRate) return;
+    this.fastRate = rate;
+    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('fast_rate', ?)", String(rate));
+  }
+
+  /** The fast loop's target in messages per second; undefined until computed. */
+  private fastTargetCache: { kind: Target["kind"]; perSecond: number } | null | undefined = undefined;
+
+  /** The target the fast loop holds: the one the sampler or admin API gave, else the configured one. */
+  private fastTarget(): { kind: Target["kind"]; perSecond: number } | null {
+    if (this.fastTargetCache !== undefined) return this.fastTargetCache;
+    const channel = this.channel;
+    if (!channel) return null; // not known yet: decide once it is
+    let target: Target | null = null;
+    try {
+      const config = getConfig(this.env);
+      if (channel !== config.analyticsChannel.name) {
+        target =
+          this.toldTarget !== undefined ? parseTarget(this.toldTarget) : targetFor(config, parseChannelName(channel));
+      }
+    } catch {
+      target = null; // bad config, or a name that is not a channel: no fast loop
+    }
+    this.fastTargetCache = target ? { kind: target.kind, perSecond: target.perSecond } : null;
+    return this.fastTargetCache;
+  }
+
+  private occupancy(): number {
+    return this.openSockets().length + this.sse.size;
   }
 
   // ---- subscribe (fetch) -------------------------------------------------------------------------
@@ -484,7 +671,15 @@ export class ChannelObject extends DurableObject<Env> {
     for (const [k, d] of Object.entries(deltas) as [CounterName, number][]) {
       if (d) next[k] = this.counter(k) + d;
     }
-    if ((deltas.period_delivered || deltas.period_dropped) && !this.counter("period_marked")) {
+    const traffic = (deltas.period_delivered ?? 0) + (deltas.period_dropped ?? 0);
+    if (traffic) {
+      this.startFastLoop(Date.now());
+      if (this.counter("fast_due_at")) {
+        next.fast_delivered = this.counter("fast_delivered") + (deltas.period_delivered ?? 0);
+        next.fast_dropped = this.counter("fast_dropped") + (deltas.period_dropped ?? 0);
+      }
+    }
+    if (traffic && !this.counter("period_marked")) {
       if (!this.counter("period_started_at")) next.period_started_at = Date.now();
       this.set(next);
       this.markActive();
@@ -545,9 +740,10 @@ export class ChannelObject extends DurableObject<Env> {
     );
   }
 
-  /** Returns `value` once any activity report this call started has been made. */
+  /** Returns `value` once any activity report or fast-loop alarm this call started has been made. */
   private async settled<T>(value: T): Promise<T> {
     if (this.marking) await this.marking;
+    if (this.waking) await this.waking;
     return value;
   }
 

@@ -7,6 +7,8 @@
  * 2. For each channel with a target (never the analytics channel): take its period counts from its
  *    Durable Object, compute the new rate, write `throttleRate:<channel>` only when the change is
  *    meaningful, and record the sample on the channel so stats and the admin API show it.
+ *    A channel's own fast loop (src/channel-object.ts) decides with the same law every few seconds;
+ *    when it has decided during the period, its rate is the one persisted, so the two never disagree.
  * 3. Tell the registry what was sampled. A channel whose object or KV fails is reported with an
  *    error and keeps its mark for the next run; the others go on.
  */
@@ -43,6 +45,11 @@ export interface ChannelSample {
   new_rate: number;
   /** Whether `new_rate` was written to KV (false when the change was too small to matter). */
   written: boolean;
+  /**
+   * Who decided `new_rate`: the channel's fast loop (this run persisted it), or this sweep, by the same
+   * law on its own period's counts (the fast loop had not decided during the period).
+   */
+  decided_by: "fast loop" | "sweep";
 }
 
 export interface SkippedChannel {
@@ -115,7 +122,10 @@ async function sampleChannel(
   const target = effectiveTarget(config, parseChannelName(channel), runtimeTarget);
   if (!target) return { channel, skipped: "no target" };
   const stub = channelStub(env, channel);
-  const [counts, storedText] = await Promise.all([stub.takePeriod(now), env.THROTTLE_KV.get(rateKey(channel))]);
+  const [counts, storedText] = await Promise.all([
+    stub.takePeriod(now, targetJson(target)),
+    env.THROTTLE_KV.get(rateKey(channel)),
+  ]);
   const stored = storedText === null ? null : parseStoredRate(storedText);
   const lawTarget: SamplerTarget = { kind: target.kind, perSecond: target.perSecond };
   const period = {
@@ -124,7 +134,10 @@ async function sampleChannel(
     elapsedMs: counts.elapsed_ms,
     occupancy: counts.occupancy,
   };
-  const next = roundRate(nextDropRate(period, stored ?? 0, lawTarget));
+  // The fast loop's rate when it decided during this period (finer and fresher, same law); else the
+  // law on this period's counts — a channel whose fast loop did not run, idle ones included.
+  const fast = counts.fast_rate !== null && (counts.fast_decided_at ?? 0) > counts.period_started_at;
+  const next = fast ? roundRate(counts.fast_rate ?? 0) : roundRate(nextDropRate(period, stored ?? 0, lawTarget));
   // A channel with a target is the sampler's: its first sample writes the channel key even at 0, so a
   // global `throttleRate` never throttles a channel that is under its target. After that, only
   // meaningful changes are written (KV: one write per second per key, and each write is billed).
@@ -145,6 +158,7 @@ async function sampleChannel(
     old_rate: stored,
     new_rate: written ? next : (stored ?? 0),
     written,
+    decided_by: fast ? "fast loop" : "sweep",
   };
   await stub.recordSample(sample);
   return sample;

@@ -69,23 +69,29 @@ export function services(env: Env): Services {
     () => env.METRICS.get(env.METRICS.idFromName(METRICS_OBJECT)),
     config.metricsFlushMs,
   );
+  const reader = new DropRateReader({
+    store: {
+      get: (key) => {
+        metrics.inc("floodgate_kv_reads_total");
+        return env.THROTTLE_KV.get(key);
+      },
+    },
+    fallbackRate: config.throttleFallbackRate,
+    cacheMs: config.rateCacheMs,
+  });
   const svc: Services = {
     config,
     metrics,
     thinning: new Thinning(),
-    publisher: new PublishBatcher((channel, cmds) => channelStub(env, channel).publishMany(cmds)),
-    reader: new DropRateReader({
-      store: {
-        get: (key) => {
-          metrics.inc("floodgate_kv_reads_total");
-          return env.THROTTLE_KV.get(key);
-        },
-      },
-      fallbackRate: config.throttleFallbackRate,
-      cacheMs: config.rateCacheMs,
+    publisher: new PublishBatcher(async (channel, cmds) => {
+      const { outcomes, drop_rate } = await channelStub(env, channel).publishMany(cmds);
+      // The channel's fast-loop rate reaches this isolate with every answer, without waiting on KV.
+      reader.offer(channel, drop_rate);
+      return outcomes;
     }),
+    reader,
     drops: new DropCopyQueue({
-      sink: { send: (batch) => sendCopies(env, config, batch) },
+      sink: { send: (batch) => sendCopies(env, config, reader, batch) },
       onFailure: (batch, error) => {
         console.error(
           `floodgate analytics: ${batch.length} dropped-message copies did not reach ${config.analyticsChannel.name}`,
@@ -94,7 +100,7 @@ export function services(env: Env): Services {
         metrics.inc("floodgate_analytics_copy_failures_total", {}, batch.length);
         // The messages stay dropped; their drops and the failed copies are still counted. Returned so
         // the queue awaits it inside the request's waitUntil instead of leaving it floating.
-        return countDrops(env, batch, true);
+        return countDrops(env, reader, batch, true);
       },
     }),
     gate: new LimiterGate(
@@ -120,18 +126,21 @@ export function services(env: Env): Services {
 }
 
 /** One call to the analytics channel per batch, then one drop count per source channel. */
-async function sendCopies(env: Env, config: Config, batch: QueuedCopy[]): Promise<void> {
+async function sendCopies(env: Env, config: Config, reader: DropRateReader, batch: QueuedCopy[]): Promise<void> {
   const now = Date.now();
   await channelStub(env, config.analyticsChannel.name).publishBatch(
     config.analyticsChannel.name,
     batch.map((q) => ({ data: serialiseCopy(q), publisher: q.copy.publisher })),
     now,
   );
-  await countDrops(env, batch, false);
+  await countDrops(env, reader, batch, false);
 }
 
-/** Tells each source channel how many drops it had (those not counted by the channel already). */
-async function countDrops(env: Env, batch: QueuedCopy[], failed: boolean): Promise<void> {
+/**
+ * Tells each source channel how many drops it had (those not counted by the channel already). Each
+ * answers its fast-loop rate: at a high drop rate this is how most isolates hear it.
+ */
+async function countDrops(env: Env, reader: DropRateReader, batch: QueuedCopy[], failed: boolean): Promise<void> {
   const perChannel = new Map<string, { dropped: number; failed: number }>();
   for (const q of batch) {
     const e = perChannel.get(q.copy.source_channel) ?? { dropped: 0, failed: 0 };
@@ -143,7 +152,7 @@ async function countDrops(env: Env, batch: QueuedCopy[], failed: boolean): Promi
     [...perChannel].map(async ([channel, n]) => {
       if (n.dropped === 0 && n.failed === 0) return;
       try {
-        await channelStub(env, channel).recordDrops(channel, n.dropped, n.failed);
+        reader.offer(channel, await channelStub(env, channel).recordDrops(channel, n.dropped, n.failed));
       } catch (e) {
         console.error(
           `floodgate: could not count ${n.dropped} drops on ${channel}`,

@@ -20,6 +20,9 @@ export default defineConfig({
           // Sampler targets for test/scheduled.test.ts only (no other test uses these names).
           THROTTLE_TARGETS: JSON.stringify({ "public:sampled.**": "10/s", "public:budget.*": { deliveries: "40/s" } }),
           THROTTLE_THINNING: "public:sampled.thin.*",
+          // The fast loop's alarm never fires by itself during the suite: test/fast-loop.test.ts ends
+          // each period by moving its stored start back and running the alarm (runDurableObjectAlarm).
+          SAMPLER_FAST_PERIOD: "10m",
         },
       },
     }),
