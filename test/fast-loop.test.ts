@@ -2,9 +2,10 @@
  * The throttle's fast loop (docs/throttling.md, "Two loops"), in workerd: real channel objects and
  * their alarms, real KV, publishes through the Worker (its rate cache included).
  *
- * Targets come from test/vitest.config.ts: `public:sampled.**` → 10/s, and `public:sampled.thin.*`
- * drops by deterministic thinning, so a period's delivered count is exact to a message and a ±10%
- * check is not at the mercy of a random draw. `SAMPLER_FAST_PERIOD` is 10m there, so no alarm fires by
+ * Targets come from test/vitest.config.ts: `public:fastloop.*` → 1/s, dropping by deterministic
+ * thinning, so a period's delivered count is exact to a message and a ±10% check is not at the mercy
+ * of a random draw; at 1/s a period lasts 30 s, so the few ms a test takes between moving a period's
+ * start back and running the alarm do not move the measured rate by a change worth writing. `SAMPLER_FAST_PERIOD` is 10m there, so no alarm fires by
  * itself: a period ends when the test moves its stored start back and runs the alarm.
  */
 import {
@@ -22,10 +23,10 @@ import worker from "../src/index";
 import type { ChannelSample } from "../src/sampler-run";
 import { adminHeaders, callAndWait, envWith, mint, publishAndWait, uniq } from "./helpers";
 
-/** The configured target of `public:sampled.**`, in messages per second. */
-const TARGET = 10;
+/** The configured target of `public:fastloop.*`, in messages per second. */
+const TARGET = 1;
 /** The length of each simulated fast period, in ms. */
-const PERIOD_MS = 3000;
+const PERIOD_MS = 30_000;
 /** Messages the target allows in one period. */
 const ALLOWED = (TARGET * PERIOD_MS) / 1000;
 
@@ -38,7 +39,7 @@ interface Internals {
 }
 
 async function publisher(): Promise<string> {
-  return (await mint({ sub: uniq("pub"), channels: ["public:sampled.**", "public:plain.*"], rl: "100000/s" }))
+  return (await mint({ sub: uniq("pub"), channels: ["public:fastloop.*", "public:plain.*"], rl: "100000/s" }))
     .access_token;
 }
 
@@ -111,7 +112,7 @@ const within10 = (delivered: number, allowed: number) => Math.abs(delivered - al
 
 describe("fast loop", () => {
   it("holds a 4× step within two fast periods, with no cron and no admin call", async () => {
-    const ch = `public:sampled.thin.${uniq()}`;
+    const ch = `public:fastloop.${uniq()}`;
     const token = await publisher();
     // Period 0: twice the target. The first publish starts the loop.
     await offer(ch, token, 2 * ALLOWED);
@@ -140,7 +141,7 @@ describe("fast loop", () => {
   });
 
   it("releases within two fast periods after the surge, then stops its alarm once idle", async () => {
-    const ch = `public:sampled.thin.${uniq()}`;
+    const ch = `public:fastloop.${uniq()}`;
     const token = await publisher();
     for (let k = 0; k < 2; k++) {
       await offer(ch, token, 4 * ALLOWED);
@@ -169,14 +170,14 @@ describe("fast loop", () => {
 
   it("sets no alarm for a channel that is idle, or that has no target", async () => {
     const token = await publisher();
-    const idle = `public:sampled.${uniq()}`;
+    const idle = `public:fastloop.${uniq()}`;
     expect(await (await callAndWait(`/v1/channels/${idle}/stats`, { headers: adminHeaders() })).status).toBe(200);
     expect(await alarmAt(idle)).toBeNull();
     const untargeted = `public:plain.${uniq()}`;
     await offer(untargeted, token, 20);
     expect(await alarmAt(untargeted)).toBeNull();
     // Traffic on a channel with a target starts it, one fast period ahead (10m in this suite).
-    const busy = `public:sampled.${uniq()}`;
+    const busy = `public:fastloop.${uniq()}`;
     const before = Date.now();
     await offer(busy, token, 1);
     const at = await alarmAt(busy);
@@ -185,12 +186,12 @@ describe("fast loop", () => {
   });
 
   it("a cold isolate starts from the rate in KV; a warm one takes the channel's from its answers", async () => {
-    const ch = `public:sampled.thin.${uniq()}`;
+    const ch = `public:fastloop.${uniq()}`;
     const token = await publisher();
     await offer(ch, token, 4 * ALLOWED);
     await endFastPeriod(ch);
     await offer(ch, token, 4 * ALLOWED);
-    await backdateSweep(ch, 60_000);
+    await backdateSweep(ch, 10 * PERIOD_MS);
     const persisted = await objectRate(ch);
     await cron(); // persists the fast loop's rate (≈ 0.75)
     expect(Number(await env.THROTTLE_KV.get(rateKey(ch)))).toBe(persisted);
@@ -213,7 +214,7 @@ describe("fast loop", () => {
   });
 
   it("the sweep and the fast loop agree: one law, no oscillation when both run", async () => {
-    const ch = `public:sampled.thin.${uniq()}`;
+    const ch = `public:fastloop.${uniq()}`;
     const token = await publisher();
     // The sweep runs before the fast loop has decided: it applies the law to its own period's counts,
     // and the fast loop takes that rate over.
@@ -228,13 +229,13 @@ describe("fast loop", () => {
     await endFastPeriod(ch);
     expect(await objectRate(ch)).toBeCloseTo(0.75, 2);
     // Constant 4× load; fast periods and sweeps interleave. Every decision is the same rate, and the
-    // sweep writes nothing more to KV. (Its periods are backdated a minute: had it used its own
+    // sweep writes nothing more to KV. (Its periods are backdated ten periods: had it used its own
     // counts instead of the fast loop's rate, it would have released the channel.)
     const rates: number[] = [];
     for (let k = 0; k < 4; k++) {
       await offer(ch, token, 4 * ALLOWED);
       if (k % 2 === 1) {
-        await backdateSweep(ch, 60_000);
+        await backdateSweep(ch, 10 * PERIOD_MS);
         await cron();
         const sample = await lastSample(ch);
         expect(sample).toMatchObject({ decided_by: "fast loop", written: false });
