@@ -10,7 +10,7 @@ import type { AppEnv } from "../app-env";
 import type { ChannelStats } from "../channel-object";
 import type { ChannelName } from "../channels";
 import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson, thinningFor } from "../config";
-import { DurationError, parseDuration } from "../durations";
+import { DurationError, formatDuration, parseDuration } from "../durations";
 import { invalidArgument, orUnavailable } from "../errors";
 import { channelParam, readJson, requireAdmin } from "../http";
 import { LimitError, limitToJson } from "../limits";
@@ -51,6 +51,7 @@ export function manifest(config: Config) {
       ...(config.throttleThinning.length ? { thinning: config.throttleThinning.map((p) => p.source) } : {}),
       analytics_channel: config.analyticsChannel.name,
       rate_cache_ms: config.rateCacheMs,
+      fast_period: formatDuration(config.samplerFastPeriodMs),
     },
   };
 }
