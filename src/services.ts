@@ -125,19 +125,28 @@ export function services(env: Env): Services {
   return s;
 }
 
-/** One call to the analytics channel per batch, then one drop count per source channel. */
+/**
+ * One call to the analytics channel per batch and, alongside it rather than after it, one drop count
+ * per source channel: a channel's fast loop measures its offered rate from these counts, so they do
+ * not wait on the analytics channel (nor fail with it).
+ */
 async function sendCopies(env: Env, config: Config, reader: DropRateReader, batch: QueuedCopy[]): Promise<void> {
   const now = Date.now();
-  await channelStub(env, config.analyticsChannel.name).publishBatch(
-    config.analyticsChannel.name,
-    batch.map((q) => ({ data: serialiseCopy(q), publisher: q.copy.publisher })),
-    now,
-  );
-  await countDrops(env, reader, batch, false);
+  // Settled both ways before a failed copy is reported, so the failure report sees what was counted.
+  const [copied] = await Promise.allSettled([
+    channelStub(env, config.analyticsChannel.name).publishBatch(
+      config.analyticsChannel.name,
+      batch.map((q) => ({ data: serialiseCopy(q), publisher: q.copy.publisher })),
+      now,
+    ),
+    countDrops(env, reader, batch, false),
+  ]);
+  if (copied.status === "rejected") throw copied.reason;
 }
 
 /**
- * Tells each source channel how many drops it had (those not counted by the channel already). Each
+ * Tells each source channel how many drops it had (those not counted by the channel already), and
+ * marks them counted, so a copy failure reported afterwards counts only the failure. Each channel
  * answers its fast-loop rate: at a high drop rate this is how most isolates hear it.
  */
 async function countDrops(env: Env, reader: DropRateReader, batch: QueuedCopy[], failed: boolean): Promise<void> {
@@ -153,6 +162,7 @@ async function countDrops(env: Env, reader: DropRateReader, batch: QueuedCopy[],
       if (n.dropped === 0 && n.failed === 0) return;
       try {
         reader.offer(channel, await channelStub(env, channel).recordDrops(channel, n.dropped, n.failed));
+        for (const q of batch) if (q.copy.source_channel === channel) q.counted = true;
       } catch (e) {
         console.error(
           `floodgate: could not count ${n.dropped} drops on ${channel}`,
