@@ -89,6 +89,8 @@ try {
   const rateAt = (t) => (t >= BEFORE_S && t < BEFORE_S + SURGE_S ? SURGE_RATE : BASE_RATE);
   const perSecond = Array.from({ length: total }, () => ({ delivered: 0, dropped: 0, other: 0, slowest: 0 }));
   const inflight = [];
+  /** Every answer with when it arrived (seconds from the start): what the server did, when. */
+  const answers = [];
   const start = performance.now();
   // The drop rate the Worker would use, once a second (the stats route reads the isolate's cache).
   const rates = [];
@@ -112,6 +114,7 @@ try {
     sent++;
     const bucket = perSecond[s];
     const sentAt = performance.now();
+    const phase = s < BEFORE_S ? "before" : s < BEFORE_S + SURGE_S ? "surge" : "after";
     inflight.push(
       fetch(`${BASE}/v1/publish/${CHANNEL}`, {
         method: "POST",
@@ -124,6 +127,7 @@ try {
           else if (res.status === 202) bucket.dropped++;
           else bucket.other++;
           bucket.slowest = Math.max(bucket.slowest, performance.now() - sentAt);
+          answers.push({ at: (performance.now() - start) / 1000, phase, status: res.status });
         })
         .catch(() => {
           bucket.other++;
@@ -145,22 +149,31 @@ try {
       `| ${i} | ${b.delivered + b.dropped + b.other} | ${b.delivered} | ${b.dropped} | ${b.other} | ${Math.round(b.slowest)} ms | ${rates[i] ?? ""} |`,
     );
   }
-  const sum = (from, to, k) => perSecond.slice(from, to).reduce((a, b) => a + b[k], 0);
-  const heldFrom = BEFORE_S + Math.ceil(3 * FAST_S);
-  const surgeEnd = BEFORE_S + SURGE_S;
-  const held = sum(heldFrom, surgeEnd, "delivered") / (surgeEnd - heldFrom);
-  const releasedFrom = surgeEnd + Math.ceil(2 * FAST_S);
-  const after = perSecond.slice(releasedFrom);
-  const afterOffered = after.reduce((a, b) => a + b.delivered + b.dropped, 0);
-  const afterDelivered = after.reduce((a, b) => a + b.delivered, 0);
+  // Judged by when the answers arrived, not when the messages were sent: a busy machine's wrangler dev
+  // falls seconds behind a 100 msg/s surge, and what it then delivers per second (and what the loop
+  // sees as offered) follows its own pace. With no backlog the two views are the same.
+  const surgeAnswers = answers.filter((a) => a.phase === "surge").map((a) => a.at);
+  const surgeFrom = Math.min(...surgeAnswers);
+  const surgeTo = Math.max(...surgeAnswers);
+  const heldFrom = surgeFrom + 3 * FAST_S;
+  const inHold = answers.filter((a) => a.at >= heldFrom && a.at <= surgeTo);
+  const held = inHold.filter((a) => a.status === 200).length / Math.max(1e-9, surgeTo - heldFrom);
+  const releasedFrom = surgeTo + 2 * FAST_S;
+  const after = answers.filter((a) => a.phase === "after" && a.at >= releasedFrom);
+  const afterOffered = after.length;
+  const afterDelivered = after.filter((a) => a.status === 200).length;
   const errors = perSecond.reduce((a, b) => a + b.other, 0);
+  const lag = Math.max(...perSecond.map((b) => b.slowest)) / 1000;
+  console.log(
+    `\nsurge answered from t=${surgeFrom.toFixed(1)} s to ${surgeTo.toFixed(1)} s (sent from ${BEFORE_S} s to ${BEFORE_S + SURGE_S} s; slowest answer ${lag.toFixed(1)} s)`,
+  );
   const heldOk = Math.abs(held - TARGET) <= 0.25 * TARGET;
   const releasedOk = afterDelivered === afterOffered;
   console.log(
-    `\nheld: ${held.toFixed(1)} msg/s delivered from t=${heldFrom} s to ${surgeEnd} s (target ${TARGET}, ±25%: ${heldOk ? "ok" : "FAIL"})`,
+    `held: ${held.toFixed(1)} msg/s delivered from t=${heldFrom.toFixed(1)} s to ${surgeTo.toFixed(1)} s, by answer time (target ${TARGET}, ±25%: ${heldOk ? "ok" : "FAIL"})`,
   );
   console.log(
-    `released: ${afterDelivered}/${afterOffered} delivered from t=${releasedFrom} s on (${releasedOk ? "ok" : "FAIL"})`,
+    `released: ${afterDelivered}/${afterOffered} delivered of those answered from t=${releasedFrom.toFixed(1)} s on (${releasedOk ? "ok" : "FAIL"})`,
   );
   console.log(
     `errors: ${errors}; stored KV rate: ${view.rate}; last sweep sample: ${JSON.stringify(view.last_sample)}`,
