@@ -13,6 +13,11 @@
  * misses share one read, so a busy channel costs at most about two KV reads per second per isolate,
  * not one per message. The price is staleness: a new rate reaches an isolate up to `cacheMs` after KV
  * shows it (on top of KV's own propagation delay, up to about 60 s between locations).
+ *
+ * A channel with a target also runs a fast loop in its own object (docs/throttling.md, "Two loops"),
+ * and the object's answers carry that loop's current rate: {@link DropRateReader.offer} keeps it as
+ * the channel's rate in this isolate for {@link CHANNEL_RATE_TTL_MS}, ahead of KV. KV stays the rate
+ * an isolate starts from — a cold isolate, or one that has not heard from the channel for that long.
  */
 
 import type { Thinning } from "./thinning";
@@ -23,8 +28,8 @@ export interface RateStore {
   get(key: string): Promise<string | null>;
 }
 
-/** Where a rate came from. */
-export type RateSource = "channel" | "global" | "fallback";
+/** Where a rate came from: a KV key, the fallback, or the channel object's fast loop. */
+export type RateSource = "channel" | "global" | "fallback" | "fast-loop";
 
 /** Why the fallback rate was used. Each cause is logged once per isolate, not per message. */
 export type FallbackCause = "missing" | "non-numeric" | "unreadable";
@@ -50,6 +55,15 @@ export interface DropRateReaderOptions {
   /** Warning sink. Default `console.warn`. */
   log?: (message: string) => void;
 }
+
+/**
+ * How long a rate from the channel object stands in for KV in one isolate. Every answer from the
+ * object (a delivered publish, a drop report) renews it, so it only lapses for an isolate that has
+ * not touched the channel for this long; a minute is the Cron sweep's period, after which KV holds the
+ * persisted rate. Longer than a fast period on purpose: with many isolates each seeing a message every
+ * few seconds, a rate that lapsed between two of them would send each back to KV's older value.
+ */
+export const CHANNEL_RATE_TTL_MS = 60_000;
 
 export const CHANNEL_RATE_PREFIX = "throttleRate:";
 export const GLOBAL_RATE_KEY = "throttleRate";
@@ -90,6 +104,8 @@ export class DropRateReader {
   private readonly log: (message: string) => void;
   private readonly cache = new Map<string, CacheEntry>();
   private readonly logged = new Set<FallbackCause>();
+  /** Rates the channel objects answered with, and until when each stands in for KV. */
+  private readonly offered = new Map<string, { rate: number; expires: number }>();
 
   constructor(opts: DropRateReaderOptions) {
     this.store = opts.store;
@@ -103,6 +119,8 @@ export class DropRateReader {
   /** The drop rate for a channel (cached for `cacheMs`). Never rejects. */
   rateFor(channel: string): Promise<ResolvedRate> {
     const now = this.now();
+    const fresh = this.offered.get(channel);
+    if (fresh && fresh.expires > now) return Promise.resolve({ rate: fresh.rate, source: "fast-loop" });
     const hit = this.cache.get(channel);
     if (hit && hit.expires > now) {
       return hit.value ? Promise.resolve(hit.value) : this.join(channel, hit);
@@ -138,12 +156,30 @@ export class DropRateReader {
     return this.start(channel, this.now());
   }
 
-  /** Forgets cached rates (an admin write in this isolate takes effect at once). */
+  /**
+   * The channel's current rate from its object's fast loop (null: the channel has no fast loop, so KV
+   * rules). Clamped like a stored rate; a value that is not a number is ignored.
+   */
+  offer(channel: string, rate: number | null): void {
+    if (rate === null || typeof rate !== "number" || Number.isNaN(rate)) {
+      this.offered.delete(channel);
+      return;
+    }
+    // Same bound as the KV cache: start over rather than grow without limit.
+    if (this.offered.size >= 10_000 && !this.offered.has(channel)) this.offered.clear();
+    this.offered.set(channel, { rate: clampRate(rate), expires: this.now() + CHANNEL_RATE_TTL_MS });
+  }
+
+  /** Forgets cached rates, the channel objects' too (an admin write in this isolate takes effect at once). */
   invalidate(channel?: string): void {
     if (channel === undefined || channel === "*") {
       this.cache.clear();
+      this.offered.clear();
       this.globalText = null;
-    } else this.cache.delete(channel);
+    } else {
+      this.cache.delete(channel);
+      this.offered.delete(channel);
+    }
   }
 
   /**

@@ -12,13 +12,19 @@
  * object's single alarm expires Idempotency-Keys without waiting for traffic, and deletes everything
  * once nobody has published for `HISTORY_TTL` and nobody is subscribed.
  *
+ * A channel with a target also runs the throttle's fast loop here (docs/throttling.md, "Two loops"):
+ * while it is busy or throttled, an alarm every `SAMPLER_FAST_PERIOD` applies the sampler's law
+ * (functions/sampler.ts) to the last period, and every answer to a publish or a drop report carries
+ * the resulting rate back to the Worker isolate that sent it.
+ *
  * The Worker talks to it by RPC (publish, history, stats, …) and forwards subscribe requests with
  * `fetch`, because a WebSocket upgrade has to travel as an HTTP request.
  */
 import { DurableObject } from "cloudflare:workers";
+import { nextDropRate, roundRate } from "../functions/sampler";
 import { samplerRegistry } from "./active-channels";
 import { parseChannelName } from "./channels";
-import { getConfig, targetFor } from "./config";
+import { getConfig, parseTarget, type Target, type TargetJson, targetFor } from "./config";
 
 /** How long an Idempotency-Key is remembered (CONTRACT §4). */
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
@@ -61,6 +67,18 @@ export interface PublishCommand {
   now: number;
 }
 
+/**
+ * The channel's current drop rate from its fast loop, carried to the isolate in every answer; null
+ * when the channel has no target (KV's rate rules).
+ */
+export type ChannelRate = number | null;
+
+/** What {@link ChannelObject.publishMany} answers: one outcome per command, and the current rate. */
+export interface PublishManyResult {
+  outcomes: PublishOutcome[];
+  drop_rate: ChannelRate;
+}
+
 export type PublishOutcome =
   | { status: "delivered"; channel: string; seq: number; id: string; published_at: number; replayed: boolean }
   | { status: "dropped"; replayed: boolean };
@@ -100,6 +118,10 @@ export interface PeriodCounts {
   elapsed_ms: number;
   period_started_at: number;
   occupancy: number;
+  /** The fast loop's current rate, or null when the channel has no fast loop. */
+  fast_rate: ChannelRate;
+  /** When the fast loop last decided (epoch ms), or null when it never has. */
+  fast_decided_at: number | null;
 }
 
 export interface ChannelStats {
@@ -159,7 +181,13 @@ type CounterName =
   | "period_marked"
   /** The analytics channel: copies appended, and copies deleted by retention. */
   | "copies_total"
-  | "copies_expired_total";
+  | "copies_expired_total"
+  /** The fast loop's period: counts, start, when its alarm is due (0: not running), last decision. */
+  | "fast_delivered"
+  | "fast_dropped"
+  | "fast_started_at"
+  | "fast_due_at"
+  | "fast_decided_at";
 
 export class ChannelObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -173,6 +201,10 @@ export class ChannelObject extends DurableObject<Env> {
   private alarmAt: number | null = null;
   /** Nothing is stored (never written, or deleted by {@link expireIdle}); the tables come with the next write. */
   private wiped = false;
+  /** The fast loop's current drop rate (stored in `meta` as `fast_rate`). */
+  private fastRate = 0;
+  /** The target the sampler or the admin API last gave this channel; undefined: never told. */
+  private toldTarget: TargetJson | null | undefined = undefined;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -198,6 +230,8 @@ export class ChannelObject extends DurableObject<Env> {
         if (row.name === "channel") this.channel = row.value;
         if (row.name === "last_sample") this.lastSample = JSON.parse(row.value);
         if (row.name === "record") this.recordRole = true;
+        if (row.name === "fast_rate") this.fastRate = Number(row.value) || 0;
+        if (row.name === "target") this.toldTarget = JSON.parse(row.value) as TargetJson | null;
       }
     });
   }
@@ -229,7 +263,7 @@ export class ChannelObject extends DurableObject<Env> {
    * one storage commit and one fan-out for all. Each gets exactly the outcome it would have had alone
    * (a key repeated inside the batch answers the first result again).
    */
-  publishMany(cmds: PublishCommand[]): Promise<PublishOutcome[]> {
+  async publishMany(cmds: PublishCommand[]): Promise<PublishManyResult> {
     this.revive();
     const outcomes: PublishOutcome[] = [];
     this.inBatch(() => {
@@ -243,7 +277,8 @@ export class ChannelObject extends DurableObject<Env> {
     const keyed = cmds.filter((c) => c.idempotencyKey).map((c) => c.now);
     if (keyed.length > 0) this.scheduleAlarm(Math.min(...keyed) + IDEMPOTENCY_TTL_MS);
     this.ensureExpiry();
-    return this.settled(outcomes);
+    await this.settled(undefined);
+    return { outcomes, drop_rate: this.currentRate() };
   }
 
   private applyOne(cmd: PublishCommand): PublishOutcome {
@@ -304,14 +339,19 @@ export class ChannelObject extends DurableObject<Env> {
     return last;
   }
 
-  /** Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed. */
-  recordDrops(channel: string, dropped: number, copyFailures: number): Promise<void> {
+  /**
+   * Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed. Answers
+   * the current rate: at a high drop rate few publishes reach this object, but every isolate that
+   * drops reports here, so each one still hears the rate.
+   */
+  async recordDrops(channel: string, dropped: number, copyFailures: number): Promise<ChannelRate> {
     this.revive();
     this.remember(channel);
     if (dropped > 0) this.set({ last_publish_at: Date.now() });
     this.bump({ dropped_total: dropped, period_dropped: dropped, copy_failures_total: copyFailures });
     this.ensureExpiry();
-    return this.settled(undefined);
+    await this.settled(undefined);
+    return this.currentRate();
   }
 
   /**
@@ -469,9 +509,14 @@ export class ChannelObject extends DurableObject<Env> {
     return row ? row.dropped_at : null;
   }
 
-  /** Returns this period's counts and starts a new period (the sampler calls this once per run). */
-  takePeriod(now: number): PeriodCounts {
+  /**
+   * Returns this period's counts and starts a new period (the sampler calls this once per run). The
+   * sampler passes the channel's effective target (a runtime one included), which the fast loop uses
+   * from then on.
+   */
+  takePeriod(now: number, target?: TargetJson | null): PeriodCounts {
     this.revive();
+    if (target !== undefined) this.setTarget(target);
     const started = this.counter("period_started_at") || now;
     const delivered = this.counter("period_delivered");
     const dropped = this.counter("period_dropped");
@@ -484,16 +529,39 @@ export class ChannelObject extends DurableObject<Env> {
       offered: delivered + dropped,
       elapsed_ms: Math.max(0, now - started),
       period_started_at: started,
-      occupancy: this.openSockets().length + this.sse.size,
+      occupancy: this.occupancy(),
+      fast_rate: this.currentRate(),
+      fast_decided_at: this.counter("fast_decided_at") || null,
     };
   }
 
-  /** Stores the sampler's latest decision so stats and the admin API can show it. */
-  recordSample(sample: unknown): void {
+  /**
+   * Stores the sampler's latest decision so stats and the admin API can show it. A rate the sweep
+   * decided itself (the fast loop had not decided since) becomes the fast loop's rate too, unless the
+   * fast loop decided after the sweep began: both loops then answer with the same rate.
+   */
+  async recordSample(sample: { sampled_at: number; new_rate: number }): Promise<void> {
     this.revive();
     this.lastSample = sample;
     this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('last_sample', ?)", JSON.stringify(sample));
+    if (this.fastTarget() && sample.sampled_at >= this.counter("fast_decided_at")) {
+      this.setFastRate(sample.new_rate);
+      if (sample.new_rate > 0) this.startFastLoop(Date.now());
+      await this.settled(undefined);
+    }
     this.ensureExpiry();
+  }
+
+  /**
+   * The channel's target as the sampler or the admin API resolved it (a runtime target included);
+   * null: none. Until told, the object uses `THROTTLE_TARGET(S)`.
+   */
+  setTarget(target: TargetJson | null): void {
+    if (JSON.stringify(target) === JSON.stringify(this.toldTarget)) return;
+    this.revive();
+    this.toldTarget = target;
+    this.fastTargetCache = undefined;
+    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('target', ?)", JSON.stringify(target));
   }
 
   // ---- alarm -------------------------------------------------------------------------------------
@@ -509,6 +577,7 @@ export class ChannelObject extends DurableObject<Env> {
     this.expireIdempotencyKeys(now);
     const copiesDue = this.expireCopies(now);
     if (copiesDue !== null) this.scheduleAlarm(copiesDue);
+    this.fastLoopTick(now);
   }
 
   /**
@@ -560,6 +629,10 @@ export class ChannelObject extends DurableObject<Env> {
     this.pendingLive = [];
     this.sampledCache = null;
     this.lastSeenReport = 0;
+    this.fastRate = 0;
+    this.toldTarget = undefined;
+    this.fastTargetCache = undefined;
+    this.rearmedAt = 0;
     await deleted;
     return true;
   }
@@ -578,6 +651,98 @@ export class ChannelObject extends DurableObject<Env> {
     const ttl = getConfig(this.env).historyTtlMs;
     const now = Date.now();
     this.scheduleAlarm(Math.max(now, (this.counter("last_publish_at") || now) + ttl));
+  }
+
+  // ---- fast loop ---------------------------------------------------------------------------------
+
+  /**
+   * One fast-loop period ends: the sampler's law on its counts gives the rate the next answers carry.
+   * The loop goes on while the channel is busy (any traffic in the period) or throttled, and stops —
+   * no alarm at all — once a period passes with no traffic, which also releases the rate to 0.
+   */
+  private fastLoopTick(now: number): void {
+    if (this.wiped) return;
+    const due = this.counter("fast_due_at");
+    if (!due) return;
+    if (now < due) {
+      this.scheduleAlarm(due); // woken early for another job
+      return;
+    }
+    const target = this.fastTarget();
+    const delivered = this.counter("fast_delivered");
+    const dropped = this.counter("fast_dropped");
+    if (!target) {
+      this.set({ fast_due_at: 0, fast_delivered: 0, fast_dropped: 0 });
+      this.setFastRate(0);
+      return;
+    }
+    const counts = {
+      delivered,
+      dropped,
+      elapsedMs: Math.max(0, now - this.counter("fast_started_at")),
+      occupancy: this.occupancy(),
+    };
+    const next = roundRate(nextDropRate(counts, this.fastRate, target));
+    this.setFastRate(next);
+    const busy = delivered + dropped > 0;
+    const nextDue = busy || next > 0 ? now + getConfig(this.env).samplerFastPeriodMs : 0;
+    this.set({ fast_delivered: 0, fast_dropped: 0, fast_started_at: now, fast_due_at: nextDue, fast_decided_at: now });
+    if (nextDue) this.scheduleAlarm(nextDue);
+  }
+
+  /** Starts the fast loop's first period at `now` when a channel with a target is not running it yet. */
+  private startFastLoop(now: number): void {
+    if (!this.fastTarget()) return;
+    const period = getConfig(this.env).samplerFastPeriodMs;
+    const running = this.counter("fast_due_at");
+    let wake: number;
+    if (running) {
+      // Running, unless its alarm is a whole period overdue (lost): then wake it now, once a period.
+      if (now < running + period || now - this.rearmedAt < period) return;
+      this.rearmedAt = now;
+      wake = now;
+    } else {
+      wake = now + period;
+      this.set({ fast_delivered: 0, fast_dropped: 0, fast_started_at: now, fast_due_at: wake });
+    }
+    // A failure never fails the publish that started the loop: a lost alarm is re-armed (above).
+    this.scheduleAlarm(wake);
+  }
+
+  /** When a lost fast-loop alarm was last re-armed (epoch ms). */
+  private rearmedAt = 0;
+
+  /** The rate answers carry: the fast loop's, or null for a channel without one. */
+  private currentRate(): ChannelRate {
+    return this.fastTarget() ? this.fastRate : null;
+  }
+
+  private setFastRate(rate: number): void {
+    if (rate === this.fastRate) return;
+    this.fastRate = rate;
+    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('fast_rate', ?)", String(rate));
+  }
+
+  /** The fast loop's target in messages per second; undefined until computed. */
+  private fastTargetCache: { kind: Target["kind"]; perSecond: number } | null | undefined = undefined;
+
+  /** The target the fast loop holds: the one the sampler or admin API gave, else the configured one. */
+  private fastTarget(): { kind: Target["kind"]; perSecond: number } | null {
+    if (this.fastTargetCache !== undefined) return this.fastTargetCache;
+    const channel = this.channel;
+    if (!channel) return null; // not known yet: decide once it is
+    let target: Target | null = null;
+    try {
+      const config = getConfig(this.env);
+      if (channel !== config.analyticsChannel.name) {
+        target =
+          this.toldTarget !== undefined ? parseTarget(this.toldTarget) : targetFor(config, parseChannelName(channel));
+      }
+    } catch {
+      target = null; // bad config, or a name that is not a channel: no fast loop
+    }
+    this.fastTargetCache = target ? { kind: target.kind, perSecond: target.perSecond } : null;
+    return this.fastTargetCache;
   }
 
   private occupancy(): number {
@@ -918,7 +1083,14 @@ export class ChannelObject extends DurableObject<Env> {
     for (const [k, d] of Object.entries(deltas) as [CounterName, number][]) {
       if (d) next[k] = this.counter(k) + d;
     }
-    const traffic = deltas.period_delivered || deltas.period_dropped;
+    const traffic = (deltas.period_delivered ?? 0) + (deltas.period_dropped ?? 0);
+    if (traffic) {
+      this.startFastLoop(Date.now());
+      if (this.counter("fast_due_at")) {
+        next.fast_delivered = this.counter("fast_delivered") + (deltas.period_delivered ?? 0);
+        next.fast_dropped = this.counter("fast_dropped") + (deltas.period_dropped ?? 0);
+      }
+    }
     if (traffic && !this.counter("period_started_at")) next.period_started_at = Date.now();
     this.set(next);
     if (traffic && !this.marking && this.periodWeight() > this.counter("period_marked")) this.markActive();

@@ -50,6 +50,8 @@ export interface Config {
   rateCacheMs: number;
   /** Channels whose drops use deterministic thinning instead of a random draw. */
   throttleThinning: ChannelPattern[];
+  /** Period of the channel object's fast throttle loop, in ms (docs/throttling.md, "Two loops"). */
+  samplerFastPeriodMs: number;
   /** Least time between two metric flushes from one isolate, in ms. */
   metricsFlushMs: number;
   analyticsChannel: ChannelName;
@@ -84,6 +86,7 @@ export const CONFIG_VARIABLES = [
   "THROTTLE_TARGETS",
   "THROTTLE_RATE_CACHE_MS",
   "THROTTLE_THINNING",
+  "SAMPLER_FAST_PERIOD",
   "METRICS_FLUSH_MS",
   "ANALYTICS_CHANNEL",
   "MAX_MESSAGE_BYTES",
@@ -203,6 +206,17 @@ function longDuration(variable: string, text: string | undefined, fallback: stri
   return ms;
 }
 
+/** The shortest fast-loop period: below 1 s a period holds too few messages to measure a rate. */
+export const MIN_FAST_PERIOD_MS = 1000;
+
+/** `SAMPLER_FAST_PERIOD`: a duration (`5s`, `2.5s`, `1m`) of at least {@link MIN_FAST_PERIOD_MS}. */
+function fastPeriod(text: string | undefined): number {
+  const t = (text ?? "").trim() || "5s";
+  const ms = wrap("SAMPLER_FAST_PERIOD", () => parseDuration(t));
+  if (!(ms >= MIN_FAST_PERIOD_MS)) throw new ConfigError("SAMPLER_FAST_PERIOD", `"${t}" must be at least 1s`);
+  return ms;
+}
+
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
 export function parseConfig(raw: RawConfig): Config {
   const fallbackText = (raw.THROTTLE_FALLBACK_RATE ?? "").trim() || "0";
@@ -235,6 +249,7 @@ export function parseConfig(raw: RawConfig): Config {
         .filter((p) => p.length > 0)
         .map((p) => parsePattern(p)),
     ),
+    samplerFastPeriodMs: fastPeriod(raw.SAMPLER_FAST_PERIOD),
     metricsFlushMs: positiveInt("METRICS_FLUSH_MS", raw.METRICS_FLUSH_MS, 1000, 0),
     analyticsChannel: analytics,
     maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),

@@ -11,6 +11,8 @@
  *    show it. A run never spends more than the platform's KV operations per invocation
  *    ({@link KV_OPERATIONS_PER_RUN}); a channel that would not fit waits for the next run
  *    (docs/operations.md, "Sampler limits per run").
+ *    A channel's own fast loop (src/channel-object.ts) decides with the same law every few seconds;
+ *    when it has decided during the period, its rate is the one persisted, so the two never disagree.
  * 3. Tell the registry what was sampled. A channel whose object or KV fails is reported with an
  *    error and keeps its mark for the next run; the others go on.
  */
@@ -47,6 +49,11 @@ export interface ChannelSample {
   new_rate: number;
   /** Whether `new_rate` was written to KV (false when the change was too small to matter). */
   written: boolean;
+  /**
+   * Who decided `new_rate`: the channel's fast loop (this run persisted it), or this sweep, by the same
+   * law on its own period's counts (the fast loop had not decided during the period).
+   */
+  decided_by: "fast loop" | "sweep";
 }
 
 export interface SkippedChannel {
@@ -142,7 +149,10 @@ async function sampleChannel(
   const target = effectiveTarget(config, parseChannelName(channel), runtimeTarget);
   if (!target) return { channel, skipped: "no target" };
   const stub = channelStub(env, channel);
-  const [counts, storedText] = await Promise.all([stub.takePeriod(now), env.THROTTLE_KV.get(rateKey(channel))]);
+  const [counts, storedText] = await Promise.all([
+    stub.takePeriod(now, targetJson(target)),
+    env.THROTTLE_KV.get(rateKey(channel)),
+  ]);
   const stored = storedText === null ? null : parseStoredRate(storedText);
   const lawTarget: SamplerTarget = { kind: target.kind, perSecond: target.perSecond };
   const period = {
@@ -153,7 +163,10 @@ async function sampleChannel(
   };
   // Without its own key the channel runs at the global rate (or the fallback).
   const current = stored ?? globalRate;
-  const next = roundRate(nextDropRate(period, current, lawTarget));
+  // The fast loop's rate when it decided during this period (finer and fresher, same law); else the
+  // law on this period's counts — a channel whose fast loop did not run, idle ones included.
+  const fast = counts.fast_rate !== null && (counts.fast_decided_at ?? 0) > counts.period_started_at;
+  const next = fast ? roundRate(counts.fast_rate ?? 0) : roundRate(nextDropRate(period, current, lawTarget));
   // Only a meaningful change of the rate the channel runs at is written (KV: one write per second per
   // key, each write billed, a run's operations capped). A new channel under its target that already
   // runs at 0 gets no key; one that the global rate would throttle gets its own 0, so the global rate
@@ -175,6 +188,7 @@ async function sampleChannel(
     old_rate: stored,
     new_rate: written ? next : current,
     written,
+    decided_by: fast ? "fast loop" : "sweep",
   };
   await stub.recordSample(sample);
   return sample;

@@ -92,25 +92,32 @@ export function services(env: Env): Services {
     () => env.METRICS.get(env.METRICS.idFromName(METRICS_OBJECT)),
     config.metricsFlushMs,
   );
+  const reader = new DropRateReader({
+    store: {
+      get: (key) => {
+        metrics.inc("floodgate_kv_reads_total");
+        return env.THROTTLE_KV.get(key);
+      },
+    },
+    fallbackRate: config.throttleFallbackRate,
+    cacheMs: config.rateCacheMs,
+  });
   const svc: Services = {
     config,
     metrics,
     thinning: new Thinning(),
-    publisher: new PublishBatcher((channel, cmds) => channelStub(env, channel).publishMany(cmds), {
-      onOverflow: () => metrics.inc("floodgate_publish_overflow_total"),
-    }),
-    reader: new DropRateReader({
-      store: {
-        get: (key) => {
-          metrics.inc("floodgate_kv_reads_total");
-          return env.THROTTLE_KV.get(key);
-        },
+    publisher: new PublishBatcher(
+      async (channel, cmds) => {
+        const { outcomes, drop_rate } = await channelStub(env, channel).publishMany(cmds);
+        // The channel's fast-loop rate reaches this isolate with every answer, without waiting on KV.
+        reader.offer(channel, drop_rate);
+        return outcomes;
       },
-      fallbackRate: config.throttleFallbackRate,
-      cacheMs: config.rateCacheMs,
-    }),
+      { onOverflow: () => metrics.inc("floodgate_publish_overflow_total") },
+    ),
+    reader,
     drops: new DropCopyQueue({
-      sink: { send: (batch) => sendCopies(env, config, metrics, batch) },
+      sink: { send: (batch) => sendCopies(env, config, metrics, reader, batch) },
       maxBytes: config.maxMessageBytes * COPY_QUEUE_MESSAGE_BYTES,
       onFailure: (failed, cause, error) => {
         // Counted first, so the identity dropped = copies + failures holds whatever happens next.
@@ -123,7 +130,7 @@ export function services(env: Env): Services {
           );
         // The messages stay dropped; their drops and the failed copies are still counted. Returned so
         // the queue awaits it inside the request's waitUntil instead of leaving it floating.
-        return countDrops(env, failed);
+        return countDrops(env, reader, failed);
       },
     }),
     gate: new LimiterGate(
@@ -148,33 +155,71 @@ export function services(env: Env): Services {
   return s;
 }
 
-/** One call to the analytics channel per batch, then one drop count per source channel. */
-async function sendCopies(env: Env, config: Config, metrics: MetricsBuffer, batch: QueuedCopy[]): Promise<void> {
-  await channelStub(env, config.analyticsChannel.name).appendCopies(
-    config.analyticsChannel.name,
-    batch.map((q) => ({
-      data: serialiseCopy(q),
-      publisher: q.publisher,
-      source_channel: q.source_channel,
-      dropped_at: q.dropped_at,
-    })),
-    Date.now(),
-  );
+/**
+ * One call to the analytics channel per batch and, alongside it rather than after it, one drop count
+ * per source channel: a channel's fast loop measures its offered rate from these counts, so they do
+ * not wait on the analytics channel (nor fail with it).
+ */
+async function sendCopies(
+  env: Env,
+  config: Config,
+  metrics: MetricsBuffer,
+  reader: DropRateReader,
+  batch: QueuedCopy[],
+): Promise<void> {
+  // Settled both ways before a failed copy is reported, so the failure report sees what was counted.
+  const [copied] = await Promise.allSettled([
+    channelStub(env, config.analyticsChannel.name).appendCopies(
+      config.analyticsChannel.name,
+      batch.map((q) => ({
+        data: serialiseCopy(q),
+        publisher: q.publisher,
+        source_channel: q.source_channel,
+        dropped_at: q.dropped_at,
+      })),
+      Date.now(),
+    ),
+    countUncounted(env, reader, batch),
+  ]);
+  if (copied.status === "rejected") throw copied.reason;
   metrics.inc("floodgate_analytics_copies_total", {}, batch.length);
+}
+
+/** Tells each source channel the drops of `batch` it has not counted, and marks them counted. */
+async function countUncounted(env: Env, reader: DropRateReader, batch: QueuedCopy[]): Promise<void> {
   const uncounted = new Map<string, number>();
   for (const q of batch) if (!q.counted) uncounted.set(q.source_channel, (uncounted.get(q.source_channel) ?? 0) + 1);
-  await Promise.all([...uncounted].map(([channel, n]) => recordDrops(env, channel, n, 0)));
+  await Promise.all(
+    [...uncounted].map(async ([channel, n]) => {
+      if (!(await recordDrops(env, reader, channel, n, 0))) return;
+      for (const q of batch) if (q.source_channel === channel) q.counted = true;
+    }),
+  );
 }
 
 /** Tells each source channel how many drops it had (those it has not counted) and how many copies failed. */
-async function countDrops(env: Env, failed: CopyTally): Promise<void> {
-  await Promise.all([...failed.byChannel].map(([channel, e]) => recordDrops(env, channel, e.uncounted, e.copies)));
+async function countDrops(env: Env, reader: DropRateReader, failed: CopyTally): Promise<void> {
+  await Promise.all(
+    [...failed.byChannel].map(([channel, e]) => recordDrops(env, reader, channel, e.uncounted, e.copies)),
+  );
 }
 
-async function recordDrops(env: Env, channel: string, dropped: number, copyFailures: number): Promise<void> {
+/**
+ * Counts drops and failed copies on their channel; answers whether it could. The channel answers its
+ * fast-loop rate: at a high drop rate this is how most isolates hear it.
+ */
+async function recordDrops(
+  env: Env,
+  reader: DropRateReader,
+  channel: string,
+  dropped: number,
+  copyFailures: number,
+): Promise<boolean> {
   try {
-    await channelStub(env, channel).recordDrops(channel, dropped, copyFailures);
+    reader.offer(channel, await channelStub(env, channel).recordDrops(channel, dropped, copyFailures));
+    return true;
   } catch (e) {
     console.error(`floodgate: could not count ${dropped} drops on ${channel}`, e instanceof Error ? e.message : e);
+    return false;
   }
 }

@@ -2,6 +2,7 @@
 import { describe, expect, it, vi } from "vitest";
 import {
   beforePublish,
+  CHANNEL_RATE_TTL_MS,
   clampRate,
   DropRateReader,
   parseStoredRate,
@@ -256,5 +257,41 @@ describe("isolate cache", () => {
     values[rateKey(CH)] = "0.75";
     r.invalidate(CH);
     expect((await r.rateFor(CH)).rate).toBe(0.75);
+  });
+});
+
+describe("the channel's own rate (fast loop)", () => {
+  it("a warm isolate uses the rate the channel answered with; a cold one starts from KV", async () => {
+    const now = 0;
+    const store = memoryStore({ [rateKey(CH)]: "0.2" });
+    const warm = reader(store, { cacheMs: 1000, now: () => now }).r;
+    const cold = reader(store, { cacheMs: 1000, now: () => now }).r;
+    expect(await warm.rateFor(CH)).toEqual({ rate: 0.2, source: "channel" });
+    warm.offer(CH, 0.8);
+    expect(await warm.rateFor(CH)).toEqual({ rate: 0.8, source: "fast-loop" });
+    expect(await cold.rateFor(CH)).toEqual({ rate: 0.2, source: "channel" });
+    // Clamped like a stored rate; null (a channel without a target) hands the channel back to KV.
+    warm.offer(CH, 7);
+    expect(await warm.rateFor(CH)).toEqual({ rate: 1, source: "fast-loop" });
+    warm.offer(CH, null);
+    expect(await warm.rateFor(CH)).toEqual({ rate: 0.2, source: "channel" });
+  });
+
+  it("stands in for KV for CHANNEL_RATE_TTL_MS after the last answer, then KV again", async () => {
+    let now = 0;
+    const store = memoryStore({ [rateKey(CH)]: "0.2" });
+    const { r } = reader(store, { cacheMs: 1000, now: () => now });
+    r.offer(CH, 0.6);
+    now = CHANNEL_RATE_TTL_MS - 1;
+    expect((await r.rateFor(CH)).rate).toBe(0.6);
+    r.offer(CH, 0.65); // every answer renews it
+    now += CHANNEL_RATE_TTL_MS - 1;
+    expect((await r.rateFor(CH)).rate).toBe(0.65);
+    now += 1;
+    expect(await r.rateFor(CH)).toEqual({ rate: 0.2, source: "channel" });
+    // An admin write in this isolate forgets it too.
+    r.offer(CH, 0.9);
+    r.invalidate(CH);
+    expect((await r.rateFor(CH)).rate).toBe(0.2);
   });
 });

@@ -89,6 +89,10 @@ describe("parseConfig", () => {
     ["MAX_MESSAGE_BYTES", "-1"],
     ["HISTORY_LIMIT", "0"],
     ["THROTTLE_RATE_CACHE_MS", "soon"],
+    ["SAMPLER_FAST_PERIOD", "5"],
+    ["SAMPLER_FAST_PERIOD", "fast"],
+    ["SAMPLER_FAST_PERIOD", "500ms"],
+    ["SAMPLER_FAST_PERIOD", "0s"],
   ])("rejects %s=%j naming the variable", (variable, value) => {
     let err: unknown;
     try {
@@ -99,6 +103,16 @@ describe("parseConfig", () => {
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as ConfigError).variable).toBe(variable);
     expect((err as ConfigError).message).toContain(variable);
+  });
+});
+
+describe("SAMPLER_FAST_PERIOD", () => {
+  it("is a duration of at least 1s, 5s when unset", () => {
+    expect(parseConfig({}).samplerFastPeriodMs).toBe(5000);
+    expect(parseConfig({ SAMPLER_FAST_PERIOD: " " }).samplerFastPeriodMs).toBe(5000);
+    expect(parseConfig({ SAMPLER_FAST_PERIOD: "1s" }).samplerFastPeriodMs).toBe(1000);
+    expect(parseConfig({ SAMPLER_FAST_PERIOD: "2.5s" }).samplerFastPeriodMs).toBe(2500);
+    expect(parseConfig({ SAMPLER_FAST_PERIOD: "1m" }).samplerFastPeriodMs).toBe(60_000);
   });
 });
 

@@ -24,6 +24,8 @@ describe("manifest", () => {
       read: { rate: 30, per: "2s", burst: 40 },
     });
     expect(m.throttle).toMatchObject({ analytics_channel: "private:floodgate.analytics.dropped", fallback_rate: 0 });
+    // This suite's SAMPLER_FAST_PERIOD (test/vitest.config.ts), in canonical form.
+    expect(m.throttle.fast_period).toBe("10m");
   });
 
   it("shows a disabled budget as rate 0, per 0s, burst 0", async () => {

@@ -195,7 +195,9 @@ describe("idempotency", () => {
         idempotencyKey: "k",
         now,
       };
-      const [outcome] = await stub.publishMany([cmd]);
+      const {
+        outcomes: [outcome],
+      } = await stub.publishMany([cmd]);
       return outcome as { seq: number; replayed: boolean };
     };
     expect(await publishAt(t0)).toMatchObject({ seq: 1, replayed: false });

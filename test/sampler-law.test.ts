@@ -3,7 +3,16 @@
  * actuation lag (functions/loop-simulation.ts), and the naive ratio law shown failing the same checks.
  */
 import { describe, expect, it } from "vitest";
-import { type Law, simulate, summarise, traces } from "../functions/loop-simulation";
+import {
+  type Law,
+  PRODUCTION_TIMING,
+  simulate,
+  simulateTiming,
+  summarise,
+  summariseTiming,
+  timingScenarios,
+  traces,
+} from "../functions/loop-simulation";
 import {
   allowedMessageRate,
   feedForwardRate,
@@ -154,6 +163,44 @@ describe("thinning", () => {
         if (!t.drop(`c${rate}`, rate)) passed++;
         expect(Math.abs(passed - i * (1 - rate))).toBeLessThanOrEqual(1);
       }
+    }
+  });
+});
+
+describe("two loops at production timing (Cron 60 s, KV lag 60 s, fast period 5 s)", () => {
+  const P = PRODUCTION_TIMING;
+  const phases = Array.from({ length: 12 }, (_, k) => k / 12);
+  function timing(name: string, fastPeriodS: number | null) {
+    const sc = timingScenarios(T)[name] as ReturnType<typeof timingScenarios>[string];
+    return phases.map((phase) =>
+      summariseTiming(simulateTiming({ ...P, load: sc.load, target, fastPeriodS, phase }), T, sc),
+    );
+  }
+  /** Two fast periods, plus the time the rate takes to reach the isolates (their next answer). */
+  const twoFastPeriods = 2 * P.fastPeriodS + P.pushDelayS;
+
+  it("holds a sustained 4× step within two fast periods at every phase; the Cron-only loop takes minutes", () => {
+    for (const r of timing("sustained 4× step", P.fastPeriodS)) {
+      expect(r.holdS).not.toBeNull();
+      expect(r.holdS as number).toBeLessThanOrEqual(twoFastPeriods);
+      expect(r.overDropped).toBe(0);
+    }
+    for (const r of timing("sustained 4× step", null)) expect(r.holdS as number).toBeGreaterThan(P.cronPeriodS);
+  });
+
+  it("a 30 s surge: held within two fast periods and released as fast; the Cron-only loop never holds it", () => {
+    const twoTier = timing("30 s surge to 4×", P.fastPeriodS);
+    const today = timing("30 s surge to 4×", null);
+    for (const [i, r] of twoTier.entries()) {
+      expect(r.holdS as number).toBeLessThanOrEqual(twoFastPeriods);
+      expect(r.releaseS as number).toBeLessThanOrEqual(twoFastPeriods);
+      // It lets through under a quarter of what the Cron-only loop does.
+      expect(r.excess).toBeLessThan(0.25 * (today[i] as { excess: number }).excess);
+    }
+    for (const r of today) {
+      expect(r.holdS).toBeNull();
+      // Its late rate then over-drops the normal load that follows, for over a minute.
+      expect(r.releaseS as number).toBeGreaterThan(P.cronPeriodS);
     }
   });
 });

@@ -21,9 +21,17 @@ export default defineConfig({
           // Flush metrics at the end of every request so tests that wait on a request's waitUntil
           // do not wait a second each; the batching itself is tested with the shipped 1000 ms.
           METRICS_FLUSH_MS: "0",
-          // Sampler targets for test/scheduled.test.ts only (no other test uses these names).
-          THROTTLE_TARGETS: JSON.stringify({ "public:sampled.**": "10/s", "public:budget.*": { deliveries: "40/s" } }),
-          THROTTLE_THINNING: "public:sampled.thin.*",
+          // Sampler targets for test/scheduled.test.ts and (`public:fastloop.*`, 1/s: periods of tens of
+          // seconds, so a few ms of test time do not move a measured rate) test/fast-loop.test.ts only.
+          THROTTLE_TARGETS: JSON.stringify({
+            "public:sampled.**": "10/s",
+            "public:budget.*": { deliveries: "40/s" },
+            "public:fastloop.*": "1/s",
+          }),
+          THROTTLE_THINNING: "public:sampled.thin.*,public:fastloop.*",
+          // The fast loop's alarm never fires by itself during the suite: test/fast-loop.test.ts ends
+          // each period by moving its stored start back and running the alarm (runDurableObjectAlarm).
+          SAMPLER_FAST_PERIOD: "10m",
         },
       },
     }),

@@ -10,7 +10,7 @@ import { exportQuery, exportResponse } from "../analytics-export";
 import type { AppEnv } from "../app-env";
 import type { ChannelObject, ChannelStats } from "../channel-object";
 import type { ChannelName } from "../channels";
-import { type Config, parseTarget, type Target, targetFor, targetJson, thinningFor } from "../config";
+import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson, thinningFor } from "../config";
 import { DurationError, formatDuration, parseDuration } from "../durations";
 import { ApiError, invalidArgument, orUnavailable } from "../errors";
 import { channelParam, readJson, requireAdmin } from "../http";
@@ -54,6 +54,7 @@ export function manifest(config: Config) {
       ...(config.throttleThinning.length ? { thinning: config.throttleThinning.map((p) => p.source) } : {}),
       analytics_channel: config.analyticsChannel.name,
       rate_cache_ms: config.rateCacheMs,
+      fast_period: formatDuration(config.samplerFastPeriodMs),
     },
   };
 }
@@ -249,14 +250,28 @@ operator.put("/v1/admin/target/:channel", async (c) => {
   }
   if (!parsed) throw invalidArgument("target must be a positive rate; DELETE clears it");
   await orUnavailable("sampler registry", () => samplerRegistry(c.env).setTarget(channel.name, targetJson(parsed)));
+  await tellChannel(c.env, channel.name, targetJson(parsed));
   return c.json(await targetView(c.env, c.get("svc").config, channel));
 });
 
 operator.delete("/v1/admin/target/:channel", async (c) => {
   const channel = channelParam(c.req.param("channel"));
   await orUnavailable("sampler registry", () => samplerRegistry(c.env).setTarget(channel.name, null));
+  await tellChannel(c.env, channel.name, targetJson(targetFor(c.get("svc").config, channel)));
   return c.body(null, 204);
 });
+
+/**
+ * Gives the channel's fast loop its new target at once. Best effort: the registry holds the target
+ * and the next sampler run hands it over anyway (docs/throttling.md, "Two loops").
+ */
+async function tellChannel(env: Env, channel: string, target: TargetJson | null): Promise<void> {
+  try {
+    await channelStub(env, channel).setTarget(target);
+  } catch (e) {
+    console.error("floodgate: could not give the channel its target", e instanceof Error ? e.message : e);
+  }
+}
 
 async function targetView(env: Env, config: Config, channel: ChannelName) {
   const runtime = (await orUnavailable("sampler registry", () => samplerRegistry(env).targets()))[channel.name];

@@ -1,0 +1,254 @@
+/**
+ * The throttle's fast loop (docs/throttling.md, "Two loops"), in workerd: real channel objects and
+ * their alarms, real KV, publishes through the Worker (its rate cache included).
+ *
+ * Targets come from test/vitest.config.ts: `public:fastloop.*` → 1/s, dropping by deterministic
+ * thinning, so a period's delivered count is exact to a message and a ±10% check is not at the mercy
+ * of a random draw; at 1/s a period lasts 30 s, so the few ms a test takes between moving a period's
+ * start back and running the alarm do not move the measured rate by a change worth writing. `SAMPLER_FAST_PERIOD` is 10m there, so no alarm fires by
+ * itself: a period ends when the test moves its stored start back and runs the alarm.
+ */
+import {
+  createExecutionContext,
+  createScheduledController,
+  runDurableObjectAlarm,
+  runInDurableObject,
+  waitOnExecutionContext,
+} from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { rateKey } from "../functions/before-publish";
+import { isMeaningfulChange } from "../functions/sampler";
+import worker from "../src/index";
+import type { ChannelSample } from "../src/sampler-run";
+import { adminHeaders, callAndWait, envWith, mint, publishAndWait, uniq } from "./helpers";
+
+/** The configured target of `public:fastloop.*`, in messages per second. */
+const TARGET = 1;
+/** The length of each simulated fast period, in ms. */
+const PERIOD_MS = 30_000;
+/** Messages the target allows in one period. */
+const ALLOWED = (TARGET * PERIOD_MS) / 1000;
+
+const stub = (channel: string) => env.CHANNEL.get(env.CHANNEL.idFromName(channel));
+
+interface Internals {
+  set(values: Record<string, number>): void;
+  counters: Map<string, number>;
+  fastRate: number;
+}
+
+async function publisher(): Promise<string> {
+  return (await mint({ sub: uniq("pub"), channels: ["public:fastloop.*", "public:plain.*"], rl: "100000/s" }))
+    .access_token;
+}
+
+/** Publishes `n` messages through the Worker (a few at a time); answers how many were delivered. */
+async function offer(channel: string, token: string, n: number): Promise<number> {
+  let delivered = 0;
+  for (let i = 0; i < n; i += 10) {
+    const statuses = await Promise.all(
+      Array.from({ length: Math.min(10, n - i) }, (_, j) =>
+        publishAndWait(channel, token, { i: i + j }).then((r) => r.status),
+      ),
+    );
+    for (const s of statuses) {
+      expect([200, 202]).toContain(s);
+      if (s === 200) delivered++;
+    }
+  }
+  return delivered;
+}
+
+/**
+ * Ends the fast loop's current period as if it had lasted `ms`: its stored start moves back and its
+ * due time to now, then the alarm runs. Answers whether an alarm was set at all (false: no loop).
+ */
+async function endFastPeriod(channel: string, ms = PERIOD_MS): Promise<boolean> {
+  await runInDurableObject(stub(channel), (instance) => {
+    const o = instance as unknown as Internals;
+    if (!o.counters.get("fast_due_at")) return;
+    const now = Date.now();
+    o.set({ fast_started_at: now - ms, fast_due_at: now });
+  });
+  return runDurableObjectAlarm(stub(channel));
+}
+
+/** The rate the channel's fast loop holds now. */
+function objectRate(channel: string): Promise<number> {
+  return runInDurableObject(stub(channel), (instance) => (instance as unknown as Internals).fastRate);
+}
+
+async function alarmAt(channel: string): Promise<number | null> {
+  return runInDurableObject(stub(channel), (_i, state) => state.storage.getAlarm());
+}
+
+/** The drop rate this Worker isolate would use for the channel, and where it came from. */
+async function isolateRate(channel: string, customEnv: Env = env): Promise<{ drop_rate: number; source: string }> {
+  const res = await callAndWait(`/v1/channels/${channel}/stats`, { headers: adminHeaders() }, customEnv);
+  const body = (await res.json()) as { drop_rate: number; drop_rate_source: string };
+  return { drop_rate: body.drop_rate, source: body.drop_rate_source };
+}
+
+async function cron(): Promise<void> {
+  const ctx = createExecutionContext();
+  await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), env, ctx);
+  await waitOnExecutionContext(ctx);
+}
+
+/** Starts the sweep's current period `ms` ago. */
+async function backdateSweep(channel: string, ms: number): Promise<void> {
+  await runInDurableObject(stub(channel), (instance) => {
+    (instance as unknown as Internals).set({ period_started_at: Date.now() - ms });
+  });
+}
+
+async function lastSample(channel: string): Promise<ChannelSample> {
+  const res = await callAndWait(`/v1/admin/throttle/${channel}`, { headers: adminHeaders() });
+  return ((await res.json()) as { last_sample: ChannelSample }).last_sample;
+}
+
+const within10 = (delivered: number, allowed: number) => Math.abs(delivered - allowed) <= 0.1 * allowed;
+
+describe("fast loop", () => {
+  it("holds a 4× step within two fast periods, with no cron and no admin call", async () => {
+    const ch = `public:fastloop.${uniq()}`;
+    const token = await publisher();
+    // Period 0: twice the target. The first publish starts the loop.
+    await offer(ch, token, 2 * ALLOWED);
+    expect(await endFastPeriod(ch)).toBe(true);
+    expect(await objectRate(ch)).toBeCloseTo(0.5, 2);
+    // Period 1: the load steps to 4× half-way through — the worst case for a periodic loop.
+    await offer(ch, token, ALLOWED);
+    await offer(ch, token, 2 * ALLOWED);
+    await endFastPeriod(ch);
+    // Period 2: the first full period of the step runs on the half-informed rate (over target).
+    const second = await offer(ch, token, 4 * ALLOWED);
+    expect(second).toBeGreaterThan(1.2 * ALLOWED);
+    await endFastPeriod(ch);
+    expect(await objectRate(ch)).toBeCloseTo(0.75, 2);
+    // From the second period after the step began on: within 10% of the target.
+    for (let k = 3; k <= 4; k++) {
+      const delivered = await offer(ch, token, 4 * ALLOWED);
+      expect(within10(delivered, ALLOWED), `period ${k}: ${delivered} delivered, ${ALLOWED} allowed`).toBe(true);
+      await endFastPeriod(ch);
+    }
+    // The isolate takes the rate from the channel's answers (the next one after each decision); KV
+    // was never written.
+    await offer(ch, token, 1);
+    expect(await isolateRate(ch)).toEqual({ drop_rate: await objectRate(ch), source: "fast-loop" });
+    expect(await env.THROTTLE_KV.get(rateKey(ch))).toBeNull();
+  });
+
+  it("releases within two fast periods after the surge, then stops its alarm once idle", async () => {
+    const ch = `public:fastloop.${uniq()}`;
+    const token = await publisher();
+    for (let k = 0; k < 2; k++) {
+      await offer(ch, token, 4 * ALLOWED);
+      await endFastPeriod(ch);
+    }
+    expect(await objectRate(ch)).toBeCloseTo(0.75, 2);
+    // The surge ends half-way through a period; the load falls to half the target.
+    await offer(ch, token, 2 * ALLOWED);
+    await offer(ch, token, 8);
+    await endFastPeriod(ch);
+    expect(await objectRate(ch)).toBeGreaterThan(0);
+    await offer(ch, token, ALLOWED / 2);
+    await endFastPeriod(ch);
+    // Two periods after the surge ended: released.
+    expect(await objectRate(ch)).toBe(0);
+    // The isolate hears it with the next answer; from then on everything is delivered.
+    await offer(ch, token, 1);
+    expect(await offer(ch, token, ALLOWED / 2)).toBe(ALLOWED / 2);
+    await endFastPeriod(ch);
+    expect(await alarmAt(ch)).not.toBeNull(); // that period had traffic: the loop still watches
+    // A period with no traffic: nothing to hold, no alarm.
+    expect(await endFastPeriod(ch)).toBe(true);
+    expect(await alarmAt(ch)).toBeNull();
+    expect(await runDurableObjectAlarm(stub(ch))).toBe(false);
+  });
+
+  it("sets no alarm for a channel that is idle, or that has no target", async () => {
+    const token = await publisher();
+    const idle = `public:fastloop.${uniq()}`;
+    expect(await (await callAndWait(`/v1/channels/${idle}/stats`, { headers: adminHeaders() })).status).toBe(200);
+    expect(await alarmAt(idle)).toBeNull();
+    const untargeted = `public:plain.${uniq()}`;
+    await offer(untargeted, token, 20);
+    expect(await alarmAt(untargeted)).toBeNull();
+    // Traffic on a channel with a target starts it, one fast period ahead (10m in this suite).
+    const busy = `public:fastloop.${uniq()}`;
+    const before = Date.now();
+    await offer(busy, token, 1);
+    const at = await alarmAt(busy);
+    expect(at).not.toBeNull();
+    expect(at as number).toBeGreaterThanOrEqual(before + 10 * 60_000);
+  });
+
+  it("a cold isolate starts from the rate in KV; a warm one takes the channel's from its answers", async () => {
+    const ch = `public:fastloop.${uniq()}`;
+    const token = await publisher();
+    await offer(ch, token, 4 * ALLOWED);
+    await endFastPeriod(ch);
+    await offer(ch, token, 4 * ALLOWED);
+    await backdateSweep(ch, 10 * PERIOD_MS);
+    const persisted = await objectRate(ch);
+    await cron(); // persists the fast loop's rate (≈ 0.75)
+    expect(Number(await env.THROTTLE_KV.get(rateKey(ch)))).toBe(persisted);
+    await endFastPeriod(ch);
+    // The load halves; the fast loop follows at once, KV keeps the persisted 0.75 until the next sweep.
+    await offer(ch, token, 2 * ALLOWED);
+    await endFastPeriod(ch);
+    expect(await objectRate(ch)).toBeCloseTo(0.5, 2);
+    const current = await objectRate(ch);
+    await offer(ch, token, 1); // any answer from the channel carries its rate to this isolate
+    expect(await isolateRate(ch)).toEqual({ drop_rate: current, source: "fast-loop" });
+    // A fresh isolate (its own services) has heard nothing from the channel: KV's persisted rate.
+    const cold = envWith({});
+    expect(await isolateRate(ch, cold)).toEqual({ drop_rate: persisted, source: "channel" });
+    // Its first publish is decided with that rate; the answer (delivered, or the drop report) brings
+    // the channel's current rate.
+    const res = await publishAndWait(ch, token, { cold: true }, {}, cold);
+    expect([200, 202]).toContain(res.status);
+    expect(await isolateRate(ch, cold)).toEqual({ drop_rate: current, source: "fast-loop" });
+  });
+
+  it("the sweep and the fast loop agree: one law, no oscillation when both run", async () => {
+    const ch = `public:fastloop.${uniq()}`;
+    const token = await publisher();
+    // The sweep runs before the fast loop has decided: it applies the law to its own period's counts,
+    // and the fast loop takes that rate over.
+    await offer(ch, token, 4 * ALLOWED);
+    await backdateSweep(ch, PERIOD_MS);
+    await cron();
+    const first = await lastSample(ch);
+    expect(first).toMatchObject({ decided_by: "sweep", written: true });
+    expect(first.new_rate).toBeCloseTo(0.75, 2);
+    expect(await objectRate(ch)).toBeCloseTo(0.75, 2);
+    // The fast loop's own decision on those counts is the same.
+    await endFastPeriod(ch);
+    expect(await objectRate(ch)).toBeCloseTo(0.75, 2);
+    // Constant 4× load; fast periods and sweeps interleave. Every decision is the same rate, and the
+    // sweep writes nothing more to KV. (Its periods are backdated ten periods: had it used its own
+    // counts instead of the fast loop's rate, it would have released the channel.)
+    const rates: number[] = [];
+    for (let k = 0; k < 4; k++) {
+      await offer(ch, token, 4 * ALLOWED);
+      if (k % 2 === 1) {
+        await backdateSweep(ch, 10 * PERIOD_MS);
+        await cron();
+        const sample = await lastSample(ch);
+        expect(sample).toMatchObject({ decided_by: "fast loop", written: false });
+        rates.push(sample.new_rate);
+      }
+      await endFastPeriod(ch);
+      rates.push(await objectRate(ch));
+    }
+    for (const r of rates) expect(r).toBeCloseTo(0.75, 2);
+    // No decision moves the rate by a change worth writing: nothing for the two loops to fight over.
+    for (let i = 1; i < rates.length; i++)
+      expect(isMeaningfulChange(rates[i - 1] as number, rates[i] as number)).toBe(false);
+    expect(Number(await env.THROTTLE_KV.get(rateKey(ch)))).toBe(first.new_rate);
+    expect((await isolateRate(ch)).source).toBe("fast-loop");
+  });
+});
