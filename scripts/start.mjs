@@ -34,19 +34,39 @@ const portArg = args.findIndex((a) => a === "--port" || a.startsWith("--port="))
 const port = portArg < 0 ? 8787 : Number(args[portArg].includes("=") ? args[portArg].split("=")[1] : args[portArg + 1]);
 const period = Number(process.env.SAMPLER_LOCAL_PERIOD ?? 10);
 if (period > 0) {
-  let announced = false;
-  const tick = setInterval(async () => {
-    try {
-      const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);
-      await res.arrayBuffer();
-      if (!announced && res.ok) {
-        announced = true;
-        console.log(`floodgate: local sampler runs every ${period}s (SAMPLER_LOCAL_PERIOD; 0 turns it off)`);
+  const runSampler = async () => {
+    const res = await fetch(`http://127.0.0.1:${port}/__scheduled?cron=*+*+*+*+*`);
+    await res.arrayBuffer();
+    return res.ok;
+  };
+  let tick;
+  let stopped = false;
+  child.on("exit", () => {
+    stopped = true;
+    clearInterval(tick);
+  });
+  // The first run as soon as the server answers, then one every period. The first run marks the
+  // start of the first sampling period: without it, a channel's first sample after a restart measured
+  // its traffic over the time since the previous server's last run (the registry keeps that time in
+  // local storage), understating the offered rate until the second run.
+  (async () => {
+    while (!stopped) {
+      try {
+        if (await runSampler()) break;
+      } catch {
+        // The server is not up yet; try again shortly.
       }
-    } catch {
-      // The server is not up yet (or is restarting after an edit); try again next tick.
+      await new Promise((r) => setTimeout(r, 500));
     }
-  }, period * 1000);
-  child.on("exit", () => clearInterval(tick));
+    if (stopped) return;
+    console.log(`floodgate: local sampler runs every ${period}s (SAMPLER_LOCAL_PERIOD; 0 turns it off)`);
+    tick = setInterval(async () => {
+      try {
+        await runSampler();
+      } catch {
+        // The server is restarting after an edit; try again next tick.
+      }
+    }, period * 1000);
+  })();
 }
 child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
