@@ -1,7 +1,7 @@
 /**
  * The before-publish function: decides whether a message on a busy channel is delivered or dropped.
  *
- * CONTRACT §4 step 2. The drop rate is read from a key-value store (Workers KV in production): the
+ * docs/api.md, POST /v1/publish, step 2 (the before-publish throttle). The drop rate is read from a key-value store (Workers KV in production): the
  * key `throttleRate:<channel>`, else the global key `throttleRate`; it is parsed as a number and
  * clamped to [0,1]. A missing, non-numeric or unreadable value means the fallback rate. A message is
  * dropped with that probability; the analytics channel is never throttled.

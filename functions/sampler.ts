@@ -1,5 +1,5 @@
 /**
- * The sampler's control law (CONTRACT §9): from one period's counts, the drop rate for the next.
+ * The sampler's control law (docs/throttling.md): from one period's counts, the drop rate for the next.
  *
  * Pure and platform-neutral: the Worker's scheduled handler, `POST /v1/admin/sample`, the simulation
  * harness and `npm run bench:loop` all call the same functions.

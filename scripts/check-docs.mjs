@@ -8,6 +8,8 @@
 //    block follows the line `<!-- docs-check: output -->`, that block is what the run prints: each of
 //    its lines must appear in the output, in that order (other lines may come between), where `…`
 //    stands for any text (ids, times).
+// 3. Self-contained: no code, doc or config refers to a file outside the repository (the contract is
+//    docs/api.md and its neighbours, not a file a reader who cloned the repo does not have).
 // `--links-only` skips the runs (no Worker needed).
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from "node:fs";
@@ -92,6 +94,33 @@ for (const file of docs) {
   }
 }
 console.log(`  ${links} relative links checked`);
+
+// ---- 3. no references outside the repository -------------------------------------------------------
+console.log("references outside the repository");
+const OUTSIDE = /CONTRACT(\.md)?\s*§|\.\.\/shared\//;
+const SKIP_DIRS = new Set(["node_modules", ".git", ".wrangler", "test-artifacts", "dist", "vendor"]);
+function sourceFiles(dir) {
+  const out = [];
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    if (SKIP_DIRS.has(entry.name)) continue;
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) out.push(...sourceFiles(path));
+    else if (/\.(ts|mjs|js|md|toml|json|html|css)$/.test(entry.name) && entry.name !== "package-lock.json")
+      out.push(path);
+  }
+  return out;
+}
+let scanned = 0;
+for (const file of [...sourceFiles(root)].filter((f) => !f.endsWith("worker-configuration.d.ts"))) {
+  if (file === fileURLToPath(import.meta.url)) continue; // this file names the pattern
+  scanned++;
+  readFileSync(file, "utf8")
+    .split("\n")
+    .forEach((line, i) => {
+      if (OUTSIDE.test(line)) fail(`${relative(root, file)}:${i + 1}`, `refers outside the repository: ${line.trim()}`);
+    });
+}
+console.log(`  ${scanned} files scanned`);
 
 // ---- 2. runnable examples ---------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import { samplerRegistry } from "./active-channels";
 import { parseChannelName } from "./channels";
 import { getConfig, parseTarget, type Target, type TargetJson, targetFor } from "./config";
 
-/** How long an Idempotency-Key is remembered (CONTRACT §4). */
+/** How long an Idempotency-Key is remembered (docs/api.md, POST /v1/publish). */
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
 /**
  * Bytes a subscriber may be behind — a WebSocket's unread `bufferedAmount`, an SSE stream's queued
@@ -1228,7 +1228,7 @@ function takeBytes(cursor: Iterable<MessageRow>): { rows: MessageRow[]; cut: boo
   return { rows, cut: false };
 }
 
-/** The wire frame (CONTRACT §5), built as text so the payload is never parsed again. */
+/** The wire frame (docs/api.md, GET /v1/subscribe), built as text so the payload is never parsed again. */
 function frame(channel: string, r: MessageFields): string {
   return `{"type":"message","channel":${JSON.stringify(channel)},"seq":${r.seq},"id":${JSON.stringify(r.id)},"data":${r.data},"published_at":${r.published_at}}`;
 }

@@ -1,5 +1,5 @@
 /**
- * Channel names and channel patterns (CONTRACT §2, §10), and most-specific rule selection.
+ * Channel names and channel patterns (docs/api.md, Channels), and most-specific rule selection.
  *
  * Pure: no platform imports, so the same code serves routes, config parsing and unit tests.
  */

@@ -1,5 +1,5 @@
 /**
- * Configuration (CONTRACT §1), parsed once per isolate and validated as a whole.
+ * Configuration (docs/operations.md, Configuration), parsed once per isolate and validated as a whole.
  *
  * Invalid configuration fails closed: every API route answers 500 naming the variable, and
  * `scripts/check-config.mjs` (run by `npm run deploy`) refuses to upload it.

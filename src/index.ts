@@ -16,7 +16,7 @@ export default {
   fetch: app.fetch,
 
   /**
-   * The sampler (CONTRACT §9): every minute in production; see wrangler.toml `[triggers]`. It measures
+   * The sampler (docs/throttling.md): every minute in production; see wrangler.toml `[triggers]`. It measures
    * with real time, not `controller.scheduledTime`: a late run must measure the period it really covered.
    */
   async scheduled(_controller, env, ctx) {

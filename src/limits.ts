@@ -1,5 +1,5 @@
 /**
- * The limit model (CONTRACT §1, §6): rate shorthand, burst normalisation and the limit object form.
+ * The limit model (docs/operations.md, Configuration; docs/api.md, Rate limits): rate shorthand, burst normalisation and the limit object form.
  * Pure; the token bucket itself is in `token-bucket.ts`.
  */
 import { DurationError, formatDuration, parseDuration } from "./durations";

@@ -1,5 +1,5 @@
 /**
- * Prometheus metrics (CONTRACT §8) without a Durable Object call per request.
+ * Prometheus metrics (docs/operations.md, Metrics) without a Durable Object call per request.
  *
  * Each isolate counts into a {@link MetricsBuffer}; the buffer is flushed to the single
  * {@link MetricsStore} object at most about once a second (from `waitUntil`), and `/metrics` flushes

@@ -1,5 +1,5 @@
 /**
- * One sampler run (CONTRACT §9): the Cron Trigger and `POST /v1/admin/sample` both call
+ * One sampler run (docs/throttling.md): the Cron Trigger and `POST /v1/admin/sample` both call
  * {@link runSampler}. Platform glue around the pure law in functions/sampler.ts.
  *
  * 1. Ask the registry (ActiveChannels) which channels saw traffic since the last run or are still

@@ -1,5 +1,5 @@
 /**
- * A continuous-refill token bucket (CONTRACT §6). Pure, with the clock as an argument.
+ * A continuous-refill token bucket (docs/api.md, Rate limits). Pure, with the clock as an argument.
  *
  * Capacity `burst`, refilled at `rate` tokens per `perMs`, continuously (half a period gives half
  * the tokens back). A request takes one whole token; a denied request takes none.

@@ -20,7 +20,7 @@
  *   `status`; {@link RateLimitedError} carries `retryAfterMs`.
  */
 
-/** The contract's error codes (CONTRACT §7). */
+/** The error codes of the API (docs/api.md). */
 export type ErrorCode =
   | "invalid_argument"
   | "unauthenticated"

@@ -1,5 +1,5 @@
 /**
- * Operator routes (CONTRACT §8, §10): health, manifest, metrics, channel stats and the admin API
+ * Operator routes (docs/api.md, Operator routes): health, manifest, metrics, channel stats and the admin API
  * for drop rates. Everything but health and the manifest needs the admin bearer.
  */
 import { Hono } from "hono";
@@ -30,7 +30,7 @@ export function targetRate(t: Target | null, occupancy: number): number | null {
   return Number.isFinite(rate) ? rate : null;
 }
 
-/** The public manifest (CONTRACT §8). Per-token overrides never appear. */
+/** The public manifest (docs/api.md, Operator routes). Per-token overrides never appear. */
 export function manifest(config: Config) {
   const perChannel = (rules: Config["perChannelPublish"]) =>
     rules.map((r) => ({ pattern: r.pattern.source, limit: limitToJson(r.value) }));
@@ -227,7 +227,7 @@ async function recordView(env: Env, svc: Services, stats: ChannelStats) {
   };
 }
 
-/** Runtime targets (CONTRACT is silent; see docs/api.md): set from the dashboard or with curl. */
+/** Runtime targets (docs/api.md, Operator routes): set from the dashboard or with curl. */
 operator.get("/v1/admin/target/:channel", async (c) => {
   const channel = channelParam(c.req.param("channel"));
   return c.json(await targetView(c.env, c.get("svc").config, channel));

@@ -1,5 +1,5 @@
 /**
- * `POST /v1/publish/{channel}` (CONTRACT §4): validate everything first (channel, token, idempotency
+ * `POST /v1/publish/{channel}` (docs/api.md): validate everything first (channel, token, idempotency
  * key, body), then charge the publish budget, then run the before-publish throttle, then deliver.
  */
 import { Hono } from "hono";
