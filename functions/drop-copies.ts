@@ -28,6 +28,11 @@ import { pollUntil } from "./waiting";
  * sent (never parsed again, and never also as a parsed value: that would double its memory).
  */
 export interface QueuedCopy {
+  /**
+   * The copy's message id, made when the message is dropped: the id its frame gets on the analytics
+   * channel, and the id a failure log names when the copy never gets there.
+   */
+  id: string;
   source_channel: string;
   /** The message as the publisher sent it (JSON text), so no digit is lost on the way. */
   message: string;
@@ -48,22 +53,29 @@ const COPY_OVERHEAD_BYTES = 128;
 
 /** The bytes a queued copy holds: its texts (a character is at most 2 bytes in V8) plus the rest. */
 export function copyBytes(c: QueuedCopy): number {
-  return 2 * (c.message.length + c.source_channel.length + c.publisher.length) + COPY_OVERHEAD_BYTES;
+  return 2 * (c.message.length + c.source_channel.length + c.publisher.length + c.id.length) + COPY_OVERHEAD_BYTES;
 }
 
 /** Why copies did not reach the analytics channel. */
 export type FailureCause = "send failed" | "queue full";
 
-/** Copies that did not reach the analytics channel, counted per source channel (no message kept). */
+/** Message ids a failure log names per source channel; the rest are counted. */
+const IDS_NAMED = 3;
+
+/**
+ * Copies that did not reach the analytics channel, counted per source channel, with the first few
+ * message ids of each for the log (no message kept).
+ */
 export class CopyTally {
-  /** Per source channel: copies lost, and how many of their drops the channel has not counted yet. */
-  readonly byChannel = new Map<string, { copies: number; uncounted: number }>();
+  /** Per source channel: copies lost, how many of their drops the channel has not counted yet, some ids. */
+  readonly byChannel = new Map<string, { copies: number; uncounted: number; ids: string[] }>();
   total = 0;
 
-  add(c: Pick<QueuedCopy, "source_channel" | "counted">, n = 1): void {
-    const e = this.byChannel.get(c.source_channel) ?? { copies: 0, uncounted: 0 };
+  add(c: Pick<QueuedCopy, "source_channel" | "counted"> & { id?: string }, n = 1, ids: string[] = []): void {
+    const e = this.byChannel.get(c.source_channel) ?? { copies: 0, uncounted: 0, ids: [] };
     e.copies += n;
     if (!c.counted) e.uncounted += n;
+    for (const id of c.id === undefined ? ids : [c.id, ...ids]) if (e.ids.length < IDS_NAMED) e.ids.push(id);
     this.byChannel.set(c.source_channel, e);
     this.total += n;
   }
@@ -74,10 +86,16 @@ export class CopyTally {
     return t;
   }
 
-  /** `public:a.b (3), public:c.d (1)`, busiest first, at most `max` channels named. */
+  /**
+   * `public:a.b (3: id1, id2, id3), public:c.d (1: id4)`, busiest first, at most `max` channels
+   * named, each with its first message ids.
+   */
   describe(max = 5): string {
     const all = [...this.byChannel].sort((a, b) => b[1].copies - a[1].copies);
-    const named = all.slice(0, max).map(([ch, e]) => `${ch} (${e.copies})`);
+    const named = all.slice(0, max).map(([ch, e]) => {
+      const more = e.copies > e.ids.length ? ", …" : "";
+      return e.ids.length > 0 ? `${ch} (${e.copies}: ${e.ids.join(", ")}${more})` : `${ch} (${e.copies})`;
+    });
     if (all.length > max) named.push(`${all.length - max} more channels`);
     return named.join(", ");
   }
@@ -236,7 +254,8 @@ export class OverflowLog {
   ) {}
 
   note(turnedAway: CopyTally): void {
-    for (const [ch, e] of turnedAway.byChannel) this.pending.add({ source_channel: ch, counted: true }, e.copies);
+    for (const [ch, e] of turnedAway.byChannel)
+      this.pending.add({ source_channel: ch, counted: true }, e.copies, e.ids);
     const now = this.now();
     if (now - this.lastLogAt < this.periodMs) return;
     this.lastLogAt = now;

@@ -85,6 +85,8 @@ export type PublishOutcome =
 
 /** One copy of a dropped message for the analytics channel (its JSON text and what it is indexed by). */
 export interface CopyItem {
+  /** The copy's message id, made when the message was dropped (a failure log names the same id). */
+  id: string;
   data: string;
   publisher: string;
   source_channel: string;
@@ -869,10 +871,10 @@ export class ChannelObject extends DurableObject<Env> {
     data: string,
     publisher: string,
     now: number,
-    copy?: Pick<CopyItem, "source_channel" | "dropped_at">,
+    copy?: Pick<CopyItem, "id" | "source_channel" | "dropped_at">,
   ): { seq: number; id: string } {
     const seq = this.counter("next_seq") + 1;
-    const id = crypto.randomUUID();
+    const id = copy?.id ?? crypto.randomUUID();
     const record = this.isRecord();
     this.sql.exec(
       "INSERT INTO messages (seq, id, data, publisher, published_at, source_channel, dropped_at) VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -172,6 +172,7 @@ async function sendCopies(
     channelStub(env, config.analyticsChannel.name).appendCopies(
       config.analyticsChannel.name,
       batch.map((q) => ({
+        id: q.id,
         data: serialiseCopy(q),
         publisher: q.publisher,
         source_channel: q.source_channel,

@@ -32,6 +32,7 @@ async function record() {
 }
 
 const copyOf = (i: number, source: string, droppedAt: number): CopyItem => ({
+  id: crypto.randomUUID(),
   data: JSON.stringify({ source_channel: source, message: { i }, publisher: "p", drop_rate: 1, dropped_at: droppedAt }),
   publisher: "p",
   source_channel: source,

@@ -10,6 +10,7 @@ import {
 } from "../functions/drop-copies";
 
 const copy = (i: number, message = `{"i":${i}}`, source_channel = "public:a.b"): QueuedCopy => ({
+  id: `copy-${i}`,
   source_channel,
   message,
   publisher: "alice",
@@ -227,5 +228,13 @@ describe("overflow log", () => {
     expect(lines[0]).toContain("public:a.b (2)");
     expect(lines[1]).toContain("4 dropped-message copies");
     expect(lines[1]).toContain("public:c.d (3), public:a.b (1)");
+  });
+});
+
+describe("failure tally", () => {
+  it("names each source channel with its count and its first message ids", () => {
+    const t = CopyTally.of([0, 1, 2, 3, 4].map((i) => copy(i)).concat([copy(9, "1", "public:c.d")]));
+    expect(t.total).toBe(6);
+    expect(t.describe()).toBe("public:a.b (5: copy-0, copy-1, copy-2, …), public:c.d (1: copy-9)");
   });
 });

@@ -4,7 +4,7 @@
  */
 
 import { env } from "cloudflare:workers";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { ChannelObject } from "../src/channel-object";
 import {
   adminHeaders,
@@ -186,10 +186,21 @@ describe("analytics copy failure", () => {
     await setRate(ch, 1);
     const metricsBefore = await metricValue("floodgate_analytics_copy_failures_total");
     // The analytics channel's object refuses batch appends while this publish runs.
-    const res = await withFailing(ChannelObject, "appendCopies", "analytics object down", () =>
-      publishAndWait(ch, pub, { lost: false }),
-    );
+    const logged = vi.spyOn(console, "error");
+    let res: Response;
+    let lines: string[];
+    try {
+      res = await withFailing(ChannelObject, "appendCopies", "analytics object down", () =>
+        publishAndWait(ch, pub, { lost: false }),
+      );
+    } finally {
+      lines = logged.mock.calls.map((args) => args.join(" "));
+      logged.mockRestore();
+    }
     expect(res.status).toBe(202);
+    // The log line names the source channel and the lost copy's message id.
+    const line = lines.find((l) => l.includes(ch));
+    expect(line).toMatch(new RegExp(`${ch.replace(/[.]/g, "\\.")} \\(1: [0-9a-f-]{36}\\)`));
     expect(await historyOf(ch, null)).toEqual([]);
     const copies = (await historyOf(ANALYTICS, reader, "?limit=1000")).filter(
       (f) => (f.data as { source_channel: string }).source_channel === ch,

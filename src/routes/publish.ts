@@ -46,6 +46,7 @@ publish.post("/:channel", async (c) => {
   });
   const now = Date.now();
   const copy = (counted: boolean): QueuedCopy => ({
+    id: crypto.randomUUID(),
     source_channel: channel.name,
     message: messageJson,
     publisher: sub,
