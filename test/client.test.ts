@@ -1,11 +1,17 @@
 /**
- * The TypeScript client (src/client) against the real Worker in workerd: publish retries and
+ * The TypeScript client (packages/client/src) against the real Worker in workerd: publish retries and
  * idempotency, typed errors, subscribe with reconnect and resume, SSE fallback, token refresh.
  */
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type SocketLike } from "../src/client";
+import {
+  FloodgateClient,
+  FloodgateError,
+  type Message,
+  RateLimitedError,
+  type SocketLike,
+} from "../packages/client/src/index";
 import { services } from "../src/services";
 import { BASE, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
 
