@@ -1,8 +1,8 @@
 /**
- * Floodgate's TypeScript client: dependency-free, for browsers, Node 22 and Workers.
+ * Floodgate's TypeScript client: dependency-free, for browsers, Node 20+ and Workers.
  *
  * ```ts
- * import { FloodgateClient } from "floodgate/client";
+ * import { FloodgateClient } from "@floodgate/client";
  * const fg = new FloodgateClient({ baseUrl: "https://floodgate.example.com", accessToken, refreshToken });
  * const r = await fg.publish("public:live.reactions", { emoji: "🔥" }); // {status:"delivered",seq,…} | {status:"dropped"}
  * const sub = fg.subscribe("public:live.reactions", (m) => console.log(m.seq, m.data));
@@ -373,12 +373,17 @@ async function toError(res: Response): Promise<FloodgateError> {
 
 /** Reads an SSE stream, calling `onData` with each event's data. */
 async function readSse(body: ReadableStream<Uint8Array>, onData: (data: string) => void): Promise<void> {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  // A streaming TextDecoder rather than `pipeThrough(new TextDecoderStream())`: DOM typings type that
+  // stream's input as BufferSource, which a body's Uint8Array<ArrayBufferLike> is not, so it fails to
+  // typecheck in browser projects; `decode(…, { stream: true })` accepts the chunks under DOM and Node
+  // typings alike and still joins a character split across chunks.
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
   let buf = "";
   for (;;) {
     const { done, value } = await reader.read();
     if (done) return;
-    buf = (buf + value).replace(/\r\n/g, "\n");
+    buf = (buf + decoder.decode(value, { stream: true })).replace(/\r\n/g, "\n");
     for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
       const data = buf
         .slice(0, i)
