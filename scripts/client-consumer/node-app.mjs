@@ -1,0 +1,10 @@
+// The consumer's Node entry: `node node-app.mjs '{"base":…,"token":…,"limitedToken":…,"prefix":…}'`.
+import { run } from "./consumer.mjs";
+
+const options = JSON.parse(process.argv[2]);
+try {
+  await run({ ...options, log: (line) => console.log(`ok ${line}`) });
+} catch (e) {
+  console.log(`FAIL ${e instanceof Error ? e.message : String(e)}`);
+  process.exitCode = 1;
+}
