@@ -8,7 +8,7 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import devVarsExample from "../.dev.vars.example?raw";
-import { FloodgateClient, type Message, type SocketLike } from "../src/client";
+import { FloodgateClient, type Message, type SocketLike } from "../packages/client/src/index";
 import { RefreshLedger } from "../src/refresh-ledger";
 import { secretProblem } from "../src/secrets";
 import { base64UrlEncode, MAX_TOKEN_LENGTH, signToken } from "../src/tokens";
