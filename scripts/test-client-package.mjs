@@ -5,9 +5,9 @@
 // dependencies), typechecks a consumer file against the installed .d.ts (DOM and Node typings;
 // bundler, node10 and nodenext resolution; no skipLibCheck), then runs one consumer program
 // (scripts/client-consumer/consumer.mjs: publish retried after a lost answer and after a 429,
-// subscribe, resume with `after`, SSE fallback) against the Worker in workerd from Node 20 (the
-// machine's `node`), Node 22 (the repo's pinned `node`) and Chromium (the page and the package's
-// dist/ served under the Worker's own origin, so no CORS is involved).
+// subscribe, resume with `after`, a private channel, SSE fallback) against the Worker in workerd
+// from Node 20 (the machine's `node`), Node 22 (the repo's pinned `node`) and Chromium (the page and
+// the package's dist/ served under the Worker's own origin, which sends no CORS headers).
 // Env: NODE20 (default /usr/bin/node), CHROMIUM_PATH (default /usr/bin/chromium).
 import { execFileSync, spawn } from "node:child_process";
 import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -30,14 +30,21 @@ function check(ok, what) {
   return ok;
 }
 
-/** Runs a command to completion; resolves to { code, out } (stdout and stderr together). */
+/** Runs a command to completion, killed after 90 s; resolves to { code, out } (stdout and stderr). */
 function run(cmd, args, opts = {}) {
   return new Promise((done) => {
     const child = spawn(cmd, args, { stdio: ["ignore", "pipe", "pipe"], ...opts });
     let out = "";
+    const timer = setTimeout(() => {
+      out += "\n(killed after 90 s)";
+      child.kill("SIGKILL");
+    }, 90_000);
     child.stdout.on("data", (d) => (out += d));
     child.stderr.on("data", (d) => (out += d));
-    child.on("close", (code) => done({ code, out }));
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      done({ code, out });
+    });
     child.on("error", (e) => done({ code: -1, out: String(e) }));
   });
 }
@@ -125,7 +132,7 @@ try {
   const optionsFor = async (runtime) => ({
     base: worker.base,
     prefix: `public:consumer.${runtime}-`,
-    token: await mintToken(worker.base, `consumer-${runtime}`, ["public:consumer.*"]),
+    token: await mintToken(worker.base, `consumer-${runtime}`, ["public:consumer.*", "private:consumer.**"]),
     limitedToken: await mintToken(worker.base, `consumer-${runtime}-limited`, ["public:consumer.*"], {
       rate: 1,
       per: "1s",

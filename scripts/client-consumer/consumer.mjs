@@ -6,7 +6,8 @@ import { FloodgateClient } from "@floodgate/client";
 
 /**
  * @param {{ base: string, token: string, limitedToken: string, prefix: string, log: (line: string) => void }} o
- *   `token` may publish to `<prefix>*`; `limitedToken` too, at most 1 publish a second (burst 1).
+ *   `prefix` is `public:consumer.<runtime>-`; `token` may publish and subscribe to `<prefix>*` and to
+ *   `private:consumer.<runtime>.secret`; `limitedToken` may publish to `<prefix>*` once a second.
  */
 export async function run({ base, token, limitedToken, prefix, log }) {
   const check = (ok, what) => {
@@ -80,7 +81,17 @@ export async function run({ base, token, limitedToken, prefix, log }) {
   );
   check(same(resumed.seqs, [b.seq, c.seq]), `subscribe resumed with after=${a.seq} gets only seqs ${resumed.seqs}`);
 
-  // 5. WebSockets blocked (a proxy that refuses upgrades): after 3 failed opens it switches to SSE.
+  // 5. A private channel: the access token goes with the subscription (never in the URL).
+  const secret = `${prefix.replace(/^public:/, "private:").replace(/-$/, "")}.secret`; // 3+ components
+  const p = await fg.publish(secret, { n: 1 });
+  const priv = collect(fg, secret, { after: 0 }, 1);
+  await priv.done;
+  check(
+    same(priv.seqs, [p.seq]),
+    `subscribe (${priv.sub.transport}) to a private channel with the access token: seqs ${priv.seqs}`,
+  );
+
+  // 6. WebSockets blocked (a proxy that refuses upgrades): after 3 failed opens it switches to SSE.
   const blocked = new FloodgateClient({
     baseUrl: base,
     accessToken: token,
