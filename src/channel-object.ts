@@ -40,8 +40,10 @@ const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?
 /** The close code for a subscriber that sent a frame other than `ping` (policy violation). */
 export const SUBSCRIBER_SPOKE_CLOSE = 1008;
 const SUBSCRIBER_SPOKE_REASON = 'subscribers do not send frames; only "ping" is answered ("pong")';
-/** Idle-expiry and Idempotency-Key alarms are at least this far apart, so steady traffic cannot make the alarm fire constantly. */
+/** Idempotency-Key expiry waits at least this long after an alarm, so steady keyed traffic does not make it fire for every key. */
 const ALARM_SLACK_MS = 60_000;
+/** How long past its time a cached alarm may be before {@link ChannelObject.scheduleAlarm} sets it again. */
+const ALARM_LOST_MS = 60_000;
 /** `WebSocket.OPEN`. */
 const OPEN = 1;
 /**
@@ -391,6 +393,7 @@ export class ChannelObject extends DurableObject<Env> {
     cursor: ExportCursor | null,
     maxRows: number,
   ): { ndjson: string; next: ExportCursor | null } {
+    if (this.wiped) return { ndjson: "", next: null };
     const start = cursor ? Math.max(from, cursor.dropped_at) : from;
     const after = cursor ?? { dropped_at: start, seq: -1 };
     const { rows, cut } = takeBytes(
@@ -517,7 +520,21 @@ export class ChannelObject extends DurableObject<Env> {
    * from then on.
    */
   takePeriod(now: number, target?: TargetJson | null): PeriodCounts {
-    this.revive();
+    if (this.wiped) {
+      // Nothing stored (never used, or expired as idle): a sampler visit must not bring it back.
+      if (target !== undefined) this.setTarget(target);
+      return {
+        channel: this.channel,
+        delivered: 0,
+        dropped: 0,
+        offered: 0,
+        elapsed_ms: 0,
+        period_started_at: now,
+        occupancy: this.occupancy(),
+        fast_rate: this.currentRate(),
+        fast_decided_at: null,
+      };
+    }
     if (target !== undefined) this.setTarget(target);
     const started = this.counter("period_started_at") || now;
     const delivered = this.counter("period_delivered");
@@ -542,11 +559,21 @@ export class ChannelObject extends DurableObject<Env> {
    * decided itself (the fast loop had not decided since) becomes the fast loop's rate too, unless the
    * fast loop decided after the sweep began: both loops then answer with the same rate.
    */
-  async recordSample(sample: { sampled_at: number; new_rate: number }): Promise<void> {
-    this.revive();
+  async recordSample(sample: {
+    sampled_at: number;
+    new_rate: number;
+    decided_by?: "fast loop" | "sweep";
+  }): Promise<void> {
+    if (this.wiped) return; // a visit to a channel with nothing stored leaves nothing stored
     this.lastSample = sample;
     this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('last_sample', ?)", JSON.stringify(sample));
-    if (this.fastTarget() && sample.sampled_at >= this.counter("fast_decided_at")) {
+    // Only a rate the sweep decided itself: when the fast loop decided, the sample's rate is the one
+    // the channel runs at (the fast rate, or the stored one when the change was too small to write).
+    if (
+      this.fastTarget() &&
+      sample.decided_by !== "fast loop" &&
+      sample.sampled_at >= this.counter("fast_decided_at")
+    ) {
       this.setFastRate(sample.new_rate);
       if (sample.new_rate > 0) this.startFastLoop(Date.now());
       await this.settled(undefined);
@@ -560,10 +587,11 @@ export class ChannelObject extends DurableObject<Env> {
    */
   setTarget(target: TargetJson | null): void {
     if (JSON.stringify(target) === JSON.stringify(this.toldTarget)) return;
-    this.revive();
     this.toldTarget = target;
     this.fastTargetCache = undefined;
-    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('target', ?)", JSON.stringify(target));
+    // Kept in memory only while nothing is stored; written with the channel's next write otherwise.
+    if (!this.wiped)
+      this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES ('target', ?)", JSON.stringify(target));
   }
 
   // ---- alarm -------------------------------------------------------------------------------------
@@ -587,7 +615,10 @@ export class ChannelObject extends DurableObject<Env> {
    * pushed later, so no job's time is missed: a job woken early just schedules again).
    */
   private scheduleAlarm(at: number): void {
-    if (this.alarmAt !== null && this.alarmAt <= at) return;
+    // A cached time long past is an alarm that was lost (a runtime that fires an alarm clears the
+    // cache first, in alarm()): set it again rather than trust it.
+    const lost = this.alarmAt !== null && this.alarmAt < Date.now() - ALARM_LOST_MS;
+    if (this.alarmAt !== null && this.alarmAt <= at && !lost) return;
     this.alarmAt = at;
     this.ctx.storage.setAlarm(at).catch((e: unknown) => {
       this.alarmAt = null; // the next write tries again
@@ -597,7 +628,7 @@ export class ChannelObject extends DurableObject<Env> {
 
   /** After a write: an alarm is set, so a channel that then goes quiet is still expired. */
   private ensureExpiry(): void {
-    if (this.alarmAt !== null || this.isAnalytics()) return;
+    if (this.isAnalytics() || this.isRecord()) return;
     const ttl = getConfig(this.env).historyTtlMs;
     this.scheduleAlarm((this.counter("last_publish_at") || Date.now()) + ttl);
   }
@@ -608,7 +639,9 @@ export class ChannelObject extends DurableObject<Env> {
    * kept by its own retention instead. Returns true when it deleted.
    */
   private async expireIdle(now: number): Promise<boolean> {
-    if (this.isAnalytics() || (this.channel === null && this.counters.size === 0)) return false;
+    if (this.isAnalytics() || this.isRecord() || this.wiped) return false;
+    // Revived without a publish (a subscriber, a sampler visit): the expiry counts from now.
+    if (!this.counter("last_publish_at")) this.set({ last_publish_at: now });
     const ttl = getConfig(this.env).historyTtlMs;
     if (this.occupancy() > 0) {
       // In use: look again later; the last subscriber leaving schedules the real time.
@@ -801,7 +834,6 @@ export class ChannelObject extends DurableObject<Env> {
     );
     const client: SseClient = { writer: stream.writable.getWriter(), terminate, closed: false };
     this.writeSse(client, sseChunk([": subscribed\nretry: 1000\n\n"]));
-    const behind = false;
     if (after !== null) {
       const replay = this.replayFrames(after);
       if (replay.frames.length > 0) this.writeSse(client, sseChunk(replay.frames.map(sseEvent)));
@@ -813,9 +845,7 @@ export class ChannelObject extends DurableObject<Env> {
         return sseResponse(stream.readable);
       }
     }
-    // More to replay than one page: the stream ends after it, and the reader resumes with Last-Event-ID.
-    if (behind) client.writer.close().catch(() => {});
-    else this.sse.add(client);
+    this.sse.add(client);
     client.writer.closed.then(
       () => this.dropSse(client),
       () => this.dropSse(client),
@@ -899,6 +929,8 @@ export class ChannelObject extends DurableObject<Env> {
     const counters = new Map(this.counters);
     const pending = this.pendingLive.length;
     const channel = this.channel;
+    // An alarm set inside the transaction is undone with it, so the cached time must be too.
+    const alarmAt = this.alarmAt;
     try {
       this.ctx.storage.transactionSync(() => {
         const dirty = new Set<CounterName>();
@@ -917,6 +949,7 @@ export class ChannelObject extends DurableObject<Env> {
       for (const [k, v] of counters) this.counters.set(k, v);
       this.pendingLive.length = pending;
       this.channel = channel;
+      this.alarmAt = alarmAt;
       throw e;
     }
   }
@@ -1124,7 +1157,9 @@ export class ChannelObject extends DurableObject<Env> {
     this.marking = registry.markActive(channel, weight).then(
       (lastRunAt) => {
         // A channel idle through earlier runs starts its period at the last run, not long before.
-        if (lastRunAt && lastRunAt > this.counter("period_started_at")) this.set({ period_started_at: lastRunAt });
+        if (!this.wiped && lastRunAt && lastRunAt > this.counter("period_started_at")) {
+          this.set({ period_started_at: lastRunAt });
+        }
         this.marking = null;
         // Traffic that came while this report was in flight may have reached the next weight.
         if (!this.wiped && this.periodWeight() > this.counter("period_marked")) this.markActive();
@@ -1134,7 +1169,7 @@ export class ChannelObject extends DurableObject<Env> {
           "floodgate: could not report channel activity to the sampler",
           e instanceof Error ? e.message : e,
         );
-        this.set({ period_marked: reported });
+        if (!this.wiped) this.set({ period_marked: reported });
         this.marking = null;
       },
     );

@@ -239,6 +239,44 @@ describe("a batch that fails mid-way", () => {
   });
 });
 
+describe("a failed batch and the alarm", () => {
+  it("a channel's alarm survives a batch that fails: the fast loop and the idle expiry still get one", async () => {
+    // A channel with a target (test config: public:fastloop.*): its first traffic asks for the fast
+    // loop's alarm inside the batch's transaction, which the failure undoes.
+    const ch = `public:fastloop.${uniq()}`;
+    const cmd = (x: string) => ({
+      channel: ch,
+      data: JSON.stringify(x),
+      publisher: "p",
+      action: "deliver" as const,
+      now: Date.now(),
+    });
+    let appends = 0;
+    const failed = await withFailing(
+      ChannelObject,
+      "append",
+      "SQLITE_FULL: database or disk is full",
+      () =>
+        channelStub(ch)
+          .publishMany([cmd("a"), cmd("b")])
+          .then(
+            () => "answered",
+            (e: Error) => e.message,
+          ),
+      () => ++appends === 2,
+    );
+    expect(failed).toMatch(/SQLITE_FULL/);
+    await channelStub(ch).publishMany([cmd("c")]);
+    const { alarm, due } = await runInDurableObject(channelStub(ch), async (instance, state) => ({
+      alarm: await state.storage.getAlarm(),
+      due: (instance as unknown as { counters: Map<string, number> }).counters.get("fast_due_at") ?? 0,
+    }));
+    expect(due).toBeGreaterThan(0);
+    expect(alarm).not.toBeNull();
+    expect(alarm as number).toBeLessThanOrEqual(due);
+  });
+});
+
 describe("storage is bounded by activity", () => {
   const HISTORY_TTL_MS = 7 * 24 * 3600 * 1000;
 
@@ -269,6 +307,24 @@ describe("storage is bounded by activity", () => {
     expect(history.messages).toEqual([]);
     const again = await publishTo(ch, t, 3);
     expect(((await again.json()) as { seq: number }).seq).toBe(1);
+  });
+
+  it("a sampler visit to a deleted channel leaves nothing stored, and export of an unused record is empty", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    const t = await publisher();
+    expect((await publishTo(ch, t, 1)).status).toBe(200);
+    await ageChannel(ch, HISTORY_TTL_MS + 1000);
+    const stub = channelStub(ch);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await storedTables(stub)).toEqual({});
+    // The sampler visits channels with a runtime target every run, idle or not.
+    const now = Date.now();
+    expect(await stub.takePeriod(now, "5/s")).toMatchObject({ offered: 0 });
+    await stub.recordSample({ sampled_at: now, new_rate: 0, decided_by: "sweep" });
+    expect(await storedTables(stub)).toEqual({});
+    expect(await runInDurableObject(stub, (_i, state) => state.storage.getAlarm())).toBeNull();
+    // An export page of a channel that never kept anything is empty, not an error.
+    expect(await stub.exportPage(0, now, null, null, 10)).toEqual({ ndjson: "", next: null });
   });
 
   it("a channel with a subscriber is kept however old its last publish; deleted once the subscriber leaves", async () => {

@@ -226,6 +226,18 @@ describe("fast loop", () => {
     expect(await isolateRate(ch, cold)).toEqual({ drop_rate: current, source: "fast-loop" });
   });
 
+  it("a sweep sample that only persists the fast loop's decision never moves the fast loop's rate", async () => {
+    const ch = `public:fastloop.${uniq()}`;
+    const token = await publisher();
+    await offer(ch, token, 4 * ALLOWED);
+    await endFastPeriod(ch);
+    const held = await objectRate(ch);
+    expect(held).toBeGreaterThan(0.5);
+    // The sweep found the change too small to write, so its sample shows the rate stored in KV.
+    await stub(ch).recordSample({ sampled_at: Date.now(), new_rate: 0.1, decided_by: "fast loop" });
+    expect(await objectRate(ch)).toBe(held);
+  });
+
   it("the sweep and the fast loop agree: one law, no oscillation when both run", async () => {
     const ch = `public:fastloop.${uniq()}`;
     const token = await publisher();
