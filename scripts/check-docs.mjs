@@ -12,11 +12,11 @@
 //    docs/api.md and its neighbours, not a file a reader who cloned the repo does not have).
 // `--links-only` skips the runs (no Worker needed).
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
+import { startDev } from "./dev-server.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const { values } = parseArgs({ options: { "links-only": { type: "boolean", default: false } } });
@@ -193,45 +193,9 @@ function run(cmd, args, opts = {}) {
 const blocks = values["links-only"] ? [] : docs.flatMap((file) => runnableBlocks(file).map((b) => ({ file, ...b })));
 if (blocks.length > 0) {
   console.log(`runnable examples (${blocks.length}), against a Worker started on ${BASE}`);
+  const server = startDev({ port: PORT, env: { SAMPLER_LOCAL_PERIOD: "0" } });
+  await server.ready();
   const binPath = `${join(root, "node_modules", ".bin")}:${process.env.PATH}`;
-  const server = spawn(
-    process.execPath,
-    [
-      join(root, "scripts/start.mjs"),
-      "--port",
-      String(PORT),
-      "--ip",
-      "127.0.0.1",
-      "--persist-to",
-      mkdtempSync(join(tmpdir(), "floodgate-docs-")),
-    ],
-    {
-      cwd: root,
-      env: { ...process.env, PATH: binPath, SAMPLER_LOCAL_PERIOD: "0" },
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-    },
-  );
-  let serverLog = "";
-  server.stdout.on("data", (d) => (serverLog += d));
-  server.stderr.on("data", (d) => (serverLog += d));
-  const stop = () => {
-    try {
-      process.kill(-server.pid, "SIGTERM");
-    } catch {}
-  };
-  process.on("exit", stop);
-  const deadline = Date.now() + 90_000;
-  for (;;) {
-    try {
-      if ((await fetch(`${BASE}/healthz`)).ok) break;
-    } catch {}
-    if (Date.now() > deadline) {
-      console.log(serverLog);
-      throw new Error("docs check: the Worker did not start within 90 s");
-    }
-    await new Promise((r) => setTimeout(r, 300));
-  }
   for (const b of blocks) {
     const where = `${relative(root, b.file)}:${b.line}`;
     const script = b.script.replaceAll("http://localhost:8787", BASE);
@@ -247,7 +211,7 @@ if (blocks.length > 0) {
     if (mismatch) fail(where, mismatch);
     else console.log(`  ✓ ${where}${b.expected === null ? " (exit 0)" : " (output as shown)"}`);
   }
-  stop();
+  server.stop();
 }
 
 console.log(failures === 0 ? "docs check: passed" : `docs check: ${failures} failed`);

@@ -8,13 +8,12 @@
 // reads a private channel (straight to the Worker); the page and its script carry public/_headers'
 // CSP and the page runs with no CSP violation; with the server stopped the page says so. Screenshots go
 // to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
-import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
 import { mintToken, startFloodgate } from "./bench-lib.mjs";
+import { startDev } from "./dev-server.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 // BROWSER_TEST_PORT / BROWSER_TEST_INSPECTOR_PORT: so two runs on one machine do not collide.
@@ -128,33 +127,18 @@ function check(ok, what) {
   if (!ok) failures++;
 }
 
-const server = spawn(
-  process.execPath,
-  [
-    join(root, "scripts/start.mjs"),
-    "--port",
-    String(PORT),
-    "--ip",
-    "127.0.0.1",
-    "--persist-to",
-    mkdtempSync(join(tmpdir(), "floodgate-browser-")),
+const server = startDev({
+  port: PORT,
+  args: [
     "--var",
     `THROTTLE_TARGETS:${JSON.stringify({ [CHANNEL]: "5/s" })}`,
     "--var",
     "THROTTLE_RATE_CACHE_MS:200",
     ...(INSPECTOR_PORT ? ["--inspector-port", INSPECTOR_PORT] : []),
   ],
-  { cwd: root, env: { ...process.env, SAMPLER_LOCAL_PERIOD: "2" }, stdio: ["ignore", "pipe", "pipe"], detached: true },
-);
-let serverLog = "";
-server.stdout.on("data", (d) => (serverLog += d));
-server.stderr.on("data", (d) => (serverLog += d));
-const stopServer = () => {
-  try {
-    process.kill(-server.pid, "SIGTERM");
-  } catch {}
-};
-process.on("exit", stopServer);
+  env: { SAMPLER_LOCAL_PERIOD: "2" },
+});
+const stopServer = server.stop;
 
 async function waitFor(fn, what, ms = 30_000) {
   const end = Date.now() + ms;
@@ -171,7 +155,7 @@ async function waitFor(fn, what, ms = 30_000) {
 let browser;
 let publishing = true;
 try {
-  await waitFor(async () => (await fetch(`${BASE}/healthz`)).ok, "the server to start", 60_000);
+  await server.ready(60_000);
   const tokenRes = await fetch(`${BASE}/v1/tokens`, {
     method: "POST",
     headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
@@ -282,7 +266,7 @@ try {
 } catch (e) {
   failures++;
   console.error(`FAIL ${e.message}`);
-  console.error(serverLog.split("\n").slice(-30).join("\n"));
+  console.error(server.log().split("\n").slice(-30).join("\n"));
 } finally {
   publishing = false;
   await browser?.close();
