@@ -4,7 +4,7 @@
  * the Hono context (`c.get("svc")`).
  */
 import { DropRateReader } from "../functions/before-publish";
-import { type CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy, serialiseCopy } from "../functions/drop-copies";
+import { CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy, serialiseCopy } from "../functions/drop-copies";
 import { Thinning } from "../functions/thinning";
 import type { ChannelObject } from "./channel-object";
 import { type Config, getConfig } from "./config";
@@ -188,11 +188,9 @@ async function sendCopies(
 
 /** Tells each source channel the drops of `batch` it has not counted, and marks them counted. */
 async function countUncounted(env: Env, reader: DropRateReader, batch: QueuedCopy[]): Promise<void> {
-  const uncounted = new Map<string, number>();
-  for (const q of batch) if (!q.counted) uncounted.set(q.source_channel, (uncounted.get(q.source_channel) ?? 0) + 1);
   await Promise.all(
-    [...uncounted].map(async ([channel, n]) => {
-      if (!(await recordDrops(env, reader, channel, n, 0))) return;
+    [...CopyTally.of(batch).byChannel].map(async ([channel, e]) => {
+      if (e.uncounted === 0 || !(await recordDrops(env, reader, channel, e.uncounted, 0))) return;
       for (const q of batch) if (q.source_channel === channel) q.counted = true;
     }),
   );

@@ -198,6 +198,32 @@ describe("slow subscribers are bounded in bytes, replays included", () => {
   });
 });
 
+/** A publish of `data` (any JSON value) as the Worker sends it to the channel's object. */
+function deliverCommand(ch: string, data: unknown) {
+  return { channel: ch, data: JSON.stringify(data), publisher: "p", action: "deliver" as const, now: Date.now() };
+}
+
+/**
+ * One batch of publishes whose second append fails with SQLITE_FULL, after the first was appended:
+ * answers the error message the call got (or "answered" if it did not fail).
+ */
+function publishManyFailingMidway(ch: string, messages: unknown[]): Promise<string> {
+  let appends = 0;
+  return withFailing(
+    ChannelObject,
+    "append",
+    "SQLITE_FULL: database or disk is full",
+    () =>
+      channelStub(ch)
+        .publishMany(messages.map((m) => deliverCommand(ch, m)))
+        .then(
+          () => "answered",
+          (e: Error) => e.message,
+        ),
+    () => ++appends === 2,
+  );
+}
+
 describe("a batch that fails mid-way", () => {
   it("rolls back memory with storage: no ghost frames, no counted messages, seq continues where it was", async () => {
     const ch = `public:bounds.${uniq()}`;
@@ -205,28 +231,7 @@ describe("a batch that fails mid-way", () => {
     const sub = await openSocket(ch);
     expect((await publishTo(ch, t, "first")).status).toBe(200);
     await sub.next(1);
-    let appends = 0;
-    const failed = await withFailing(
-      ChannelObject,
-      "append",
-      "SQLITE_FULL: database or disk is full",
-      () =>
-        channelStub(ch)
-          .publishMany(
-            ["a", "b", "c"].map((x) => ({
-              channel: ch,
-              data: JSON.stringify(x),
-              publisher: "p",
-              action: "deliver" as const,
-              now: Date.now(),
-            })),
-          )
-          .then(
-            () => "answered",
-            (e: Error) => e.message,
-          ),
-      () => ++appends === 2, // the second message of the batch fails, after the first was appended
-    );
+    const failed = await publishManyFailingMidway(ch, ["a", "b", "c"]);
     expect(failed).toMatch(/SQLITE_FULL/);
     expect((await publishTo(ch, t, "after")).status).toBe(200);
     const frames = await sub.next(2);
@@ -244,29 +249,9 @@ describe("a failed batch and the alarm", () => {
     // A channel with a target (test config: public:fastloop.*): its first traffic asks for the fast
     // loop's alarm inside the batch's transaction, which the failure undoes.
     const ch = `public:fastloop.${uniq()}`;
-    const cmd = (x: string) => ({
-      channel: ch,
-      data: JSON.stringify(x),
-      publisher: "p",
-      action: "deliver" as const,
-      now: Date.now(),
-    });
-    let appends = 0;
-    const failed = await withFailing(
-      ChannelObject,
-      "append",
-      "SQLITE_FULL: database or disk is full",
-      () =>
-        channelStub(ch)
-          .publishMany([cmd("a"), cmd("b")])
-          .then(
-            () => "answered",
-            (e: Error) => e.message,
-          ),
-      () => ++appends === 2,
-    );
+    const failed = await publishManyFailingMidway(ch, ["a", "b"]);
     expect(failed).toMatch(/SQLITE_FULL/);
-    await channelStub(ch).publishMany([cmd("c")]);
+    await channelStub(ch).publishMany([deliverCommand(ch, "c")]);
     const { alarm, due } = await runInDurableObject(channelStub(ch), async (instance, state) => ({
       alarm: await state.storage.getAlarm(),
       due: (instance as unknown as { counters: Map<string, number> }).counters.get("fast_due_at") ?? 0,
