@@ -628,7 +628,7 @@ export class ChannelObject extends DurableObject<Env> {
 
   /** After a write: an alarm is set, so a channel that then goes quiet is still expired. */
   private ensureExpiry(): void {
-    if (this.isAnalytics() || this.isRecord()) return;
+    if (this.isAnalytics()) return;
     const ttl = getConfig(this.env).historyTtlMs;
     this.scheduleAlarm((this.counter("last_publish_at") || Date.now()) + ttl);
   }
@@ -639,7 +639,7 @@ export class ChannelObject extends DurableObject<Env> {
    * kept by its own retention instead. Returns true when it deleted.
    */
   private async expireIdle(now: number): Promise<boolean> {
-    if (this.isAnalytics() || this.isRecord() || this.wiped) return false;
+    if (this.isAnalytics() || this.wiped) return false;
     // Revived without a publish (a subscriber, a sampler visit): the expiry counts from now.
     if (!this.counter("last_publish_at")) this.set({ last_publish_at: now });
     const ttl = getConfig(this.env).historyTtlMs;
@@ -784,7 +784,12 @@ export class ChannelObject extends DurableObject<Env> {
     return this.openSockets().length + this.sse.size;
   }
 
+  /**
+   * Whether this object is kept by `ANALYTICS_RETENTION` rather than expired as idle: the record of
+   * dropped messages (also after `ANALYTICS_CHANNEL` was renamed), or the configured analytics channel.
+   */
   private isAnalytics(): boolean {
+    if (this.isRecord()) return true;
     try {
       return this.channel !== null && this.channel === getConfig(this.env).analyticsChannel.name;
     } catch {
