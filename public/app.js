@@ -271,7 +271,7 @@ function renderTotals({ now, messages, rate_limits }) {
   const title = document.createElement("span");
   title.textContent = "Rate-limit denials:";
   $("#limits").replaceChildren(
-    item("Delivered", perSecond(messages.delivered - prev.messages.delivered)),
+    item("All channels: delivered", perSecond(messages.delivered - prev.messages.delivered)),
     item("dropped", perSecond(messages.dropped - prev.messages.dropped)),
     title,
     ...Object.entries(denied).map(([bucket, n]) => item(bucket, perSecond(n - (prev.denied[bucket] ?? 0)))),
