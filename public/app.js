@@ -220,6 +220,10 @@ document.addEventListener("visibilitychange", () => {
   else if (!state.polling) startPolling();
 });
 window.addEventListener("pagehide", () => stopPolling());
+// A page restored from the back/forward cache was stopped by its pagehide.
+window.addEventListener("pageshow", (ev) => {
+  if (ev.persisted && state.token && !$("#app").hidden && !state.polling) startPolling();
+});
 
 /** @param {unknown} e */
 function handleError(e) {
