@@ -3,7 +3,9 @@
 // against the Worker started here with `npm start` (wrangler dev, local KV and Durable Objects, the
 // local sampler every 2 s). Steps: a wrong token is refused with a clear message; the right one shows
 // the empty state; a channel appears once traffic flows; its drop rate rises after the sampler runs;
-// a rate set from the page makes publishes answer 202; the page fits a phone's width; a browser's
+// a rate set from the page makes publishes answer 202; polls never overlap (each waits for the one
+// before it), a hidden page aborts its poll and stops polling until shown again, and a channel that
+// leaves the overview takes its card, chart and ResizeObserver with it; the page fits a phone's width; a browser's
 // WebSocket subscriber gets frames without compression, and one offering its token as a subprotocol
 // reads a private channel (straight to the Worker); the page and its script carry public/_headers'
 // CSP and the page runs with no CSP violation; with the server stopped the page says so. Screenshots go
@@ -119,6 +121,119 @@ async function checkAssetHeaders() {
   const headersFile = await fetch(`${BASE}/_headers`);
   const text = await headersFile.text();
   check(!text.includes("Content-Security-Policy"), "public/_headers itself is not served");
+  const tsconfig = await fetch(`${BASE}/tsconfig.json`);
+  check(!(await tsconfig.text()).includes("compilerOptions"), "public/tsconfig.json is not served (.assetsignore)");
+}
+
+/**
+ * Counts the page's overview polls (started, in flight, most at once, aborted) and its live
+ * ResizeObservers, from outside the dashboard's code: fetch and ResizeObserver are wrapped before it loads.
+ */
+function instrumentPage() {
+  const polls = { started: 0, inFlight: 0, most: 0, aborted: 0 };
+  window.__polls = polls;
+  const fetch = window.fetch.bind(window);
+  window.fetch = (input, init) => {
+    if (!String(input).includes("/v1/admin/overview")) return fetch(input, init);
+    polls.started++;
+    polls.inFlight++;
+    polls.most = Math.max(polls.most, polls.inFlight);
+    let settled = false;
+    const settle = () => {
+      if (!settled) polls.inFlight--;
+      settled = true;
+    };
+    init?.signal?.addEventListener("abort", () => {
+      if (!settled) polls.aborted++;
+      settle();
+    });
+    return fetch(input, init).finally(settle);
+  };
+  const observers = new Set();
+  window.__observers = observers;
+  const Native = window.ResizeObserver;
+  window.ResizeObserver = class extends Native {
+    observe(target, options) {
+      observers.add(this);
+      super.observe(target, options);
+    }
+    disconnect() {
+      observers.delete(this);
+      super.disconnect();
+    }
+  };
+}
+
+/** Pretends the page was hidden (`hidden`) or shown again, as switching tabs does. */
+function setHidden(hidden) {
+  Object.defineProperty(document, "visibilityState", { value: hidden ? "hidden" : "visible", configurable: true });
+  Object.defineProperty(document, "hidden", { value: hidden, configurable: true });
+  document.dispatchEvent(new Event("visibilitychange"));
+}
+
+const pollCounts = (page) => page.evaluate(() => ({ ...window.__polls }));
+
+/**
+ * With the server slow (each overview answered 3 s late, longer than the 2 s between polls), polls
+ * still run one at a time; hiding the page aborts the poll in flight and starts no other until shown.
+ */
+async function checkPolling(page) {
+  const slow = async (route) => {
+    await new Promise((r) => setTimeout(r, 3000));
+    await route.continue().catch(() => {}); // an aborted poll's request is gone
+  };
+  await page.route("**/v1/admin/overview*", slow);
+  await page.evaluate(() => {
+    window.__polls.most = window.__polls.inFlight;
+    window.__polls.started = 0;
+  });
+  await page.waitForTimeout(10_000);
+  const busy = await pollCounts(page);
+  check(
+    busy.most === 1 && busy.started >= 1 && busy.started <= 3,
+    `polls never overlap when the server is slower than the poll period (${busy.started} polls in 10 s, at most ${busy.most} at once)`,
+  );
+
+  await page.waitForFunction(() => window.__polls.inFlight === 1, null, { timeout: 10_000 });
+  await page.evaluate(setHidden, true);
+  const hidden = await pollCounts(page);
+  await page.waitForTimeout(5000);
+  const later = await pollCounts(page);
+  check(
+    hidden.inFlight === 0 && hidden.aborted >= 1 && later.started === hidden.started,
+    `a hidden page aborts its poll and polls no more (${later.started - hidden.started} polls while hidden)`,
+  );
+  await page.unroute("**/v1/admin/overview*", slow);
+  await page.evaluate(setHidden, false);
+  await page.waitForFunction((n) => window.__polls.started > n, later.started, { timeout: 5000 });
+  check(true, "shown again, the page polls again at once");
+}
+
+/**
+ * A channel that leaves the overview (no traffic within its window: here, its entry taken out of the
+ * server's answer) loses its card and its chart's ResizeObserver; it comes back when listed again.
+ */
+async function checkChannelLeaves(page, channel) {
+  const card = `article[data-channel="${channel}"]`;
+  const observersBefore = await page.evaluate(() => window.__observers.size);
+  const charts = await page.locator(".channel .uplot").count();
+  const without = async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    body.channels = body.channels.filter((c) => c.channel !== channel);
+    await route.fulfill({ response, json: body });
+  };
+  await page.route("**/v1/admin/overview*", without);
+  await page.waitForSelector(card, { state: "detached", timeout: 10_000 });
+  const observersAfter = await page.evaluate(() => window.__observers.size);
+  const chartsAfter = await page.locator(".channel .uplot").count();
+  check(
+    observersAfter === observersBefore - 1 && chartsAfter === charts - 1,
+    `a channel leaving the overview removes its card, chart and ResizeObserver (observers ${observersBefore} → ${observersAfter}, charts ${charts} → ${chartsAfter})`,
+  );
+  await page.unroute("**/v1/admin/overview*", without);
+  await page.waitForSelector(card, { timeout: 10_000 });
+  check(true, "listed again, the channel gets its card back");
 }
 
 let failures = 0;
@@ -174,6 +289,7 @@ try {
 
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--headless", "--no-sandbox", "--disable-gpu"] });
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  await page.addInitScript(instrumentPage);
   // Every CSP violation the page reports (a blocked script, style or request), checked at the end.
   await page.addInitScript(() => {
     window.__cspViolations = [];
@@ -245,6 +361,9 @@ try {
     statuses.every((s) => s === 202),
     "a rate set from the page makes publishes answer 202",
   );
+
+  await checkPolling(page);
+  await checkChannelLeaves(page, MANUAL);
 
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(300);

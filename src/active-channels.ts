@@ -15,9 +15,10 @@
  * throttled channels first, then runtime targets, then the busiest marks (oldest first among equals);
  * the rest keep their marks for the next run (docs/operations.md, "Sampler limits per run").
  *
- * It also remembers when each channel last had traffic (for the dashboard's channel list; channels
- * without a target report at most once a minute) and holds targets set at runtime through the admin
- * API, which take precedence over `THROTTLE_TARGET(S)`; the sampler visits those channels every run.
+ * It also remembers when each channel last had traffic and the sampler's latest sample of it (for the
+ * dashboard's overview; channels without a target report at most once a minute) and holds targets set
+ * at runtime through the admin API, which take precedence over `THROTTLE_TARGET(S)`; the sampler visits
+ * those channels every run.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { TargetJson } from "./config";
@@ -58,6 +59,8 @@ export class ActiveChannels extends DurableObject<Env> {
     this.sql.exec("CREATE TABLE IF NOT EXISTS throttled (channel TEXT PRIMARY KEY)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS seen (channel TEXT PRIMARY KEY, at INTEGER NOT NULL)");
+    const seenColumns = this.sql.exec<{ name: string }>("PRAGMA table_info(seen)").toArray();
+    if (!seenColumns.some((c) => c.name === "sample")) this.sql.exec("ALTER TABLE seen ADD COLUMN sample TEXT");
     this.sql.exec("CREATE TABLE IF NOT EXISTS targets (channel TEXT PRIMARY KEY, target TEXT NOT NULL)");
   }
 
@@ -69,7 +72,12 @@ export class ActiveChannels extends DurableObject<Env> {
    * in steps of 100 so a flood of new channels does not sort the table on every mark.
    */
   markSeen(channel: string, at: number = Date.now()): void {
-    this.sql.exec("INSERT OR REPLACE INTO seen (channel, at) VALUES (?, ?)", channel, at);
+    // An upsert, not a replace: the row keeps its sample.
+    this.sql.exec(
+      "INSERT INTO seen (channel, at) VALUES (?, ?) ON CONFLICT (channel) DO UPDATE SET at = excluded.at",
+      channel,
+      at,
+    );
     this.seenRows ??= this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM seen").one().n;
     this.seenRows++; // at most one too many (a replaced row): trims a little early, never late
     if (this.seenRows > SEEN_KEPT + 100) {
@@ -90,6 +98,25 @@ export class ActiveChannels extends DurableObject<Env> {
         limit,
       )
       .toArray();
+  }
+
+  /**
+   * The dashboard's summary in one call: channels with traffic since `since` (most recent first, at
+   * most `limit`), each with the sampler's latest sample of it as JSON text (null if never sampled),
+   * and the runtime targets.
+   */
+  overview(
+    since: number,
+    limit: number,
+  ): { channels: { channel: string; at: number; sample: string | null }[]; targets: Record<string, TargetJson> } {
+    const channels = this.sql
+      .exec<{ channel: string; at: number; sample: string | null }>(
+        "SELECT channel, at, sample FROM seen WHERE at >= ? ORDER BY at DESC LIMIT ?",
+        since,
+        limit,
+      )
+      .toArray();
+    return { channels, targets: this.targets() };
   }
 
   /** Runtime targets, as the JSON the admin API took (a shorthand string or {"deliveries": …}). */
@@ -163,11 +190,14 @@ export class ActiveChannels extends DurableObject<Env> {
 
   /**
    * Ends a run: forgets the marks of channels that were sampled (unless marked again meanwhile) and
-   * records which channels are left throttled. Channels whose visit failed keep their mark.
+   * records which channels are left throttled and each channel's new sample (for {@link overview}).
+   * Channels whose visit failed keep their mark.
    */
-  finishRun(sampled: { channel: string; generation: number; throttled: boolean }[]): void {
+  finishRun(sampled: { channel: string; generation: number; throttled: boolean; sample?: unknown }[]): void {
     this.ctx.storage.transactionSync(() => {
       for (const s of sampled) {
+        if (s.sample)
+          this.sql.exec("UPDATE seen SET sample = ? WHERE channel = ?", JSON.stringify(s.sample), s.channel);
         this.sql.exec("DELETE FROM active WHERE channel = ? AND generation = ?", s.channel, s.generation);
         if (s.throttled) this.sql.exec("INSERT OR IGNORE INTO throttled (channel) VALUES (?)", s.channel);
         else this.sql.exec("DELETE FROM throttled WHERE channel = ?", s.channel);

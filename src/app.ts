@@ -7,6 +7,7 @@ import { secureHeaders } from "hono/secure-headers";
 import type { AppEnv } from "./app-env";
 import { ConfigError } from "./config";
 import { ApiError, errorResponse } from "./errors";
+import { dashboard } from "./routes/dashboard";
 import { operator } from "./routes/operator";
 import { publish } from "./routes/publish";
 import { history, subscribe } from "./routes/subscribe";
@@ -54,6 +55,7 @@ app.route("/v1/publish", publish);
 app.route("/v1/subscribe", subscribe);
 app.route("/v1/history", history);
 app.route("/", operator);
+app.route("/", dashboard);
 
 app.notFound(() => new ApiError("not_found", "no such route").toResponse());
 app.onError((err) => errorResponse(err));

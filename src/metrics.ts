@@ -29,6 +29,9 @@ export const METRIC_HELP: Record<string, string> = {
     "Publishes refused with 503 because an isolate's waiting publishes were at their byte cap.",
 };
 
+/** The rate-limit buckets, each always present in a scrape (docs/api.md, Operator routes). */
+export const RATE_LIMIT_BUCKETS = ["publish", "subscribe", "token-issue", "read"] as const;
+
 /** Builds a series key such as `floodgate_messages_total{result="delivered"}`. */
 export function seriesKey(name: string, labels: Record<string, string> = {}): string {
   const parts = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, "_")}"`);
@@ -50,7 +53,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     floodgate_publish_overflow_total: 0,
     ...series,
   };
-  for (const bucket of ["publish", "subscribe", "token-issue", "read"]) {
+  for (const bucket of RATE_LIMIT_BUCKETS) {
     for (const result of ["allowed", "denied"]) {
       const k = seriesKey("floodgate_rate_limit_decisions_total", { bucket, result });
       all[k] ??= 0;

@@ -13,7 +13,7 @@
  *    (docs/operations.md, "Sampler limits per run").
  *    A channel's own fast loop (src/channel-object.ts) decides with the same law every few seconds;
  *    when it has decided during the period, its rate is the one persisted, so the two never disagree.
- * 3. Tell the registry what was sampled. A channel whose object or KV fails is reported with an
+ * 3. Tell the registry what was sampled (with each sample, for the dashboard's overview). A channel whose object or KV fails is reported with an
  *    error and keeps its mark for the next run; the others go on.
  */
 import { GLOBAL_RATE_KEY, parseStoredRate, rateKey } from "../functions/before-publish";
@@ -96,7 +96,7 @@ export async function runSampler(
   const start = await registry.beginRun(now, config.samplerMaxChannels);
   const runtimeTargets = start.targets;
   const results: SamplerReport["channels"] = [];
-  const finished: { channel: string; generation: number; throttled: boolean }[] = [];
+  const finished: { channel: string; generation: number; throttled: boolean; sample?: ChannelSample }[] = [];
   const queue = [...start.channels];
   let deferred = start.deferred;
   // The rate a channel without its own key runs at: one read for the whole run.
@@ -117,8 +117,8 @@ export async function runSampler(
         kvLeft += KV_OPERATIONS_PER_CHANNEL - kvOperations(outcome);
         if ("written" in outcome && outcome.written) cache?.invalidate(channel);
         results.push(outcome);
-        const throttled = "new_rate" in outcome && outcome.new_rate > 0;
-        finished.push({ channel, generation, throttled });
+        const sample = "new_rate" in outcome ? outcome : undefined;
+        finished.push({ channel, generation, throttled: (sample?.new_rate ?? 0) > 0, sample });
       } catch (e) {
         // One failing channel never stops the run; its mark stays, so the next run tries again.
         console.error(`floodgate sampler: ${channel} failed`, e instanceof Error ? e.message : e);

@@ -1,6 +1,7 @@
 /**
- * The admin routes the dashboard uses: the list of recently active channels, and targets set at
- * runtime (which the sampler then follows, ahead of THROTTLE_TARGET(S)).
+ * The admin routes the dashboard uses: its overview (one summary of the busy channels and the
+ * deployment's totals), the list of recently active channels, and targets set at runtime (which the
+ * sampler then follows, ahead of THROTTLE_TARGET(S)).
  */
 import {
   createExecutionContext,
@@ -11,7 +12,9 @@ import {
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
+import { samplerRegistry } from "../src/active-channels";
 import worker from "../src/index";
+import { OVERVIEW_MAX_CHANNELS } from "../src/routes/dashboard";
 import { adminHeaders, callAndWait, mint, openSocket, publishAndWait, uniq } from "./helpers";
 
 async function cron(): Promise<void> {
@@ -21,6 +24,163 @@ async function cron(): Promise<void> {
 }
 
 const admin = (path: string, init: RequestInit = {}) => callAndWait(path, { ...init, headers: adminHeaders() });
+
+interface OverviewChannel {
+  channel: string;
+  last_seen_at: number;
+  drop_rate: number;
+  drop_mode: string;
+  target: unknown;
+  target_rate: number | null;
+  occupancy: number | null;
+  last_sample: Record<string, unknown> | null;
+}
+
+interface Overview {
+  now: number;
+  within: string;
+  channels: OverviewChannel[];
+  messages: { delivered: number; dropped: number };
+  rate_limits: Record<string, { allowed: number; denied: number }>;
+}
+
+async function overview(query = ""): Promise<Overview> {
+  const res = await admin(`/v1/admin/overview${query}`);
+  expect(res.status).toBe(200);
+  return (await res.json()) as Overview;
+}
+
+/** One series of a `/metrics` scrape (which first flushes this isolate's counts to the metrics object). */
+async function scrape(): Promise<(key: string) => number> {
+  const text = await (await admin("/metrics")).text();
+  return (key) => {
+    const line = text.split("\n").find((l) => l.startsWith(`${key} `));
+    if (!line) throw new Error(`no series ${key} in the scrape`);
+    return Number(line.slice(key.length + 1));
+  };
+}
+
+const CHANNEL_CALLS = 'floodgate_object_calls_total{object="channel"}';
+
+/** Starts the channel's current period `ms` ago, instead of waiting that long. */
+async function backdatePeriod(channel: string, ms: number): Promise<void> {
+  await runInDurableObject(env.CHANNEL.get(env.CHANNEL.idFromName(channel)), (instance) => {
+    (instance as unknown as { set(v: Record<string, number>): void }).set({ period_started_at: Date.now() - ms });
+  });
+}
+
+describe("GET /v1/admin/overview", () => {
+  it("summarises recently active channels and the deployment's totals without calling any channel object", async () => {
+    const names = [1, 2, 3].map(() => `public:dash.${uniq("o")}`);
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:dash.*"], rl: "1000/s" });
+    for (const ch of names) await publishAndWait(ch, access_token, { x: 1 });
+
+    const before = (await scrape())(CHANNEL_CALLS);
+    const body = await overview();
+    const after = (await scrape())(CHANNEL_CALLS);
+    expect(after - before).toBe(0);
+    // The old list asks every channel it lists: the scrape does see channel calls.
+    await admin("/v1/admin/channels");
+    expect((await scrape())(CHANNEL_CALLS) - after).toBeGreaterThanOrEqual(names.length);
+
+    expect(body.within).toBe("10m");
+    const listed = body.channels.map((c) => c.channel);
+    for (const ch of names) expect(listed).toContain(ch);
+    expect(listed.indexOf(names[2] as string)).toBeLessThan(listed.indexOf(names[0] as string));
+    expect(body.channels.find((c) => c.channel === names[0])).toEqual({
+      channel: names[0],
+      last_seen_at: expect.any(Number),
+      drop_rate: 0,
+      drop_mode: "random",
+      target: null,
+      target_rate: null,
+      occupancy: null, // no target: never sampled, so no subscriber count without asking the channel
+      last_sample: null,
+    });
+    expect(Object.keys(body.rate_limits).sort()).toEqual(["publish", "read", "subscribe", "token-issue"]);
+    expect(body.messages.delivered).toBeGreaterThanOrEqual(names.length);
+  });
+
+  it("agrees with the channel's stats after a sampler run, and with /metrics on the totals", async () => {
+    const ch = `public:dash.${uniq("s")}`;
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:dash.*"], rl: "1000/s" });
+    expect(
+      (await admin(`/v1/admin/target/${ch}`, { method: "PUT", body: JSON.stringify({ target: "10/s" }) })).status,
+    ).toBe(200);
+    const sub = await openSocket(ch);
+    for (let i = 0; i < 40; i++) await publishAndWait(ch, access_token, { i });
+    await backdatePeriod(ch, 1000);
+    expect((await admin("/v1/admin/sample", { method: "POST" })).status).toBe(200);
+    // Traffic after the run reports the channel again (its once-a-minute report, made due here);
+    // the registry's row keeps the sample.
+    const seenBefore = (await overview()).channels.find((c) => c.channel === ch)?.last_seen_at ?? 0;
+    await runInDurableObject(env.CHANNEL.get(env.CHANNEL.idFromName(ch)), (instance) => {
+      (instance as unknown as { lastSeenReport: number }).lastSeenReport = 0;
+    });
+    await publishAndWait(ch, access_token, { after: true });
+
+    const stats = (await (await admin(`/v1/channels/${ch}/stats`)).json()) as Record<string, unknown>;
+    const entry = (await overview()).channels.find((c) => c.channel === ch);
+    expect(stats.last_sample).toMatchObject({ channel: ch, target: "10/s", occupancy: 1 });
+    expect(entry?.last_seen_at).toBeGreaterThan(seenBefore);
+    expect(entry).toEqual({
+      channel: ch,
+      last_seen_at: expect.any(Number),
+      drop_rate: stats.drop_rate,
+      drop_mode: stats.drop_mode,
+      target: stats.target,
+      target_rate: stats.target_rate,
+      occupancy: stats.occupancy,
+      last_sample: stats.last_sample,
+    });
+    sub.ws.close();
+
+    const metric = await scrape();
+    const totals = await overview();
+    expect(totals.messages).toEqual({
+      delivered: metric('floodgate_messages_total{result="delivered"}'),
+      dropped: metric('floodgate_messages_total{result="dropped"}'),
+    });
+    for (const [bucket, counts] of Object.entries(totals.rate_limits)) {
+      expect(counts).toEqual({
+        allowed: metric(`floodgate_rate_limit_decisions_total{bucket="${bucket}",result="allowed"}`),
+        denied: metric(`floodgate_rate_limit_decisions_total{bucket="${bucket}",result="denied"}`),
+      });
+    }
+  });
+
+  it(`lists at most ${OVERVIEW_MAX_CHANNELS} channels, the most recently seen`, async () => {
+    // Seen half an hour ago: outside the default window the other tests of this file read.
+    const at = Date.now() - 30 * 60_000;
+    const seen = Array.from({ length: OVERVIEW_MAX_CHANNELS + 10 }, (_, i) => ({
+      channel: `public:dash.${uniq("m")}`,
+      at: at + i,
+    }));
+    await runInDurableObject(samplerRegistry(env), (registry) => {
+      for (const s of seen) registry.markSeen(s.channel, s.at);
+    });
+    const body = await overview("?within=1h");
+    expect(body.channels.length).toBe(OVERVIEW_MAX_CHANNELS);
+    const times = body.channels.map((c) => c.last_seen_at);
+    expect(times).toEqual([...times].sort((a, b) => b - a));
+    // Other tests' channels are newer; of these, the newest are listed and the oldest left out.
+    const listed = new Set(body.channels.map((c) => c.channel));
+    const kept = seen.filter((s) => listed.has(s.channel)).map((s) => s.channel);
+    expect(kept.length).toBeGreaterThan(0);
+    expect(kept).toEqual(seen.slice(-kept.length).map((s) => s.channel));
+  });
+
+  it("needs the admin token, like the other admin routes, and refuses a bad window", async () => {
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:dash.*"] });
+    expect((await callAndWait("/v1/admin/overview")).status).toBe(401);
+    const wrong = await callAndWait("/v1/admin/overview", { headers: { authorization: "Bearer not-the-admin" } });
+    expect(wrong.status).toBe(401);
+    expect(await wrong.json()).toMatchObject({ code: "unauthenticated" });
+    const user = await callAndWait("/v1/admin/overview", { headers: { authorization: `Bearer ${access_token}` } });
+    expect(user.status).toBe(401);
+    expect((await admin("/v1/admin/overview?within=forever")).status).toBe(400);
+  });
+});
 
 describe("GET /v1/admin/channels", () => {
   it("lists channels with recent traffic, with or without a target, newest first, with their totals", async () => {

@@ -82,7 +82,7 @@ operator.get("/metrics", async (c) => {
   return c.body(renderPrometheus(series), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
 });
 
-function metricsSeries(env: Env): Promise<Record<string, number>> {
+export function metricsSeries(env: Env): Promise<Record<string, number>> {
   return env.METRICS.get(env.METRICS.idFromName("metrics")).read();
 }
 
