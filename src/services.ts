@@ -4,6 +4,7 @@
  * the Hono context (`c.get("svc")`).
  */
 import { DropRateReader } from "../functions/before-publish";
+import { BoundedMap } from "../functions/bounded-map";
 import { CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy, serialiseCopy } from "../functions/drop-copies";
 import { Thinning } from "../functions/thinning";
 import type { ChannelObject } from "./channel-object";
@@ -38,20 +39,14 @@ export function channelStub(env: Env, channel: string): DurableObjectStub<Channe
  * `idFromName` hashes the name on every call; an id is a plain value, so it is kept per isolate
  * (stubs are not: they belong to the request that made them).
  */
-const ids = new WeakMap<object, Map<string, DurableObjectId>>();
+const ids = new WeakMap<object, BoundedMap<string, DurableObjectId>>();
 export function objectId(ns: { idFromName(name: string): DurableObjectId }, name: string): DurableObjectId {
   let m = ids.get(ns);
   if (!m) {
-    m = new Map();
+    m = new BoundedMap(10_000);
     ids.set(ns, m);
   }
-  let id = m.get(name);
-  if (!id) {
-    if (m.size >= 10_000) m.clear();
-    id = ns.idFromName(name);
-    m.set(name, id);
-  }
-  return id;
+  return m.getOrSet(name, () => ns.idFromName(name));
 }
 
 const METRICS_OBJECT = "metrics";
