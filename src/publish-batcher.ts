@@ -3,7 +3,7 @@
  *
  * A channel's object commits every publish to storage before it answers, and that wait — not the
  * work — is what a publish costs. Publishes for one channel that arrive while its call is in flight
- * go together in one call (one transaction, one commit), through src/coalescer.ts. Order is arrival
+ * go together in one call (one transaction, one commit), through functions/coalescer.ts. Order is arrival
  * order in this isolate; each publish gets exactly the outcome it would have had alone (the object
  * decides them one by one, Idempotency-Keys included). A publish with nothing in flight ahead of it
  * waits {@link GATHER_MS} (1 ms) for company first.

@@ -1,7 +1,7 @@
 /** The publish batcher on its own: order, one call per batch, and no resend when an answer is lost. */
 import { describe, expect, it, vi } from "vitest";
+import { TAKEOVER_MS } from "../functions/coalescer";
 import type { PublishCommand, PublishOutcome } from "../src/channel-object";
-import { TAKEOVER_MS } from "../src/coalescer";
 import { ApiError } from "../src/errors";
 import { FOLLOWER_PATIENCE_MS, PublishBatcher } from "../src/publish-batcher";
 
