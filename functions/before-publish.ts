@@ -21,6 +21,7 @@
  */
 
 import { BoundedMap } from "./bounded-map";
+import { clampRate } from "./sampler";
 import type { Thinning } from "./thinning";
 import { pollUntil } from "./waiting";
 
@@ -88,12 +89,6 @@ export function parseStoredRate(text: string): number | null {
   const t = text.trim();
   if (!NUMBER.test(t)) return null;
   return clampRate(Number(t));
-}
-
-/** Clamps to [0,1]; NaN becomes 0. */
-export function clampRate(n: number): number {
-  if (!(n > 0)) return 0;
-  return Math.min(n, 1);
 }
 
 interface CacheEntry {
