@@ -18,10 +18,10 @@
  */
 import { GLOBAL_RATE_KEY, parseStoredRate, rateKey } from "../functions/before-publish";
 import { allowedMessageRate, isMeaningfulChange, nextDropRate, offeredRate, roundRate } from "../functions/sampler";
-import { samplerRegistry } from "./active-channels";
 import { type ChannelName, parseChannelName } from "./channels";
 import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson } from "./config";
 import { channelStub } from "./services";
+import { activeChannelsStub } from "./stubs";
 
 /** What the sampler decided for one channel; stored as the channel's `last_sample`. */
 export interface ChannelSample {
@@ -85,7 +85,7 @@ export async function runSampler(
   now: number = Date.now(),
   cache?: RateCache,
 ): Promise<SamplerReport> {
-  const registry = samplerRegistry(env);
+  const registry = activeChannelsStub(env);
   const start = await registry.beginRun(now, config.samplerMaxChannels);
   const runtimeTargets = start.targets;
   const results: SamplerReport["channels"] = [];
