@@ -20,6 +20,8 @@
  * an isolate starts from — a cold isolate, or one that has not heard from the channel for that long.
  */
 
+import { BoundedMap } from "./bounded-map";
+import { clampRate } from "./sampler";
 import type { Thinning } from "./thinning";
 import { pollUntil } from "./waiting";
 
@@ -65,6 +67,13 @@ export interface DropRateReaderOptions {
  */
 export const CHANNEL_RATE_TTL_MS = 60_000;
 
+/**
+ * Channels whose rates one isolate keeps (read from KV, and offered by their objects, each); past it
+ * the least recently used channel's rate is read again, so a flood of distinct channel names cannot
+ * grow memory or push out the busy channels' rates.
+ */
+const MAX_CACHED_CHANNELS = 10_000;
+
 export const CHANNEL_RATE_PREFIX = "throttleRate:";
 export const GLOBAL_RATE_KEY = "throttleRate";
 
@@ -82,12 +91,6 @@ export function parseStoredRate(text: string): number | null {
   return clampRate(Number(t));
 }
 
-/** Clamps to [0,1]; NaN becomes 0. */
-export function clampRate(n: number): number {
-  if (!(n > 0)) return 0;
-  return Math.min(n, 1);
-}
-
 interface CacheEntry {
   /** Set once the read has answered; null while it is in flight (others then join it). */
   value: ResolvedRate | null;
@@ -102,10 +105,10 @@ export class DropRateReader {
   private readonly readTimeoutMs: number;
   private readonly now: () => number;
   private readonly log: (message: string) => void;
-  private readonly cache = new Map<string, CacheEntry>();
+  private readonly cache = new BoundedMap<string, CacheEntry>(MAX_CACHED_CHANNELS);
   private readonly logged = new Set<FallbackCause>();
   /** Rates the channel objects answered with, and until when each stands in for KV. */
-  private readonly offered = new Map<string, { rate: number; expires: number }>();
+  private readonly offered = new BoundedMap<string, { rate: number; expires: number }>(MAX_CACHED_CHANNELS);
 
   constructor(opts: DropRateReaderOptions) {
     this.store = opts.store;
@@ -135,8 +138,6 @@ export class DropRateReader {
       return v;
     });
     if (this.cacheMs > 0) {
-      // Bound memory under a flood of distinct channel names: start over rather than grow forever.
-      if (this.cache.size >= 10_000) this.cache.clear();
       this.cache.set(channel, entry);
     }
     return read;
@@ -165,8 +166,6 @@ export class DropRateReader {
       this.offered.delete(channel);
       return;
     }
-    // Same bound as the KV cache: start over rather than grow without limit.
-    if (this.offered.size >= 10_000 && !this.offered.has(channel)) this.offered.clear();
     this.offered.set(channel, { rate: clampRate(rate), expires: this.now() + CHANNEL_RATE_TTL_MS });
   }
 

@@ -11,6 +11,7 @@
  * Each batch is sent by the request that opened it, inside that request's `waitUntil`, and a batch
  * only ever waits for the one before it: no request's context has to outlive its own copies, so a
  * long flood never relies on one request staying alive (workerd ends `waitUntil` work after a limit).
+ * The batching is functions/coalescer.ts's: copies are posted to it, with nobody waiting for answers.
  *
  * Memory is bounded in bytes: a copy's bytes count from the moment it is queued until the send that
  * carries it has settled, and a copy that would take the queue past `maxBytes` is not kept. It is
@@ -21,7 +22,7 @@
  * `onFailure` returns a promise the flush waits for it, so work it starts stays inside `waitUntil`.
  * Platform-neutral: the sink and the wait are arguments.
  */
-import { pollUntil } from "./waiting";
+import { Coalescer } from "./coalescer";
 
 /**
  * A copy of a dropped message waiting to be sent. The message is kept only as the text the publisher
@@ -120,38 +121,52 @@ export interface DropCopyQueueOptions {
   wait?: (ms: number) => Promise<void>;
 }
 
-/** One batch: its copies, their bytes, and whether its send has settled (or was given up on). */
-interface Batch {
-  items: QueuedCopy[];
-  bytes: number;
-  finished: boolean;
-  released: boolean;
-}
+/** The one lane of copies: they all go to the analytics channel, one batch at a time. */
+const LANE = "analytics";
 
 export class DropCopyQueue {
-  private readonly sink: DropCopySink;
   private readonly onFailure: (failed: CopyTally, cause: FailureCause, error?: unknown) => void | Promise<void>;
-  private readonly maxBatch: number;
-  private readonly windowMs: number;
   private readonly maxBytes: number;
-  private readonly wait: (ms: number) => Promise<void>;
-
-  /** The batch still accepting copies, if any. */
-  private open: Batch | null = null;
-  /** The newest batch opened; the next one is sent after it. */
-  private tail: Batch = { items: [], bytes: 0, finished: true, released: true };
+  private readonly batches: Coalescer<QueuedCopy, void>;
+  /** Batches whose bytes were let go: sent, or given up on while they were still being sent. */
+  private readonly released = new WeakSet<readonly QueuedCopy[]>();
   private held = 0;
   private heldBytes = 0;
   /** Copies turned away because the queue was full, reported when the next send settles. */
   private overflow = new CopyTally();
 
   constructor(opts: DropCopyQueueOptions) {
-    this.sink = opts.sink;
+    const sink = opts.sink;
     this.onFailure = opts.onFailure;
-    this.maxBatch = Math.max(1, opts.maxBatch ?? 100);
-    this.windowMs = Math.max(0, opts.windowMs ?? 25);
     this.maxBytes = Math.max(1, opts.maxBytes);
-    this.wait = opts.wait ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
+    const wait = opts.wait ?? ((ms) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
+    this.batches = new Coalescer<QueuedCopy, void>(
+      async (_lane, items) => {
+        try {
+          await sink.send(items);
+        } catch (e) {
+          await this.onFailure(CopyTally.of(items), "send failed", e);
+        } finally {
+          this.release(items);
+        }
+        return [];
+      },
+      {
+        maxBatch: Math.max(1, opts.maxBatch ?? 100),
+        gatherMs: Math.max(0, opts.windowMs ?? 25),
+        // Each batch waits its window, even behind a send in flight: the next one keeps filling.
+        gatherAlways: true,
+        // Even with no window, yield once so copies enqueued in the same tick travel together.
+        wait: (ms) => (ms > 0 ? wait(ms) : Promise.resolve()),
+        // A batch ahead that never finishes (its request was cut off) holds the next one back at most
+        // AHEAD_PATIENCE_MS; its bytes are then let go too, so a lost request cannot keep the queue
+        // full for ever.
+        stallMs: AHEAD_PATIENCE_MS,
+        onStall: (items) => this.release(items),
+        // Nobody waits for a copy's answer: posted copies have no followers to be patient.
+        patienceMs: 0,
+      },
+    );
   }
 
   /** Copies held: queued, or in a send that has not settled. */
@@ -182,45 +197,15 @@ export class DropCopyQueue {
     }
     this.held++;
     this.heldBytes += size;
-    if (this.open && this.open.items.length < this.maxBatch) {
-      this.open.items.push(item);
-      this.open.bytes += size;
-      return Promise.resolve();
-    }
-    const batch: Batch = { items: [item], bytes: size, finished: false, released: false };
-    const ahead = this.tail;
-    this.open = batch;
-    this.tail = batch;
-    return this.send(batch, ahead);
+    const work = this.batches.post(LANE, item);
+    return work ? work.finally(() => this.reportOverflow()) : Promise.resolve();
   }
 
-  private async send(batch: Batch, ahead: Batch): Promise<void> {
-    try {
-      // Even with no window, yield once so copies enqueued in the same tick travel together.
-      if (this.windowMs > 0) await this.wait(this.windowMs);
-      else await Promise.resolve();
-      // One batch at a time, in order; checked on this request's own timers. A batch ahead that never
-      // finishes (its request was cut off) holds this one back at most AHEAD_PATIENCE_MS; its bytes
-      // are then let go too, so a lost request cannot keep the queue full for ever.
-      if (!ahead.finished && !(await pollUntil(() => ahead.finished, AHEAD_PATIENCE_MS))) this.release(ahead);
-      if (this.open === batch) this.open = null;
-      try {
-        await this.sink.send(batch.items);
-      } catch (e) {
-        await this.onFailure(CopyTally.of(batch.items), "send failed", e);
-      }
-    } finally {
-      this.release(batch);
-      batch.finished = true;
-      await this.reportOverflow();
-    }
-  }
-
-  private release(batch: Batch): void {
-    if (batch.released) return;
-    batch.released = true;
-    this.held -= batch.items.length;
-    this.heldBytes -= batch.bytes;
+  private release(items: readonly QueuedCopy[]): void {
+    if (this.released.has(items)) return;
+    this.released.add(items);
+    this.held -= items.length;
+    for (const item of items) this.heldBytes -= copyBytes(item);
   }
 
   private async reportOverflow(): Promise<void> {

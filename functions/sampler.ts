@@ -81,8 +81,8 @@ export function feedForwardRate(offered: number, allowed: number): number {
  */
 export function nextDropRate(counts: PeriodCounts, currentRate: number, target: SamplerTarget): number {
   const offered = offeredRate(counts);
-  if (offered === null) return clamp01(currentRate);
-  return clamp01(feedForwardRate(offered, allowedMessageRate(target, counts.occupancy)));
+  if (offered === null) return clampRate(currentRate);
+  return clampRate(feedForwardRate(offered, allowedMessageRate(target, counts.occupancy)));
 }
 
 /**
@@ -90,12 +90,12 @@ export function nextDropRate(counts: PeriodCounts, currentRate: number, target: 
  * written pass fraction by target / delivered.
  */
 export function naiveRatioRate(counts: PeriodCounts, currentRate: number, target: SamplerTarget): number {
-  if (!(counts.elapsedMs > 0)) return clamp01(currentRate);
+  if (!(counts.elapsedMs > 0)) return clampRate(currentRate);
   const delivered = counts.delivered / (counts.elapsedMs / 1000);
   const allowed = allowedMessageRate(target, counts.occupancy);
   if (delivered <= 0) return 0;
-  const pass = (1 - clamp01(currentRate)) * (allowed / delivered);
-  return clamp01(1 - pass);
+  const pass = (1 - clampRate(currentRate)) * (allowed / delivered);
+  return clampRate(1 - pass);
 }
 
 /** Drop rates are written with this many decimals (KV holds text; 1e-4 is far below the noise). */
@@ -103,7 +103,7 @@ export const RATE_DECIMALS = 4;
 
 /** Rounds a rate for storage; a positive rate never rounds to 0 or up to 1. */
 export function roundRate(rate: number): number {
-  const r = clamp01(rate);
+  const r = clampRate(rate);
   if (r === 0 || r === 1) return r;
   const f = 10 ** RATE_DECIMALS;
   return Math.min(1 - 1 / f, Math.max(1 / f, Math.round(r * f) / f));
@@ -131,7 +131,8 @@ export function isMeaningfulChange(stored: number | null, next: number): boolean
   return Math.abs(passTo - passFrom) / passFrom >= MEANINGFUL_PASS_CHANGE;
 }
 
-function clamp01(n: number): number {
+/** Clamps a drop rate to [0,1]; NaN becomes 0. */
+export function clampRate(n: number): number {
   if (!(n > 0)) return 0;
   return Math.min(n, 1);
 }

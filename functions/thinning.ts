@@ -14,15 +14,23 @@
  * One instance per isolate: each isolate thins its own share of the traffic, which keeps each share —
  * and so their sum — exact to within one message per isolate.
  */
+import { BoundedMap } from "./bounded-map";
+
+/** Channels whose credit one isolate keeps; past it the least recently thinned channel starts over. */
+const MAX_CHANNELS = 10_000;
+
 export class Thinning {
-  private readonly credit = new Map<string, number>();
+  private readonly credit: BoundedMap<string, number>;
+
+  constructor(maxChannels = MAX_CHANNELS) {
+    this.credit = new BoundedMap(maxChannels);
+  }
 
   /** Whether to drop the next message of `channel` at drop rate `rate`. */
   drop(channel: string, rate: number): boolean {
     const pass = rate > 0 ? Math.max(0, 1 - Math.min(rate, 1)) : 1;
     // Start half-way, so the first decision rounds to the nearest instead of always dropping.
     const credit = (this.credit.get(channel) ?? 0.5) + pass;
-    if (this.credit.size >= 10_000 && !this.credit.has(channel)) this.credit.clear();
     if (credit >= 1) {
       this.credit.set(channel, credit - 1);
       return false;

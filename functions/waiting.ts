@@ -8,10 +8,10 @@
  * state on timers of its own instead — a timer's callback always runs in the request that set it.
  * (Having the other request resolve a promise the waiter created, which the default
  * `handle_cross_request_promise_resolution` flag is meant to route back to the waiter, works at
- * first and then fails under sustained load: scripts/repro-cross-request-wake.mjs.)
+ * first and then fails under sustained load: scripts/repro/cross-request-wake.mjs.)
  */
 
-/** Checks at 0, 1, 2, 4, 8, 8, … ms: fast when the answer is near, cheap when it is not. */
+/** Checks after 0, 1, 2, 2, 2, … ms: fast when the answer is near, and never more than 2 ms late. */
 const MAX_STEP_MS = 2;
 
 /**

@@ -149,7 +149,7 @@ export function selectRule<T>(rules: readonly Rule<T>[], channel: ChannelName): 
   return undefined;
 }
 
-/** True when any of the patterns matches the channel (token `chs` checks). */
+/** True when any of the patterns matches the channel (a token's `chs`, `THROTTLE_THINNING`). */
 export function anyPatternMatches(patterns: readonly ChannelPattern[], channel: ChannelName): boolean {
   return patterns.some((p) => matchesPattern(p, channel));
 }

@@ -4,12 +4,13 @@
  * Invalid configuration fails closed: every API route answers 500 naming the variable, and
  * `scripts/check-config.mjs` (run by `npm run deploy`) refuses to upload it.
  */
+import type { SamplerTarget } from "../functions/sampler";
 import {
+  anyPatternMatches,
   type ChannelName,
   type ChannelPattern,
   compileRules,
   GrammarError,
-  matchesPattern,
   parseChannelName,
   parsePattern,
   type Rule,
@@ -18,10 +19,11 @@ import {
 import { DurationError, parseDuration } from "./durations";
 import { type Limit, LimitError, normaliseBurst, parseLimit, parseRateShorthand } from "./limits";
 
-/** A sampler target: messages per second delivered, or a delivery budget split across subscribers. */
-export type Target =
-  | { kind: "messages"; perSecond: number; source: string }
-  | { kind: "deliveries"; perSecond: number; source: string };
+/**
+ * A configured sampler target (functions/sampler.ts, `SamplerTarget`: messages per second delivered,
+ * or a delivery budget split across subscribers) with the text it was written as.
+ */
+export type Target = SamplerTarget & { source: string };
 
 /** A target as the API shows and takes it: a shorthand such as "50/s", or {"deliveries": "5000/s"}. */
 export type TargetJson = string | { deliveries: string };
@@ -303,5 +305,5 @@ export function targetFor(config: Config, channel: ChannelName): Target | null {
 
 /** Whether a channel's drops use deterministic thinning (`THROTTLE_THINNING`). */
 export function thinningFor(config: Config, channel: ChannelName): boolean {
-  return config.throttleThinning.some((p) => matchesPattern(p, channel));
+  return anyPatternMatches(config.throttleThinning, channel);
 }

@@ -2,7 +2,7 @@
  * Request helpers shared by the routes: channel parameters, bearer tokens, bounded body reading,
  * token checks and the admin bearer. Each failure is an ApiError in the contract's shape.
  */
-import { type ChannelName, GrammarError, matchesPattern, parseChannelName } from "./channels";
+import { anyPatternMatches, type ChannelName, GrammarError, parseChannelName } from "./channels";
 import { ApiError, invalidArgument, permissionDenied, unauthenticated } from "./errors";
 import { type SecretName, secretProblem } from "./secrets";
 import { type Scope, TokenError, type VerifiedToken, verifyToken } from "./tokens";
@@ -78,7 +78,7 @@ export async function verifyAccess(env: Env, token: string | null): Promise<Veri
 /** Checks that a verified token grants `scope` on `channel`. @throws ApiError 403 */
 export function checkGrant(verified: VerifiedToken, scope: Scope, channel: ChannelName): void {
   if (!verified.claims.scp.includes(scope)) throw permissionDenied(`token lacks the "${scope}" scope`);
-  if (!verified.patterns.some((p) => matchesPattern(p, channel))) {
+  if (!anyPatternMatches(verified.patterns, channel)) {
     throw permissionDenied(`token does not grant channel ${channel.name}`);
   }
 }

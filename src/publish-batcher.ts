@@ -3,30 +3,34 @@
  *
  * A channel's object commits every publish to storage before it answers, and that wait — not the
  * work — is what a publish costs. Publishes for one channel that arrive while its call is in flight
- * go together in one call (one transaction, one commit), through src/coalescer.ts. Order is arrival
- * order in this isolate; each publish gets exactly the outcome it would have had alone (the object
- * decides them one by one, Idempotency-Keys included). A publish with nothing in flight ahead of it
- * waits {@link GATHER_MS} (1 ms) for company first.
+ * go together in one call (one transaction, one commit), through functions/coalescer.ts. Order is
+ * arrival order in this isolate; each publish gets exactly the outcome it would have had alone (the
+ * object decides them one by one, Idempotency-Keys included). A publish with nothing in flight ahead
+ * of it waits `PUBLISH_BATCHING.gatherMs` (1 ms) for company first.
  *
- * A publish whose batch never answers within {@link FOLLOWER_PATIENCE_MS} fails (the route answers
- * 503: retry with the same Idempotency-Key) — it never resends by itself, which could deliver twice.
+ * A publish whose batch never answers within `PUBLISH_BATCHING.patienceMs` (10 s) fails (the route
+ * answers 503: retry with the same Idempotency-Key) — it never resends by itself, which could
+ * deliver twice.
  *
  * What waits here is bounded in bytes ({@link PUBLISH_QUEUE_MAX_BYTES}): a publish that would take
  * the isolate's waiting messages past it is refused at once with 503 `unavailable` and `Retry-After`,
  * and counted (docs/api.md, "Bounds").
  */
 import type { PublishCommand, PublishOutcome } from "./channel-object";
-import { Coalescer, LOST } from "./coalescer";
+import { Coalescer, type CoalescerOptions, LOST } from "./coalescer";
 import { ApiError } from "./errors";
 
-/** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
-export const GATHER_MS = 1;
-/** Most publishes in one call. */
-const MAX_BATCH = 100;
-/** How long a batch waits for the call ahead of it before it is sent regardless. */
-export const STALL_MS = 5000;
-/** How long a follower waits for its batch's answer before it gives up (503). */
-export const FOLLOWER_PATIENCE_MS = 10_000;
+/** How publishes to one channel are batched (functions/coalescer.ts, `CoalescerOptions`). */
+export const PUBLISH_BATCHING: CoalescerOptions = {
+  /** Most publishes in one call. */
+  maxBatch: 100,
+  /** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
+  gatherMs: 1,
+  /** How long a batch waits for the call ahead of it before it is sent regardless, in ms. */
+  stallMs: 5000,
+  /** How long a follower waits for its batch's answer before it gives up (503), in ms. */
+  patienceMs: 10_000,
+};
 /**
  * Most bytes of messages waiting in one isolate for their batch's answer, all channels together:
  * 8 MiB, 256 of the largest default messages, a small share of an isolate's 128 MB.
@@ -59,24 +63,21 @@ export class PublishBatcher {
   constructor(send: Send, opts: PublishBatcherOptions = {}) {
     this.maxBytes = opts.maxBytes ?? PUBLISH_QUEUE_MAX_BYTES;
     this.onOverflow = opts.onOverflow ?? (() => {});
-    this.batches = new Coalescer<PublishCommand, Answer>(
-      async (channel, cmds) => {
-        try {
-          this.calls++;
-          // Plain copies: an RPC result belongs to the request that made the call.
-          const outcomes = (await send(channel, cmds)).map((o) => ({ ...o }));
-          return cmds.map((_, i) => {
-            const outcome = outcomes[i];
-            return outcome ? { outcome } : { error: "publish batch answered short" };
-          });
-        } catch (e) {
-          // The text only: the error object belongs to the request that made the call.
-          const error = e instanceof Error ? e.message : String(e);
-          return cmds.map(() => ({ error }));
-        }
-      },
-      { maxBatch: MAX_BATCH, gatherMs: GATHER_MS, stallMs: STALL_MS, patienceMs: FOLLOWER_PATIENCE_MS },
-    );
+    this.batches = new Coalescer<PublishCommand, Answer>(async (channel, cmds) => {
+      try {
+        this.calls++;
+        // Plain copies: an RPC result belongs to the request that made the call.
+        const outcomes = (await send(channel, cmds)).map((o) => ({ ...o }));
+        return cmds.map((_, i) => {
+          const outcome = outcomes[i];
+          return outcome ? { outcome } : { error: "publish batch answered short" };
+        });
+      } catch (e) {
+        // The text only: the error object belongs to the request that made the call.
+        const error = e instanceof Error ? e.message : String(e);
+        return cmds.map(() => ({ error }));
+      }
+    }, PUBLISH_BATCHING);
   }
 
   /**

@@ -17,18 +17,11 @@
  *    error and keeps its mark for the next run; the others go on.
  */
 import { GLOBAL_RATE_KEY, parseStoredRate, rateKey } from "../functions/before-publish";
-import {
-  allowedMessageRate,
-  isMeaningfulChange,
-  nextDropRate,
-  offeredRate,
-  roundRate,
-  type SamplerTarget,
-} from "../functions/sampler";
-import { samplerRegistry } from "./active-channels";
+import { allowedMessageRate, isMeaningfulChange, nextDropRate, offeredRate, roundRate } from "../functions/sampler";
 import { type ChannelName, parseChannelName } from "./channels";
 import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson } from "./config";
 import { channelStub } from "./services";
+import { activeChannelsStub } from "./stubs";
 
 /** What the sampler decided for one channel; stored as the channel's `last_sample`. */
 export interface ChannelSample {
@@ -92,7 +85,7 @@ export async function runSampler(
   now: number = Date.now(),
   cache?: RateCache,
 ): Promise<SamplerReport> {
-  const registry = samplerRegistry(env);
+  const registry = activeChannelsStub(env);
   const start = await registry.beginRun(now, config.samplerMaxChannels);
   const runtimeTargets = start.targets;
   const results: SamplerReport["channels"] = [];
@@ -154,7 +147,6 @@ async function sampleChannel(
     env.THROTTLE_KV.get(rateKey(channel)),
   ]);
   const stored = storedText === null ? null : parseStoredRate(storedText);
-  const lawTarget: SamplerTarget = { kind: target.kind, perSecond: target.perSecond };
   const period = {
     delivered: counts.delivered,
     dropped: counts.dropped,
@@ -166,7 +158,7 @@ async function sampleChannel(
   // The fast loop's rate when it decided during this period (finer and fresher, same law); else the
   // law on this period's counts — a channel whose fast loop did not run, idle ones included.
   const fast = counts.fast_rate !== null && (counts.fast_decided_at ?? 0) > counts.period_started_at;
-  const next = fast ? roundRate(counts.fast_rate ?? 0) : roundRate(nextDropRate(period, current, lawTarget));
+  const next = fast ? roundRate(counts.fast_rate ?? 0) : roundRate(nextDropRate(period, current, target));
   // Only a meaningful change of the rate the channel runs at is written (KV: one write per second per
   // key, each write billed, a run's operations capped). A new channel under its target that already
   // runs at 0 gets no key; one that the global rate would throttle gets its own 0, so the global rate

@@ -11,6 +11,7 @@ import { type Config, getConfig } from "./config";
 import { LimiterGate } from "./limiter-gate";
 import { MetricsBuffer } from "./metrics";
 import { PublishBatcher } from "./publish-batcher";
+import { channelObjectStub, metricsStub, rateLimiterStub } from "./stubs";
 
 export interface Services {
   config: Config;
@@ -31,30 +32,8 @@ export function channelStub(env: Env, channel: string): DurableObjectStub<Channe
     const object = channel === svc.config.analyticsChannel.name ? "analytics" : "channel";
     svc.metrics.inc("floodgate_object_calls_total", { object });
   }
-  return env.CHANNEL.get(objectId(env.CHANNEL, channel));
+  return channelObjectStub(env, channel);
 }
-
-/**
- * `idFromName` hashes the name on every call; an id is a plain value, so it is kept per isolate
- * (stubs are not: they belong to the request that made them).
- */
-const ids = new WeakMap<object, Map<string, DurableObjectId>>();
-export function objectId(ns: { idFromName(name: string): DurableObjectId }, name: string): DurableObjectId {
-  let m = ids.get(ns);
-  if (!m) {
-    m = new Map();
-    ids.set(ns, m);
-  }
-  let id = m.get(name);
-  if (!id) {
-    if (m.size >= 10_000) m.clear();
-    id = ns.idFromName(name);
-    m.set(name, id);
-  }
-  return id;
-}
-
-const METRICS_OBJECT = "metrics";
 
 /**
  * The isolate's queue of analytics copies holds at most `MAX_MESSAGE_BYTES` × this many bytes: 16 MiB
@@ -88,10 +67,7 @@ export function services(env: Env): Services {
   let s = cache.get(env);
   if (s) return s;
   const config = getConfig(env);
-  const metrics = new MetricsBuffer(
-    () => env.METRICS.get(env.METRICS.idFromName(METRICS_OBJECT)),
-    config.metricsFlushMs,
-  );
+  const metrics = new MetricsBuffer(() => metricsStub(env), config.metricsFlushMs);
   const reader = new DropRateReader({
     store: {
       get: (key) => {
@@ -137,7 +113,7 @@ export function services(env: Env): Services {
       {
         charge: (key, limit, count, lease) => {
           metrics.inc("floodgate_object_calls_total", { object: "limiter" });
-          return env.RATE_LIMITER.get(objectId(env.RATE_LIMITER, key)).chargeMany(limit, count, undefined, lease);
+          return rateLimiterStub(env, key).chargeMany(limit, count, undefined, lease);
         },
       },
       {

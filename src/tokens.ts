@@ -2,6 +2,7 @@
  * HS256 JSON Web Tokens (docs/api.md, Tokens) on WebCrypto, which exists in workerd and in Node 22 alike.
  * The signature check is `crypto.subtle.verify`, which compares in constant time.
  */
+import { BoundedMap } from "../functions/bounded-map";
 import { type ChannelPattern, GrammarError, parsePattern } from "./channels";
 import type { LimitJson } from "./limits";
 
@@ -84,8 +85,12 @@ export function base64UrlDecode(text: string): Uint8Array {
   return out;
 }
 
-/** Imported HMAC keys by secret. Values, not promises: a request never waits on another's import. */
-const keyCache = new Map<string, CryptoKey>();
+/**
+ * Imported HMAC keys by secret. Values, not promises: a request never waits on another's import.
+ * Secrets rotate rarely, so the cache is tiny: the current secret and the previous one or two.
+ */
+const MAX_CACHED_KEYS = 8;
+const keyCache = new BoundedMap<string, CryptoKey>(MAX_CACHED_KEYS);
 
 /**
  * The HMAC key for a secret, imported once per isolate. Two requests that miss at the same time each
@@ -99,7 +104,6 @@ async function hmacKey(secret: string): Promise<CryptoKey> {
     "sign",
     "verify",
   ]);
-  if (keyCache.size > 8) keyCache.clear(); // secrets rotate rarely; keep the cache tiny
   keyCache.set(secret, key);
   return key;
 }
@@ -158,8 +162,7 @@ function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPatter
  * the HMAC (the same string verifies the same way with the same secret); expiry and type are checked
  * again on every use. Bounded, and keyed by secret too so a rotated secret starts clean.
  */
-const verified = new Map<string, { secret: string; result: VerifiedToken }>();
-const VERIFIED_CACHE_SIZE = 10_000;
+const verified = new BoundedMap<string, { secret: string; result: VerifiedToken }>(10_000);
 
 /**
  * Verifies signature, shape, expiry (`now < exp`, no leeway) and type.
@@ -195,7 +198,6 @@ async function verifySignatureAndShape(token: string, secret: string): Promise<V
   const ok = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, encoder.encode(`${h}.${p}`));
   if (!ok) throw new TokenError("bad_signature", "token signature is invalid");
   const result = checkClaims(parseJson(base64UrlDecode(p)));
-  if (verified.size >= VERIFIED_CACHE_SIZE) verified.clear();
   verified.set(token, { secret, result });
   return result;
 }

@@ -3,12 +3,12 @@ import { describe, expect, it, vi } from "vitest";
 import {
   beforePublish,
   CHANNEL_RATE_TTL_MS,
-  clampRate,
   DropRateReader,
   parseStoredRate,
   type RateStore,
   rateKey,
 } from "../functions/before-publish";
+import { clampRate } from "../functions/sampler";
 import { seededRandom } from "./seeded-random";
 
 const CH = "public:live.reactions";

@@ -4,14 +4,8 @@
  */
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
+import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
-import {
-  FloodgateClient,
-  FloodgateError,
-  type Message,
-  RateLimitedError,
-  type SocketLike,
-} from "../packages/client/src/index";
 import { services } from "../src/services";
 import { BASE, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
 

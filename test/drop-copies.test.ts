@@ -1,4 +1,4 @@
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import {
   CopyTally,
   copyBytes,
@@ -176,6 +176,37 @@ describe("drop copy queue", () => {
     await q.enqueue(copy(1));
     order.push("enqueue settled");
     expect(order).toEqual(["failure handled", "enqueue settled"]);
+  });
+
+  it("a send that never settles holds the next batch back at most 5 s, and its copies stop counting", async () => {
+    vi.useFakeTimers();
+    try {
+      const sent: number[][] = [];
+      const q = new DropCopyQueue({
+        sink: {
+          send: (b) => {
+            sent.push(b.map(indexOf));
+            return sent.length === 1 ? new Promise<void>(() => {}) : Promise.resolve(); // the first request was cut off
+          },
+        },
+        onFailure: () => {},
+        maxBytes: 1 << 30,
+        windowMs: 0,
+      });
+      void q.enqueue(copy(0));
+      await vi.advanceTimersByTimeAsync(1);
+      const second = q.enqueue(copy(1));
+      await vi.advanceTimersByTimeAsync(4900);
+      expect(sent).toEqual([[0]]);
+      expect(q.size).toBe(2);
+      await vi.advanceTimersByTimeAsync(200);
+      await second;
+      expect(sent).toEqual([[0], [1]]);
+      expect(q.size).toBe(0);
+      expect(q.bytes).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("a copy enqueued after a flush drained starts a new flush (none is stranded)", async () => {

@@ -8,14 +8,14 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
-import { samplerRegistry } from "../src/active-channels";
 import { getConfig } from "../src/config";
 import type { SamplerReport } from "../src/sampler-run";
+import { activeChannelsStub, channelObjectStub } from "../src/stubs";
 import { adminHeaders, callAndWait, envWith, mint, publishTo, uniq } from "./helpers";
 
 /** Flooded names that get a real object each (see the flood test). */
 const REAL_CHANNELS = 50;
-const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+const channelStub = (name: string) => channelObjectStub(env, name);
 
 async function sample(customEnv: Env = env): Promise<SamplerReport> {
   const res = await callAndWait("/v1/admin/sample", { method: "POST", headers: adminHeaders() }, customEnv);
@@ -86,7 +86,7 @@ describe("the sampler under many channels", () => {
     expect(first.deferred).toBe(1);
     // Only this test's channels: marks other tests leave (in whatever order they ran) are not its business.
     const mine = (active: string[]) => active.filter((ch) => [quiet, busy, busier].includes(ch));
-    expect(mine((await samplerRegistry(env).snapshot()).active)).toEqual([quiet]);
+    expect(mine((await activeChannelsStub(env).snapshot()).active)).toEqual([quiet]);
     const second = await sample(capped);
     expect(visited(second)).toEqual([quiet]);
     expect(second.deferred).toBe(0);
@@ -101,13 +101,13 @@ describe("the sampler under many channels", () => {
     // called inside it): creating an object costs 10–70 ms in the test runtime, 5,000 minutes.
     const real = names.slice(0, REAL_CHANNELS);
     await flood(real, t);
-    await runInDurableObject(samplerRegistry(env), (registry) => {
+    await runInDurableObject(activeChannelsStub(env), (registry) => {
       for (const ch of names.slice(REAL_CHANNELS)) registry.markActive(ch);
     });
     // And one busy channel marked last: the run visits it although 5,000 older marks wait.
     const busy = `public:sampled.${run}.busy`;
     await flood([busy], t, 12);
-    const marked = new Set((await samplerRegistry(env).snapshot()).active);
+    const marked = new Set((await activeChannelsStub(env).snapshot()).active);
     expect([...names, busy].every((ch) => marked.has(ch))).toBe(true);
     try {
       await checkTheRun();
@@ -115,7 +115,7 @@ describe("the sampler under many channels", () => {
       // The 4,951 marks the capped run left, and the busy channel it left throttled, would make every
       // later sampler run of this file visit them first (the tests run in any order): take them out
       // of the shared registry again.
-      await runInDurableObject(samplerRegistry(env), (_r, state) => {
+      await runInDurableObject(activeChannelsStub(env), (_r, state) => {
         for (const table of ["active", "throttled"]) {
           state.storage.sql.exec(`DELETE FROM ${table} WHERE channel LIKE ?`, `public:sampled.${run}.%`);
         }

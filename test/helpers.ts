@@ -1,7 +1,10 @@
 /**
  * Shared test helpers: call the Worker, mint tokens through the real API, read SSE streams.
  */
+
 import { env, exports } from "cloudflare:workers";
+import type { Message, TokenPair } from "@floodgate/client";
+import { readSse as readSseEvents } from "@floodgate/client";
 
 export const ADMIN = "test-admin-token";
 export const BASE = "https://floodgate.test";
@@ -34,12 +37,8 @@ export function adminHeaders(extra: Record<string, string> = {}): Record<string,
   return { authorization: `Bearer ${ADMIN}`, "content-type": "application/json", ...extra };
 }
 
-export interface Pair {
-  access_token: string;
-  refresh_token: string;
-  expires_at: number;
-  refresh_expires_at: number;
-}
+/** A token pair as `POST /v1/tokens` answers it: the client's type. */
+export type Pair = TokenPair;
 
 /** Mints a token pair through `POST /v1/tokens`. */
 export async function mint(body: Record<string, unknown>): Promise<Pair> {
@@ -74,14 +73,8 @@ export async function setRate(channel: string, rate: number): Promise<void> {
   if (res.status !== 200) throw new Error(`set rate failed: ${res.status} ${await res.text()}`);
 }
 
-export interface Frame {
-  type: string;
-  channel: string;
-  seq: number;
-  id: string;
-  data: unknown;
-  published_at: number;
-}
+/** A message frame as subscribers and history get it: the client's type. */
+export type Frame = Message;
 
 /** Opens a WebSocket subscription through the Worker and collects frames. */
 export async function openSocket(
@@ -113,28 +106,21 @@ export async function openSocket(
   return { ws, frames, next };
 }
 
-/** Reads SSE events from a response body until `n` message events have arrived. */
+/**
+ * Reads SSE message events (those with an id) from a response body until `n` have arrived or the
+ * stream ends, then cancels it. Parsed by the client's reader (packages/client, `readSse`).
+ */
 export async function readSse(res: Response, n: number): Promise<{ id: string; data: Frame }[]> {
   if (!res.body) throw new Error("no body");
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   const events: { id: string; data: Frame }[] = [];
-  let buf = "";
-  while (events.length < n) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    buf += value;
-    let idx = buf.indexOf("\n\n");
-    while (idx >= 0) {
-      const block = buf.slice(0, idx);
-      buf = buf.slice(idx + 2);
-      const lines = block.split("\n");
-      const id = lines.find((l) => l.startsWith("id: "))?.slice(4);
-      const data = lines.find((l) => l.startsWith("data: "))?.slice(6);
-      if (id !== undefined && data !== undefined) events.push({ id, data: JSON.parse(data) as Frame });
-      idx = buf.indexOf("\n\n");
-    }
+  if (n <= 0) {
+    await res.body.cancel();
+    return events;
   }
-  await reader.cancel();
+  await readSseEvents(res.body, ({ id, data }) => {
+    if (id !== undefined) events.push({ id, data: JSON.parse(data) as Frame });
+    return events.length < n;
+  });
   return events;
 }
 

@@ -6,9 +6,9 @@
  */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import { FloodgateClient, type Message, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import devVarsExample from "../.dev.vars.example?raw";
-import { FloodgateClient, type Message, type SocketLike } from "../packages/client/src/index";
 import { RefreshLedger } from "../src/refresh-ledger";
 import { secretProblem } from "../src/secrets";
 import { base64UrlEncode, MAX_TOKEN_LENGTH, signToken } from "../src/tokens";

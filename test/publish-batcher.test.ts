@@ -1,9 +1,9 @@
 /** The publish batcher on its own: order, one call per batch, and no resend when an answer is lost. */
 import { describe, expect, it, vi } from "vitest";
+import { TAKEOVER_MS } from "../functions/coalescer";
 import type { PublishCommand, PublishOutcome } from "../src/channel-object";
-import { TAKEOVER_MS } from "../src/coalescer";
 import { ApiError } from "../src/errors";
-import { FOLLOWER_PATIENCE_MS, PublishBatcher } from "../src/publish-batcher";
+import { PUBLISH_BATCHING, PublishBatcher } from "../src/publish-batcher";
 
 const cmd = (i: number): PublishCommand => ({
   channel: "public:a.b",
@@ -36,7 +36,7 @@ describe("publish batcher", () => {
     expect(b.calls).toBe(1);
   });
 
-  it("followers of a batch whose answer never comes fail after FOLLOWER_PATIENCE_MS and are never resent", async () => {
+  it("followers of a batch whose answer never comes fail after their patience and are never resent", async () => {
     vi.useFakeTimers();
     try {
       let calls = 0;
@@ -51,7 +51,7 @@ describe("publish batcher", () => {
           (e: Error) => e.message,
         ),
       );
-      await vi.advanceTimersByTimeAsync(FOLLOWER_PATIENCE_MS + 50);
+      await vi.advanceTimersByTimeAsync(PUBLISH_BATCHING.patienceMs + 50);
       expect(await Promise.all(followers)).toEqual(Array(3).fill("publish batch got no answer"));
       expect(calls).toBe(1);
     } finally {

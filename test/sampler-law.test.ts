@@ -165,6 +165,16 @@ describe("thinning", () => {
       }
     }
   });
+
+  it("a flood of new channel names forgets only the coldest channels: a busy channel stays exact", () => {
+    const t = new Thinning(10);
+    let passed = 0;
+    for (let i = 1; i <= 1000; i++) {
+      if (!t.drop("busy", 0.9)) passed++;
+      for (let k = 0; k < 5; k++) t.drop(`once-${i}-${k}`, 0.5); // twice the cap every four busy messages
+      expect(Math.abs(passed - i * 0.1)).toBeLessThanOrEqual(1);
+    }
+  });
 });
 
 describe("two loops at production timing (Cron 60 s, KV lag 60 s, fast period 5 s)", () => {

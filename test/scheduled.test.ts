@@ -12,10 +12,10 @@ import {
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
-import { samplerRegistry } from "../src/active-channels";
 import { ChannelObject } from "../src/channel-object";
 import worker from "../src/index";
 import type { ChannelSample, SamplerReport } from "../src/sampler-run";
+import { activeChannelsStub, channelObjectStub } from "../src/stubs";
 import {
   adminHeaders,
   callAndWait,
@@ -28,8 +28,8 @@ import {
   withFailing,
 } from "./helpers";
 
-const channelStub = (name: string) => env.CHANNEL.get(env.CHANNEL.idFromName(name));
-const registry = () => samplerRegistry(env);
+const channelStub = (name: string) => channelObjectStub(env, name);
+const registry = () => activeChannelsStub(env);
 
 async function cron(customEnv: Env = env): Promise<void> {
   const ctx = createExecutionContext();

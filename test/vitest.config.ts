@@ -37,6 +37,8 @@ export default defineConfig({
     }),
   ],
   root,
+  // The tests use the client package by its name, from its source (its dist/ is built only to pack it).
+  resolve: { alias: { "@floodgate/client": `${root}packages/client/src/index.ts` } },
   test: {
     include: ["test/**/*.test.ts"],
     setupFiles: ["test/setup.ts"],

@@ -4,6 +4,7 @@
  * analytics channel exactly once, retries with an Idempotency-Key change nothing, and the counters and
  * metrics agree with the answers.
  */
+import { readSse } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import {
   adminHeaders,
@@ -20,31 +21,18 @@ import {
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
 
-/** Collects every SSE event of a stream in the background. */
+/** Collects every SSE event of a stream in the background (the client's reader parses it). */
 function collectSse(res: Response): { frames: Frame[]; stop: () => Promise<void> } {
   if (!res.body) throw new Error("no body");
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
   const frames: Frame[] = [];
-  let buf = "";
-  const pump = (async () => {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      buf += value;
-      for (let idx = buf.indexOf("\n\n"); idx >= 0; idx = buf.indexOf("\n\n")) {
-        const data = buf
-          .slice(0, idx)
-          .split("\n")
-          .find((l) => l.startsWith("data: "));
-        buf = buf.slice(idx + 2);
-        if (data) frames.push(JSON.parse(data.slice(6)) as Frame);
-      }
-    }
-  })().catch(() => {});
+  const stopped = new AbortController();
+  const pump = readSse(res.body, ({ data }) => void frames.push(JSON.parse(data) as Frame), stopped.signal).catch(
+    () => {},
+  );
   return {
     frames,
     stop: async () => {
-      await reader.cancel().catch(() => {});
+      stopped.abort();
       await pump;
     },
   };

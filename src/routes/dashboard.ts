@@ -5,7 +5,6 @@
  * decisions). No channel object is called; drop rates come from the isolate's drop-rate cache (KV).
  */
 import { Hono } from "hono";
-import { samplerRegistry } from "../active-channels";
 import type { AppEnv } from "../app-env";
 import { parseChannelName } from "../channels";
 import { targetJson, thinningFor } from "../config";
@@ -14,6 +13,7 @@ import { invalidArgument, orUnavailable } from "../errors";
 import { requireAdmin } from "../http";
 import { RATE_LIMIT_BUCKETS, seriesKey } from "../metrics";
 import { type ChannelSample, effectiveTarget } from "../sampler-run";
+import { activeChannelsStub } from "../stubs";
 import { metricsSeries, targetRate } from "./operator";
 
 /** Channels one overview lists at most (the most recently seen). */
@@ -33,7 +33,7 @@ dashboard.get("/v1/admin/overview", async (c) => {
   }
   const now = Date.now();
   const [summary, series] = await Promise.all([
-    orUnavailable("sampler registry", () => samplerRegistry(c.env).overview(now - withinMs, OVERVIEW_MAX_CHANNELS)),
+    orUnavailable("sampler registry", () => activeChannelsStub(c.env).overview(now - withinMs, OVERVIEW_MAX_CHANNELS)),
     orUnavailable("metrics", () => metricsSeries(c.env)),
   ]);
   const channels = await Promise.all(

@@ -5,10 +5,9 @@
 import { Hono } from "hono";
 import { parseStoredRate, rateKey } from "../../functions/before-publish";
 import { allowedMessageRate } from "../../functions/sampler";
-import { samplerRegistry } from "../active-channels";
 import { exportQuery, exportResponse } from "../analytics-export";
 import type { AppEnv } from "../app-env";
-import type { ChannelObject, ChannelStats } from "../channel-object";
+import type { ChannelStats } from "../channel-object";
 import type { ChannelName } from "../channels";
 import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson, thinningFor } from "../config";
 import { DurationError, formatDuration, parseDuration } from "../durations";
@@ -18,7 +17,8 @@ import { LimitError, limitToJson } from "../limits";
 import { renderPrometheus, seriesKey } from "../metrics";
 import { effectiveTarget, runSampler } from "../sampler-run";
 import { weakSecrets } from "../secrets";
-import { channelStub, objectId, type Services } from "../services";
+import { channelStub, type Services } from "../services";
+import { activeChannelsStub, channelObjectStub, metricsStub } from "../stubs";
 
 /**
  * Messages per second the target lets through now: a delivery budget is split across the current
@@ -83,7 +83,7 @@ operator.get("/metrics", async (c) => {
 });
 
 export function metricsSeries(env: Env): Promise<Record<string, number>> {
-  return env.METRICS.get(env.METRICS.idFromName("metrics")).read();
+  return metricsStub(env).read();
 }
 
 /**
@@ -92,7 +92,7 @@ export function metricsSeries(env: Env): Promise<Record<string, number>> {
  * Null when the object cannot answer: the series is left out of that scrape rather than failing it.
  */
 async function expiredCopies(env: Env, config: Config): Promise<number | null> {
-  const stub: DurableObjectStub<ChannelObject> = env.CHANNEL.get(objectId(env.CHANNEL, config.analyticsChannel.name));
+  const stub = channelObjectStub(env, config.analyticsChannel.name);
   try {
     return (await stub.recordCounts()).copies_expired_total;
   } catch (e) {
@@ -103,7 +103,7 @@ async function expiredCopies(env: Env, config: Config): Promise<number | null> {
 
 /** The channel's target: one set at runtime (admin API) wins over THROTTLE_TARGET(S). */
 async function targetOf(env: Env, config: Config, channel: ChannelName): Promise<Target | null> {
-  const runtime = await orUnavailable("sampler registry", () => samplerRegistry(env).targets());
+  const runtime = await orUnavailable("sampler registry", () => activeChannelsStub(env).targets());
   return effectiveTarget(config, channel, runtime[channel.name]);
 }
 
@@ -249,14 +249,14 @@ operator.put("/v1/admin/target/:channel", async (c) => {
     throw e;
   }
   if (!parsed) throw invalidArgument("target must be a positive rate; DELETE clears it");
-  await orUnavailable("sampler registry", () => samplerRegistry(c.env).setTarget(channel.name, targetJson(parsed)));
+  await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(channel.name, targetJson(parsed)));
   await tellChannel(c.env, channel.name, targetJson(parsed));
   return c.json(await targetView(c.env, c.get("svc").config, channel));
 });
 
 operator.delete("/v1/admin/target/:channel", async (c) => {
   const channel = channelParam(c.req.param("channel"));
-  await orUnavailable("sampler registry", () => samplerRegistry(c.env).setTarget(channel.name, null));
+  await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(channel.name, null));
   await tellChannel(c.env, channel.name, targetJson(targetFor(c.get("svc").config, channel)));
   return c.body(null, 204);
 });
@@ -274,7 +274,7 @@ async function tellChannel(env: Env, channel: string, target: TargetJson | null)
 }
 
 async function targetView(env: Env, config: Config, channel: ChannelName) {
-  const runtime = (await orUnavailable("sampler registry", () => samplerRegistry(env).targets()))[channel.name];
+  const runtime = (await orUnavailable("sampler registry", () => activeChannelsStub(env).targets()))[channel.name];
   const configured = targetFor(config, channel);
   const effective = effectiveTarget(config, channel, runtime);
   return {
@@ -305,7 +305,7 @@ operator.get("/v1/admin/channels", async (c) => {
     throw e;
   }
   const [seen, runtime] = await orUnavailable("sampler registry", () => {
-    const registry = samplerRegistry(c.env);
+    const registry = activeChannelsStub(c.env);
     return Promise.all([registry.recentlySeen(Date.now() - withinMs, 50), registry.targets()]);
   });
   const channels = await Promise.all(

@@ -11,6 +11,7 @@ import { DurationError, parseDuration } from "../durations";
 import { invalidArgument, orUnavailable, unauthenticated } from "../errors";
 import { clientIp, readJson, requireAdmin, tokenSecret } from "../http";
 import { LimitError, type LimitJson, limitToJson, parseLimit } from "../limits";
+import { refreshLedgerStub } from "../stubs";
 import {
   MAX_TOKEN_LENGTH,
   SCOPES,
@@ -212,7 +213,7 @@ tokens.post("/refresh", async (c) => {
     now,
     session,
   );
-  const ledger = c.env.REFRESH_LEDGER.get(c.env.REFRESH_LEDGER.idFromName(claims.sub));
+  const ledger = refreshLedgerStub(c.env, claims.sub);
   const outcome = await orUnavailable("refresh ledger", () =>
     ledger.spend(claims.jti, session.id, claims.exp, session.endsAt, now),
   );

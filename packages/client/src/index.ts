@@ -295,7 +295,7 @@ export class FloodgateClient {
           signal: abort.signal,
         });
         if (res.status !== 200 || !res.body) throw await toError(res);
-        await readSse(res.body, deliver);
+        await readSse(res.body, (event) => deliver(event.data));
         reconnect(new FloodgateError(0, "network", "event stream ended"));
       } catch (e) {
         if (!closed) reconnect(e);
@@ -371,29 +371,52 @@ async function toError(res: Response): Promise<FloodgateError> {
   return new FloodgateError(res.status, code, message, meta);
 }
 
-/** Reads an SSE stream, calling `onData` with each event's data. */
-async function readSse(body: ReadableStream<Uint8Array>, onData: (data: string) => void): Promise<void> {
+/** One event of a server-sent event stream. */
+export interface SseEvent {
+  /** The event's `id:` (Floodgate sends the message's seq), if it has one. */
+  id?: string;
+  /** The event's `data:` lines, joined with newlines. */
+  data: string;
+}
+
+/**
+ * Reads a server-sent event stream (`GET /v1/subscribe/{channel}` with `Accept: text/event-stream`),
+ * calling `onEvent` for each event that carries data, in order, until the stream ends. It stops
+ * early, cancelling the stream, when `onEvent` returns false or `signal` aborts.
+ */
+export async function readSse(
+  body: ReadableStream<Uint8Array>,
+  onEvent: (event: SseEvent) => unknown,
+  signal?: AbortSignal,
+): Promise<void> {
   // A streaming TextDecoder rather than `pipeThrough(new TextDecoderStream())`: DOM typings type that
   // stream's input as BufferSource, which a body's Uint8Array<ArrayBufferLike> is not, so it fails to
   // typecheck in browser projects; `decode(…, { stream: true })` accepts the chunks under DOM and Node
   // typings alike and still joins a character split across chunks.
   const reader = body.getReader();
-  const decoder = new TextDecoder();
-  let buf = "";
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) return;
-    buf = (buf + decoder.decode(value, { stream: true })).replace(/\r\n/g, "\n");
-    for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
-      const data = buf
-        .slice(0, i)
-        .split("\n")
-        .filter((l) => l.startsWith("data:"))
-        .map((l) => l.slice(5).replace(/^ /, ""))
-        .join("\n");
-      buf = buf.slice(i + 2);
-      if (data) onData(data);
+  const stop = () => void reader.cancel().catch(() => {});
+  if (signal?.aborted) return stop();
+  signal?.addEventListener("abort", stop);
+  try {
+    const decoder = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      buf = (buf + decoder.decode(value, { stream: true })).replace(/\r\n/g, "\n");
+      for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
+        const lines = buf.slice(0, i).split("\n");
+        buf = buf.slice(i + 2);
+        const field = (name: string) =>
+          lines.filter((l) => l.startsWith(`${name}:`)).map((l) => l.slice(name.length + 1).replace(/^ /, ""));
+        const data = field("data").join("\n");
+        if (!data) continue;
+        const id = field("id").at(-1);
+        if (onEvent(id === undefined ? { data } : { id, data }) === false) return stop();
+      }
     }
+  } finally {
+    signal?.removeEventListener("abort", stop);
   }
 }
 

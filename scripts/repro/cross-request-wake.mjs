@@ -5,11 +5,11 @@
 // timer pending (without one workerd cancels it as hung before the wake). With the default
 // `handle_cross_request_promise_resolution` flag each waiter should continue in its own request.
 //
-// Usage: npx node scripts/repro-cross-request-wake.mjs [seconds] [connections]   (default 15 s, 20)
+// Usage: npx node scripts/repro/cross-request-wake.mjs [seconds] [connections]   (default 15 s, 20)
 // On workerd 1.20261117 it works for a while and then breaks for good: in 2 of 3 runs of 15 s, a
 // third or more of the requests answered 500 ("Cannot perform I/O on behalf of a different
 // request"); the third run answered all 65,201 with 200. Exits 1 if any request failed.
-import { bundle, load, root, startWorker } from "./bench-lib.mjs";
+import { bundle, load, root, startWorker } from "../bench-lib.mjs";
 
 const seconds = Number(process.argv[2] ?? 15);
 const connections = Number(process.argv[3] ?? 20);

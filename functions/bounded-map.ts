@@ -1,0 +1,77 @@
+/**
+ * A map with a size cap and one named eviction policy: least recently used goes first.
+ *
+ * Every per-isolate cache keyed by something an outsider chooses (a channel name, a token, a bucket
+ * key) must be bounded. Clearing the whole map at the cap would also forget every hot entry at once
+ * (every channel's thinning credit, every rate, every limiter key's leases); evicting the least
+ * recently used entry forgets only the coldest one.
+ *
+ * Recency lives in the `Map`'s insertion order: a read (`get`, `getOrSet`) or a write moves the key
+ * to the newest end, and eviction takes the oldest end. Every operation is O(1).
+ *
+ * Entries carry no time of their own: a cache whose values expire stores the expiry in the value
+ * and checks it on read (as functions/before-publish.ts does), since what "expired" means differs
+ * per cache.
+ *
+ * Converting a `Map` cache: replace `new Map()` with `new BoundedMap(max)` and drop the
+ * `if (m.size >= max) m.clear()` line; `get`/`set`/`has`/`delete`/`clear`/`size` keep their `Map`
+ * meaning, except that `get` and `set` count as a use. A get-or-create becomes `getOrSet(key, make)`.
+ * `peek` reads without counting as a use.
+ */
+export class BoundedMap<K, V> {
+  private readonly entries = new Map<K, V>();
+
+  /** @param maxSize most entries kept (at least 1). */
+  constructor(readonly maxSize: number) {
+    if (!Number.isInteger(maxSize) || maxSize < 1) throw new RangeError("BoundedMap maxSize must be an integer ≥ 1");
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  has(key: K): boolean {
+    return this.entries.has(key);
+  }
+
+  /** The value for `key`, marking it as just used. */
+  get(key: K): V | undefined {
+    const value = this.entries.get(key);
+    if (value === undefined && !this.entries.has(key)) return undefined;
+    this.entries.delete(key);
+    this.entries.set(key, value as V);
+    return value;
+  }
+
+  /** The value for `key` without marking it as used. */
+  peek(key: K): V | undefined {
+    return this.entries.get(key);
+  }
+
+  /** Sets `key` as the most recently used entry; at the cap, the least recently used one goes. */
+  set(key: K, value: V): this {
+    if (this.entries.has(key)) this.entries.delete(key);
+    else if (this.entries.size >= this.maxSize) {
+      const oldest = this.entries.keys().next();
+      if (!oldest.done) this.entries.delete(oldest.value);
+    }
+    this.entries.set(key, value);
+    return this;
+  }
+
+  /** The value for `key` (marked as used), created by `make` and stored when there is none. */
+  getOrSet(key: K, make: () => V): V {
+    if (this.entries.has(key)) return this.get(key) as V;
+    const value = make();
+    this.set(key, value);
+    return value;
+  }
+
+  delete(key: K): boolean {
+    return this.entries.delete(key);
+  }
+
+  clear(): void {
+    this.entries.clear();
+  }
+}
