@@ -122,9 +122,16 @@ function storageDir() {
   if (process.env.BENCH_DISK || !existsSync("/dev/shm")) return undefined;
   const dir = mkdtempSync("/dev/shm/floodgate-bench-");
   // Memory, not disk: never leave it behind, even when a run is interrupted.
-  process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+  if (storageDirs.size === 0) {
+    process.once("exit", () => {
+      for (const d of storageDirs) rmSync(d, { recursive: true, force: true });
+    });
+  }
+  storageDirs.add(dir);
   return dir;
 }
+/** The storage directories of every Worker started, removed when the process exits. */
+const storageDirs = new Set();
 
 /** wrangler.toml's SQLite-backed classes: every `new_sqlite_classes` of its migrations. */
 const SQLITE_CLASSES = new Set(config.migrations.flatMap((m) => m.new_sqlite_classes ?? []));
