@@ -16,6 +16,9 @@
 // publish, Δrelay_sends_total ÷ delivered publishes; without them it prints "1 (no relays)": the
 // channel object itself is the one sender, writing every frame to every socket.
 //
+// --vars '{"NAME":"value"}' sets Worker variables on top of the shipped [vars] and the budgets below
+// (e.g. '{"RELAY_CAPACITY":"500"}' for more relays per size).
+//
 // Limits that would otherwise bind, and what the script does about them:
 // - Subscribe budgets: the subscribers are anonymous, from one address, so each subscribe charges
 //   that address's read budget (READ_RATE, 20/s shipped), and a token would charge SUBSCRIBE_RATE.
@@ -41,7 +44,22 @@ else await subscriberThread(workerData);
 async function main() {
   const { ADMIN, cpuMicros, mintToken, startFloodgate } = await import("./bench-lib.mjs");
   const { options } = await import("./bench-options.mjs");
-  const opts = options("bench:fanout", { sizes: "100,1000,3000,5000", seconds: 8, rate: 20, clients: 0, settle: 60 });
+  const opts = options("bench:fanout", {
+    sizes: "100,1000,3000,5000",
+    seconds: 8,
+    rate: 20,
+    clients: 0,
+    settle: 60,
+    vars: "{}",
+  });
+  let extraVars;
+  try {
+    extraVars = JSON.parse(opts.vars);
+    if (extraVars === null || typeof extraVars !== "object" || Array.isArray(extraVars)) throw new Error();
+  } catch {
+    console.error(`floodgate bench:fanout: --vars must be a JSON object of Worker variables, not ${opts.vars}`);
+    process.exit(2);
+  }
   const SIZES = opts.sizes.split(",").map((x) => Number(x.trim()));
   if (SIZES.some((n) => !Number.isInteger(n) || n < 1)) {
     console.error(`floodgate bench:fanout: --sizes must be whole numbers ≥ 1, not "${opts.sizes}"`);
@@ -77,7 +95,13 @@ async function main() {
 
   /** One size: a fresh Worker, `size` subscribers, the publisher, the tally. */
   async function runSize(size) {
-    const fg = await startFloodgate({ READ_RATE: "", SUBSCRIBE_RATE: "", PUBLISH_RATE: "", PUBLISH_BURST: "" });
+    const fg = await startFloodgate({
+      READ_RATE: "",
+      SUBSCRIBE_RATE: "",
+      PUBLISH_RATE: "",
+      PUBLISH_BURST: "",
+      ...extraVars,
+    });
     const channel = `public:fanout.n${size}`;
     const wsUrl = `${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}`;
     const threads = Math.max(1, opts.clients || Math.min(4, Math.ceil(size / 1000)));
