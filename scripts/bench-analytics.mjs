@@ -8,12 +8,14 @@
 // always has work queued and its own rate is what is measured. Storage is in memory as for
 // `npm run bench` (bench-lib.mjs). Options: --seconds N (default 5), --connections N (default 8),
 // --batch N (default 100), --sizes a,b (message bytes, default 200,30000).
-import { arg, cpuMicros, load, startFloodgate } from "./bench-lib.mjs";
+import { cpuMicros, load, startFloodgate } from "./bench-lib.mjs";
+import { options } from "./bench-options.mjs";
 
-const SECONDS = Number(arg("seconds", 5));
-const CONNECTIONS = Number(arg("connections", 8));
-const BATCH = Number(arg("batch", 100));
-const SIZES = arg("sizes", "200,30000").split(",").map(Number);
+const opts = options("bench:analytics", { seconds: 5, connections: 8, batch: 100, sizes: "200,30000" });
+const SECONDS = opts.seconds;
+const CONNECTIONS = opts.connections;
+const BATCH = opts.batch;
+const SIZES = opts.sizes.split(",").map(Number);
 
 const entry = {
   stdin: {

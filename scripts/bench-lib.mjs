@@ -13,12 +13,6 @@ import { unstable_readConfig } from "wrangler";
 export const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 export const ADMIN = "bench-admin-token";
 
-/** `--name value` from the command line, or the fallback. */
-export function arg(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? process.argv[i + 1] : fallback;
-}
-
 const config = unstable_readConfig({ config: join(root, "wrangler.toml") }, { hideWarnings: true });
 /** The analytics channel of the shipped `[vars]`, where the Worker under test copies its drops. */
 export const ANALYTICS_CHANNEL = config.vars.ANALYTICS_CHANNEL;
@@ -128,9 +122,29 @@ function storageDir() {
   if (process.env.BENCH_DISK || !existsSync("/dev/shm")) return undefined;
   const dir = mkdtempSync("/dev/shm/floodgate-bench-");
   // Memory, not disk: never leave it behind, even when a run is interrupted.
-  process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+  if (storageDirs.size === 0) {
+    process.once("exit", () => {
+      for (const d of storageDirs) rmSync(d, { recursive: true, force: true });
+    });
+  }
+  storageDirs.add(dir);
   return dir;
 }
+/** The storage directories of every Worker started, removed when the process exits. */
+const storageDirs = new Set();
+
+/** wrangler.toml's SQLite-backed classes: every `new_sqlite_classes` of its migrations. */
+const SQLITE_CLASSES = new Set(config.migrations.flatMap((m) => m.new_sqlite_classes ?? []));
+/**
+ * The Worker's Durable Object bindings as wrangler.toml declares them, so a class added there (a new
+ * object kind) is bound here too without editing the bench.
+ */
+const DURABLE_OBJECTS = Object.fromEntries(
+  config.durable_objects.bindings.map((b) => [
+    b.name,
+    { className: b.class_name, useSQLite: SQLITE_CLASSES.has(b.class_name) },
+  ]),
+);
 
 /**
  * Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, pid, dispose }. `entry`
@@ -141,14 +155,8 @@ export async function startFloodgate(vars = {}, entry = { entryPoints: [join(roo
   return startWorker({
     name: "floodgate",
     modules: [{ type: "ESModule", path: "index.mjs", contents: await bundle(entry) }],
-    kvNamespaces: ["THROTTLE_KV"],
-    durableObjects: {
-      CHANNEL: { className: "ChannelObject", useSQLite: true },
-      REFRESH_LEDGER: { className: "RefreshLedger", useSQLite: true },
-      RATE_LIMITER: { className: "RateLimiter", useSQLite: true },
-      METRICS: { className: "MetricsStore", useSQLite: true },
-      SAMPLER: { className: "ActiveChannels", useSQLite: true },
-    },
+    kvNamespaces: config.kv_namespaces.map((kv) => kv.binding),
+    durableObjects: DURABLE_OBJECTS,
     bindings: { ...config.vars, TOKEN_SECRET: "bench-token-secret-0123456789abcdef", ADMIN_TOKEN: ADMIN, ...vars },
   });
 }
@@ -156,8 +164,9 @@ export async function startFloodgate(vars = {}, entry = { entryPoints: [join(roo
 /**
  * The reference: a bare Hono Worker in its own workerd. `GET /bare` answers a small JSON body;
  * `GET /bare-rpc2` also makes two no-op Durable Object calls in turn (the shape of a limited,
- * delivered publish); `POST /bare` reads the body and answers 429 (what a denied publish must do at least, since the
- * contract answers 400/413 before any 429).
+ * delivered publish); `POST /bare` reads the body and answers 429 (what a denied publish must do at
+ * least, since the contract answers 400/413 before any 429); `POST /bare-write1` reads the body and
+ * makes one Durable Object call that appends it as one row (the least a durable publish can cost).
  */
 export async function startBare() {
   const contents = await bundle({
@@ -170,6 +179,13 @@ export class Noop extends DurableObject {
     this.ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v INTEGER)");
     this.ctx.storage.sql.exec("INSERT OR REPLACE INTO t (k, v) VALUES (1, ?)", Date.now());
     return 1;
+  }
+  append(data) {
+    if (!this.logReady) {
+      this.ctx.storage.sql.exec("CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, data TEXT)");
+      this.logReady = true;
+    }
+    return this.ctx.storage.sql.exec("INSERT INTO log (data) VALUES (?) RETURNING seq", data).one().seq;
   }
 }
 const app = new Hono();
@@ -186,6 +202,12 @@ app.get("/bare-rpc2w", async (c) => {
   await c.env.NOOP.get(c.env.NOOP.idFromName("b")).write();
   return c.json({ ok: true });
 });
+// The one-write floor: a publish's request, and one object call that stores its body as one row.
+app.post("/bare-write1", async (c) => {
+  const body = await c.req.text();
+  const seq = await c.env.NOOP.get(c.env.NOOP.idFromName("log")).append(body);
+  return c.json({ status: "delivered", seq });
+});
 app.post("/bare", async (c) => {
   const body = await c.req.arrayBuffer();
   return c.json({ code: "resource_exhausted", bytes: body.byteLength }, 429);
@@ -199,6 +221,28 @@ export default app;`,
     name: "bare",
     modules: [{ type: "ESModule", path: "bare.mjs", contents }],
     durableObjects: { NOOP: { className: "Noop", useSQLite: true } },
+  });
+}
+
+/**
+ * The literal before-publish recipe (scripts/bench-recipe-worker.mjs) in its own workerd: per message
+ * a rate-limiter object call, a KV read and one channel-object call that stores and sends it.
+ */
+export async function startRecipe() {
+  return startWorker({
+    name: "recipe",
+    modules: [
+      {
+        type: "ESModule",
+        path: "recipe.mjs",
+        contents: await bundle({ entryPoints: [join(root, "scripts/bench-recipe-worker.mjs")] }),
+      },
+    ],
+    kvNamespaces: ["THROTTLE_KV"],
+    durableObjects: {
+      LIMITER: { className: "GcraLimiter", useSQLite: true },
+      CHANNEL: { className: "RecipeChannel", useSQLite: true },
+    },
   });
 }
 

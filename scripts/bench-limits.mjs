@@ -13,7 +13,6 @@
 // --only deny (a subset of: off, on, half, deny; the two bare references always run).
 import {
   metrics as allMetrics,
-  arg,
   median,
   mintToken as mint,
   publishOpts,
@@ -23,11 +22,13 @@ import {
   startFloodgate,
   sumStatuses,
 } from "./bench-lib.mjs";
+import { options } from "./bench-options.mjs";
 
-const SECONDS = Number(arg("seconds", 2));
-const ROUNDS = Number(arg("rounds", 5));
-const CONNECTIONS = Number(arg("connections", 20));
-const ONLY = arg("only", null) ? new Set(["bare", "bare-post", ...arg("only").split(",")]) : null;
+const opts = options("bench:limits", { seconds: 2, rounds: 5, connections: 20, only: null });
+const SECONDS = opts.seconds;
+const ROUNDS = opts.rounds;
+const CONNECTIONS = opts.connections;
+const ONLY = opts.only ? new Set(["bare", "bare-post", ...opts.only.split(",")]) : null;
 
 // The default publish budget is disabled; a token's `rl` switches the limiter on for that token.
 const fg = await startFloodgate({ PUBLISH_RATE: "", PUBLISH_BURST: "" });

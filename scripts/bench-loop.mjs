@@ -5,16 +5,20 @@
 // table: today's Cron-only loop against the two-tier loop (Cron sweep + the channel's fast loop).
 // Options: --target N (msg/s, default 20), --period N (seconds, default 60), --lag N (periods, default 1),
 // --seed N (default 1).
+import { options } from "./bench-options.mjs";
 import { importSource } from "./import-source.mjs";
 
-const arg = (name, fallback) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? Number(process.argv[i + 1]) : fallback;
-};
-const TARGET = arg("target", 20);
-const PERIOD = arg("period", 60);
-const LAG = arg("lag", 1);
-const SEED = arg("seed", 1);
+const {
+  target: TARGET,
+  period: PERIOD,
+  lag: LAG,
+  seed: SEED,
+} = options("bench:loop", {
+  target: 20,
+  period: 60,
+  lag: 1,
+  seed: 1,
+});
 
 // The pack's own modules, bundled on the fly so the benchmark runs exactly the shipped law.
 const m = await importSource(`export * from "./functions/loop-simulation"; export * from "./functions/sampler";

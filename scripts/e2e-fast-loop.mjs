@@ -12,17 +12,16 @@
 import { spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { options } from "./bench-options.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const arg = (name, fallback) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? Number(process.argv[i + 1]) : fallback;
-};
-const PORT = arg("port", 8804);
-const INSPECTOR = arg("inspector-port", 9804);
-const FAST_S = arg("fast-period", 2);
-const SURGE_S = arg("surge", 20);
-const SURGE_RATE = arg("rate", 100);
+const {
+  port: PORT,
+  "inspector-port": INSPECTOR,
+  "fast-period": FAST_S,
+  surge: SURGE_S,
+  rate: SURGE_RATE,
+} = options("e2e:fast-loop", { port: 8804, "inspector-port": 9804, "fast-period": 2, surge: 20, rate: 100 });
 const TARGET = 20;
 const BASE_RATE = 10;
 const BEFORE_S = 5;
