@@ -3,9 +3,13 @@
 // reference page (/docs/api) and the Swagger UI files it loads are served. Against a Worker started
 // the way `npm start` starts it. Run from Node, not in the workerd tests, because the validator
 // (@seriousme/openapi-schema-validator) reads its JSON schemas from disk; test/openapi.test.ts checks
-// the document's content. `--port=N` picks the Worker's port (default 8797).
+// the document's content. When Chromium is there (/usr/bin/chromium, or CHROMIUM_PATH; .ci/run
+// installs it for the browser test), the page is also opened: it must list every operation of the
+// document with no CSP violation. `--port=N` picks the Worker's port (default 8797).
+import { existsSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { Validator } from "@seriousme/openapi-schema-validator";
+import { chromium } from "playwright-core";
 import { startDev } from "./dev-server.mjs";
 
 const { values } = parseArgs({ options: { port: { type: "string", default: "8797" } } });
@@ -41,10 +45,37 @@ try {
       fail(`${path}: ${page.status} ${page.headers.get("content-type")}, expected ${type} holding ${needle}`);
     } else console.log(`  ✓ ${path} is served`);
   }
+  const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+  const operations = Object.values(document.paths).flatMap((ops) => Object.keys(ops)).length;
+  if (existsSync(CHROMIUM)) await checkPage(CHROMIUM, operations);
+  else console.log(`  - no Chromium at ${CHROMIUM}: the page was not opened`);
 } catch (e) {
   fail(e instanceof Error ? e.message : String(e));
 } finally {
   server.stop();
 }
+/** Opens /docs/api: it must render `operations` operations, with no CSP violation. */
+async function checkPage(executablePath, operations) {
+  const browser = await chromium.launch({ executablePath, args: ["--headless", "--no-sandbox", "--disable-gpu"] });
+  try {
+    const page = await browser.newPage();
+    await page.addInitScript(() => {
+      window.__cspViolations = [];
+      document.addEventListener("securitypolicyviolation", (e) =>
+        window.__cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`),
+      );
+    });
+    await page.goto(`${server.base}/docs/api`);
+    await page.waitForSelector(".opblock", { timeout: 30_000 });
+    const shown = await page.locator(".opblock").count();
+    const violations = await page.evaluate(() => window.__cspViolations);
+    if (shown !== operations) fail(`/docs/api shows ${shown} operations, the document has ${operations}`);
+    else if (violations.length > 0) fail(`/docs/api: CSP violations: ${violations.join(", ")}`);
+    else console.log(`  ✓ /docs/api renders all ${shown} operations in Chromium, with no CSP violation`);
+  } finally {
+    await browser.close();
+  }
+}
+
 console.log(failures === 0 ? "openapi check: passed" : `openapi check: ${failures} failed`);
 process.exit(failures === 0 ? 0 : 1);
