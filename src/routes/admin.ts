@@ -349,8 +349,8 @@ admin.get(documented(admin, channelsRoute), async (c) => {
       const name = channelParam(channel);
       const target = Promise.resolve(effectiveTarget(svc.config, name, runtime[channel]));
       const { view } = await channelView(c.env, svc, name, target);
-      const { drop_rate_source: _, ...listed } = view;
-      return { ...listed, last_seen_at: at };
+      const { channel: listed, drop_rate_source: _, ...rest } = view;
+      return { channel: listed, last_seen_at: at, ...rest };
     }),
   );
   return c.json({ now: Date.now(), channels });
