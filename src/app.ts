@@ -2,13 +2,14 @@
  * The Hono app: per-isolate services and config check for every request, the route sub-apps, and
  * the contract's error shape for every failure, unknown routes included.
  */
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import { secureHeaders } from "hono/secure-headers";
+import * as z from "zod";
 import type { AppEnv } from "./app-env";
 import { ConfigError } from "./config";
 import { ApiError, errorResponse } from "./errors";
-import { DOCUMENT_INFO, documented, json, registerSecuritySchemes } from "./openapi";
+import { documented, json, mount, openApiDocument, route } from "./openapi";
 import { admin } from "./routes/admin";
 import { ops } from "./routes/ops";
 import { publish } from "./routes/publish";
@@ -16,7 +17,7 @@ import { history, subscribe } from "./routes/subscribe";
 import { tokens } from "./routes/tokens";
 import { type Services, services } from "./services";
 
-export const app = new OpenAPIHono<AppEnv>();
+export const app = new Hono<AppEnv>();
 
 /**
  * Security headers on every API answer, errors included (docs/security.md, "Headers"). The API only
@@ -59,15 +60,14 @@ const withServices = createMiddleware<AppEnv>(async (c, next) => {
 
 app.use("*", withServices);
 
-app.route("/v1/tokens", tokens);
-app.route("/v1/publish", publish);
-app.route("/v1/subscribe", subscribe);
-app.route("/v1/history", history);
-app.route("/v1/admin", admin);
-app.route("/", ops);
+mount(app, "/v1/tokens", tokens);
+mount(app, "/v1/publish", publish);
+mount(app, "/v1/subscribe", subscribe);
+mount(app, "/v1/history", history);
+mount(app, "/v1/admin", admin);
+mount(app, "/", ops);
 
-registerSecuritySchemes(app);
-const openApiRoute = createRoute({
+const openApiRoute = route({
   method: "get",
   path: "/v1/openapi.json",
   summary: "This OpenAPI 3.1 document",
@@ -76,9 +76,9 @@ const openApiRoute = createRoute({
 });
 
 /** Built on first use: it depends only on the routes, which never change while the isolate lives. */
-let document: ReturnType<typeof app.getOpenAPI31Document> | null = null;
+let document: ReturnType<typeof openApiDocument> | null = null;
 app.get(documented(app, openApiRoute), (c) => {
-  document ??= app.getOpenAPI31Document(DOCUMENT_INFO);
+  document ??= openApiDocument(app);
   return c.json(document);
 });
 

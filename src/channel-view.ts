@@ -3,7 +3,7 @@
  * the drop rate its publishes get, its target and what that target lets through now. The stats route
  * and the channel list both answer from {@link channelView}, so they cannot disagree.
  */
-import { z } from "@hono/zod-openapi";
+import * as z from "zod";
 import { allowedMessageRate } from "../functions/sampler";
 import { samplerRegistry } from "./active-channels";
 import type { ChannelStats } from "./channel-object";

@@ -1,12 +1,26 @@
 /**
  * The OpenAPI 3.1 document (docs/api.md, "OpenAPI document"). Each route file declares its routes
- * with `createRoute` next to their handlers and mounts them with {@link documented}; the app merges
- * the route files' declarations and serves the document at `GET /v1/openapi.json`. Request bodies
- * use the schemas the routes check them with (src/validation.ts).
+ * with {@link route} next to their handlers and mounts them with {@link documented}; the app mounts
+ * the route files with {@link mount} and serves {@link openApiDocument} at `GET /v1/openapi.json`.
+ * Request bodies use the schemas the routes check them with (src/validation.ts).
+ *
+ * zod-to-openapi directly rather than @hono/zod-openapi: that package extends zod through zod's
+ * whole namespace object, which keeps every zod locale in the Worker's bundle (about 260 KB of
+ * minified code parsed at every cold start); zod-to-openapi only needs `ZodType`.
  */
-import { type OpenAPIHono, type RouteConfig, z } from "@hono/zod-openapi";
+import {
+  extendZodWithOpenApi,
+  OpenAPIRegistry,
+  OpenApiGeneratorV31,
+  type RouteConfig,
+} from "@asteasolutions/zod-to-openapi";
+import type { Hono } from "hono";
+import * as z from "zod";
 import type { AppEnv } from "./app-env";
 import type { ERROR_KINDS } from "./errors";
+
+// `.openapi()` on every schema; runs before any module declares one (they all import this module).
+extendZodWithOpenApi({ ZodType: z.ZodType } as unknown as Parameters<typeof extendZodWithOpenApi>[0]);
 
 /** Every error body: `{"code","msg","meta":{"code",…}}` (docs/api.md, the table at the top). */
 export const ErrorBody = z
@@ -66,24 +80,42 @@ export const ADMIN_ONLY = [{ admin: [] }];
 /** An access token: `Authorization: Bearer`, the `bearer.<token>` WebSocket subprotocol or `?token=`. */
 export const ACCESS_TOKEN = [{ accessToken: [] }];
 
-/** `createRoute`'s path `/a/{b}` as Hono's routing path `/a/:b`. */
+/** `/a/{b}` (OpenAPI) as Hono's routing path `/a/:b`. */
 type RoutingPath<T extends string> = T extends `${infer Head}{${infer Param}}${infer Rest}`
   ? `${Head}:${Param}${RoutingPath<Rest>}`
   : T;
 
+/** A route's declaration, its method and path kept as literals (for {@link documented}'s type). */
+export function route<const R extends RouteConfig>(declaration: R): R {
+  return declaration;
+}
+
+/** The routes each app declared, with paths relative to where it is mounted. */
+const declared = new WeakMap<Hono<AppEnv>, RouteConfig[]>();
+
 /**
- * Adds `route` to the app's document and answers its routing path, for `app.get(documented(app,
- * route), …handlers)`. The handlers are mounted the plain Hono way, so bodies go through
- * src/validation.ts rather than zod-openapi's own validator; a test checks that every mounted route
- * is documented with its method.
+ * Adds `declaration` to the app's routes for the document and answers its routing path, for
+ * `app.get(documented(app, declaration), …handlers)`. The handlers are mounted the plain Hono way
+ * (bodies go through src/validation.ts); a test checks that every mounted route is documented under
+ * its method.
  */
-export function documented<R extends RouteConfig>(app: OpenAPIHono<AppEnv>, route: R): RoutingPath<R["path"]> {
-  app.openAPIRegistry.registerPath(route);
-  return route.path.replaceAll(/\{([^}]+)\}/g, ":$1") as RoutingPath<R["path"]>;
+export function documented<R extends RouteConfig>(app: Hono<AppEnv>, declaration: R): RoutingPath<R["path"]> {
+  const list = declared.get(app) ?? [];
+  list.push(declaration);
+  declared.set(app, list);
+  return declaration.path.replaceAll(/\{([^}]+)\}/g, ":$1") as RoutingPath<R["path"]>;
+}
+
+/** `app.route(prefix, sub)`, and `sub`'s declared routes become `app`'s under `prefix`. */
+export function mount(app: Hono<AppEnv>, prefix: string, sub: Hono<AppEnv>): void {
+  app.route(prefix, sub);
+  const base = prefix.replace(/\/$/, "");
+  for (const d of declared.get(sub) ?? [])
+    documented(app, { ...d, path: d.path === "/" ? base || "/" : base + d.path });
 }
 
 /** The document's top-level fields. */
-export const DOCUMENT_INFO = {
+const DOCUMENT_INFO = {
   openapi: "3.1.0",
   info: {
     title: "Floodgate",
@@ -93,14 +125,15 @@ export const DOCUMENT_INFO = {
   },
 };
 
-/** Registers the security schemes the routes name (once, on the app that serves the document). */
-export function registerSecuritySchemes(app: OpenAPIHono<AppEnv>): void {
-  app.openAPIRegistry.registerComponent("securitySchemes", "admin", {
+/** The document of the routes `app` declared and mounted. */
+export function openApiDocument(app: Hono<AppEnv>) {
+  const registry = new OpenAPIRegistry();
+  registry.registerComponent("securitySchemes", "admin", {
     type: "http",
     scheme: "bearer",
     description: "`ADMIN_TOKEN` (docs/operations.md, Secrets).",
   });
-  app.openAPIRegistry.registerComponent("securitySchemes", "accessToken", {
+  registry.registerComponent("securitySchemes", "accessToken", {
     type: "http",
     scheme: "bearer",
     bearerFormat: "JWT",
@@ -108,6 +141,8 @@ export function registerSecuritySchemes(app: OpenAPIHono<AppEnv>): void {
       "An access token minted by `POST /v1/tokens`. Subscribe and history also take it as the `bearer.<token>` " +
       "WebSocket subprotocol or `?token=` (docs/api.md, Subscriber tokens).",
   });
+  for (const d of declared.get(app) ?? []) registry.registerPath(d);
+  return new OpenApiGeneratorV31(registry.definitions).generateDocument(DOCUMENT_INFO);
 }
 
 /** A target as the API shows and takes it (docs/throttling.md). */

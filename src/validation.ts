@@ -7,8 +7,9 @@
  * own error text) and skips the check unless `Content-Type` is JSON, while these routes read at
  * most a few KiB, counted as it streams, whatever the content type (`readJson`).
  */
-import { z } from "@hono/zod-openapi";
+
 import { createMiddleware } from "hono/factory";
+import * as z from "zod";
 import type { AppEnv } from "./app-env";
 import { type ApiError, invalidArgument } from "./errors";
 import { readJson } from "./http";

@@ -3,8 +3,9 @@
  * bearer: drop rates, the sampler, runtime targets, the analytics export and the list of active
  * channels (the dashboard's).
  */
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
+import * as z from "zod";
 import { parseStoredRate, rateKey } from "../../functions/before-publish";
 import { samplerRegistry } from "../active-channels";
 import { exportQuery, exportResponse } from "../analytics-export";
@@ -16,7 +17,7 @@ import { DurationError, parseDuration } from "../durations";
 import { invalidArgument, orUnavailable } from "../errors";
 import { adminAuth, channelParam } from "../http";
 import { LimitError } from "../limits";
-import { ADMIN_ONLY, ChannelPath, documented, errors, json, TargetSchema } from "../openapi";
+import { ADMIN_ONLY, ChannelPath, documented, errors, json, route, TargetSchema } from "../openapi";
 import { effectiveTarget, runSampler } from "../sampler-run";
 import { channelStub } from "../services";
 import { bodyObject, custom, jsonBody } from "../validation";
@@ -24,7 +25,7 @@ import { bodyObject, custom, jsonBody } from "../validation";
 /** Admin bodies are a few fields: anything longer is not one. */
 const MAX_ADMIN_BODY = 1024;
 
-export const admin = new OpenAPIHono<AppEnv>();
+export const admin = new Hono<AppEnv>();
 
 admin.use("*", adminAuth);
 
@@ -95,7 +96,7 @@ async function throttleView(env: Env, config: Config, name: string) {
   return { channel: name, rate, target: targetJson(target), last_sample: stats.last_sample };
 }
 
-const throttleGet = createRoute({
+const throttleGet = route({
   method: "get",
   path: "/throttle/{channel}",
   summary: "Read a channel's drop rate",
@@ -108,7 +109,7 @@ admin.get(documented(admin, throttleGet), async (c) => {
   return c.json(await throttleView(c.env, c.var.svc.config, c.req.param("channel")));
 });
 
-const throttlePut = createRoute({
+const throttlePut = route({
   method: "put",
   path: "/throttle/{channel}",
   summary: "Write a channel's drop rate",
@@ -127,7 +128,7 @@ admin.put(documented(admin, throttlePut), channelFirst(true), jsonBody(ThrottleB
   return c.json(await throttleView(c.env, svc.config, name));
 });
 
-const throttleDelete = createRoute({
+const throttleDelete = route({
   method: "delete",
   path: "/throttle/{channel}",
   summary: "Remove a channel's drop rate",
@@ -143,7 +144,7 @@ admin.delete(documented(admin, throttleDelete), channelFirst(true), async (c) =>
   return c.body(null, 204);
 });
 
-const sampleRoute = createRoute({
+const sampleRoute = route({
   method: "post",
   path: "/sample",
   summary: "Run the sampler now",
@@ -229,7 +230,7 @@ async function tellChannel(env: Env, channel: string, target: TargetJson | null)
   }
 }
 
-const targetGet = createRoute({
+const targetGet = route({
   method: "get",
   path: "/target/{channel}",
   summary: "Read a channel's target",
@@ -243,7 +244,7 @@ admin.get(documented(admin, targetGet), async (c) => {
   return c.json(await targetView(c.env, c.var.svc.config, channel));
 });
 
-const targetPut = createRoute({
+const targetPut = route({
   method: "put",
   path: "/target/{channel}",
   summary: "Set a runtime target",
@@ -261,7 +262,7 @@ admin.put(documented(admin, targetPut), channelFirst(false), jsonBody(TargetBody
   return c.json(await targetView(c.env, c.var.svc.config, channel));
 });
 
-const targetDelete = createRoute({
+const targetDelete = route({
   method: "delete",
   path: "/target/{channel}",
   summary: "Hand a channel back to the configured target",
@@ -277,7 +278,7 @@ admin.delete(documented(admin, targetDelete), async (c) => {
   return c.body(null, 204);
 });
 
-const exportRoute = createRoute({
+const exportRoute = route({
   method: "get",
   path: "/analytics/export",
   summary: "Export dropped-message copies as NDJSON",
@@ -311,7 +312,7 @@ const ChannelListEntry = ChannelViewSchema.omit({ drop_rate_source: true })
   .extend({ last_seen_at: z.number().int().openapi({ description: "Epoch milliseconds." }) })
   .openapi("ChannelListEntry");
 
-const channelsRoute = createRoute({
+const channelsRoute = route({
   method: "get",
   path: "/channels",
   summary: "Channels with recent traffic (the dashboard's list)",

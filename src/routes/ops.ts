@@ -3,7 +3,8 @@
  * channel's stats. Metrics and stats need the admin bearer; health and the manifest do not. The
  * admin API that changes things is in ./admin.ts.
  */
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { Hono } from "hono";
+import * as z from "zod";
 import type { AppEnv } from "../app-env";
 import type { ChannelObject, ChannelStats } from "../channel-object";
 import { ChannelViewSchema, channelView, targetOf } from "../channel-view";
@@ -13,7 +14,7 @@ import { ApiError, orUnavailable } from "../errors";
 import { adminAuth, channelParam } from "../http";
 import { limitToJson } from "../limits";
 import { renderPrometheus, seriesKey } from "../metrics";
-import { ADMIN_ONLY, ChannelPath, documented, errors, json, LimitSchema, TargetSchema } from "../openapi";
+import { ADMIN_ONLY, ChannelPath, documented, errors, json, LimitSchema, route, TargetSchema } from "../openapi";
 import { weakSecrets } from "../secrets";
 import { objectId, type Services } from "../services";
 
@@ -46,9 +47,9 @@ export function manifest(config: Config) {
   };
 }
 
-export const ops = new OpenAPIHono<AppEnv>();
+export const ops = new Hono<AppEnv>();
 
-const healthRoute = createRoute({
+const healthRoute = route({
   method: "get",
   path: "/healthz",
   summary: "Health check",
@@ -86,7 +87,7 @@ const Manifest = z
   })
   .openapi("Manifest");
 
-const manifestRoute = createRoute({
+const manifestRoute = route({
   method: "get",
   path: "/v1/manifest",
   summary: "Budgets and throttle settings (public)",
@@ -95,7 +96,7 @@ const manifestRoute = createRoute({
 
 ops.get(documented(ops, manifestRoute), (c) => c.json(manifest(c.var.svc.config)));
 
-const metricsRoute = createRoute({
+const metricsRoute = route({
   method: "get",
   path: "/metrics",
   summary: "Prometheus metrics",
@@ -160,7 +161,7 @@ const ChannelStatsSchema = ChannelViewSchema.extend({
   record: AnalyticsRecord.optional().openapi({ description: "On the analytics channel only." }),
 }).openapi("ChannelStats");
 
-const statsRoute = createRoute({
+const statsRoute = route({
   method: "get",
   path: "/v1/channels/{channel}/stats",
   summary: "A channel's stats",

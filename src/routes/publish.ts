@@ -2,7 +2,8 @@
  * `POST /v1/publish/{channel}` (docs/api.md): validate everything first (channel, token, idempotency
  * key, body), then charge the publish budget, then run the before-publish throttle, then deliver.
  */
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { Hono } from "hono";
+import * as z from "zod";
 import { beforePublish } from "../../functions/before-publish";
 import type { QueuedCopy } from "../../functions/drop-copies";
 import type { AppEnv } from "../app-env";
@@ -11,7 +12,7 @@ import type { PublishOutcome } from "../channel-object";
 import { thinningFor } from "../config";
 import { invalidArgument, orUnavailable } from "../errors";
 import { authorise, bearer, channelParam, parseJsonText, readBody } from "../http";
-import { ACCESS_TOKEN, ChannelPath, documented, errors, json } from "../openapi";
+import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,64}$/;
 
@@ -24,7 +25,7 @@ export function idempotencyKey(value: string | undefined): string | undefined {
   return value;
 }
 
-export const publish = new OpenAPIHono<AppEnv>();
+export const publish = new Hono<AppEnv>();
 
 const Delivered = z
   .object({
@@ -38,7 +39,7 @@ const Delivered = z
 
 const Dropped = z.object({ status: z.literal("dropped") }).openapi("Dropped");
 
-const publishRoute = createRoute({
+const publishRoute = route({
   method: "post",
   path: "/{channel}",
   summary: "Publish a message",

@@ -9,7 +9,8 @@
  * need that verified token with scope and channel → the channel's object takes the connection.
  * Every refusal is a plain HTTP response before upgrade.
  */
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { Hono } from "hono";
+import * as z from "zod";
 import type { AppEnv } from "../app-env";
 import { readBudget, subscribeBudget } from "../budgets";
 import type { ChannelName } from "../channels";
@@ -24,7 +25,7 @@ import {
   sourceChannelParam,
   verifyAccess,
 } from "../http";
-import { ACCESS_TOKEN, ChannelPath, documented, errors, json } from "../openapi";
+import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
 import { channelStub } from "../services";
 import type { VerifiedToken } from "../tokens";
 
@@ -61,7 +62,7 @@ function presentedToken(request: Request, query: string | undefined, protocols: 
   return null;
 }
 
-export const subscribe = new OpenAPIHono<AppEnv>();
+export const subscribe = new Hono<AppEnv>();
 
 /** One message as subscribers and history see it (docs/api.md, GET /v1/subscribe). */
 const Frame = z
@@ -75,7 +76,7 @@ const Frame = z
   })
   .openapi("Frame");
 
-const subscribeRoute = createRoute({
+const subscribeRoute = route({
   method: "get",
   path: "/{channel}",
   summary: "Subscribe over WebSocket or SSE",
@@ -175,9 +176,9 @@ async function checkAccess(env: Env, channel: ChannelName, token: string | null)
   await authorise(env, token, "subscribe", channel);
 }
 
-export const history = new OpenAPIHono<AppEnv>();
+export const history = new Hono<AppEnv>();
 
-const historyRoute = createRoute({
+const historyRoute = route({
   method: "get",
   path: "/{channel}",
   summary: "Read a channel's retained messages",

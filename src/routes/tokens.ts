@@ -3,8 +3,9 @@
  * by client IP, before anything in the request is verified. A refresh chain ends SESSION_TTL after its
  * first mint, and reusing a spent refresh token revokes the chain (src/refresh-ledger.ts).
  */
-import { createRoute, OpenAPIHono, z } from "@hono/zod-openapi";
+import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
+import * as z from "zod";
 import type { AppEnv } from "../app-env";
 import { tokenIssueBudget } from "../budgets";
 import { GrammarError, parsePattern } from "../channels";
@@ -12,7 +13,7 @@ import { DurationError, parseDuration } from "../durations";
 import { invalidArgument, orUnavailable, unauthenticated } from "../errors";
 import { adminAuth, clientIp, tokenSecret } from "../http";
 import { LimitError, type LimitJson, limitToJson, parseLimit } from "../limits";
-import { ADMIN_ONLY, documented, errors, json } from "../openapi";
+import { ADMIN_ONLY, documented, errors, json, route } from "../openapi";
 import {
   MAX_TOKEN_LENGTH,
   SCOPES,
@@ -200,7 +201,7 @@ export async function issuePair(secret: string, req: MintRequest, nowSeconds: nu
   }
 }
 
-export const tokens = new OpenAPIHono<AppEnv>();
+export const tokens = new Hono<AppEnv>();
 
 tokens.use(
   "*",
@@ -218,7 +219,7 @@ const secretRequired = createMiddleware<AppEnv>(async (c, next) => {
   await next();
 });
 
-const mintRoute = createRoute({
+const mintRoute = route({
   method: "post",
   path: "/",
   summary: "Mint an access/refresh token pair",
@@ -237,7 +238,7 @@ tokens.post(documented(tokens, mintRoute), adminAuth, secretRequired, jsonBody(M
   return c.json(await issuePair(tokenSecret(c.env), req, now, session), 201);
 });
 
-const refreshRoute = createRoute({
+const refreshRoute = route({
   method: "post",
   path: "/refresh",
   summary: "Trade a refresh token for a new pair",
