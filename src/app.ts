@@ -3,16 +3,20 @@
  * the contract's error shape for every failure, unknown routes included.
  */
 import { Hono } from "hono";
+import { createMiddleware } from "hono/factory";
 import { secureHeaders } from "hono/secure-headers";
+import * as z from "zod";
 import type { AppEnv } from "./app-env";
 import { ConfigError } from "./config";
 import { ApiError, errorResponse } from "./errors";
+import { documented, json, mount, openApiDocument, route } from "./openapi";
+import { admin } from "./routes/admin";
 import { dashboard } from "./routes/dashboard";
-import { operator } from "./routes/operator";
+import { ops } from "./routes/ops";
 import { publish } from "./routes/publish";
 import { history, subscribe } from "./routes/subscribe";
 import { tokens } from "./routes/tokens";
-import { services } from "./services";
+import { type Services, services } from "./services";
 
 export const app = new Hono<AppEnv>();
 
@@ -32,30 +36,53 @@ app.use(
   }),
 );
 
-app.use("*", async (c, next) => {
-  let svc: ReturnType<typeof services>;
+/**
+ * Per-isolate services (config checked) and `defer` for every request. Fail closed: a config typo
+ * never silently disables a rule; the 500 names the variable.
+ */
+const withServices = createMiddleware<AppEnv>(async (c, next) => {
+  let svc: Services;
   try {
     svc = services(c.env);
-    c.set("svc", svc);
   } catch (e) {
     if (e instanceof ConfigError) {
-      // Fail closed: a typo never silently disables a rule. The message names the variable.
       console.error(`floodgate: ${e.message}`);
       throw new ApiError("internal", e.message, { variable: e.variable });
     }
     throw e;
   }
+  const defer = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
+  c.set("svc", svc);
+  c.set("defer", defer);
   await next();
   // Every request, denied ones included, makes sure its counts reach the metrics object soon.
-  svc.metrics.schedule((p) => c.executionCtx.waitUntil(p));
+  svc.metrics.schedule(defer);
 });
 
-app.route("/v1/tokens", tokens);
-app.route("/v1/publish", publish);
-app.route("/v1/subscribe", subscribe);
-app.route("/v1/history", history);
-app.route("/", operator);
-app.route("/", dashboard);
+app.use("*", withServices);
+
+mount(app, "/v1/tokens", tokens);
+mount(app, "/v1/publish", publish);
+mount(app, "/v1/subscribe", subscribe);
+mount(app, "/v1/history", history);
+mount(app, "/v1/admin", admin);
+mount(app, "/v1/admin", dashboard);
+mount(app, "/", ops);
+
+const openApiRoute = route({
+  method: "get",
+  path: "/v1/openapi.json",
+  summary: "This OpenAPI 3.1 document",
+  description: "The API reference page of a deployment renders it at /docs/api.",
+  responses: { 200: json(z.looseObject({ openapi: z.literal("3.1.0") }), "The document.") },
+});
+
+/** Built on first use: it depends only on the routes, which never change while the isolate lives. */
+let document: ReturnType<typeof openApiDocument> | null = null;
+app.get(documented(app, openApiRoute), (c) => {
+  document ??= openApiDocument(app);
+  return c.json(document);
+});
 
 app.notFound(() => new ApiError("not_found", "no such route").toResponse());
 app.onError((err) => errorResponse(err));

@@ -4,6 +4,7 @@
  * Every failure the API reports is an {@link ApiError}; anything else that escapes a handler is
  * logged and answered as a generic 500 so backend text never reaches a client.
  */
+import { HTTPException } from "hono/http-exception";
 
 /** Error kinds and the HTTP status and codes each one maps to. */
 export const ERROR_KINDS = {
@@ -63,9 +64,13 @@ export const unauthenticated = (msg: string) => new ApiError("unauthenticated", 
 export const permissionDenied = (msg: string) => new ApiError("permission_denied", msg);
 export const internal = (msg = "internal error") => new ApiError("internal", msg);
 
-/** Turns anything thrown into a response that carries no backend text. */
+/**
+ * Turns anything thrown into a response that carries no backend text. An HTTPException is Hono
+ * middleware's answer (`bearerAuth` throws one carrying the response src/http.ts gave it).
+ */
 export function errorResponse(err: unknown): Response {
   if (err instanceof ApiError) return err.toResponse();
+  if (err instanceof HTTPException && err.res) return err.getResponse();
   console.error("floodgate: unhandled error", err instanceof Error ? (err.stack ?? err.message) : err);
   return internal().toResponse();
 }

@@ -15,6 +15,12 @@ export const SECRET_MIN = {
 
 const encoder = new TextEncoder();
 
+/**
+ * What a bearer token may hold (RFC 6750's b64token, the grammar Hono's `bearerAuth` checks): an
+ * ADMIN_TOKEN with any other character could never be presented, so it is bad configuration.
+ */
+const BEARER_TOKEN = /^[A-Za-z0-9._~+/-]+=*$/;
+
 /** What is wrong with a secret's value, or null when it is usable. */
 export function secretProblem(name: SecretName, value: unknown): string | null {
   if (typeof value !== "string" || value.length === 0) return `${name} is not set`;
@@ -22,6 +28,8 @@ export function secretProblem(name: SecretName, value: unknown): string | null {
   const length = name === "TOKEN_SECRET" ? encoder.encode(value).byteLength : value.length;
   if (length < min.length)
     return `${name} is too weak: it must be at least ${min.length} ${min.unit} (it has ${length})`;
+  if (name === "ADMIN_TOKEN" && !BEARER_TOKEN.test(value))
+    return `${name} can only hold A-Z a-z 0-9 - . _ ~ + / and a trailing =, as a bearer token`;
   return null;
 }
 

@@ -1,7 +1,7 @@
 /** Admin throttle routes, channel stats and the admin bearer. */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { adminHeaders, call, mint, openSocket, publishTo, uniq } from "./helpers";
+import { ADMIN, adminHeaders, call, callAndWait, envWith, mint, openSocket, publishTo, uniq } from "./helpers";
 
 const put = (ch: string, body: string, headers = adminHeaders()) =>
   call(`/v1/admin/throttle/${ch}`, { method: "PUT", headers, body });
@@ -67,6 +67,42 @@ describe("admin throttle", () => {
       expect((await call("/metrics", { headers })).status).toBe(401);
     }
     expect(await env.THROTTLE_KV.get(`throttleRate:${ch}`)).toBeNull();
+  });
+
+  it("answers every bad admin header with the contract's 401, and takes the token in any case of Bearer", async () => {
+    for (const authorization of [
+      "Basic dGVzdA==",
+      "Bearer",
+      "Bearer two words",
+      `Bearer ${ADMIN}!`,
+      `Bearer  ${ADMIN.slice(1)}`,
+      `Token ${ADMIN}`,
+    ]) {
+      const res = await call("/v1/admin/sample", { method: "POST", headers: { authorization } });
+      expect(res.status, authorization).toBe(401);
+      expect(await res.json()).toEqual({
+        code: "unauthenticated",
+        msg: "admin bearer token required",
+        meta: { code: "UNAUTHENTICATED" },
+      });
+      expect(res.headers.get("www-authenticate")).toMatch(/^Bearer/);
+      // The app's security headers are on this answer too.
+      expect(res.headers.get("x-content-type-options")).toBe("nosniff");
+    }
+    const lower = await call("/v1/admin/throttle/*", { headers: { authorization: `bearer ${ADMIN}` } });
+    expect(lower.status).toBe(200);
+  });
+
+  it("fails closed with 500 naming ADMIN_TOKEN when it is unset or could never be sent as a bearer", async () => {
+    for (const admin of [undefined, "has spaces in it, 16+ characters"]) {
+      const res = await callAndWait(
+        "/v1/admin/sample",
+        { method: "POST", headers: { authorization: `Bearer ${admin}` } },
+        envWith({ ADMIN_TOKEN: admin }),
+      );
+      expect(res.status).toBe(500);
+      expect(await res.json()).toMatchObject({ code: "internal", meta: { variable: "ADMIN_TOKEN" } });
+    }
   });
 });
 

@@ -15,7 +15,7 @@ import { rateKey } from "../functions/before-publish";
 import { samplerRegistry } from "../src/active-channels";
 import worker from "../src/index";
 import { OVERVIEW_MAX_CHANNELS } from "../src/routes/dashboard";
-import { adminHeaders, callAndWait, mint, openSocket, publishAndWait, uniq } from "./helpers";
+import { adminHeaders, callAndWait, envWith, mint, openSocket, publishAndWait, uniq } from "./helpers";
 
 async function cron(): Promise<void> {
   const ctx = createExecutionContext();
@@ -203,6 +203,39 @@ describe("GET /v1/admin/channels", () => {
     });
     expect((await callAndWait("/v1/admin/channels")).status).toBe(401);
     expect((await admin("/v1/admin/channels?within=forever")).status).toBe(400);
+  });
+});
+
+describe("one view of a channel", () => {
+  it("the stats route and the channel list agree, the analytics channel's zero drop rate included", async () => {
+    // An analytics channel of this test's own, with a drop rate stored for it that must not show:
+    // the analytics channel is never throttled.
+    const analytics = `private:floodgate.analytics.${uniq()}`;
+    const plain = `public:dash.${uniq()}`;
+    const e = envWith({ ANALYTICS_CHANNEL: analytics });
+    await env.THROTTLE_KV.put(rateKey(analytics), "0.5");
+    await env.THROTTLE_KV.put(rateKey(plain), "0.25");
+    const registry = samplerRegistry(env);
+    await registry.markSeen(analytics);
+    await registry.markSeen(plain);
+    const get = async (path: string) => {
+      const res = await callAndWait(path, { headers: adminHeaders() }, e);
+      expect(res.status).toBe(200);
+      return (await res.json()) as Record<string, unknown>;
+    };
+    const listed = (await get("/v1/admin/channels")).channels as Record<string, unknown>[];
+    for (const [channel, rate] of [
+      [analytics, 0],
+      [plain, 0.25],
+    ] as const) {
+      const stats = await get(`/v1/channels/${channel}/stats`);
+      const entry = listed.find((c) => c.channel === channel);
+      expect(entry).toBeDefined();
+      expect(stats.drop_rate).toBe(rate);
+      for (const [field, value] of Object.entries(entry ?? {})) {
+        if (field !== "last_seen_at") expect(stats[field], `${channel} ${field}`).toEqual(value);
+      }
+    }
   });
 });
 

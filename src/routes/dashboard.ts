@@ -5,24 +5,52 @@
  * decisions). No channel object is called; drop rates come from the isolate's drop-rate cache (KV).
  */
 import { Hono } from "hono";
+import * as z from "zod";
 import type { AppEnv } from "../app-env";
+import { targetRate } from "../channel-view";
 import { parseChannelName } from "../channels";
 import { targetJson, thinningFor } from "../config";
 import { DurationError, formatDuration, parseDuration } from "../durations";
 import { invalidArgument, orUnavailable } from "../errors";
-import { requireAdmin } from "../http";
+import { adminAuth } from "../http";
 import { RATE_LIMIT_BUCKETS, seriesKey } from "../metrics";
+import { ADMIN_ONLY, documented, errors, json, route } from "../openapi";
 import { type ChannelSample, effectiveTarget } from "../sampler-run";
 import { activeChannelsStub } from "../stubs";
-import { metricsSeries, targetRate } from "./operator";
+import { metricsSeries } from "./ops";
 
 /** Channels one overview lists at most (the most recently seen). */
 export const OVERVIEW_MAX_CHANNELS = 50;
 
+/** Mounted under /v1/admin, behind the admin bearer like every admin route. */
 export const dashboard = new Hono<AppEnv>();
 
-dashboard.get("/v1/admin/overview", async (c) => {
-  await requireAdmin(c.env, c.req.raw);
+dashboard.use("*", adminAuth);
+
+const overviewRoute = route({
+  method: "get",
+  path: "/overview",
+  summary: "The dashboard's poll: recent channels from the sampler's registry, deployment totals",
+  description:
+    "Two object calls whatever the number of channels. A channel's occupancy and last_sample are the sampler's last period, not live counts.",
+  security: ADMIN_ONLY,
+  request: {
+    query: z.object({
+      within: z.string().optional().openapi({ description: "A duration; default 10m.", example: "10m" }),
+    }),
+  },
+  responses: {
+    200: json(
+      z
+        .looseObject({ now: z.number().int(), within: z.string(), channels: z.array(z.looseObject({})) })
+        .openapi("Overview"),
+      `At most ${OVERVIEW_MAX_CHANNELS} channels, the most recently seen first.`,
+    ),
+    ...errors(400, 401, 500, 503),
+  },
+});
+
+dashboard.get(documented(dashboard, overviewRoute), async (c) => {
   const { config, reader } = c.get("svc");
   let withinMs: number;
   try {

@@ -3,6 +3,7 @@
  * key, body), then charge the publish budget, then run the before-publish throttle, then deliver.
  */
 import { Hono } from "hono";
+import * as z from "zod";
 import { beforePublish } from "../../functions/before-publish";
 import type { QueuedCopy } from "../../functions/drop-copies";
 import type { AppEnv } from "../app-env";
@@ -11,6 +12,7 @@ import type { PublishOutcome } from "../channel-object";
 import { thinningFor } from "../config";
 import { invalidArgument, orUnavailable } from "../errors";
 import { authorise, bearer, channelParam, parseJsonText, readBody } from "../http";
+import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,64}$/;
 
@@ -25,7 +27,46 @@ export function idempotencyKey(value: string | undefined): string | undefined {
 
 export const publish = new Hono<AppEnv>();
 
-publish.post("/:channel", async (c) => {
+const Delivered = z
+  .object({
+    status: z.literal("delivered"),
+    channel: z.string(),
+    seq: z.number().int(),
+    id: z.string(),
+    published_at: z.number().int().openapi({ description: "Epoch milliseconds." }),
+  })
+  .openapi("Delivered");
+
+const Dropped = z.object({ status: z.literal("dropped") }).openapi("Dropped");
+
+const publishRoute = route({
+  method: "post",
+  path: "/{channel}",
+  summary: "Publish a message",
+  description:
+    "Checked in order: channel (400), token (401/403), Idempotency-Key (400), body (413, 400); nothing is " +
+    "charged before these pass. Then the publish budget (429), the before-publish throttle (202, do not " +
+    "retry it) and delivery (200). A repeat of an Idempotency-Key within 10 minutes answers the first result again.",
+  security: ACCESS_TOKEN,
+  request: {
+    params: ChannelPath,
+    headers: z.object({
+      "idempotency-key": z.string().optional().openapi({ description: "1–64 visible ASCII characters." }),
+    }),
+    // Documentation only: the body is read bounded by MAX_MESSAGE_BYTES and kept as sent (below).
+    body: {
+      ...json(z.unknown().openapi({ description: "Any JSON value.", example: { emoji: "🔥" } }), "The message."),
+      required: true,
+    },
+  },
+  responses: {
+    200: json(Delivered, "Delivered to every current subscriber."),
+    202: json(Dropped, "Dropped by the before-publish throttle and copied to the analytics channel. Not an error."),
+    ...errors(400, 401, 403, 413, 429, 500, 503),
+  },
+});
+
+publish.post(documented(publish, publishRoute), async (c) => {
   const svc = c.get("svc");
   const { config } = svc;
   const channel = channelParam(c.req.param("channel"));
@@ -36,7 +77,7 @@ publish.post("/:channel", async (c) => {
   const sub = token.claims.sub;
 
   const budget = publishBudget(config, channel, sub, token.claims.rl);
-  const limitHeaders = await svc.gate.check("publish", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
+  const limitHeaders = await svc.gate.check("publish", budget.key, budget.limit, c.var.defer);
   for (const [k, v] of Object.entries(limitHeaders)) c.header(k, v);
 
   const decision = await beforePublish(channel.name, {
@@ -54,7 +95,7 @@ publish.post("/:channel", async (c) => {
     dropped_at: now,
     counted,
   });
-  const defer = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
+  const defer = c.var.defer;
 
   if (decision.action === "drop" && !idemKey) {
     // The common drop: no object call on the response path; copy and count happen in the background.

@@ -10,6 +10,7 @@
  * Every refusal is a plain HTTP response before upgrade.
  */
 import { Hono } from "hono";
+import * as z from "zod";
 import type { AppEnv } from "../app-env";
 import { readBudget, subscribeBudget } from "../budgets";
 import type { ChannelName } from "../channels";
@@ -24,6 +25,7 @@ import {
   sourceChannelParam,
   verifyAccess,
 } from "../http";
+import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
 import { channelStub } from "../services";
 import type { VerifiedToken } from "../tokens";
 
@@ -62,7 +64,62 @@ function presentedToken(request: Request, query: string | undefined, protocols: 
 
 export const subscribe = new Hono<AppEnv>();
 
-subscribe.get("/:channel", async (c) => {
+/** One message as subscribers and history see it (docs/api.md, GET /v1/subscribe). */
+const Frame = z
+  .object({
+    type: z.literal("message"),
+    channel: z.string(),
+    seq: z.number().int(),
+    id: z.string(),
+    data: z.unknown().openapi({ description: "The message exactly as published." }),
+    published_at: z.number().int(),
+  })
+  .openapi("Frame");
+
+const subscribeRoute = route({
+  method: "get",
+  path: "/{channel}",
+  summary: "Subscribe over WebSocket or SSE",
+  description:
+    "WebSocket when the request upgrades (`Upgrade: websocket`), SSE with `Accept: text/event-stream`, otherwise 400. " +
+    "Each message is one JSON text frame (a `Frame`; SSE: `id: <seq>`, `event: message`). `public:` channels need no " +
+    "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
+    "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends); resume with `?after=`. Every " +
+    "refusal is a plain HTTP response before any upgrade.",
+  security: [{}, ...ACCESS_TOKEN],
+  request: {
+    params: ChannelPath,
+    query: z.object({
+      after: z.string().optional().openapi({ description: "Replay retained messages with a higher seq first." }),
+      token: z.string().optional().openapi({ description: "The fallback way to send a token (lands in logs)." }),
+    }),
+    headers: z.object({
+      upgrade: z.string().optional().openapi({ example: "websocket" }),
+      accept: z.string().optional().openapi({ example: "text/event-stream" }),
+      "last-event-id": z.string().optional().openapi({ description: "SSE resume; `?after` wins." }),
+      "sec-websocket-protocol": z
+        .string()
+        .optional()
+        .openapi({ description: '`floodgate, bearer.<token>`: must offer "floodgate" when it offers any.' }),
+    }),
+  },
+  responses: {
+    101: {
+      description: "WebSocket upgrade; answers `Sec-WebSocket-Protocol: floodgate` when subprotocols were offered.",
+    },
+    200: {
+      description: "An SSE stream of `Frame`s.",
+      content: {
+        "text/event-stream": {
+          schema: z.string().openapi({ description: "`id: <seq>`, `event: message`, `data: <Frame>`." }),
+        },
+      },
+    },
+    ...errors(400, 401, 403, 429, 500, 503),
+  },
+});
+
+subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   const svc = c.get("svc");
   const channel = channelParam(c.req.param("channel"));
   const upgrade = (c.req.header("upgrade") ?? "").toLowerCase() === "websocket";
@@ -92,9 +149,7 @@ subscribe.get("/:channel", async (c) => {
   const budget = verified
     ? subscribeBudget(svc.config, channel, verified.claims.sub)
     : readBudget(svc.config, clientIp(c.req.raw));
-  const limitHeaders = await svc.gate.check(verified ? "subscribe" : "read", budget.key, budget.limit, (p) =>
-    c.executionCtx.waitUntil(p),
-  );
+  const limitHeaders = await svc.gate.check(verified ? "subscribe" : "read", budget.key, budget.limit, c.var.defer);
   if (channel.visibility === "private") {
     if (!verified) throw refused ?? unauthenticated("missing bearer token");
     checkGrant(verified, "subscribe", channel);
@@ -123,7 +178,33 @@ async function checkAccess(env: Env, channel: ChannelName, token: string | null)
 
 export const history = new Hono<AppEnv>();
 
-history.get("/:channel", async (c) => {
+const historyRoute = route({
+  method: "get",
+  path: "/{channel}",
+  summary: "Read a channel's retained messages",
+  description:
+    "Oldest first. With `after`: the first `limit` messages with a higher seq; without: the newest `limit`. A page " +
+    "also stops after 4 MiB. Parameters are checked first (400), then the client IP's read budget (429), then the token.",
+  security: [{}, ...ACCESS_TOKEN],
+  request: {
+    params: ChannelPath,
+    query: z.object({
+      after: z.string().optional(),
+      limit: z.string().optional().openapi({ description: "1–1000, default 100." }),
+      source_channel: z
+        .string()
+        .optional()
+        .openapi({ description: "On the analytics channel only: copies from this channel." }),
+      token: z.string().optional(),
+    }),
+  },
+  responses: {
+    200: json(z.object({ messages: z.array(Frame) }).openapi("HistoryPage"), "A page of frames."),
+    ...errors(400, 401, 403, 429, 500, 503),
+  },
+});
+
+history.get(documented(history, historyRoute), async (c) => {
   const svc = c.get("svc");
   const channel = channelParam(c.req.param("channel"));
   const after = intParam(c.req.query("after"), "after");
@@ -132,7 +213,7 @@ history.get("/:channel", async (c) => {
   const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
   // Every history request is a read of stored data, with or without a token.
   const budget = readBudget(svc.config, clientIp(c.req.raw));
-  const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
+  const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, c.var.defer);
   await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token"), []));
   const frames = await orUnavailable("channel", () =>
     channelStub(c.env, channel.name).history(after, limit, source?.name ?? null),

@@ -4,13 +4,16 @@
  * first mint, and reusing a spent refresh token revokes the chain (src/refresh-ledger.ts).
  */
 import { Hono } from "hono";
+import { createMiddleware } from "hono/factory";
+import * as z from "zod";
 import type { AppEnv } from "../app-env";
 import { tokenIssueBudget } from "../budgets";
 import { GrammarError, parsePattern } from "../channels";
 import { DurationError, parseDuration } from "../durations";
 import { invalidArgument, orUnavailable, unauthenticated } from "../errors";
-import { clientIp, readJson, requireAdmin, tokenSecret } from "../http";
+import { adminAuth, clientIp, tokenSecret } from "../http";
 import { LimitError, type LimitJson, limitToJson, parseLimit } from "../limits";
+import { ADMIN_ONLY, documented, errors, json, route } from "../openapi";
 import { refreshLedgerStub } from "../stubs";
 import {
   MAX_TOKEN_LENGTH,
@@ -22,10 +25,10 @@ import {
   TokenTooLargeError,
   verifyToken,
 } from "../tokens";
+import { bodyObject, custom, jsonBody } from "../validation";
 
 const MAX_TOKEN_BODY = 16 * 1024;
 const SUB = /^[A-Za-z0-9_.:@-]{1,128}$/;
-const MINT_FIELDS = new Set(["sub", "channels", "scopes", "ttl", "refresh_ttl", "rl"]);
 const DAY_MS = 86_400_000;
 
 export interface MintRequest {
@@ -37,64 +40,109 @@ export interface MintRequest {
   rl?: LimitJson;
 }
 
-function duration(value: unknown, name: string, fallback: string, maxMs: number, maxText: string): number {
-  const text = value === undefined ? fallback : value;
-  if (typeof text !== "string") throw invalidArgument(`${name} must be a duration string such as "5m"`);
-  let ms: number;
-  try {
-    ms = parseDuration(text, { allowDays: true });
-  } catch (e) {
-    if (e instanceof DurationError) throw invalidArgument(`${name}: ${e.message}`);
-    throw e;
-  }
-  if (!(ms >= 1000)) throw invalidArgument(`${name} must be at least 1s`);
-  if (ms > maxMs) throw invalidArgument(`${name} must be at most ${maxText}`);
-  return Math.floor(ms / 1000);
+/** A duration field in whole seconds: at least 1s, at most `maxText`; `fallback` when absent. */
+function durationField(name: string, fallback: string, maxMs: number, maxText: string) {
+  return z
+    .string({ error: `${name} must be a duration string such as "5m"` })
+    .optional()
+    .transform((text, ctx) => {
+      let ms: number;
+      try {
+        ms = parseDuration(text ?? fallback, { allowDays: true });
+      } catch (e) {
+        if (!(e instanceof DurationError)) throw e;
+        ctx.addIssue(custom(`${name}: ${e.message}`, text));
+        return z.NEVER;
+      }
+      if (!(ms >= 1000)) ctx.addIssue(custom(`${name} must be at least 1s`, text));
+      else if (ms > maxMs) ctx.addIssue(custom(`${name} must be at most ${maxText}`, text));
+      return Math.floor(ms / 1000);
+    })
+    .openapi({
+      description: `Default ${fallback}, at most ${maxText}; parts ms, s, m, h, d (\`1h30m\`).`,
+      example: fallback,
+    });
 }
 
-/** Validates a mint body (docs/api.md, Tokens). @throws ApiError 400 */
-export function parseMintRequest(body: unknown): MintRequest {
-  if (body === null || typeof body !== "object" || Array.isArray(body))
-    throw invalidArgument("body must be a JSON object");
-  const b = body as Record<string, unknown>;
-  for (const k of Object.keys(b)) if (!MINT_FIELDS.has(k)) throw invalidArgument(`unknown field "${k}"`);
-  if (typeof b.sub !== "string" || !SUB.test(b.sub)) {
-    throw invalidArgument("sub must be 1-128 characters of A-Z a-z 0-9 _ . : @ -");
-  }
-  if (!Array.isArray(b.channels) || b.channels.length < 1 || b.channels.length > 32) {
-    throw invalidArgument("channels must be a list of 1 to 32 channel patterns");
-  }
-  for (const p of b.channels) {
-    if (typeof p !== "string") throw invalidArgument("channels must be strings");
-    try {
-      parsePattern(p);
-    } catch (e) {
-      if (e instanceof GrammarError) throw invalidArgument(`channels: ${p}: ${e.message}`);
-      throw e;
-    }
-  }
-  let scopes: Scope[] = [...SCOPES];
-  if (b.scopes !== undefined) {
-    if (!Array.isArray(b.scopes) || b.scopes.some((s) => !SCOPES.includes(s as Scope))) {
-      throw invalidArgument('scopes must be a list of "publish" and "subscribe"');
-    }
-    scopes = [...new Set(b.scopes as Scope[])];
-  }
-  const ttlSeconds = duration(b.ttl, "ttl", "5m", DAY_MS, "24h");
-  const refreshTtlSeconds = duration(b.refresh_ttl, "refresh_ttl", "1h", 7 * DAY_MS, "7d");
-  let rl: LimitJson | undefined;
-  if (b.rl !== undefined) {
-    try {
-      const limit = parseLimit(b.rl);
-      if (!limit) throw new LimitError("rl must not be disabled (a rate of 0)");
-      rl = limitToJson(limit);
-    } catch (e) {
-      if (e instanceof LimitError) throw invalidArgument(`rl: ${e.message}`);
-      throw e;
-    }
-  }
-  return { sub: b.sub, channels: b.channels as string[], scopes, ttlSeconds, refreshTtlSeconds, ...(rl ? { rl } : {}) };
-}
+const SUB_RULE = "sub must be 1-128 characters of A-Z a-z 0-9 _ . : @ -";
+const CHANNEL_LIST = "channels must be a list of 1 to 32 channel patterns";
+const SCOPE_LIST = 'scopes must be a list of "publish" and "subscribe"';
+
+/** The mint body (docs/api.md, Tokens), checked field by field in this order. */
+export const MintBody = bodyObject(
+  {
+    sub: z.string({ error: SUB_RULE }).regex(SUB, { error: SUB_RULE }).openapi({ example: "alice" }),
+    channels: z
+      .array(
+        z.string({ error: "channels must be strings" }).superRefine((p, ctx) => {
+          try {
+            parsePattern(p);
+          } catch (e) {
+            if (!(e instanceof GrammarError)) throw e;
+            ctx.addIssue(custom(`channels: ${p}: ${e.message}`, p));
+          }
+        }),
+        { error: CHANNEL_LIST },
+      )
+      .min(1, { error: CHANNEL_LIST })
+      .max(32, { error: CHANNEL_LIST })
+      .openapi({ description: "Channel patterns (docs/api.md, Channels).", example: ["public:live.reactions"] }),
+    scopes: z
+      .array(z.enum(SCOPES, { error: SCOPE_LIST }), { error: SCOPE_LIST })
+      .optional()
+      .transform((list): Scope[] => (list ? [...new Set(list)] : [...SCOPES]))
+      .openapi({ description: "Default both." }),
+    ttl: durationField("ttl", "5m", DAY_MS, "24h"),
+    refresh_ttl: durationField("refresh_ttl", "1h", 7 * DAY_MS, "7d"),
+    rl: z
+      .unknown()
+      .transform((value, ctx): LimitJson => {
+        try {
+          const limit = parseLimit(value);
+          if (!limit) throw new LimitError("rl must not be disabled (a rate of 0)");
+          return limitToJson(limit);
+        } catch (e) {
+          if (!(e instanceof LimitError)) throw e;
+          ctx.addIssue(custom(`rl: ${e.message}`, value));
+          return z.NEVER;
+        }
+      })
+      .optional()
+      .openapi({
+        description: 'A publish budget override: shorthand ("10/s") or {"rate","per","burst"}.',
+        oneOf: [{ type: "string", example: "10/s" }, { $ref: "#/components/schemas/Limit" }],
+      }),
+  },
+  "body must be a JSON object",
+)
+  .openapi("MintRequest")
+  .transform(
+    (b): MintRequest => ({
+      sub: b.sub,
+      channels: b.channels,
+      scopes: b.scopes,
+      ttlSeconds: b.ttl,
+      refreshTtlSeconds: b.refresh_ttl,
+      ...(b.rl ? { rl: b.rl } : {}),
+    }),
+  );
+
+/** The refresh body (docs/api.md, Tokens). */
+export const RefreshBody = bodyObject(
+  {
+    refresh_token: z.string({ error: "refresh_token is required" }).min(1, { error: "refresh_token is required" }),
+  },
+  "body must be a JSON object",
+).openapi("RefreshRequest");
+
+const TokenPair = z
+  .object({
+    access_token: z.string(),
+    refresh_token: z.string(),
+    expires_at: z.number().int().openapi({ description: "Epoch seconds." }),
+    refresh_expires_at: z.number().int().openapi({ description: "Epoch seconds." }),
+  })
+  .openapi("TokenPair");
 
 /** A refresh chain: every pair refreshed from one mint shares it (docs/api.md, Tokens). */
 export interface Session {
@@ -154,37 +202,59 @@ export async function issuePair(secret: string, req: MintRequest, nowSeconds: nu
 
 export const tokens = new Hono<AppEnv>();
 
-tokens.use("*", async (c, next) => {
-  const svc = c.get("svc");
-  const budget = tokenIssueBudget(svc.config, clientIp(c.req.raw));
-  const headers = await svc.gate.check("token-issue", budget.key, budget.limit, (p) => c.executionCtx.waitUntil(p));
+tokens.use(
+  "*",
+  createMiddleware<AppEnv>(async (c, next) => {
+    const budget = tokenIssueBudget(c.var.svc.config, clientIp(c.req.raw));
+    const headers = await c.var.svc.gate.check("token-issue", budget.key, budget.limit, c.var.defer);
+    await next();
+    for (const [k, v] of Object.entries(headers)) c.res.headers.set(k, v);
+  }),
+);
+
+/** Token routes fail closed before reading anything when TOKEN_SECRET is missing or weak. */
+const secretRequired = createMiddleware<AppEnv>(async (c, next) => {
+  tokenSecret(c.env);
   await next();
-  for (const [k, v] of Object.entries(headers)) c.res.headers.set(k, v);
 });
 
-tokens.post("/", async (c) => {
-  await requireAdmin(c.env, c.req.raw);
-  const secret = tokenSecret(c.env);
-  const req = parseMintRequest(await readJson(c.req.raw, MAX_TOKEN_BODY));
+const mintRoute = route({
+  method: "post",
+  path: "/",
+  summary: "Mint an access/refresh token pair",
+  description: "Gated first by the token-issue budget (client IP). Neither token outlives SESSION_TTL.",
+  security: ADMIN_ONLY,
+  request: {
+    body: { ...json(MintBody, "The token's subject, channels, scopes, lifetimes and budget."), required: true },
+  },
+  responses: { 201: json(TokenPair, "The pair."), ...errors(400, 401, 413, 429, 500) },
+});
+
+tokens.post(documented(tokens, mintRoute), adminAuth, secretRequired, jsonBody(MintBody, MAX_TOKEN_BODY), async (c) => {
+  const req = c.req.valid("json");
   const now = Math.floor(Date.now() / 1000);
-  const session = { id: crypto.randomUUID(), startedAt: now, endsAt: now + c.get("svc").config.sessionTtlSeconds };
-  return c.json(await issuePair(secret, req, now, session), 201);
+  const session = { id: crypto.randomUUID(), startedAt: now, endsAt: now + c.var.svc.config.sessionTtlSeconds };
+  return c.json(await issuePair(tokenSecret(c.env), req, now, session), 201);
 });
 
-tokens.post("/refresh", async (c) => {
+const refreshRoute = route({
+  method: "post",
+  path: "/refresh",
+  summary: "Trade a refresh token for a new pair",
+  description:
+    "A refresh token works once; presenting a spent one answers 401 and revokes its whole chain. " +
+    "Gated first by the token-issue budget (client IP).",
+  request: { body: { ...json(RefreshBody, "The refresh token."), required: true } },
+  responses: { 200: json(TokenPair, "The new pair."), ...errors(400, 401, 413, 429, 500, 503) },
+});
+
+tokens.post(documented(tokens, refreshRoute), secretRequired, jsonBody(RefreshBody, MAX_TOKEN_BODY), async (c) => {
   const secret = tokenSecret(c.env);
-  const body = await readJson(c.req.raw, MAX_TOKEN_BODY);
-  if (body === null || typeof body !== "object" || Array.isArray(body))
-    throw invalidArgument("body must be a JSON object");
-  const b = body as Record<string, unknown>;
-  for (const k of Object.keys(b)) if (k !== "refresh_token") throw invalidArgument(`unknown field "${k}"`);
-  if (typeof b.refresh_token !== "string" || b.refresh_token.length === 0) {
-    throw invalidArgument("refresh_token is required");
-  }
+  const { refresh_token } = c.req.valid("json");
   const now = Math.floor(Date.now() / 1000);
   let claims: TokenClaims;
   try {
-    claims = (await verifyToken(b.refresh_token, secret, "refresh", now)).claims;
+    claims = (await verifyToken(refresh_token, secret, "refresh", now)).claims;
   } catch (e) {
     if (e instanceof TokenError) throw unauthenticated(e.message);
     throw e;
@@ -194,7 +264,7 @@ tokens.post("/refresh", async (c) => {
   const session: Session = {
     id: typeof claims.sid === "string" ? claims.sid : claims.jti,
     startedAt,
-    endsAt: startedAt + c.get("svc").config.sessionTtlSeconds,
+    endsAt: startedAt + c.var.svc.config.sessionTtlSeconds,
   };
   if (!(now < session.endsAt)) throw unauthenticated("session has ended (SESSION_TTL); mint a new token pair");
   const ttlSeconds = typeof claims.ttl === "number" && claims.ttl > 0 ? claims.ttl : 300;
