@@ -1,31 +1,33 @@
 /**
- * The Worker side of the rate limiter: picks the bucket key and limit, asks the bucket's object,
+ * The Worker side of the rate limiter: picks the bucket key and limit, asks the bucket's shard,
  * answers 429 with the contract's body and headers, and keeps a deny cache.
  *
  * Deny cache: once a key is denied until time T, this isolate answers 429 for it until T without
  * calling the object. It can only deny, never admit, so strictness holds; a flooding subject then
  * costs about one object call per refill interval instead of one per request.
  *
- * Coalescing: requests for one key and limit that arrive while that key's object call is in flight
- * go to the object together as one `chargeMany(n)` (src/coalescer.ts). The object still decides every
- * token (at most what the bucket holds, in arrival order), so strictness holds, but a hot subject
- * costs one round trip per batch instead of one per request. A request whose batch never answers
- * asks the object itself after {@link FOLLOWER_PATIENCE_MS}: that can charge it twice (once in the
- * lost batch), never admit it twice.
+ * Coalescing: buckets live in shards, many keys to an object (src/limiter-shard.ts). Requests whose
+ * keys share a shard and arrive while that shard's call is in flight go to it together as one
+ * `decide` call (src/coalescer.ts), one entry per key with its count. The shard still decides every
+ * key's tokens against that key's own bucket (at most what it holds, in arrival order), so
+ * strictness holds, but a crowd of subjects costs one round trip per batch instead of one per
+ * request. A request whose batch never answers asks the shard itself after
+ * {@link FOLLOWER_PATIENCE_MS}: that can charge it twice (once in the lost batch), never admit it twice.
  *
  * Leases: for a hot key (at least {@link LEASE_MIN_DEMAND} requests in this isolate over the last
  * 250–500 ms), a charge also asks for that many extra tokens, and later requests spend them here with
  * no object call at all until they run out or {@link LEASE_SPEND_MS} has passed. The object takes
  * leased tokens from the bucket when it grants them and keeps counting them as in the bucket until
- * they are settled, so leases never admit what the bucket would not (src/rate-limiter.ts). Their cost
+ * they are settled, so leases never admit what the bucket would not (src/bucket-charge.ts). Their cost
  * is on the other side: tokens on lease here are not available to another isolate until they are
  * spent, settled on this isolate's next call, or expire. A spent-out lease is settled at once.
  */
 
+import { type BatchChargeResult, LEASE_SPEND_MS, type LeaseRequest } from "./bucket-charge";
 import { Coalescer, LOST } from "./coalescer";
 import { ApiError } from "./errors";
+import { type KeyCharge, type KeyResult, shardOf } from "./limiter-shard";
 import { type Limit, sameLimit } from "./limits";
-import { type BatchChargeResult, LEASE_SPEND_MS, type LeaseRequest } from "./rate-limiter";
 
 export type BucketName = "publish" | "subscribe" | "token-issue" | "read";
 
@@ -36,9 +38,9 @@ const MESSAGES: Record<BucketName, string> = {
   read: "read rate limit exceeded",
 };
 
-/** What a bucket's object answers for `count` requests at once; backed by `RateLimiter.chargeMany`. */
+/** What a shard answers for a batch of keys' charges, in order; backed by `LimiterShard.decide`. */
 export interface BucketBackend {
-  charge(key: string, limit: Limit, count: number, lease: LeaseRequest): Promise<BatchChargeResult>;
+  charge(shard: number, charges: KeyCharge[]): Promise<KeyResult[]>;
 }
 
 /** Who answered: the bucket's object, this isolate's deny cache, or a lease this isolate holds. */
@@ -87,11 +89,21 @@ export const FOLLOWER_PATIENCE_MS = 2 * STALL_MS;
 /** `ctx.waitUntil`, so a batch's call outlives a leader whose client went away. */
 export type Defer = (p: Promise<unknown>) => void;
 
-/** One request's charge; every request in a batch has the same bucket, key and limit. */
+/** One request's charge; every request in a batch has keys of the same shard. */
 interface Charge {
   bucket: BucketName;
   key: string;
   limit: Limit;
+  /** The key and limit together: what leases, demand and one entry of a shard call are kept by. */
+  bucketId: string;
+}
+
+/** The requests of one batch that go to the shard under one key and limit. */
+interface Entry {
+  first: Charge;
+  /** Their places in the batch, in arrival order. */
+  at: number[];
+  settle: LeaseRequest["settle"];
 }
 
 interface Answer {
@@ -133,8 +145,8 @@ interface DenyEntry {
 export class LimiterGate {
   private readonly deny = new Map<string, DenyEntry>();
   private readonly keys = new Map<string, KeyState>();
-  /** Batches per key and limit. */
-  private readonly batches = new Coalescer<Charge, Answer>((lane, charges) => this.chargeBatch(charges, lane), {
+  /** Batches per shard. */
+  private readonly batches = new Coalescer<Charge, Answer>((shard, charges) => this.chargeBatch(charges, shard), {
     maxBatch: MAX_BATCH,
     gatherMs: GATHER_MS,
     stallMs: STALL_MS,
@@ -156,8 +168,8 @@ export class LimiterGate {
   async check(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Record<string, string>> {
     if (!limit) return {};
     const now = this.now();
-    const laneKey = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
-    const state = this.keyState(laneKey, now);
+    const bucketId = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
+    const state = this.keyState(bucketId, now);
     state.seen++;
     // Tokens already taken from the bucket are spent first, even past a cached denial.
     const leased = this.spendLease(bucket, limit, state, now);
@@ -169,38 +181,67 @@ export class LimiterGate {
     }
     if (cached) this.deny.delete(key);
 
-    const charge: Charge = { bucket, key, limit };
-    const batched = await this.batches.submit(laneKey, charge, defer);
-    // A batch that never answered (its leader went away): ask the object alone.
-    const answer = batched === LOST ? ((await this.chargeBatch([charge], laneKey))[0] as Answer) : batched;
+    const charge: Charge = { bucket, key, limit, bucketId };
+    const shard = String(shardOf(key));
+    const batched = await this.batches.submit(shard, charge, defer);
+    // A batch that never answered (its leader went away): ask the shard alone.
+    const answer = batched === LOST ? ((await this.chargeBatch([charge], shard))[0] as Answer) : batched;
     if (answer.error) throw answer.error;
     return answer.headers ?? {};
   }
 
   /**
-   * Answers `charges` (same key and limit, arrival order): first from a lease that arrived while they
-   * waited, the rest with one object call. Never rejects: a failure is an answer each.
+   * Answers `charges` (keys of one shard, arrival order): each first from a lease of its key that
+   * arrived while they waited, the rest with one call to the shard, one entry per key and limit.
+   * Never rejects: a failure is an answer each.
    */
-  private async chargeBatch(charges: Charge[], laneKey: string): Promise<Answer[]> {
-    const { bucket, key, limit } = charges[0] as Charge;
+  private async chargeBatch(charges: Charge[], shard: string): Promise<Answer[]> {
     const sentAt = this.now();
-    const state = this.keyState(laneKey, sentAt);
-    const answers: Answer[] = [];
-    while (answers.length < charges.length) {
-      const headers = this.spendLease(bucket, limit, state, sentAt);
-      if (!headers) break;
-      answers.push({ headers });
-    }
-    const count = charges.length - answers.length;
-    if (count === 0) return answers;
-    const demand = state.seen + state.seenBefore;
-    const settle = state.settle.splice(0);
+    const answers: Answer[] = new Array(charges.length);
+    const entries = new Map<string, Entry>();
+    charges.forEach((c, i) => {
+      const headers = this.spendLease(c.bucket, c.limit, this.keyState(c.bucketId, sentAt), sentAt);
+      if (headers) {
+        answers[i] = { headers };
+        return;
+      }
+      const entry = entries.get(c.bucketId);
+      if (entry) entry.at.push(i);
+      else entries.set(c.bucketId, { first: c, at: [i], settle: [] });
+    });
+    if (entries.size === 0) return answers;
+    const sent = [...entries.values()];
+    const request: KeyCharge[] = sent.map((e) => {
+      const state = this.keyState(e.first.bucketId, sentAt);
+      const demand = state.seen + state.seenBefore;
+      e.settle = state.settle.splice(0);
+      return {
+        key: e.first.key,
+        limit: e.first.limit,
+        count: e.at.length,
+        lease: { want: demand >= LEASE_MIN_DEMAND ? demand : 0, settle: e.settle },
+      };
+    });
+    let results: (KeyResult | { error: unknown })[];
     try {
       this.calls++;
-      const result = await this.backend.charge(key, limit, count, {
-        want: demand >= LEASE_MIN_DEMAND ? demand : 0,
-        settle,
-      });
+      results = await this.backend.charge(Number(shard), request);
+    } catch (e) {
+      results = sent.map(() => ({ error: e }));
+    }
+    sent.forEach((e, j) => {
+      const { bucket, key, limit, bucketId } = e.first;
+      const state = this.keyState(bucketId, sentAt);
+      const result = results[j];
+      if (!result || "error" in result) {
+        // Settling is idempotent, so these go again with the next call.
+        state.settle.push(...e.settle);
+        const cause = result ? result.error : "no answer for this key";
+        e.at.forEach((i, k) => {
+          answers[i] = { error: this.failure(bucket, cause, k === 0) };
+        });
+        return;
+      }
       if (result.lease) {
         state.leases.push({
           id: result.lease.id,
@@ -210,21 +251,21 @@ export class LimiterGate {
           fullAt: this.now() + result.fullInMs,
         });
       }
-      return answers.concat(this.answers(bucket, key, limit, result, count));
-    } catch (e) {
-      // Settling is idempotent, so these go again with the next call.
-      state.settle.push(...settle);
-      return answers.concat(Array.from({ length: count }, (_, i) => ({ error: this.failure(bucket, e, i === 0) })));
-    }
+      const decided = this.answers(bucket, key, limit, result, e.at.length);
+      e.at.forEach((i, k) => {
+        answers[i] = decided[k] as Answer;
+      });
+    });
+    return answers;
   }
 
   /** This key's lease and demand state, with the demand window moved on to `now`. */
-  private keyState(laneKey: string, now: number): KeyState {
-    let state = this.keys.get(laneKey);
+  private keyState(bucketId: string, now: number): KeyState {
+    let state = this.keys.get(bucketId);
     if (!state) {
       if (this.keys.size >= MAX_TRACKED_KEYS) this.keys.clear();
       state = { leases: [], settle: [], windowStart: now, seen: 0, seenBefore: 0 };
-      this.keys.set(laneKey, state);
+      this.keys.set(bucketId, state);
     }
     const elapsed = now - state.windowStart;
     if (elapsed >= DEMAND_WINDOW_MS) {

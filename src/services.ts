@@ -9,6 +9,7 @@ import { Thinning } from "../functions/thinning";
 import type { ChannelObject } from "./channel-object";
 import { type Config, getConfig } from "./config";
 import { LimiterGate } from "./limiter-gate";
+import { shardName } from "./limiter-shard";
 import { MetricsBuffer } from "./metrics";
 import { PublishBatcher } from "./publish-batcher";
 
@@ -135,9 +136,9 @@ export function services(env: Env): Services {
     }),
     gate: new LimiterGate(
       {
-        charge: (key, limit, count, lease) => {
+        charge: (shard, charges) => {
           metrics.inc("floodgate_object_calls_total", { object: "limiter" });
-          return env.RATE_LIMITER.get(objectId(env.RATE_LIMITER, key)).chargeMany(limit, count, undefined, lease);
+          return env.LIMITER_SHARD.get(objectId(env.LIMITER_SHARD, shardName(shard))).decide(charges);
         },
       },
       {

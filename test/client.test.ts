@@ -12,6 +12,7 @@ import {
   RateLimitedError,
   type SocketLike,
 } from "../packages/client/src/index";
+import { shardStub } from "../src/limiter-shard";
 import { services } from "../src/services";
 import { BASE, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
 
@@ -72,7 +73,8 @@ describe("client publish", () => {
     const sub = uniq("rl");
     const ch = `public:client.${uniq()}`;
     const { access_token } = await mint({ sub, channels: ["public:client.*"], rl: "1/s" });
-    const bucket = env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(`publish:${sub}`));
+    const key = `publish:${sub}`;
+    const bucket = shardStub(env, key);
     const waits: number[] = [];
     const fg = new FloodgateClient({
       baseUrl: BASE,
@@ -83,7 +85,7 @@ describe("client publish", () => {
         // Time passes by `ms` for the bucket and for this isolate's deny cache.
         waits.push(ms);
         await runInDurableObject(bucket, (_o, state) => {
-          state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - ?", ms);
+          state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - ? WHERE key = ?", ms, key);
         });
         // The object decides from its copy in memory: a new instance reads the moved clock.
         await evictDurableObject(bucket);
