@@ -152,21 +152,26 @@ describe("moving in from per-key objects", () => {
     expect((await shardStub(env, key).peek(key))?.tokens).toBeLessThan(0.01);
   });
 
-  it("old and new paths charging at once during the hand-over never admit more than the old bucket held", async () => {
+  it("old and new paths charging at once, during and after the hand-over, never admit more than the old bucket held", async () => {
     const key = `publish:${uniq()}`;
     const limit = hourly(30);
     expect((await legacy(key).chargeMany(limit, 10)).granted).toBe(10); // 20 left
-    const old = Array.from({ length: 15 }, () =>
-      legacy(key)
-        .chargeMany(limit, 2)
-        .then((r) => r.granted),
-    );
-    const fresh = Array.from({ length: 15 }, () =>
-      shardStub(env, key)
-        .decide([{ key, limit, count: 2 }])
-        .then((r) => granted(r[0])),
-    );
-    const all = await Promise.all([...old, ...fresh]);
+    const both = (n: number) =>
+      Promise.all(
+        Array.from({ length: n }, (_, i) =>
+          i % 2 === 0
+            ? shardStub(env, key)
+                .decide([{ key, limit, count: 2 }])
+                .then((r) => granted(r[0]))
+            : legacy(key)
+                .chargeMany(limit, 2)
+                .then((r) => r.granted),
+        ),
+      );
+    // While the hand-over is under way, then once it is done: 20 tokens in all, whichever path asks.
+    const during = await both(10);
+    const after = await both(20);
+    const all = [...during, ...after];
     expect(all.every((g) => g >= 0)).toBe(true);
     expect(all.reduce((a, b) => a + b, 0)).toBe(20);
   });
