@@ -1,10 +1,8 @@
 /**
- * The Worker side of the rate limiter: picks the bucket key and limit, asks the bucket's shard,
- * answers 429 with the contract's body and headers, and keeps a deny cache.
- *
- * Deny cache: once a key is denied until time T, this isolate answers 429 for it until T without
- * calling the object. It can only deny, never admit, so strictness holds; a flooding subject then
- * costs about one object call per refill interval instead of one per request.
+ * The Worker side of the rate limiter: picks the bucket key and limit, answers from a lease or the
+ * deny cache when it can, and otherwise asks the bucket's shard, batching requests whose keys share a
+ * shard. One job each: src/isolate-leases.ts (leases), src/deny-cache.ts (cached denials),
+ * src/rate-limit-headers.ts (what the response says); this module batches and decides.
  *
  * Coalescing: buckets live in shards, many keys to an object (src/limiter-shard.ts). Requests whose
  * keys share a shard and arrive while that shard's call is in flight go to it together as one
@@ -13,30 +11,16 @@
  * strictness holds, but a crowd of subjects costs one round trip per batch instead of one per
  * request. A request whose batch never answers asks the shard itself after
  * {@link FOLLOWER_PATIENCE_MS}: that can charge it twice (once in the lost batch), never admit it twice.
- *
- * Leases: for a hot key (at least {@link LEASE_MIN_DEMAND} requests in this isolate over the last
- * 250–500 ms), a charge also asks for that many extra tokens, and later requests spend them here with
- * no object call at all until they run out or {@link LEASE_SPEND_MS} has passed. The object takes
- * leased tokens from the bucket when it grants them and keeps counting them as in the bucket until
- * they are settled, so leases never admit what the bucket would not (src/bucket-charge.ts). Their cost
- * is on the other side: tokens on lease here are not available to another isolate until they are
- * spent, settled on this isolate's next call, or expire. A spent-out lease is settled at once.
  */
 
-import { type BatchChargeResult, LEASE_SPEND_MS, type LeaseRequest } from "./bucket-charge";
+import type { BatchChargeResult, LeaseRequest } from "./bucket-charge";
 import { Coalescer, LOST } from "./coalescer";
+import { DenyCache } from "./deny-cache";
 import { ApiError } from "./errors";
+import { IsolateLeases } from "./isolate-leases";
 import { type KeyCharge, type KeyResult, shardOf } from "./limiter-shard";
-import { type Limit, sameLimit } from "./limits";
-
-export type BucketName = "publish" | "subscribe" | "token-issue" | "read";
-
-const MESSAGES: Record<BucketName, string> = {
-  publish: "publish rate limit exceeded",
-  subscribe: "subscribe rate limit exceeded",
-  "token-issue": "token issue rate limit exceeded",
-  read: "read rate limit exceeded",
-};
+import type { Limit } from "./limits";
+import { type BucketName, deniedError, rateLimitHeaders } from "./rate-limit-headers";
 
 /** What a shard answers for a batch of keys' charges, in order; backed by `LimiterShard.decide`. */
 export interface BucketBackend {
@@ -49,32 +33,6 @@ export type DecisionSource = "object" | "deny_cache" | "lease";
 export interface GateEvents {
   decision(bucket: BucketName, allowed: boolean, source: DecisionSource): void;
   error(bucket: BucketName): void;
-}
-
-/** Requests for one key seen in this isolate over the last 250–500 ms before a charge asks for a lease. */
-export const LEASE_MIN_DEMAND = 4;
-const DEMAND_WINDOW_MS = 250;
-/** Most keys whose leases and demand this isolate tracks; beyond it they are forgotten (leases expire). */
-const MAX_TRACKED_KEYS = 10_000;
-
-/** A lease this isolate is spending. */
-interface HeldLease {
-  id: string;
-  left: number;
-  /** Spend before this (isolate clock): {@link LEASE_SPEND_MS} after the charge that brought it was sent. */
-  until: number;
-  /** Whole tokens the object kept after granting it, for the RateLimit header. */
-  objectRemaining: number;
-  fullAt: number;
-}
-
-/** Per key and limit: leases held, leases to settle, and recent demand. */
-interface KeyState {
-  leases: HeldLease[];
-  settle: LeaseRequest["settle"];
-  windowStart: number;
-  seen: number;
-  seenBefore: number;
 }
 
 /** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
@@ -111,40 +69,9 @@ interface Answer {
   error?: unknown;
 }
 
-/** `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-08+). */
-export function rateLimitHeaders(
-  bucket: BucketName,
-  limit: Limit,
-  remaining: number,
-  fullInMs: number,
-): Record<string, string> {
-  const window = Math.ceil((limit.burst * limit.perMs) / limit.rate / 1000);
-  return {
-    "RateLimit-Policy": `"${bucket}";q=${limit.burst};w=${window}`,
-    RateLimit: `"${bucket}";r=${remaining};t=${Math.ceil(Math.max(0, fullInMs) / 1000)}`,
-  };
-}
-
-/** The 429 for a denial. */
-export function deniedError(bucket: BucketName, limit: Limit, retryAfterMs: number, fullInMs: number): ApiError {
-  const retry = Math.max(1, Math.ceil(retryAfterMs));
-  return new ApiError(
-    "rate_limited",
-    MESSAGES[bucket],
-    { bucket, retry_after_ms: String(retry) },
-    { "Retry-After": String(Math.max(1, Math.ceil(retry / 1000))), ...rateLimitHeaders(bucket, limit, 0, fullInMs) },
-  );
-}
-
-interface DenyEntry {
-  until: number;
-  limit: Limit;
-  fullAt: number;
-}
-
 export class LimiterGate {
-  private readonly deny = new Map<string, DenyEntry>();
-  private readonly keys = new Map<string, KeyState>();
+  private readonly deny = new DenyCache();
+  private readonly leases = new IsolateLeases();
   /** Batches per shard. */
   private readonly batches = new Coalescer<Charge, Answer>((shard, charges) => this.chargeBatch(charges, shard), {
     maxBatch: MAX_BATCH,
@@ -169,17 +96,15 @@ export class LimiterGate {
     if (!limit) return {};
     const now = this.now();
     const bucketId = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
-    const state = this.keyState(bucketId, now);
-    state.seen++;
+    this.leases.note(bucketId, now);
     // Tokens already taken from the bucket are spent first, even past a cached denial.
-    const leased = this.spendLease(bucket, limit, state, now);
+    const leased = this.spendLease(bucket, limit, bucketId, now);
     if (leased) return leased;
-    const cached = this.deny.get(key);
-    if (cached && cached.until > now && sameLimit(cached.limit, limit)) {
+    const cached = this.deny.get(key, limit, now);
+    if (cached) {
       this.events.decision(bucket, false, "deny_cache");
       throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
     }
-    if (cached) this.deny.delete(key);
 
     const charge: Charge = { bucket, key, limit, bucketId };
     const shard = String(shardOf(key));
@@ -200,7 +125,7 @@ export class LimiterGate {
     const answers: Answer[] = new Array(charges.length);
     const entries = new Map<string, Entry>();
     charges.forEach((c, i) => {
-      const headers = this.spendLease(c.bucket, c.limit, this.keyState(c.bucketId, sentAt), sentAt);
+      const headers = this.spendLease(c.bucket, c.limit, c.bucketId, sentAt);
       if (headers) {
         answers[i] = { headers };
         return;
@@ -212,15 +137,9 @@ export class LimiterGate {
     if (entries.size === 0) return answers;
     const sent = [...entries.values()];
     const request: KeyCharge[] = sent.map((e) => {
-      const state = this.keyState(e.first.bucketId, sentAt);
-      const demand = state.seen + state.seenBefore;
-      e.settle = state.settle.splice(0);
-      return {
-        key: e.first.key,
-        limit: e.first.limit,
-        count: e.at.length,
-        lease: { want: demand >= LEASE_MIN_DEMAND ? demand : 0, settle: e.settle },
-      };
+      const lease = this.leases.request(e.first.bucketId, sentAt);
+      e.settle = lease.settle;
+      return { key: e.first.key, limit: e.first.limit, count: e.at.length, lease };
     });
     let results: (KeyResult | { error: unknown })[];
     try {
@@ -231,26 +150,17 @@ export class LimiterGate {
     }
     sent.forEach((e, j) => {
       const { bucket, key, limit, bucketId } = e.first;
-      const state = this.keyState(bucketId, sentAt);
       const result = results[j];
       if (!result || "error" in result) {
-        // Settling is idempotent, so these go again with the next call.
-        state.settle.push(...e.settle);
+        this.leases.retry(bucketId, e.settle, sentAt);
         const cause = result ? result.error : "no answer for this key";
         e.at.forEach((i, k) => {
           answers[i] = { error: this.failure(bucket, cause, k === 0) };
         });
         return;
       }
-      if (result.lease) {
-        state.leases.push({
-          id: result.lease.id,
-          left: result.lease.tokens,
-          until: sentAt + LEASE_SPEND_MS,
-          objectRemaining: result.remaining,
-          fullAt: this.now() + result.fullInMs,
-        });
-      }
+      if (result.lease)
+        this.leases.hold(bucketId, result.lease, sentAt, result.remaining, this.now() + result.fullInMs);
       const decided = this.answers(bucket, key, limit, result, e.at.length);
       e.at.forEach((i, k) => {
         answers[i] = decided[k] as Answer;
@@ -259,48 +169,12 @@ export class LimiterGate {
     return answers;
   }
 
-  /** This key's lease and demand state, with the demand window moved on to `now`. */
-  private keyState(bucketId: string, now: number): KeyState {
-    let state = this.keys.get(bucketId);
-    if (!state) {
-      if (this.keys.size >= MAX_TRACKED_KEYS) this.keys.clear();
-      state = { leases: [], settle: [], windowStart: now, seen: 0, seenBefore: 0 };
-      this.keys.set(bucketId, state);
-    }
-    const elapsed = now - state.windowStart;
-    if (elapsed >= DEMAND_WINDOW_MS) {
-      state.seenBefore = elapsed < 2 * DEMAND_WINDOW_MS ? state.seen : 0;
-      state.seen = 0;
-      state.windowStart = now;
-    }
-    return state;
-  }
-
-  /**
-   * Admits one request from a lease this isolate holds, or returns null when none has a token left.
-   * Leases past their spending window, or spent out, are queued to be settled.
-   */
-  private spendLease(bucket: BucketName, limit: Limit, state: KeyState, now: number): Record<string, string> | null {
-    while (state.leases.length > 0) {
-      const lease = state.leases[0] as HeldLease;
-      if (lease.until > now && lease.left > 0) {
-        lease.left--;
-        if (lease.left === 0) this.retire(state);
-        this.events.decision(bucket, true, "lease");
-        return rateLimitHeaders(bucket, limit, lease.objectRemaining + lease.left, lease.fullAt - now);
-      }
-      this.retire(state);
-    }
-    return null;
-  }
-
-  /** Stops spending the oldest lease; its unused tokens go back with the next call (or it expires). */
-  private retire(state: KeyState): void {
-    const lease = state.leases.shift();
-    if (!lease) return;
-    state.settle.push({ id: lease.id, unused: lease.left });
-    // Unsettled leases simply expire in the object, counted as spent: a bound on memory, not on safety.
-    if (state.settle.length > 100) state.settle.shift();
+  /** Admits one request from a lease this isolate holds for `bucketId`, or returns null. */
+  private spendLease(bucket: BucketName, limit: Limit, bucketId: string, now: number): Record<string, string> | null {
+    const spent = this.leases.spend(bucketId, now);
+    if (!spent) return null;
+    this.events.decision(bucket, true, "lease");
+    return rateLimitHeaders(bucket, limit, spent.remaining, spent.fullAt - now);
   }
 
   private failure(bucket: BucketName, e: unknown, log: boolean): ApiError {
@@ -314,7 +188,6 @@ export class LimiterGate {
   private answers(bucket: BucketName, key: string, limit: Limit, result: BatchChargeResult, count: number): Answer[] {
     const granted = Math.min(result.granted, count);
     if (granted < count) {
-      if (this.deny.size >= 10_000) this.deny.clear();
       const at = this.now();
       this.deny.set(key, { until: at + result.retryAfterMs, limit, fullAt: at + result.fullInMs });
     }
