@@ -46,6 +46,8 @@ interface HandedOver {
 
 /** The soonest a bucket's storage is reclaimed after a charge: see {@link RateLimiter.alarm}. */
 const MIN_ALARM_DELAY_MS = 60_000;
+/** How long an object that had no bucket to hand over keeps forwarding: see {@link RateLimiter.handOver}. */
+export const EMPTY_HAND_OVER_MS = 3_600_000;
 
 export class RateLimiter extends DurableObject<Env> {
   /** The stored bucket row as last written by this instance; undefined until first read. */
@@ -200,7 +202,10 @@ export class RateLimiter extends DurableObject<Env> {
         : null,
       leases: this.openLeaseRows(),
     };
-    const until = Date.now() + legacyWindowMs(limit);
+    // An object that held nothing only has to stop isolates on the previous code deciding afresh,
+    // and those are gone minutes after the deploy: it keeps its mark an hour, not a whole window.
+    const kept = state.bucket || state.leases.length > 0 ? legacyWindowMs(limit) : EMPTY_HAND_OVER_MS;
+    const until = Date.now() + kept;
     const sql = this.ctx.storage.sql;
     sql.exec("DELETE FROM bucket");
     sql.exec("DELETE FROM lease");

@@ -8,7 +8,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { type KeyResult, LIMITER_SHARDS, shardOf, shardStub } from "../src/limiter-shard";
 import type { Limit } from "../src/limits";
-import { RateLimiter } from "../src/rate-limiter";
+import { EMPTY_HAND_OVER_MS, RateLimiter } from "../src/rate-limiter";
 import { adminHeaders, callAndWait, envWith, mint, uniq, withFailing } from "./helpers";
 
 const hourly = (n: number): Limit => ({ rate: n, perMs: 3_600_000, burst: n }); // no refill in a test
@@ -225,6 +225,21 @@ describe("moving in from per-key objects", () => {
     expect(granted(results[1])).toBe(1);
     // Nothing was decided for it: once the old object answers, its bucket is whole.
     expect(granted((await shardStub(env, stuck).decide([{ key: stuck, limit, count: 9 }]))[0])).toBe(5);
+  });
+
+  it("an old object that had nothing to hand over forwards for an hour, not a whole window", async () => {
+    const key = `publish:${uniq()}`;
+    const limit = hourly(10);
+    const before = Date.now();
+    expect(granted((await shardStub(env, key).decide([{ key, limit, count: 1 }]))[0])).toBe(1);
+    const until = await runInDurableObject(
+      legacy(key),
+      (_i, state) => state.storage.sql.exec<{ until: number }>("SELECT until FROM handed_over").one().until,
+    );
+    expect(until).toBeGreaterThanOrEqual(before + EMPTY_HAND_OVER_MS);
+    expect(until).toBeLessThan(Date.now() + EMPTY_HAND_OVER_MS + 1000);
+    // Meanwhile an isolate on the previous code asking it gets the shard's answer: 9 left, not 10.
+    expect((await legacy(key).chargeMany(limit, 20)).granted).toBe(9);
   });
 
   it("a handed-over object keeps what it handed over until its shard stops asking, then deletes everything", async () => {
