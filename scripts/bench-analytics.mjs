@@ -19,7 +19,8 @@ const SIZES = opts.sizes.split(",").map(Number);
 
 const entry = {
   stdin: {
-    contents: `export { ActiveChannels, ChannelObject, MetricsStore, RateLimiter, RefreshLedger } from "./src/index";
+    contents: `// Every Durable Object class of the Worker (export * leaves out its default, replaced below).
+export * from "./src/index";
 export default {
   async fetch(request, env) {
     const url = new URL(request.url);

@@ -8,6 +8,7 @@ import { services } from "./services";
 
 export { ActiveChannels } from "./active-channels";
 export { ChannelObject } from "./channel-object";
+export { LimiterShard } from "./limiter-shard";
 export { MetricsStore } from "./metrics";
 export { RateLimiter } from "./rate-limiter";
 export { RefreshLedger } from "./refresh-ledger";

@@ -1,44 +1,30 @@
 /**
- * The Worker side of the rate limiter: picks the bucket key and limit, asks the bucket's object,
- * answers 429 with the contract's body and headers, and keeps a deny cache.
+ * The Worker side of the rate limiter: picks the bucket key and limit, answers from a lease or the
+ * deny cache when it can, and otherwise asks the bucket's shard, batching requests whose keys share a
+ * shard. One job each: src/isolate-leases.ts (leases), src/deny-cache.ts (cached denials),
+ * src/rate-limit-headers.ts (what the response says); this module batches and decides.
  *
- * Deny cache: once a key is denied until time T, this isolate answers 429 for it until T without
- * calling the object. It can only deny, never admit, so strictness holds; a flooding subject then
- * costs about one object call per refill interval instead of one per request.
- *
- * Coalescing: requests for one key and limit that arrive while that key's object call is in flight
- * go to the object together as one `chargeMany(n)` (src/coalescer.ts). The object still decides every
- * token (at most what the bucket holds, in arrival order), so strictness holds, but a hot subject
- * costs one round trip per batch instead of one per request. A request whose batch never answers
- * asks the object itself after {@link FOLLOWER_PATIENCE_MS}: that can charge it twice (once in the
- * lost batch), never admit it twice.
- *
- * Leases: for a hot key (at least {@link LEASE_MIN_DEMAND} requests in this isolate over the last
- * 250–500 ms), a charge also asks for that many extra tokens, and later requests spend them here with
- * no object call at all until they run out or {@link LEASE_SPEND_MS} has passed. The object takes
- * leased tokens from the bucket when it grants them and keeps counting them as in the bucket until
- * they are settled, so leases never admit what the bucket would not (src/rate-limiter.ts). Their cost
- * is on the other side: tokens on lease here are not available to another isolate until they are
- * spent, settled on this isolate's next call, or expire. A spent-out lease is settled at once.
+ * Coalescing: buckets live in shards, many keys to an object (src/limiter-shard.ts). Requests whose
+ * keys share a shard and arrive while that shard's call is in flight go to it together as one
+ * `decide` call (functions/coalescer.ts), one entry per key with its count. The shard still decides every
+ * key's tokens against that key's own bucket (at most what it holds, in arrival order), so
+ * strictness holds, but a crowd of subjects costs one round trip per batch instead of one per
+ * request. A request whose batch never answers asks the shard itself after
+ * `LIMITER_BATCHING.patienceMs`: that can charge it twice (once in the lost batch), never admit it twice.
  */
 
-import { Coalescer, LOST } from "./coalescer";
+import type { BatchChargeResult, LeaseRequest } from "./bucket-charge";
+import { Coalescer, type CoalescerOptions, LOST } from "./coalescer";
+import { DenyCache } from "./deny-cache";
 import { ApiError } from "./errors";
-import { type Limit, sameLimit } from "./limits";
-import { type BatchChargeResult, LEASE_SPEND_MS, type LeaseRequest } from "./rate-limiter";
+import { IsolateLeases } from "./isolate-leases";
+import { type KeyCharge, type KeyResult, shardOf } from "./limiter-shard";
+import type { Limit } from "./limits";
+import { type BucketName, deniedError, rateLimitHeaders } from "./rate-limit-headers";
 
-export type BucketName = "publish" | "subscribe" | "token-issue" | "read";
-
-const MESSAGES: Record<BucketName, string> = {
-  publish: "publish rate limit exceeded",
-  subscribe: "subscribe rate limit exceeded",
-  "token-issue": "token issue rate limit exceeded",
-  read: "read rate limit exceeded",
-};
-
-/** What a bucket's object answers for `count` requests at once; backed by `RateLimiter.chargeMany`. */
+/** What a shard answers for a batch of keys' charges, in order; backed by `LimiterShard.decide`. */
 export interface BucketBackend {
-  charge(key: string, limit: Limit, count: number, lease: LeaseRequest): Promise<BatchChargeResult>;
+  charge(shard: number, charges: KeyCharge[]): Promise<KeyResult[]>;
 }
 
 /** Who answered: the bucket's object, this isolate's deny cache, or a lease this isolate holds. */
@@ -49,49 +35,36 @@ export interface GateEvents {
   error(bucket: BucketName): void;
 }
 
-/** Requests for one key seen in this isolate over the last 250–500 ms before a charge asks for a lease. */
-export const LEASE_MIN_DEMAND = 4;
-const DEMAND_WINDOW_MS = 250;
-/** Most keys whose leases and demand this isolate tracks; beyond it they are forgotten (leases expire). */
-const MAX_TRACKED_KEYS = 10_000;
-
-/** A lease this isolate is spending. */
-interface HeldLease {
-  id: string;
-  left: number;
-  /** Spend before this (isolate clock): {@link LEASE_SPEND_MS} after the charge that brought it was sent. */
-  until: number;
-  /** Whole tokens the object kept after granting it, for the RateLimit header. */
-  objectRemaining: number;
-  fullAt: number;
-}
-
-/** Per key and limit: leases held, leases to settle, and recent demand. */
-interface KeyState {
-  leases: HeldLease[];
-  settle: LeaseRequest["settle"];
-  windowStart: number;
-  seen: number;
-  seenBefore: number;
-}
-
-/** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
-export const GATHER_MS = 1;
-/** Most requests one object call decides. */
-const MAX_BATCH = 1000;
-/** How long a batch waits for the call ahead of it before it is sent regardless. */
-export const STALL_MS = 1000;
-/** How long a follower waits for its batch before it asks the object itself. */
-export const FOLLOWER_PATIENCE_MS = 2 * STALL_MS;
+/** How charges to one shard are batched (functions/coalescer.ts, `CoalescerOptions`). */
+export const LIMITER_BATCHING: CoalescerOptions = {
+  /** Most requests one object call decides. */
+  maxBatch: 1000,
+  /** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
+  gatherMs: 1,
+  /** How long a batch waits for the call ahead of it before it is sent regardless, in ms. */
+  stallMs: 1000,
+  /** How long a follower waits for its batch before it asks the object itself, in ms. */
+  patienceMs: 2000,
+};
 
 /** `ctx.waitUntil`, so a batch's call outlives a leader whose client went away. */
 export type Defer = (p: Promise<unknown>) => void;
 
-/** One request's charge; every request in a batch has the same bucket, key and limit. */
+/** One request's charge; every request in a batch has keys of the same shard. */
 interface Charge {
   bucket: BucketName;
   key: string;
   limit: Limit;
+  /** The key and limit together: what leases, demand and one entry of a shard call are kept by. */
+  bucketId: string;
+}
+
+/** The requests of one batch that go to the shard under one key and limit. */
+interface Entry {
+  first: Charge;
+  /** Their places in the batch, in arrival order. */
+  at: number[];
+  settle: LeaseRequest["settle"];
 }
 
 interface Answer {
@@ -99,47 +72,14 @@ interface Answer {
   error?: unknown;
 }
 
-/** `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-08+). */
-export function rateLimitHeaders(
-  bucket: BucketName,
-  limit: Limit,
-  remaining: number,
-  fullInMs: number,
-): Record<string, string> {
-  const window = Math.ceil((limit.burst * limit.perMs) / limit.rate / 1000);
-  return {
-    "RateLimit-Policy": `"${bucket}";q=${limit.burst};w=${window}`,
-    RateLimit: `"${bucket}";r=${remaining};t=${Math.ceil(Math.max(0, fullInMs) / 1000)}`,
-  };
-}
-
-/** The 429 for a denial. */
-export function deniedError(bucket: BucketName, limit: Limit, retryAfterMs: number, fullInMs: number): ApiError {
-  const retry = Math.max(1, Math.ceil(retryAfterMs));
-  return new ApiError(
-    "rate_limited",
-    MESSAGES[bucket],
-    { bucket, retry_after_ms: String(retry) },
-    { "Retry-After": String(Math.max(1, Math.ceil(retry / 1000))), ...rateLimitHeaders(bucket, limit, 0, fullInMs) },
-  );
-}
-
-interface DenyEntry {
-  until: number;
-  limit: Limit;
-  fullAt: number;
-}
-
 export class LimiterGate {
-  private readonly deny = new Map<string, DenyEntry>();
-  private readonly keys = new Map<string, KeyState>();
-  /** Batches per key and limit. */
-  private readonly batches = new Coalescer<Charge, Answer>((lane, charges) => this.chargeBatch(charges, lane), {
-    maxBatch: MAX_BATCH,
-    gatherMs: GATHER_MS,
-    stallMs: STALL_MS,
-    patienceMs: FOLLOWER_PATIENCE_MS,
-  });
+  private readonly deny = new DenyCache();
+  private readonly leases = new IsolateLeases();
+  /** Batches per shard. */
+  private readonly batches = new Coalescer<Charge, Answer>(
+    (shard, charges) => this.chargeBatch(charges, shard),
+    LIMITER_BATCHING,
+  );
   /** Object calls made, for the benchmark's calls-per-denial figure. */
   calls = 0;
 
@@ -156,110 +96,86 @@ export class LimiterGate {
   async check(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Record<string, string>> {
     if (!limit) return {};
     const now = this.now();
-    const laneKey = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
-    const state = this.keyState(laneKey, now);
-    state.seen++;
+    const bucketId = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
+    this.leases.note(bucketId, now);
     // Tokens already taken from the bucket are spent first, even past a cached denial.
-    const leased = this.spendLease(bucket, limit, state, now);
+    const leased = this.spendLease(bucket, limit, bucketId, now);
     if (leased) return leased;
-    const cached = this.deny.get(key);
-    if (cached && cached.until > now && sameLimit(cached.limit, limit)) {
+    const cached = this.deny.get(key, limit, now);
+    if (cached) {
       this.events.decision(bucket, false, "deny_cache");
       throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
     }
-    if (cached) this.deny.delete(key);
 
-    const charge: Charge = { bucket, key, limit };
-    const batched = await this.batches.submit(laneKey, charge, defer);
-    // A batch that never answered (its leader went away): ask the object alone.
-    const answer = batched === LOST ? ((await this.chargeBatch([charge], laneKey))[0] as Answer) : batched;
+    const charge: Charge = { bucket, key, limit, bucketId };
+    const shard = String(shardOf(key));
+    const batched = await this.batches.submit(shard, charge, defer);
+    // A batch that never answered (its leader went away): ask the shard alone.
+    const answer = batched === LOST ? ((await this.chargeBatch([charge], shard))[0] as Answer) : batched;
     if (answer.error) throw answer.error;
     return answer.headers ?? {};
   }
 
   /**
-   * Answers `charges` (same key and limit, arrival order): first from a lease that arrived while they
-   * waited, the rest with one object call. Never rejects: a failure is an answer each.
+   * Answers `charges` (keys of one shard, arrival order): each first from a lease of its key that
+   * arrived while they waited, the rest with one call to the shard, one entry per key and limit.
+   * Never rejects: a failure is an answer each.
    */
-  private async chargeBatch(charges: Charge[], laneKey: string): Promise<Answer[]> {
-    const { bucket, key, limit } = charges[0] as Charge;
+  private async chargeBatch(charges: Charge[], shard: string): Promise<Answer[]> {
     const sentAt = this.now();
-    const state = this.keyState(laneKey, sentAt);
-    const answers: Answer[] = [];
-    while (answers.length < charges.length) {
-      const headers = this.spendLease(bucket, limit, state, sentAt);
-      if (!headers) break;
-      answers.push({ headers });
-    }
-    const count = charges.length - answers.length;
-    if (count === 0) return answers;
-    const demand = state.seen + state.seenBefore;
-    const settle = state.settle.splice(0);
+    const answers: Answer[] = new Array(charges.length);
+    const entries = new Map<string, Entry>();
+    charges.forEach((c, i) => {
+      const headers = this.spendLease(c.bucket, c.limit, c.bucketId, sentAt);
+      if (headers) {
+        answers[i] = { headers };
+        return;
+      }
+      const entry = entries.get(c.bucketId);
+      if (entry) entry.at.push(i);
+      else entries.set(c.bucketId, { first: c, at: [i], settle: [] });
+    });
+    if (entries.size === 0) return answers;
+    const sent = [...entries.values()];
+    const request: KeyCharge[] = sent.map((e) => {
+      const lease = this.leases.request(e.first.bucketId, sentAt);
+      e.settle = lease.settle;
+      return { key: e.first.key, limit: e.first.limit, count: e.at.length, lease };
+    });
+    let results: (KeyResult | { error: unknown })[];
     try {
       this.calls++;
-      const result = await this.backend.charge(key, limit, count, {
-        want: demand >= LEASE_MIN_DEMAND ? demand : 0,
-        settle,
-      });
-      if (result.lease) {
-        state.leases.push({
-          id: result.lease.id,
-          left: result.lease.tokens,
-          until: sentAt + LEASE_SPEND_MS,
-          objectRemaining: result.remaining,
-          fullAt: this.now() + result.fullInMs,
-        });
-      }
-      return answers.concat(this.answers(bucket, key, limit, result, count));
+      results = await this.backend.charge(Number(shard), request);
     } catch (e) {
-      // Settling is idempotent, so these go again with the next call.
-      state.settle.push(...settle);
-      return answers.concat(Array.from({ length: count }, (_, i) => ({ error: this.failure(bucket, e, i === 0) })));
+      results = sent.map(() => ({ error: e }));
     }
-  }
-
-  /** This key's lease and demand state, with the demand window moved on to `now`. */
-  private keyState(laneKey: string, now: number): KeyState {
-    let state = this.keys.get(laneKey);
-    if (!state) {
-      if (this.keys.size >= MAX_TRACKED_KEYS) this.keys.clear();
-      state = { leases: [], settle: [], windowStart: now, seen: 0, seenBefore: 0 };
-      this.keys.set(laneKey, state);
-    }
-    const elapsed = now - state.windowStart;
-    if (elapsed >= DEMAND_WINDOW_MS) {
-      state.seenBefore = elapsed < 2 * DEMAND_WINDOW_MS ? state.seen : 0;
-      state.seen = 0;
-      state.windowStart = now;
-    }
-    return state;
-  }
-
-  /**
-   * Admits one request from a lease this isolate holds, or returns null when none has a token left.
-   * Leases past their spending window, or spent out, are queued to be settled.
-   */
-  private spendLease(bucket: BucketName, limit: Limit, state: KeyState, now: number): Record<string, string> | null {
-    while (state.leases.length > 0) {
-      const lease = state.leases[0] as HeldLease;
-      if (lease.until > now && lease.left > 0) {
-        lease.left--;
-        if (lease.left === 0) this.retire(state);
-        this.events.decision(bucket, true, "lease");
-        return rateLimitHeaders(bucket, limit, lease.objectRemaining + lease.left, lease.fullAt - now);
+    sent.forEach((e, j) => {
+      const { bucket, key, limit, bucketId } = e.first;
+      const result = results[j];
+      if (!result || "error" in result) {
+        this.leases.retry(bucketId, e.settle, sentAt);
+        const cause = result ? result.error : "no answer for this key";
+        e.at.forEach((i, k) => {
+          answers[i] = { error: this.failure(bucket, cause, k === 0) };
+        });
+        return;
       }
-      this.retire(state);
-    }
-    return null;
+      if (result.lease)
+        this.leases.hold(bucketId, result.lease, sentAt, result.remaining, this.now() + result.fullInMs);
+      const decided = this.answers(bucket, key, limit, result, e.at.length);
+      e.at.forEach((i, k) => {
+        answers[i] = decided[k] as Answer;
+      });
+    });
+    return answers;
   }
 
-  /** Stops spending the oldest lease; its unused tokens go back with the next call (or it expires). */
-  private retire(state: KeyState): void {
-    const lease = state.leases.shift();
-    if (!lease) return;
-    state.settle.push({ id: lease.id, unused: lease.left });
-    // Unsettled leases simply expire in the object, counted as spent: a bound on memory, not on safety.
-    if (state.settle.length > 100) state.settle.shift();
+  /** Admits one request from a lease this isolate holds for `bucketId`, or returns null. */
+  private spendLease(bucket: BucketName, limit: Limit, bucketId: string, now: number): Record<string, string> | null {
+    const spent = this.leases.spend(bucketId, now);
+    if (!spent) return null;
+    this.events.decision(bucket, true, "lease");
+    return rateLimitHeaders(bucket, limit, spent.remaining, spent.fullAt - now);
   }
 
   private failure(bucket: BucketName, e: unknown, log: boolean): ApiError {
@@ -273,7 +189,6 @@ export class LimiterGate {
   private answers(bucket: BucketName, key: string, limit: Limit, result: BatchChargeResult, count: number): Answer[] {
     const granted = Math.min(result.granted, count);
     if (granted < count) {
-      if (this.deny.size >= 10_000) this.deny.clear();
       const at = this.now();
       this.deny.set(key, { until: at + result.retryAfterMs, limit, fullAt: at + result.fullInMs });
     }

@@ -1,37 +1,24 @@
 /**
- * RateLimiter — one Durable Object per bucket key (`publish:<sub>`, `token-issue:<ip>`, …), so load
- * spreads across objects and one hot key cannot slow the others.
+ * RateLimiter — the previous release's limiter: one Durable Object per bucket key (`publish:<sub>`,
+ * `token-issue:<ip>`, …). Buckets now live in shards, many keys to an object (src/limiter-shard.ts);
+ * this class stays because its objects may still hold state, and isolates of the previous release
+ * may still call them during a deploy (docs/operations.md, "Rate-limit shards").
  *
- * `charge` is synchronous from reading the bucket to writing it back (SQLite calls are synchronous in
- * a Durable Object), so concurrent requests are decided strictly one after another. The state is
- * written on every charge, so eviction or a restart never refills a bucket early. This object is the
- * bucket's only writer, so after the first read it decides from a copy in memory (one statement per
- * charge instead of three), written through on every charge and read again by a new instance.
- *
- * Leases: a hot isolate may take a few extra tokens with a charge and spend them itself, without a
- * round trip per request (src/limiter-gate.ts). A leased token is taken from this bucket when it is
- * granted, so nothing is admitted that the bucket did not hand out; and it still counts as in the
- * bucket until its lease ends, so the bucket refills only up to `burst − leased` and the burst bound
- * holds for any interval. A lease ends when its isolate settles it (unused tokens come back) or after
- * {@link LEASE_TTL_MS} (its tokens count as spent: an isolate that vanished can only under-admit).
- * An object at most grants half the whole tokens left after the batch, so others are never starved.
+ * Until its key's shard takes its state (`handOver`), an object decides its bucket as before: `charge`
+ * is synchronous from reading the bucket to writing it back, so concurrent requests are decided
+ * strictly one after another, and the state is written on every charge. Once handed over, it keeps
+ * what it handed over (so a shard that lost it can take it again) and forwards every charge to the
+ * shard instead of deciding it: an isolate on the previous code never gets tokens twice.
  *
  * Storage is bounded by activity: an alarm at the time the bucket is full again (its leases ended)
- * deletes everything, since a full bucket is exactly what a missing row means. A bucket that is not
- * full is never forgotten, so eviction still never refills one early (docs/operations.md).
+ * deletes everything, since a full bucket is exactly what a missing row means; a handed-over object
+ * deletes everything once its shard no longer asks for it ({@link legacyWindowMs}).
  */
 import { DurableObject } from "cloudflare:workers";
-import { type Limit, sameLimit } from "./limits";
-import {
-  type BatchDecision,
-  type BucketDecision,
-  type BucketState,
-  fullBucket,
-  isFull,
-  refill,
-  rescale,
-  takeMany,
-} from "./token-bucket";
+import { type BatchChargeResult, chargeBucket, fullAt, type LeaseRequest, type StoredBucket } from "./bucket-charge";
+import { legacyWindowMs, shardStub } from "./limiter-shard";
+import type { Limit } from "./limits";
+import { type BucketDecision, type BucketState, endLeases, isFull, type OpenLease } from "./token-bucket";
 
 interface Row {
   [key: string]: SqlStorageValue;
@@ -44,29 +31,23 @@ interface Row {
 
 export type ChargeResult = Omit<BucketDecision, "state">;
 
-/** How long a lease may be spent, counted from when its isolate asked; the isolate stops at this. */
-export const LEASE_SPEND_MS = 1000;
-/** When this object ends a lease nobody settled: twice the spending window, so clock skew is harmless. */
-export const LEASE_TTL_MS = 2 * LEASE_SPEND_MS;
+/** A key's bucket and open leases as its old object hands them to the key's shard. */
+export interface LegacyState {
+  bucket: StoredBucket | null;
+  leases: OpenLease[];
+}
+
+/** What a handed-over object keeps: its key, what it handed over, and until when. */
+interface HandedOver {
+  key: string;
+  state: LegacyState;
+  until: number;
+}
+
 /** The soonest a bucket's storage is reclaimed after a charge: see {@link RateLimiter.alarm}. */
 const MIN_ALARM_DELAY_MS = 60_000;
-/** Most tokens one lease holds. */
-export const MAX_LEASE = 1000;
-
-/** What an isolate asks for with a charge. */
-export interface LeaseRequest {
-  /** Extra tokens wanted on lease (granted only if the whole batch was, and at most half of what is left). */
-  want: number;
-  /** Leases this isolate stopped spending, with the tokens it did not use. Settling twice is harmless. */
-  settle: { id: string; unused: number }[];
-}
-
-export interface Lease {
-  id: string;
-  tokens: number;
-}
-
-export type BatchChargeResult = Omit<BatchDecision, "state"> & { lease?: Lease };
+/** How long an object that had no bucket to hand over keeps forwarding: see {@link RateLimiter.handOver}. */
+export const EMPTY_HAND_OVER_MS = 3_600_000;
 
 export class RateLimiter extends DurableObject<Env> {
   /** The stored bucket row as last written by this instance; undefined until first read. */
@@ -77,11 +58,14 @@ export class RateLimiter extends DurableObject<Env> {
   private alarmAt: number | null = null;
   /** The alarm deleted everything; the tables come back with the next charge. */
   private wiped = false;
+  /** Set once this object handed its bucket to its shard. */
+  private handedOver: HandedOver | null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.createTables();
     this.openLeases = ctx.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM lease").one().n;
+    this.handedOver = this.readHandedOver();
     ctx.blockConcurrencyWhile(async () => {
       this.alarmAt = await ctx.storage.getAlarm();
     });
@@ -94,25 +78,50 @@ export class RateLimiter extends DurableObject<Env> {
       rate INTEGER NOT NULL, per_ms REAL NOT NULL, burst INTEGER NOT NULL)`);
     sql.exec(`CREATE TABLE IF NOT EXISTS lease (
       id TEXT PRIMARY KEY, tokens INTEGER NOT NULL, expires_at INTEGER NOT NULL)`);
+    sql.exec(`CREATE TABLE IF NOT EXISTS handed_over (
+      id INTEGER PRIMARY KEY CHECK (id = 1), key TEXT NOT NULL, state TEXT NOT NULL, until INTEGER NOT NULL)`);
+  }
+
+  private readHandedOver(): HandedOver | null {
+    const r = this.ctx.storage.sql
+      .exec<{ key: string; state: string; until: number }>("SELECT key, state, until FROM handed_over")
+      .toArray()[0];
+    return r ? { key: r.key, state: JSON.parse(r.state) as LegacyState, until: r.until } : null;
   }
 
   /**
    * The bucket is due to be full: if it is (and no lease is open), delete everything; otherwise look
    * again when it will be. Expired leases end here too, their tokens spent, and the state that
-   * results is stored so nothing refills past them later.
+   * results is stored so nothing refills past them later. A handed-over object deletes everything
+   * once its shard no longer asks for what it handed over.
    */
   override async alarm(): Promise<void> {
     this.alarmAt = null;
     if (this.wiped) return;
     const now = Date.now();
-    const row = this.readRow();
-    if (row) {
-      const limit: Limit = { rate: row.rate, perMs: row.per_ms, burst: row.burst };
-      const { state, held } = this.endLeases({ tokens: row.tokens, updatedAt: row.updated_at }, limit, now, []);
-      if (held > 0 || !isFull(state, limit, now)) {
-        this.writeRow(state, limit);
-        this.scheduleFull(state, limit, now);
+    if (this.handedOver) {
+      if (now < this.handedOver.until) {
+        this.setAlarm(this.handedOver.until);
         return;
+      }
+    } else {
+      const row = this.readRow();
+      if (row) {
+        const limit: Limit = { rate: row.rate, perMs: row.per_ms, burst: row.burst };
+        const { state, held, ended } = endLeases(
+          { tokens: row.tokens, updatedAt: row.updated_at },
+          limit,
+          now,
+          this.openLeaseRows(),
+          [],
+          0,
+        );
+        this.deleteLeases(ended);
+        if (held > 0 || !isFull(state, limit, now)) {
+          this.writeRow(state, limit);
+          this.scheduleFull(state, limit, now, held);
+          return;
+        }
       }
     }
     // Issued and marked in one synchronous step: a charge that runs while they settle recreates
@@ -121,61 +130,98 @@ export class RateLimiter extends DurableObject<Env> {
     this.wiped = true;
     this.row = null;
     this.openLeases = 0;
+    this.handedOver = null;
     await deleted;
   }
 
   /** Takes one token from this bucket under `limit`. `now` defaults to this object's clock. */
-  charge(limit: Limit, now: number = Date.now()): ChargeResult {
-    const { granted, ...rest } = this.chargeMany(limit, 1, now);
+  async charge(limit: Limit, now?: number): Promise<ChargeResult> {
+    const { granted, ...rest } = await this.chargeMany(limit, 1, now);
     return { allowed: granted === 1, ...rest };
   }
 
   /**
-   * Decides `count` requests that reached one Worker isolate together (see LimiterGate): the first
-   * `granted` are admitted, the rest denied and charged nothing. With `lease`, first takes back the
-   * unused tokens of settled leases, then, if all `count` were granted, may grant a lease of extra
-   * tokens. `count` may be 0 (a lease alone).
+   * Decides `count` requests that reached one Worker isolate together: the first `granted` are
+   * admitted, the rest denied and charged nothing (src/bucket-charge.ts, leases included). Once this
+   * object has handed over, the key's shard decides instead.
    */
-  chargeMany(limit: Limit, count: number, now: number = Date.now(), lease?: LeaseRequest): BatchChargeResult {
-    const sql = this.ctx.storage.sql;
-    if (this.wiped) {
-      this.wiped = false;
-      this.createTables();
+  async chargeMany(limit: Limit, count: number, now?: number, lease?: LeaseRequest): Promise<BatchChargeResult> {
+    const handed = this.handedOver;
+    if (handed) {
+      const [r] = await shardStub(this.env, handed.key).decide([{ key: handed.key, limit, count, lease }], now, {
+        key: handed.key,
+        state: handed.state,
+      });
+      if (!r || "error" in r) throw new Error("the limiter shard could not decide");
+      return r;
     }
+    return this.decideHere(limit, count, now ?? Date.now(), lease);
+  }
+
+  private decideHere(limit: Limit, count: number, now: number, lease?: LeaseRequest): BatchChargeResult {
+    this.revive();
     const row = this.readRow();
-    let state: BucketState;
-    if (!row) {
-      state = fullBucket(limit, now);
-    } else {
-      state = { tokens: row.tokens, updatedAt: row.updated_at };
-      const stored: Limit = { rate: row.rate, perMs: row.per_ms, burst: row.burst };
-      if (!sameLimit(stored, limit)) {
-        state = rescale(state, stored, limit, now);
-      }
+    const stored: StoredBucket | null = row
+      ? {
+          state: { tokens: row.tokens, updatedAt: row.updated_at },
+          limit: { rate: row.rate, perMs: row.per_ms, burst: row.burst },
+        }
+      : null;
+    const outcome = chargeBucket(stored, limit, now, count, this.openLeaseRows(), lease);
+    this.deleteLeases(outcome.ended);
+    if (outcome.granted) {
+      const g = outcome.granted;
+      this.ctx.storage.sql.exec(
+        "INSERT INTO lease (id, tokens, expires_at) VALUES (?, ?, ?)",
+        g.id,
+        g.tokens,
+        g.expiresAt,
+      );
+      this.openLeases++;
     }
-    const leases = this.endLeases(state, limit, now, lease?.settle ?? []);
-    state = leases.state;
-    const n = Number.isInteger(count) && count >= 0 ? Math.min(count, 10_000) : 1;
-    const { state: next, ...decision } = takeMany(state, limit, now, n, leases.held);
-    let leased: Lease | undefined;
-    const want = Math.min(MAX_LEASE, Math.floor(lease?.want ?? 0));
-    if (want > 0 && decision.granted === n) {
-      const tokens = Math.min(want, Math.floor(decision.remaining / 2));
-      if (tokens > 0) {
-        leased = { id: crypto.randomUUID(), tokens };
-        next.tokens -= tokens;
-        decision.remaining -= tokens;
-        sql.exec("INSERT INTO lease (id, tokens, expires_at) VALUES (?, ?, ?)", leased.id, tokens, now + LEASE_TTL_MS);
-        this.openLeases++;
-      }
-    }
-    if (decision.granted < n && leases.held > limit.burst - 1) {
-      // Every whole token is out on lease: the next one comes back when the first lease ends.
-      decision.retryAfterMs = Math.max(decision.retryAfterMs, leases.firstEndsAt - now);
-    }
-    this.writeRow(next, limit);
-    this.scheduleFull(next, limit, now);
-    return leased ? { ...decision, lease: leased } : decision;
+    this.writeRow(outcome.next, limit);
+    this.scheduleFull(outcome.next, limit, now, outcome.held);
+    return outcome.result;
+  }
+
+  /**
+   * Hands this bucket to `key`'s shard (src/limiter-shard.ts): returns the bucket and its open leases
+   * and from now on forwards every charge to the shard. Asked again, returns the same state, so a
+   * shard that lost it (a restart between taking and storing it) takes it again.
+   */
+  handOver(key: string, limit: Limit): LegacyState {
+    if (this.handedOver) return this.handedOver.state;
+    this.revive();
+    const row = this.readRow();
+    const state: LegacyState = {
+      bucket: row
+        ? {
+            state: { tokens: row.tokens, updatedAt: row.updated_at },
+            limit: { rate: row.rate, perMs: row.per_ms, burst: row.burst },
+          }
+        : null,
+      leases: this.openLeaseRows(),
+    };
+    // An object that held nothing only has to stop isolates on the previous code deciding afresh,
+    // and those are gone minutes after the deploy: it keeps its mark an hour, not a whole window.
+    const kept = state.bucket || state.leases.length > 0 ? legacyWindowMs(limit) : EMPTY_HAND_OVER_MS;
+    const until = Date.now() + kept;
+    const sql = this.ctx.storage.sql;
+    sql.exec("DELETE FROM bucket");
+    sql.exec("DELETE FROM lease");
+    sql.exec("INSERT INTO handed_over (id, key, state, until) VALUES (1, ?, ?, ?)", key, JSON.stringify(state), until);
+    this.row = null;
+    this.openLeases = 0;
+    this.handedOver = { key, state, until };
+    this.setAlarm(until);
+    return state;
+  }
+
+  /** After the alarm wiped everything, the tables come back with the next write. */
+  private revive(): void {
+    if (!this.wiped) return;
+    this.wiped = false;
+    this.createTables();
   }
 
   private readRow(): Row | null {
@@ -203,64 +249,40 @@ export class RateLimiter extends DurableObject<Env> {
     };
   }
 
+  private openLeaseRows(): OpenLease[] {
+    if (this.openLeases === 0) return [];
+    const open = this.ctx.storage.sql
+      .exec<{ id: string; tokens: number; expires_at: number }>("SELECT * FROM lease")
+      .toArray()
+      .map((l) => ({ id: l.id, tokens: l.tokens, expiresAt: l.expires_at }));
+    this.openLeases = open.length;
+    return open;
+  }
+
+  private deleteLeases(ids: string[]): void {
+    for (const id of ids) this.ctx.storage.sql.exec("DELETE FROM lease WHERE id = ?", id);
+    this.openLeases -= ids.length;
+  }
+
   /**
    * Sets the alarm for when the bucket will be full again, counting open leases as ending at their
    * latest. Never moves an earlier alarm later: one that fires early just looks again.
    */
-  private scheduleFull(state: BucketState, limit: Limit, now: number): void {
-    if (limit.rate <= 0) return; // never refills: the row is the bucket
-    const refillMs = ((limit.burst - state.tokens) * limit.perMs) / limit.rate;
-    const leaseMs = this.openLeases > 0 ? LEASE_TTL_MS : 0;
+  private scheduleFull(state: BucketState, limit: Limit, now: number, held: number): void {
     // The alarm judges on the real clock, so a charge made on another one (`now` is a parameter, for
     // tests) schedules nothing: the real clock would find its bucket full at once.
     if (Math.abs(now - Date.now()) > 1000) return;
-    // At least a minute out: a busy bucket refills in milliseconds, and deleting and recreating it
-    // on every pause would cost more than the row.
-    const at = Math.max(now + MIN_ALARM_DELAY_MS, Math.max(now, state.updatedAt) + Math.ceil(refillMs) + leaseMs);
+    const at = fullAt(state, limit, now, held, MIN_ALARM_DELAY_MS);
+    if (Number.isFinite(at)) this.setAlarm(at);
+  }
+
+  private setAlarm(at: number): void {
     if (this.alarmAt !== null && this.alarmAt <= at) return;
     this.alarmAt = at;
     this.ctx.storage.setAlarm(at).catch((e: unknown) => {
       this.alarmAt = null;
       console.error("floodgate: could not set the limiter's alarm", e instanceof Error ? e.message : e);
     });
-  }
-
-  /**
-   * Ends expired leases (their tokens count as spent) and settled ones (their unused tokens come
-   * back, refilled first so they are not capped twice). Returns the state and what is still held.
-   */
-  private endLeases(
-    state: BucketState,
-    limit: Limit,
-    now: number,
-    settle: LeaseRequest["settle"],
-  ): { state: BucketState; held: number; firstEndsAt: number } {
-    if (this.openLeases === 0) return { state, held: 0, firstEndsAt: now };
-    const sql = this.ctx.storage.sql;
-    const open = sql.exec<{ id: string; tokens: number; expires_at: number }>("SELECT * FROM lease").toArray();
-    this.openLeases = open.length;
-    let held = open.reduce((a, l) => a + l.tokens, 0);
-    // Refill under the old hold before any lease ends, so the bucket never over-fills.
-    let tokens = refill(state, limit, now, held);
-    const settled = new Map(settle.map((s) => [s.id, s.unused]));
-    for (const l of open) {
-      const expired = l.expires_at <= now;
-      const unused = settled.get(l.id);
-      if (!expired && unused === undefined) continue;
-      sql.exec("DELETE FROM lease WHERE id = ?", l.id);
-      this.openLeases--;
-      held -= l.tokens;
-      if (!expired && unused !== undefined) tokens += Math.max(0, Math.min(l.tokens, Math.floor(unused)));
-    }
-    const firstEndsAt = Math.min(
-      now + LEASE_TTL_MS,
-      ...open.filter((l) => l.expires_at > now && !settled.has(l.id)).map((l) => l.expires_at),
-    );
-    return {
-      state: { tokens: Math.min(tokens, limit.burst - held), updatedAt: Math.max(now, state.updatedAt) },
-      held,
-      firstEndsAt,
-    };
   }
 
   /** The stored bucket, for tests and diagnostics. */

@@ -9,9 +9,10 @@ import { Thinning } from "../functions/thinning";
 import type { ChannelObject } from "./channel-object";
 import { type Config, getConfig } from "./config";
 import { LimiterGate } from "./limiter-gate";
+import { shardName } from "./limiter-shard";
 import { MetricsBuffer } from "./metrics";
 import { PublishBatcher } from "./publish-batcher";
-import { channelObjectStub, metricsStub, rateLimiterStub } from "./stubs";
+import { channelObjectStub, limiterShardStub, metricsStub } from "./stubs";
 
 export interface Services {
   config: Config;
@@ -111,9 +112,9 @@ export function services(env: Env): Services {
     }),
     gate: new LimiterGate(
       {
-        charge: (key, limit, count, lease) => {
+        charge: (shard, charges) => {
           metrics.inc("floodgate_object_calls_total", { object: "limiter" });
-          return rateLimiterStub(env, key).chargeMany(limit, count, undefined, lease);
+          return limiterShardStub(env, shardName(shard)).decide(charges);
         },
       },
       {

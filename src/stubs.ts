@@ -51,7 +51,15 @@ export function refreshLedgerStub(env: Env, subject: string) {
   return env.REFRESH_LEDGER.get(objectId(env.REFRESH_LEDGER, subject));
 }
 
-/** A bucket key's `RateLimiter` object (its token bucket). */
+/** A rate-limit shard's `LimiterShard` object (the buckets of every key hashed to it), by shard name. */
+export function limiterShardStub(env: Env, shard: string) {
+  return env.LIMITER_SHARD.get(objectId(env.LIMITER_SHARD, shard));
+}
+
+/**
+ * A bucket key's `RateLimiter` object: where its bucket lived before the shards; it hands its state
+ * over to the key's shard once and forwards to it afterwards (src/limiter-shard.ts).
+ */
 export function rateLimiterStub(env: Env, bucketKey: string) {
   return env.RATE_LIMITER.get(objectId(env.RATE_LIMITER, bucketKey));
 }

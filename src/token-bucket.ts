@@ -97,3 +97,59 @@ export function take(state: BucketState, limit: Limit, now: number): BucketDecis
   const { granted, ...rest } = takeMany(state, limit, now, 1);
   return { allowed: granted === 1, ...rest };
 }
+
+/** A lease as its bucket's object stores it (see src/rate-limiter.ts, "Leases"). */
+export interface OpenLease {
+  id: string;
+  tokens: number;
+  /** Epoch ms when the object ends it, its tokens counted as spent. */
+  expiresAt: number;
+}
+
+export interface LeasesEnded {
+  state: BucketState;
+  /** Tokens still out on the leases that stay open. */
+  held: number;
+  /** When the first lease that stays open ends (at most `now + ttlMs`). */
+  firstEndsAt: number;
+  /** Leases that ended now, expired or settled: the object forgets them. */
+  ended: string[];
+}
+
+/**
+ * Ends expired leases (their tokens count as spent) and settled ones (their unused tokens come
+ * back, refilled first so they are not capped twice). Pure: the caller deletes `ended`.
+ */
+export function endLeases(
+  state: BucketState,
+  limit: Limit,
+  now: number,
+  open: OpenLease[],
+  settle: { id: string; unused: number }[],
+  ttlMs: number,
+): LeasesEnded {
+  if (open.length === 0) return { state, held: 0, firstEndsAt: now, ended: [] };
+  let held = open.reduce((a, l) => a + l.tokens, 0);
+  // Refill under the old hold before any lease ends, so the bucket never over-fills.
+  let tokens = refill(state, limit, now, held);
+  const settled = new Map(settle.map((s) => [s.id, s.unused]));
+  const ended: string[] = [];
+  let firstEndsAt = now + ttlMs;
+  for (const l of open) {
+    const expired = l.expiresAt <= now;
+    const unused = settled.get(l.id);
+    if (!expired && unused === undefined) {
+      firstEndsAt = Math.min(firstEndsAt, l.expiresAt);
+      continue;
+    }
+    ended.push(l.id);
+    held -= l.tokens;
+    if (!expired && unused !== undefined) tokens += Math.max(0, Math.min(l.tokens, Math.floor(unused)));
+  }
+  return {
+    state: { tokens: Math.min(tokens, limit.burst - held), updatedAt: Math.max(now, state.updatedAt) },
+    held,
+    firstEndsAt,
+    ended,
+  };
+}

@@ -15,6 +15,7 @@ import {
   SUBSCRIBER_MAX_BEHIND_BYTES,
   SUBSCRIBER_SPOKE_CLOSE,
 } from "../src/channel-object";
+import { shardStub } from "../src/limiter-shard";
 import {
   adminHeaders,
   call,
@@ -29,7 +30,6 @@ import {
 } from "./helpers";
 
 const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-const limiterStub = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key));
 
 async function publisher(sub = uniq("pub")): Promise<string> {
   return (await mint({ sub, channels: ["public:bounds.*"], rl: "100000/s" })).access_token;
@@ -358,30 +358,37 @@ describe("storage is bounded by activity", () => {
     expect(await storedTables(stub)).toMatchObject({ idempotency: 0, messages: 1 });
   });
 
-  it("a rate-limit bucket keeps its row until it is full again, then its alarm deletes everything", async () => {
+  it("a rate-limit bucket keeps its row in its shard until it is full again, then the shard's alarm deletes it", async () => {
     const sub = uniq("bucket");
     const key = `publish:${sub}`;
     // 10 an hour: three publishes leave it far from full for the whole test.
     const t = (await mint({ sub, channels: ["public:bounds.*"], rl: "10/h" })).access_token;
     for (let i = 0; i < 3; i++) expect((await publishTo(`public:bounds.${uniq()}`, t, i)).status).toBe(200);
-    const stub = limiterStub(key);
+    const stub = shardStub(env, key);
+    const rows = () =>
+      runInDurableObject(stub, (_i, state) => ({
+        bucket: state.storage.sql.exec("SELECT * FROM bucket WHERE key = ?", key).toArray().length,
+        lease: state.storage.sql.exec("SELECT * FROM lease WHERE key = ?", key).toArray().length,
+      }));
     // Not full yet: the alarm keeps the bucket (strictness across eviction), and the next charge sees it.
+    await runInDurableObject(stub, (_i, state) => {
+      state.storage.sql.exec("UPDATE bucket SET full_at = 0 WHERE key = ?", key);
+    });
     expect(await runDurableObjectAlarm(stub)).toBe(true);
-    const kept = await stub.peek();
+    const kept = await stub.peek(key);
     expect(kept).not.toBeNull();
     expect(kept?.tokens).toBeLessThan(8);
-    // An hour later (stored times moved back; leases ended), the bucket is full: nothing is kept.
+    // An hour later (stored times moved back; leases ended), the bucket is full: nothing is kept for it.
     await runInDurableObject(stub, (_i, state) => {
-      state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - 3600000");
-      state.storage.sql.exec("UPDATE lease SET expires_at = 0");
+      state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - 3600000, full_at = 0 WHERE key = ?", key);
+      state.storage.sql.exec("UPDATE lease SET expires_at = 0 WHERE key = ?", key);
     });
     await evictDurableObject(stub);
     expect(await runDurableObjectAlarm(stub)).toBe(true);
-    expect(await storedTables(stub)).toEqual({});
-    expect(await runInDurableObject(stub, (_i, state) => state.storage.getAlarm())).toBeNull();
+    expect(await rows()).toEqual({ bucket: 0, lease: 0 });
     // And the bucket starts full again.
-    const r = await stub.charge({ rate: 1, perMs: 3_600_000, burst: 5 });
-    expect(r).toMatchObject({ allowed: true, remaining: 4 });
+    const [r] = await stub.decide([{ key, limit: { rate: 1, perMs: 3_600_000, burst: 5 }, count: 1 }]);
+    expect(r).toMatchObject({ granted: 1, remaining: 4 });
   });
 });
 

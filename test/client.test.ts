@@ -6,6 +6,7 @@ import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
+import { shardStub } from "../src/limiter-shard";
 import { services } from "../src/services";
 import { BASE, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
 
@@ -66,7 +67,8 @@ describe("client publish", () => {
     const sub = uniq("rl");
     const ch = `public:client.${uniq()}`;
     const { access_token } = await mint({ sub, channels: ["public:client.*"], rl: "1/s" });
-    const bucket = env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(`publish:${sub}`));
+    const key = `publish:${sub}`;
+    const bucket = shardStub(env, key);
     const waits: number[] = [];
     const fg = new FloodgateClient({
       baseUrl: BASE,
@@ -77,7 +79,7 @@ describe("client publish", () => {
         // Time passes by `ms` for the bucket and for this isolate's deny cache.
         waits.push(ms);
         await runInDurableObject(bucket, (_o, state) => {
-          state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - ?", ms);
+          state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - ? WHERE key = ?", ms, key);
         });
         // The object decides from its copy in memory: a new instance reads the moved clock.
         await evictDurableObject(bucket);

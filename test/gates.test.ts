@@ -1,15 +1,14 @@
 /**
  * Rate-limit gates over HTTP: order, keys, headers, 429 bodies, overrides, failure, deny cache.
  */
-import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
-import { FOLLOWER_PATIENCE_MS, LimiterGate, STALL_MS } from "../src/limiter-gate";
-import { RateLimiter } from "../src/rate-limiter";
+import { LIMITER_BATCHING, LimiterGate } from "../src/limiter-gate";
+import { LimiterShard } from "../src/limiter-shard";
 import { signToken } from "../src/tokens";
-import { adminHeaders, callAndWait, envWith, freshIp, mint, uniq, withFailing } from "./helpers";
+import { adminHeaders, callAndWait, envWith, freshIp, mint, peekBucket, perKey, uniq, withFailing } from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
-const peek = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).peek();
+const peek = peekBucket;
 
 function publishWith(
   customEnv: Env,
@@ -31,13 +30,11 @@ function publishWith(
  */
 function firstCallHangs(remaining: number) {
   const counter = { calls: 0 };
-  const backend = {
-    charge(_key: string, _limit: unknown, count: number) {
-      counter.calls++;
-      if (counter.calls === 1) return new Promise<never>(() => {});
-      return Promise.resolve({ granted: count, remaining, retryAfterMs: 0, fullInMs: 100 });
-    },
-  };
+  const backend = perKey((_key, _limit, count) => {
+    counter.calls++;
+    if (counter.calls === 1) return new Promise<never>(() => {});
+    return Promise.resolve({ granted: count, remaining, retryAfterMs: 0, fullInMs: 100 });
+  });
   return { backend, counter };
 }
 
@@ -260,7 +257,7 @@ describe("limiter failure", () => {
   it("fails closed with 500, no backend text, and counts the error", async () => {
     const e = envWith({ PUBLISH_RATE: "10/s" });
     const t = await accessToken(uniq("fail"));
-    const res = await withFailing(RateLimiter, "chargeMany", "SQLITE_FULL: secret backend detail", () =>
+    const res = await withFailing(LimiterShard, "decide", "SQLITE_FULL: secret backend detail", () =>
       publishWith(e, `public:gate.${uniq()}`, t),
     );
     expect(res.status).toBe(500);
@@ -277,14 +274,12 @@ describe("deny cache", () => {
     let now = 1000;
     let calls = 0;
     let tokens = 1;
-    const backend = {
-      async charge(_key: string, _limit: unknown, count: number) {
-        calls++;
-        const granted = Math.min(count, tokens);
-        tokens -= granted;
-        return { granted, remaining: 0, retryAfterMs: 500, fullInMs: 500 };
-      },
-    };
+    const backend = perKey(async (_key, _limit, count) => {
+      calls++;
+      const granted = Math.min(count, tokens);
+      tokens -= granted;
+      return { granted, remaining: 0, retryAfterMs: 500, fullInMs: 500 };
+    });
     const decisions: boolean[] = [];
     const gate = new LimiterGate(backend, { decision: (_b, a) => decisions.push(a), error: () => {} }, () => now);
     const limit = { rate: 2, perMs: 1000, burst: 1 };
@@ -304,16 +299,14 @@ describe("deny cache", () => {
     let calls = 0;
     let tokens = 10;
     const sizes: number[] = [];
-    const backend = {
-      async charge(_key: string, _limit: unknown, count: number) {
-        calls++;
-        sizes.push(count);
-        await new Promise((r) => setTimeout(r, 5)); // an object round trip
-        const granted = Math.min(count, tokens);
-        tokens -= granted;
-        return { granted, remaining: tokens, retryAfterMs: tokens > 0 ? 0 : 100, fullInMs: 1000 };
-      },
-    };
+    const backend = perKey(async (_key, _limit, count) => {
+      calls++;
+      sizes.push(count);
+      await new Promise((r) => setTimeout(r, 5)); // an object round trip
+      const granted = Math.min(count, tokens);
+      tokens -= granted;
+      return { granted, remaining: tokens, retryAfterMs: tokens > 0 ? 0 : 100, fullInMs: 1000 };
+    });
     const gate = new LimiterGate(backend, { decision: () => {}, error: () => {} });
     const limit = { rate: 10, perMs: 1000, burst: 10 };
     const first = gate.check("publish", "k", limit);
@@ -333,7 +326,7 @@ describe("deny cache", () => {
     expect(remaining).toEqual(Array.from({ length: 10 }, (_, i) => `"publish";r=${9 - i};t=1`));
   });
 
-  it("a batch stuck behind a call that never answers is sent after STALL_MS", async () => {
+  it("a batch stuck behind a call that never answers is sent after the stall time", async () => {
     vi.useFakeTimers();
     try {
       const { backend, counter } = firstCallHangs(5);
@@ -342,7 +335,7 @@ describe("deny cache", () => {
       void gate.check("publish", "k", limit);
       await vi.advanceTimersByTimeAsync(1);
       const second = gate.check("publish", "k", limit);
-      await vi.advanceTimersByTimeAsync(STALL_MS - 10);
+      await vi.advanceTimersByTimeAsync(LIMITER_BATCHING.stallMs - 10);
       expect(counter.calls).toBe(1);
       await vi.advanceTimersByTimeAsync(20);
       expect(counter.calls).toBe(2);
@@ -360,7 +353,7 @@ describe("deny cache", () => {
       const limit = { rate: 10, perMs: 1000, burst: 10 };
       void gate.check("publish", "k", limit); // the leader, lost
       const followers = Array.from({ length: 4 }, () => gate.check("publish", "k", limit));
-      await vi.advanceTimersByTimeAsync(FOLLOWER_PATIENCE_MS - 10);
+      await vi.advanceTimersByTimeAsync(LIMITER_BATCHING.patienceMs - 10);
       expect(counter.calls).toBe(1);
       await vi.advanceTimersByTimeAsync(20);
       expect(counter.calls).toBe(5);

@@ -5,6 +5,10 @@
 import { env, exports } from "cloudflare:workers";
 import type { Message, TokenPair } from "@floodgate/client";
 import { readSse as readSseEvents } from "@floodgate/client";
+import type { BatchChargeResult, LeaseRequest } from "../src/bucket-charge";
+import type { BucketBackend } from "../src/limiter-gate";
+import { shardStub } from "../src/limiter-shard";
+import type { Limit } from "../src/limits";
 
 export const ADMIN = "test-admin-token";
 export const BASE = "https://floodgate.test";
@@ -196,4 +200,25 @@ export async function withFailing<T>(
   } finally {
     proto[method] = original;
   }
+}
+
+/** What the limiter stores for `key` (in the key's shard), or null when its bucket is full. */
+export function peekBucket(key: string): Promise<{ tokens: number; updatedAt: number } | null> {
+  return shardStub(env, key).peek(key);
+}
+
+/**
+ * A LimiterGate backend from a per-key fake: every entry of a shard call is answered by `charge`
+ * alone, one after another, in order; a throw fails the whole call.
+ */
+export function perKey(
+  charge: (key: string, limit: Limit, count: number, lease: LeaseRequest) => Promise<BatchChargeResult>,
+): BucketBackend {
+  return {
+    async charge(_shard, charges) {
+      const out: BatchChargeResult[] = [];
+      for (const c of charges) out.push(await charge(c.key, c.limit, c.count, c.lease ?? { want: 0, settle: [] }));
+      return out;
+    },
+  };
 }

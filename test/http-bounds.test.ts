@@ -20,6 +20,7 @@ import {
   envWith,
   freshIp,
   mint,
+  peekBucket,
   publishTo,
   readSse,
   uniq,
@@ -27,7 +28,7 @@ import {
 } from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
-const peek = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key)).peek();
+const peek = peekBucket;
 const decode = (t: string) =>
   JSON.parse(atob((t.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as Record<string, unknown>;
 

@@ -5,11 +5,13 @@
 import { evictDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { LEASE_MIN_DEMAND, LimiterGate } from "../src/limiter-gate";
+import { LEASE_SPEND_MS, LEASE_TTL_MS } from "../src/bucket-charge";
+import { LEASE_MIN_DEMAND } from "../src/isolate-leases";
+import { LimiterGate } from "../src/limiter-gate";
+import { shardStub } from "../src/limiter-shard";
 import type { Limit } from "../src/limits";
-import { LEASE_SPEND_MS, LEASE_TTL_MS } from "../src/rate-limiter";
 import { fullBucket, take } from "../src/token-bucket";
-import { adminHeaders, callAndWait, envWith, mint, uniq } from "./helpers";
+import { adminHeaders, callAndWait, envWith, mint, perKey, uniq } from "./helpers";
 import { seededRandom } from "./seeded-random";
 
 const stub = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key));
@@ -91,7 +93,6 @@ describe("RateLimiter leases", () => {
 
   it("many isolates spending leases never admit more than burst + rate × interval, in any interval", async () => {
     const key = `publish:${uniq()}`;
-    const s = stub(key);
     const limit: Limit = { rate: 50, perMs: 1000, burst: 30 }; // 50/s, one token per 20 ms
     const clock = { now: 1_000_000 };
     const admitted: number[] = [];
@@ -100,7 +101,7 @@ describe("RateLimiter leases", () => {
       { length: 3 },
       () =>
         new LimiterGate(
-          { charge: (_k, lim, count, lease) => s.chargeMany(lim, count, clock.now, lease) },
+          { charge: (_shard, charges) => shardStub(env, key).decide(charges, clock.now) },
           {
             decision: (_b, allowed, source) => {
               if (allowed) admitted.push(clock.now);
@@ -146,18 +147,16 @@ describe("RateLimiter leases", () => {
     const clock = { now: 0 };
     let calls = 0;
     const gate = new LimiterGate(
-      {
-        async charge(_k, _l, count, lease) {
-          calls++;
-          return {
-            granted: count,
-            remaining: 100,
-            retryAfterMs: 0,
-            fullInMs: 0,
-            ...(lease.want ? { lease: { id: `l${calls}`, tokens: 100 } } : {}),
-          };
-        },
-      },
+      perKey(async (_k, _l, count, lease) => {
+        calls++;
+        return {
+          granted: count,
+          remaining: 100,
+          retryAfterMs: 0,
+          fullInMs: 0,
+          ...(lease.want ? { lease: { id: `l${calls}`, tokens: 100 } } : {}),
+        };
+      }),
       { decision: () => {}, error: () => {} },
       () => clock.now,
     );
