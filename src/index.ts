@@ -11,6 +11,7 @@ export { ChannelObject } from "./channel-object";
 export { MetricsStore } from "./metrics";
 export { RateLimiter } from "./rate-limiter";
 export { RefreshLedger } from "./refresh-ledger";
+export { Relay } from "./relay";
 
 export default {
   fetch: app.fetch,

@@ -193,6 +193,8 @@ operator.get("/v1/channels/:channel/stats", async (c) => {
     occupancy: stats.occupancy,
     websockets: stats.websockets,
     sse: stats.sse,
+    relays: stats.relays,
+    relay_sends_total: stats.relay_sends_total,
     last_seq: stats.last_seq,
     delivered_total: stats.delivered_total,
     dropped_total: stats.dropped_total,
