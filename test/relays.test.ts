@@ -188,6 +188,33 @@ describe("order and repair", () => {
     for (const s of subs) s.ws.close();
   });
 
+  it("a relay reset by an abort drops its sockets, and its subscribers resume elsewhere with no gap or repeat", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    for (const s of subs) await s.next(3);
+    // The object is thrown away mid-stream: the runtime disconnects its WebSockets (unlike an
+    // eviction, which they survive hibernated).
+    await expect(
+      runInDurableObject(relayStub(ch, 0), (_r, state) => {
+        state.abort("reset for the test");
+      }),
+    ).rejects.toThrow();
+    const [dropped, kept] = [subs.slice(0, CAPACITY), subs.slice(CAPACITY)];
+    await until(() => dropped.every((s) => s.ws.readyState !== WebSocket.OPEN), "the reset relay's sockets to drop");
+    for (let i = 4; i <= 6; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    for (const s of kept) expect(seqs(await s.next(6))).toEqual(range(1, 6));
+    // Each resumes after the last seq it got, on whichever relay it is given.
+    for (const s of dropped) {
+      const back = await openSocket(ch, `?after=${s.frames.at(-1)?.seq}`, relayEnv);
+      expect(seqs([...s.frames, ...(await back.next(3))])).toEqual(range(1, 6));
+      back.ws.close();
+    }
+    for (const s of kept) s.ws.close();
+  });
+
   it("calls to a relay that failed are repaired from history before anything newer, even if the channel goes quiet", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher();
