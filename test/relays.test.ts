@@ -102,6 +102,17 @@ async function openSse(ch: string, query = "", customEnv: Env = relayEnv) {
   };
 }
 
+/**
+ * Waits until every subscriber of `ch` is gone and its relays have left: the relays' reports and
+ * storage deletions finish inside the test that caused them, not after the file ends.
+ */
+async function settled(ch: string): Promise<void> {
+  await until(async () => {
+    const s = await stats(ch);
+    return s.occupancy === 0 && s.relays === 0;
+  }, "every relay of the channel to leave");
+}
+
 /** Resolves with the close event once the client side of `ws` sees the socket close. */
 function closed(ws: WebSocket): Promise<{ code: number; reason: string }> {
   return new Promise((resolve) => ws.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason })));
@@ -157,6 +168,7 @@ describe("fan-out over relays", () => {
     expect(after.relay_sends_total - before.relay_sends_total).toBeLessThanOrEqual(12 * N);
     for (const s of sockets) s.ws.close();
     for (const s of streams) await s.close();
+    await settled(ch);
   });
 
   it("with fewer subscribers than RELAY_CAPACITY there is one relay", async () => {
@@ -167,6 +179,7 @@ describe("fan-out over relays", () => {
     const one = await openSocket(ch, "", relayEnv);
     expect(await stats(ch)).toMatchObject({ occupancy: CAPACITY + 1, relays: 2 });
     for (const s of [...subs, one]) s.ws.close();
+    await settled(ch);
   });
 });
 
@@ -186,6 +199,7 @@ describe("order and repair", () => {
       last_seq: 6,
     });
     for (const s of subs) s.ws.close();
+    await settled(ch);
   });
 
   it("a relay reset by an abort drops its sockets, and its subscribers resume elsewhere with no gap or repeat", async () => {
@@ -213,6 +227,7 @@ describe("order and repair", () => {
       back.ws.close();
     }
     for (const s of kept) s.ws.close();
+    await settled(ch);
   });
 
   it("calls to a relay that failed are repaired from history before anything newer, even if the channel goes quiet", async () => {
@@ -238,6 +253,7 @@ describe("order and repair", () => {
     expect((await publishTo(ch, t, 5)).status).toBe(200);
     for (const s of subs) expect(seqs(await s.next(5))).toEqual(range(1, 5));
     for (const s of subs) s.ws.close();
+    await settled(ch);
   });
 
   it("a relay whose hole history no longer holds closes its subscribers with 4009 instead of skipping", async () => {
@@ -254,6 +270,7 @@ describe("order and repair", () => {
     expect((await publishTo(ch, t, 111)).status).toBe(200);
     expect(await done).toMatchObject({ code: 4009 });
     expect(seqs(sub.frames)).toEqual([1]);
+    await settled(ch);
   });
 
   it("a subscriber that resumes on a different relay gets exactly what it missed, then live", async () => {
@@ -276,6 +293,7 @@ describe("order and repair", () => {
     expect(seqs([...seen, ...back.frames])).toEqual(range(1, 7));
     for (const s of [...subs.slice(1), taker]) s.ws.close();
     await back.close();
+    await settled(ch);
   });
 });
 
@@ -305,6 +323,7 @@ describe("independence", () => {
     }
     for (const s of subs) expect(seqs(await s.next(5))).toEqual(range(1, 5));
     for (const s of subs) s.ws.close();
+    await settled(ch);
   });
 
   it("a stalled subscriber on one relay is closed past 1 MiB and slows nobody, on its relay or another", async () => {
@@ -331,6 +350,7 @@ describe("independence", () => {
     stalledWs.accept();
     expect(await done).toMatchObject({ code: 4008 });
     for (const s of subs) s.ws.close();
+    await settled(ch);
   });
 });
 
@@ -359,6 +379,7 @@ describe("counts", () => {
     expect((await publishTo(ch, t, 2)).status).toBe(200);
     expect(seqs(await again.next(1))).toEqual([2]);
     again.ws.close();
+    await settled(ch);
   });
 
   it("past MAX_SUBSCRIBERS a subscribe answers 503 unavailable with Retry-After, before any upgrade", async () => {
@@ -384,6 +405,7 @@ describe("counts", () => {
     await until(async () => (await stats(ch)).occupancy === 2, "the leave to be counted");
     subs.push(await openSocket(ch, "", capped));
     for (const s of subs.slice(1)) s.ws.close();
+    await settled(ch);
   });
 
   it("stats and the sampler's delivery budget count the subscribers of every relay", async () => {
@@ -400,5 +422,6 @@ describe("counts", () => {
     expect(period.counts.occupancy).toBe(25);
     for (const x of subs) x.ws.close();
     for (const x of streams) await x.close();
+    await settled(ch);
   });
 });
