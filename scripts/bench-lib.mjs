@@ -144,6 +144,7 @@ export async function startFloodgate(vars = {}, entry = { entryPoints: [join(roo
     kvNamespaces: ["THROTTLE_KV"],
     durableObjects: {
       CHANNEL: { className: "ChannelObject", useSQLite: true },
+      RELAY: { className: "Relay", useSQLite: true },
       REFRESH_LEDGER: { className: "RefreshLedger", useSQLite: true },
       RATE_LIMITER: { className: "RateLimiter", useSQLite: true },
       METRICS: { className: "MetricsStore", useSQLite: true },

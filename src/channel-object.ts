@@ -273,10 +273,13 @@ export class ChannelObject extends DurableObject<Env> {
   async publishMany(cmds: PublishCommand[]): Promise<PublishManyResult> {
     this.revive();
     const outcomes: PublishOutcome[] = [];
+    let sends = 0;
     this.inBatch(() => {
+      sends = this.saveRelaySends();
       for (const cmd of cmds) outcomes.push(this.applyOne(cmd));
       this.trimHistory(this.counter("next_seq"));
     });
+    this.unsavedSends -= sends;
     const appended = outcomes.some((o) => o.status === "delivered" && !o.replayed);
     if (appended) this.fanOut();
     // A message published straight to the analytics channel is kept for the retention too.
@@ -336,11 +339,14 @@ export class ChannelObject extends DurableObject<Env> {
     this.remember(channel);
     this.becomeRecord();
     let last = this.counter("next_seq");
+    let sends = 0;
     this.inBatch(() => {
+      sends = this.saveRelaySends();
       for (const item of items) last = this.append(item.data, item.publisher, now, item).seq;
       this.bump({ copies_total: items.length });
       this.set({ last_publish_at: now });
     });
+    this.unsavedSends -= sends;
     this.fanOut();
     this.scheduleExpiry();
     return last;
@@ -442,7 +448,7 @@ export class ChannelObject extends DurableObject<Env> {
       websockets,
       sse,
       relays: this.relays.active().length,
-      relay_sends_total: this.counter("relay_sends_total"),
+      relay_sends_total: this.counter("relay_sends_total") + this.unsavedSends,
       last_seq: this.counter("next_seq"),
       delivered_total: this.counter("delivered_total"),
       dropped_total: this.counter("dropped_total"),
@@ -882,12 +888,26 @@ export class ChannelObject extends DurableObject<Env> {
     let pipe = this.pipes.get(name);
     if (!pipe) {
       pipe = new RelayPipe((frames, head) => {
-        this.bump({ relay_sends_total: 1 });
+        this.unsavedSends++;
         return relayStub(this.env, name).deliver(frames, head);
       }, SUBSCRIBER_MAX_BEHIND_BYTES);
       this.pipes.set(name, pipe);
     }
     return pipe;
+  }
+
+  /**
+   * Relay calls made since they were last stored. Counted in memory and stored with the next publish's
+   * counters (in its transaction, at no extra write): a counter write per relay call would cost more
+   * than the count is worth. Calls made after the last publish are lost if the object restarts.
+   */
+  private unsavedSends = 0;
+
+  /** Inside a publish's transaction: the calls counted since the last one go into `relay_sends_total`. */
+  private saveRelaySends(): number {
+    const n = this.unsavedSends;
+    if (n > 0) this.bump({ relay_sends_total: n });
+    return n;
   }
 
   private saveRelay(e: RelayEntry): void {
@@ -907,6 +927,7 @@ export class ChannelObject extends DurableObject<Env> {
     for (const pipe of this.pipes.values()) pipe.stop();
     this.pipes.clear();
     this.relays.clear();
+    this.unsavedSends = 0;
   }
 
   // ---- internals ---------------------------------------------------------------------------------

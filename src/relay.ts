@@ -208,7 +208,8 @@ export class Relay extends DurableObject<Env> {
    */
   private async apply(frames: LiveFrame[], head: number): Promise<void> {
     const end = Math.max(head, frames.at(-1)?.seq ?? 0);
-    if (this.subscriberCount() === 0) {
+    let sockets = this.openSockets();
+    if (sockets.length + this.hub.size === 0) {
       // Nobody to send to: remember where the stream is, and make sure the channel knows we are empty.
       this.lastSeq = Math.max(this.lastSeq ?? 0, end);
       if (this.identity && (this.reported.websockets > 0 || this.reported.sse > 0)) this.countsChanged();
@@ -223,26 +224,30 @@ export class Relay extends DurableObject<Env> {
       if (page.more) {
         // Too far behind to send in one go: each subscriber would be more than 1 MiB behind.
         this.closeAll(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON, true);
-        this.advance(end);
+        this.advance(end, false);
         return;
       }
       if (page.frames.length !== gapEnd - last || page.frames[0]?.seq !== last + 1) {
         // History no longer holds the hole: nothing newer is sent across it.
         this.closeAll(HISTORY_GAP_CLOSE, HISTORY_GAP_REASON, false);
-        this.advance(end);
+        this.advance(end, false);
         return;
       }
       fresh = [...page.frames, ...fresh];
+      sockets = this.openSockets(); // subscribers may have come or gone while it waited
     }
-    this.sendLive(fresh);
-    this.advance(end);
+    this.sendLive(fresh, sockets);
+    this.advance(end, true);
   }
 
-  /** `lastSeq` moves to `seq` (stored while there are subscribers, so it survives eviction). */
-  private advance(seq: number): void {
+  /**
+   * `lastSeq` moves to `seq`; stored (so it survives eviction) when the relay has subscribers — not
+   * after it closed them all, since it is about to leave and delete its storage.
+   */
+  private advance(seq: number, store: boolean): void {
     this.lastSeq = Math.max(this.lastSeq ?? 0, seq);
-    for (const [ws, floor] of this.floors) if (floor <= this.lastSeq) this.floors.delete(ws);
-    if (this.subscriberCount() > 0) this.store();
+    if (this.floors.size > 0) for (const [ws, floor] of this.floors) if (floor <= this.lastSeq) this.floors.delete(ws);
+    if (store) this.store();
   }
 
   /** A joining subscriber's replay: messages after `floor` up to `lastSeq`, then live. */
@@ -276,11 +281,11 @@ export class Relay extends DurableObject<Env> {
   }
 
   /** Sends frames to every live subscriber; one that falls 1 MiB behind is closed, never waited for. */
-  private sendLive(frames: LiveFrame[]): void {
+  private sendLive(frames: LiveFrame[], sockets: WebSocket[]): void {
     if (frames.length === 0) return;
     let closed = 0;
     let slow = 0;
-    for (const ws of this.openSockets()) {
+    for (const ws of sockets) {
       if (this.joining.has(ws)) continue;
       const floor = this.floors.get(ws);
       try {
