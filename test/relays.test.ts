@@ -106,11 +106,17 @@ async function openSse(ch: string, query = "", customEnv: Env = relayEnv) {
  * Waits until every subscriber of `ch` is gone and its relays have left: the relays' reports and
  * storage deletions finish inside the test that caused them, not after the file ends.
  */
-async function settled(ch: string): Promise<void> {
+async function settled(ch: string, relays = 12): Promise<void> {
   await until(async () => {
     const s = await stats(ch);
     return s.occupancy === 0 && s.relays === 0;
   }, "every relay of the channel to leave");
+  for (let k = 0; k < relays; k++) {
+    await until(
+      async () => (await runInDurableObject(relayStub(ch, k), (r) => r.counts())).last_seq === null,
+      `relay ${k} to forget the channel`,
+    );
+  }
 }
 
 /** Resolves with the close event once the client side of `ws` sees the socket close. */
@@ -168,6 +174,16 @@ describe("fan-out over relays", () => {
     expect(after.relay_sends_total - before.relay_sends_total).toBeLessThanOrEqual(12 * N);
     for (const s of sockets) s.ws.close();
     for (const s of streams) await s.close();
+    await settled(ch);
+  });
+
+  it("concurrent subscribes never overfill a relay: each slot is reserved when it is given", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const subs = await Promise.all(Array.from({ length: 25 }, () => openSocket(ch, "", relayEnv)));
+    expect(await stats(ch)).toMatchObject({ occupancy: 25, relays: 3 });
+    const counts = await Promise.all([0, 1, 2].map((k) => runInDurableObject(relayStub(ch, k), (r) => r.counts())));
+    expect(counts.map((c) => c.websockets)).toEqual([10, 10, 5]);
+    for (const s of subs) s.ws.close();
     await settled(ch);
   });
 
