@@ -22,16 +22,9 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { TargetJson } from "./config";
-import { activeChannelsStub } from "./stubs";
 
 /** Channels the dashboard's "recently seen" list keeps. */
 const SEEN_KEPT = 1000;
-
-/**
- * @deprecated The object's stub is src/stubs.ts's `activeChannelsStub`; this alias stays only until
- * src/channel-object.ts imports that instead.
- */
-export const samplerRegistry = activeChannelsStub;
 
 export interface RunStart {
   /** Channels to visit, with the generation of their mark (0 for throttled-only channels). */

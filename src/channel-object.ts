@@ -1,8 +1,13 @@
 /**
- * ChannelObject — one Durable Object per channel (SQLite storage). It owns the channel's order and
- * fan-out: assigns sequence numbers, keeps the last `HISTORY_LIMIT` messages for history and resume,
- * remembers `Idempotency-Key`s for 10 minutes, delivers to hibernatable WebSockets and to SSE streams,
- * and counts delivered and dropped messages per sampling period for the sampler.
+ * ChannelObject — one Durable Object per channel (SQLite storage). It owns the channel's order:
+ * assigns sequence numbers, keeps the last `HISTORY_LIMIT` messages for history and resume, remembers
+ * `Idempotency-Key`s for 10 minutes, and counts delivered and dropped messages per sampling period for
+ * the sampler.
+ *
+ * Its subscribers are not here: they are spread over relays (src/relay.ts, docs/api.md "Relays").
+ * The channel keeps the registry of its relays (src/relay-registry.ts: which relay a new subscriber
+ * goes to, how full each is) and sends each batch once per relay, concurrently, each on its own
+ * ordered line (src/relay-pipe.ts) that the publish never waits for.
  *
  * The analytics channel's object is the record of dropped messages (docs/operations.md): it keeps
  * every copy for `ANALYTICS_RETENTION` instead of `HISTORY_LIMIT`, indexed by source channel and by
@@ -17,42 +22,26 @@
  * (functions/sampler.ts) to the last period, and every answer to a publish or a drop report carries
  * the resulting rate back to the Worker isolate that sent it.
  *
- * The Worker talks to it by RPC (publish, history, stats, …) and forwards subscribe requests with
- * `fetch`, because a WebSocket upgrade has to travel as an HTTP request.
+ * The Worker talks to it by RPC (publish, history, stats, relay assignment, …); relays call it to
+ * report their counts and to fetch what they missed from its history.
  */
 import { DurableObject } from "cloudflare:workers";
-import { nextDropRate, roundRate } from "../functions/sampler";
-import { samplerRegistry } from "./active-channels";
+import { nextDropRate, type PeriodCounts, roundRate } from "../functions/sampler";
 import { parseChannelName } from "./channels";
 import { getConfig, parseTarget, type Target, type TargetJson, targetFor } from "./config";
+import { frame, type LiveFrame, type MessageFields, takeFrameBytes } from "./frames";
+import { relayName } from "./placement";
+import { RelayPipe } from "./relay-pipe";
+import { type RelayEntry, RelayRegistry, type RelayReport } from "./relay-registry";
+import { activeChannelsStub, relayStub } from "./stubs";
+import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "./subscriber-bounds";
 
 /** How long an Idempotency-Key is remembered (docs/api.md, POST /v1/publish). */
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
-/**
- * Bytes a subscriber may be behind — a WebSocket's unread `bufferedAmount`, an SSE stream's queued
- * bytes, or a replay on connect — before it is closed ({@link SLOW_CONSUMER_CLOSE}; an SSE stream
- * ends): 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md, "Slow subscribers").
- */
-export const SUBSCRIBER_MAX_BEHIND_BYTES = 1024 * 1024;
-/** The close code for a WebSocket subscriber that fell too far behind; it may resume with `?after=`. */
-export const SLOW_CONSUMER_CLOSE = 4008;
-const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?after=<last seq received>";
-/** The close code for a subscriber that sent a frame other than `ping` (policy violation). */
-export const SUBSCRIBER_SPOKE_CLOSE = 1008;
-const SUBSCRIBER_SPOKE_REASON = 'subscribers do not send frames; only "ping" is answered ("pong")';
 /** Idempotency-Key expiry waits at least this long after an alarm, so steady keyed traffic does not make it fire for every key. */
 const ALARM_SLACK_MS = 60_000;
 /** How long past its time a cached alarm may be before {@link ChannelObject.scheduleAlarm} sets it again. */
 const ALARM_LOST_MS = 60_000;
-/** `WebSocket.OPEN`. */
-const OPEN = 1;
-/**
- * Most bytes of messages one history page, export page or resume replay carries (at least one
- * message). The analytics channel keeps far more than `HISTORY_LIMIT`, and a page of 1,000 of the
- * largest copies would be 33 MB in one call; with the shipped `HISTORY_LIMIT` other channels never
- * reach it.
- */
-export const PAGE_MAX_BYTES = 4 * 1024 * 1024;
 /** Expired copies deleted per statement, and at most per alarm run before the object yields. */
 export const EXPIRE_BATCH = 1000;
 export const EXPIRE_PER_RUN = 20_000;
@@ -113,26 +102,42 @@ export interface RecordCounts {
   oldest_dropped_at: number | null;
 }
 
-/** Counts for one sampling period, handed to the sampler and then reset. */
-export interface PeriodCounts {
+/**
+ * One sampling period, handed to the sampler and then reset: the law's own counts
+ * (functions/sampler.ts; `occupancy` totals every relay) and what the sweep needs beside them.
+ */
+export interface ChannelPeriod {
   channel: string | null;
-  delivered: number;
-  dropped: number;
-  offered: number;
-  elapsed_ms: number;
-  period_started_at: number;
-  occupancy: number;
+  counts: PeriodCounts;
+  /** When the period began (epoch ms). */
+  startedAt: number;
   /** The fast loop's current rate, or null when the channel has no fast loop. */
-  fast_rate: ChannelRate;
+  fastRate: ChannelRate;
   /** When the fast loop last decided (epoch ms), or null when it never has. */
-  fast_decided_at: number | null;
+  fastDecidedAt: number | null;
 }
+
+/** What a relay's report is answered: whether to leave (it is empty), and the channel's head seq. */
+export interface RelayReportAnswer {
+  leave: boolean;
+  head: number;
+}
+
+/** A slot on a relay for one subscriber, with the channel's head seq when it was taken. */
+export type RelayAssignment =
+  | { relay: string; group: string; k: number; reservation: string; head: number }
+  | { full: true };
 
 export interface ChannelStats {
   channel: string | null;
+  /** Subscribers of every relay together. */
   occupancy: number;
   websockets: number;
   sse: number;
+  /** Relays serving the channel. */
+  relays: number;
+  /** Delivery calls made from the channel to its relays (each carries one batch, or the head only). */
+  relay_sends_total: number;
   last_seq: number;
   delivered_total: number;
   dropped_total: number;
@@ -144,38 +149,15 @@ export interface ChannelStats {
   record: RecordCounts | null;
 }
 
-interface SseClient {
-  writer: WritableStreamDefaultWriter<Uint8Array>;
-  /** Ends the reader's stream cleanly and discards what is still queued for it. */
-  terminate: () => void;
-  closed: boolean;
-}
-
-const encoder = new TextEncoder();
-
-/**
- * An SSE stream's backlog, counted in bytes. One chunk carries every frame of a flush (the runtime
- * moves a stream chunk by chunk, so a frame per chunk could not keep up with a busy channel), and the
- * bound counts the chunk's bytes: a reader of small frames and one of large frames are held to the
- * same memory.
- */
-const SSE_QUEUE: QueuingStrategy<Uint8Array> = {
-  highWaterMark: SUBSCRIBER_MAX_BEHIND_BYTES,
-  size: (chunk) => chunk.byteLength,
-};
-
-/** Events as one chunk for every SSE reader (read-only once written). */
-function sseChunk(events: string[]): Uint8Array {
-  return encoder.encode(events.join(""));
-}
-
 type CounterName =
   | "next_seq"
   | "delivered_total"
   | "dropped_total"
   | "copy_failures_total"
-  /** Subscribers (WebSocket or SSE) disconnected for falling too far behind. */
+  /** Subscribers (WebSocket or SSE) disconnected for falling too far behind, as relays report them. */
   | "slow_consumers_closed"
+  /** Delivery calls made to relays. */
+  | "relay_sends_total"
   | "period_delivered"
   | "period_dropped"
   | "period_started_at"
@@ -196,7 +178,18 @@ type CounterName =
 export class ChannelObject extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private readonly counters = new Map<CounterName, number>();
-  private readonly sse = new Set<SseClient>();
+  /** The channel's relays; active ones are stored in the `relays` table. */
+  private readonly relays = new RelayRegistry(
+    {
+      save: (e) => this.saveRelay(e),
+      remove: (name) => {
+        if (!this.wiped) this.sql.exec("DELETE FROM relays WHERE name = ?", name);
+      },
+    },
+    (group, k) => relayName(this.channel ?? "", group, k),
+  );
+  /** The delivery line to each active relay (memory only: a new instance starts new lines). */
+  private readonly pipes = new Map<string, RelayPipe>();
   private channel: string | null = null;
   private lastSample: unknown = null;
   /** An activity report to the sampler's registry in flight (once per period). */
@@ -213,8 +206,6 @@ export class ChannelObject extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    // `ping` is answered by the runtime without waking the object, so an idle channel stays asleep.
-    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     ctx.blockConcurrencyWhile(async () => {
       this.alarmAt = await ctx.storage.getAlarm();
       // A channel never written to (a history read or stats of a name nobody used) creates nothing:
@@ -237,6 +228,16 @@ export class ChannelObject extends DurableObject<Env> {
         if (row.name === "fast_rate") this.fastRate = Number(row.value) || 0;
         if (row.name === "target") this.toldTarget = JSON.parse(row.value) as TargetJson | null;
       }
+      this.relays.load(
+        this.sql
+          .exec<RelayRow>("SELECT name, grp, k, websockets, sse FROM relays")
+          .toArray()
+          .map((r) => ({ ...r, group: r.grp })),
+      );
+      // A new instance (restart, eviction) does not know what its relays got: a batch that was on its
+      // way when the old one went is lost on the line, so each relay hears the head and repairs. A
+      // publish arriving first does the same with its own call, and then no extra call is made.
+      if (this.relays.size > 0) setTimeout(() => this.syncRelays(), 0);
     });
   }
 
@@ -250,6 +251,8 @@ export class ChannelObject extends DurableObject<Env> {
     this.sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)");
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS relays (
+        name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, websockets INTEGER NOT NULL, sse INTEGER NOT NULL)`);
   }
 
   /** Before any use of storage: the tables, if an idle expiry deleted them. */
@@ -270,12 +273,15 @@ export class ChannelObject extends DurableObject<Env> {
   async publishMany(cmds: PublishCommand[]): Promise<PublishManyResult> {
     this.revive();
     const outcomes: PublishOutcome[] = [];
+    let sends = 0;
     this.inBatch(() => {
+      sends = this.saveRelaySends();
       for (const cmd of cmds) outcomes.push(this.applyOne(cmd));
       this.trimHistory(this.counter("next_seq"));
     });
+    this.unsavedSends -= sends;
     const appended = outcomes.some((o) => o.status === "delivered" && !o.replayed);
-    if (appended) this.flushLive();
+    if (appended) this.fanOut();
     // A message published straight to the analytics channel is kept for the retention too.
     if (appended && this.isRecord()) this.scheduleExpiry();
     const keyed = cmds.filter((c) => c.idempotencyKey).map((c) => c.now);
@@ -333,12 +339,15 @@ export class ChannelObject extends DurableObject<Env> {
     this.remember(channel);
     this.becomeRecord();
     let last = this.counter("next_seq");
+    let sends = 0;
     this.inBatch(() => {
+      sends = this.saveRelaySends();
       for (const item of items) last = this.append(item.data, item.publisher, now, item).seq;
       this.bump({ copies_total: items.length });
       this.set({ last_publish_at: now });
     });
-    this.flushLive();
+    this.unsavedSends -= sends;
+    this.fanOut();
     this.scheduleExpiry();
     return last;
   }
@@ -432,12 +441,14 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   stats(): ChannelStats {
-    const websockets = this.openSockets().length;
+    const { websockets, sse } = this.relays.totals(Date.now());
     return {
       channel: this.channel,
-      occupancy: websockets + this.sse.size,
+      occupancy: websockets + sse,
       websockets,
-      sse: this.sse.size,
+      sse,
+      relays: this.relays.active().length,
+      relay_sends_total: this.counter("relay_sends_total") + this.unsavedSends,
       last_seq: this.counter("next_seq"),
       delivered_total: this.counter("delivered_total"),
       dropped_total: this.counter("dropped_total"),
@@ -519,20 +530,16 @@ export class ChannelObject extends DurableObject<Env> {
    * sampler passes the channel's effective target (a runtime one included), which the fast loop uses
    * from then on.
    */
-  takePeriod(now: number, target?: TargetJson | null): PeriodCounts {
+  takePeriod(now: number, target?: TargetJson | null): ChannelPeriod {
     if (this.wiped) {
       // Nothing stored (never used, or expired as idle): a sampler visit must not bring it back.
       if (target !== undefined) this.setTarget(target);
       return {
         channel: this.channel,
-        delivered: 0,
-        dropped: 0,
-        offered: 0,
-        elapsed_ms: 0,
-        period_started_at: now,
-        occupancy: this.occupancy(),
-        fast_rate: this.currentRate(),
-        fast_decided_at: null,
+        counts: { delivered: 0, dropped: 0, elapsedMs: 0, occupancy: this.occupancy() },
+        startedAt: now,
+        fastRate: this.currentRate(),
+        fastDecidedAt: null,
       };
     }
     if (target !== undefined) this.setTarget(target);
@@ -543,14 +550,10 @@ export class ChannelObject extends DurableObject<Env> {
     this.ensureExpiry();
     return {
       channel: this.channel,
-      delivered,
-      dropped,
-      offered: delivered + dropped,
-      elapsed_ms: Math.max(0, now - started),
-      period_started_at: started,
-      occupancy: this.occupancy(),
-      fast_rate: this.currentRate(),
-      fast_decided_at: this.counter("fast_decided_at") || null,
+      counts: { delivered, dropped, elapsedMs: Math.max(0, now - started), occupancy: this.occupancy() },
+      startedAt: started,
+      fastRate: this.currentRate(),
+      fastDecidedAt: this.counter("fast_decided_at") || null,
     };
   }
 
@@ -662,6 +665,7 @@ export class ChannelObject extends DurableObject<Env> {
     this.channel = null;
     this.lastSample = null;
     this.pendingLive = [];
+    this.forgetRelays();
     this.sampledCache = null;
     this.lastSeenReport = 0;
     this.fastRate = 0;
@@ -780,8 +784,10 @@ export class ChannelObject extends DurableObject<Env> {
     return this.fastTargetCache;
   }
 
+  /** Subscribers of every relay, and those on their way to one (slots reserved). */
   private occupancy(): number {
-    return this.openSockets().length + this.sse.size;
+    const t = this.relays.totals(Date.now());
+    return t.websockets + t.sse + t.reserved;
   }
 
   /**
@@ -797,97 +803,131 @@ export class ChannelObject extends DurableObject<Env> {
     }
   }
 
-  // ---- subscribe (fetch) -------------------------------------------------------------------------
+  // ---- relays -------------------------------------------------------------------------------------
 
-  /** Subscribe: `GET /subscribe?channel=…&mode=ws|sse&after=<seq>`, already authorised by the Worker. */
-  override async fetch(request: Request): Promise<Response> {
+  /**
+   * A slot for one subscriber on a relay of its placement group (src/relay-registry.ts), or `full`
+   * past `maxSubscribers`. The Worker passes the capacities from its configuration. Answers the head
+   * seq too: the subscriber gets every message after it (or after its `?after=`, if lower).
+   */
+  assignRelay(channel: string, group: string, capacity: number, maxSubscribers: number): RelayAssignment {
     this.revive();
-    const url = new URL(request.url);
-    const channel = url.searchParams.get("channel") ?? "";
     this.remember(channel);
     this.ensureExpiry();
-    const afterText = url.searchParams.get("after");
-    const after = afterText === null ? null : Number(afterText);
-    if (url.searchParams.get("mode") === "ws") {
-      const pair = new WebSocketPair();
-      const [client, server] = [pair[0], pair[1]];
-      this.ctx.acceptWebSocket(server);
-      server.serializeAttachment({ connected_at: Date.now() });
-      // Replay and go live in one synchronous step: no publish can run in between, so nothing is
-      // skipped or repeated. A replay past the byte bound sends what fits, then closes like a slow
-      // subscriber: the client resumes with ?after= the last seq it got.
-      if (after !== null) {
-        const replay = this.replayFrames(after);
-        for (const f of replay.frames) server.send(f.text);
-        if (replay.more) {
-          server.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-          this.bump({ slow_consumers_closed: 1 });
-        }
-      }
-      return new Response(null, { status: 101, webSocket: client });
-    }
-    // Backlog is counted on the writable side, in bytes (SSE_QUEUE): desiredSize goes to 0 once the
-    // reader is SUBSCRIBER_MAX_BEHIND_BYTES behind.
-    let terminate = () => {};
-    const stream = new TransformStream<Uint8Array, Uint8Array>(
-      {
-        start(controller) {
-          terminate = () => controller.terminate();
-        },
-      },
-      SSE_QUEUE,
-    );
-    const client: SseClient = { writer: stream.writable.getWriter(), terminate, closed: false };
-    this.writeSse(client, sseChunk([": subscribed\nretry: 1000\n\n"]));
-    if (after !== null) {
-      const replay = this.replayFrames(after);
-      if (replay.frames.length > 0) this.writeSse(client, sseChunk(replay.frames.map(sseEvent)));
-      if (replay.more) {
-        // What fits, then a clean end: EventSource reconnects with Last-Event-ID for the rest.
-        client.closed = true;
-        client.writer.close().catch(() => {});
-        this.bump({ slow_consumers_closed: 1 });
-        return sseResponse(stream.readable);
-      }
-    }
-    this.sse.add(client);
-    client.writer.closed.then(
-      () => this.dropSse(client),
-      () => this.dropSse(client),
-    );
-    return sseResponse(stream.readable);
+    const now = Date.now();
+    this.relays.sweep(now);
+    const a = this.relays.assign(group, capacity, maxSubscribers, now);
+    if ("full" in a) return a;
+    const entry = this.relays.get(a.relay) as RelayEntry;
+    return { ...a, group, k: entry.k, head: this.counter("next_seq") };
   }
 
   /**
-   * Subscribers do not talk (docs/api.md, "Subscribing"): `ping` never gets here (the runtime answers
-   * it), so any frame that does — text or binary, of any size — closes that socket with 1008. It is
-   * never published.
+   * A relay's counts after a change (src/relay.ts): joins confirm their reserved slots, and a relay
+   * reported empty with no slot reserved leaves. Its first report puts it on the delivery list.
    */
-  override webSocketMessage(ws: WebSocket, _message: string | ArrayBuffer): void {
-    try {
-      ws.close(SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON);
-    } catch {
-      // already closed
+  relayReport(channel: string, report: RelayReport): RelayReportAnswer {
+    const empty = report.websockets + report.sse === 0;
+    // A relay emptied after the channel deleted itself keeps it deleted.
+    if (this.wiped && empty) return { leave: true, head: 0 };
+    this.revive();
+    this.remember(channel);
+    const answer = this.relays.report(report, Date.now());
+    if (report.slowClosed > 0) this.bump({ slow_consumers_closed: report.slowClosed });
+    if (answer.leave) {
+      this.pipes.get(report.relay)?.stop();
+      this.pipes.delete(report.relay);
+      this.subscriberLeft();
     }
-    this.subscriberLeft();
+    return { leave: answer.leave, head: this.counter("next_seq") };
   }
 
-  override webSocketClose(ws: WebSocket, code: number, _reason: string, _wasClean: boolean): void {
-    try {
-      ws.close(code === 1005 || code === 1006 ? 1000 : code, "closing");
-    } catch {
-      // already closed
+  /**
+   * Retained frames with seq in (`after`, `upTo`], oldest first, up to `maxBytes` (at least one;
+   * `more` when some were left out): a relay's repair of a hole and a joining subscriber's replay.
+   */
+  framesAfter(after: number, upTo: number, maxBytes: number): { frames: LiveFrame[]; more: boolean } {
+    if (this.wiped) return { frames: [], more: false };
+    const channel = this.channel ?? "";
+    const rows = this.sql.exec<MessageRow>(
+      "SELECT seq, id, data, published_at FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
+      after,
+      upTo,
+    );
+    // Read lazily: rows past the bound are never loaded.
+    function* frames(): Generator<LiveFrame> {
+      for (const r of rows) yield { seq: r.seq, text: frame(channel, r) };
     }
-    this.subscriberLeft();
+    return takeFrameBytes(frames(), Math.min(maxBytes, PAGE_MAX_BYTES));
   }
 
-  override webSocketError(ws: WebSocket, _error: unknown): void {
-    try {
-      ws.close(1011, "error");
-    } catch {
-      // already closed
+  /** Sends the messages appended by the last transaction to every active relay, on its own line. */
+  private fanOut(): void {
+    const messages = this.pendingLive;
+    this.pendingLive = [];
+    if (messages.length === 0) return;
+    const active = this.relays.active();
+    // No one listening (the analytics channel, usually): no frames to build.
+    if (active.length === 0) return;
+    const channel = this.channel ?? "";
+    const frames = messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
+    const head = this.counter("next_seq");
+    for (const e of active) this.pipeTo(e.name).push(frames, head);
+  }
+
+  /** After a restart: each relay no batch has been sent to yet hears the head (see the constructor). */
+  private syncRelays(): void {
+    const head = this.counter("next_seq");
+    for (const e of this.relays.active()) {
+      const pipe = this.pipeTo(e.name);
+      if (!pipe.used) pipe.sync(head);
     }
-    this.subscriberLeft();
+  }
+
+  private pipeTo(name: string): RelayPipe {
+    let pipe = this.pipes.get(name);
+    if (!pipe) {
+      pipe = new RelayPipe((frames, head) => {
+        this.unsavedSends++;
+        return relayStub(this.env, name).deliver(frames, head);
+      }, SUBSCRIBER_MAX_BEHIND_BYTES);
+      this.pipes.set(name, pipe);
+    }
+    return pipe;
+  }
+
+  /**
+   * Relay calls made since they were last stored. Counted in memory and stored with the next publish's
+   * counters (in its transaction, at no extra write): a counter write per relay call would cost more
+   * than the count is worth. Calls made after the last publish are lost if the object restarts.
+   */
+  private unsavedSends = 0;
+
+  /** Inside a publish's transaction: the calls counted since the last one go into `relay_sends_total`. */
+  private saveRelaySends(): number {
+    const n = this.unsavedSends;
+    if (n > 0) this.bump({ relay_sends_total: n });
+    return n;
+  }
+
+  private saveRelay(e: RelayEntry): void {
+    this.revive();
+    this.sql.exec(
+      "INSERT OR REPLACE INTO relays (name, grp, k, websockets, sse) VALUES (?, ?, ?, ?, ?)",
+      e.name,
+      e.group,
+      e.k,
+      e.websockets,
+      e.sse,
+    );
+  }
+
+  /** Deleted with everything else (idle expiry): no relay is left on a line. */
+  private forgetRelays(): void {
+    for (const pipe of this.pipes.values()) pipe.stop();
+    this.pipes.clear();
+    this.relays.clear();
+    this.unsavedSends = 0;
   }
 
   // ---- internals ---------------------------------------------------------------------------------
@@ -963,95 +1003,6 @@ export class ChannelObject extends DurableObject<Env> {
     if (this.isRecord()) return; // kept for ANALYTICS_RETENTION instead, trimmed by the alarm
     const limit = getConfig(this.env).historyLimit;
     if (lastSeq > limit) this.sql.exec("DELETE FROM messages WHERE seq <= ?", lastSeq - limit);
-  }
-
-  /** Sends messages appended by the last transaction to every live subscriber. */
-  private flushLive(): void {
-    const messages = this.pendingLive;
-    this.pendingLive = [];
-    if (messages.length === 0) return;
-    const sockets = this.openSockets();
-    // No one listening (the analytics channel, usually): no frames to build.
-    if (sockets.length === 0 && this.sse.size === 0) return;
-    const frames = this.liveFrames(messages);
-    let slow = 0;
-    for (const ws of sockets) {
-      try {
-        for (const f of frames) ws.send(f.text);
-        // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
-        // most the bound plus one batch, and never slows the others (sends do not block).
-        if (ws.bufferedAmount > SUBSCRIBER_MAX_BEHIND_BYTES) {
-          slow++;
-          ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-        }
-      } catch {
-        // A socket whose send fails is dropped without disturbing the others.
-        try {
-          ws.close(1011, "send failed");
-        } catch {
-          // already gone
-        }
-      }
-    }
-    if (this.sse.size > 0) {
-      const chunk = sseChunk(frames.map(sseEvent)); // written to every reader; counted per reader
-      for (const client of this.sse) if (!this.writeSse(client, chunk)) slow++;
-    }
-    if (slow > 0) this.bump({ slow_consumers_closed: slow });
-  }
-
-  /**
-   * Sockets still open: one this object closed stays listed until its peer answers the close, which
-   * a stalled reader never does, so it must not count as a subscriber nor be sent to.
-   */
-  private openSockets(): WebSocket[] {
-    return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
-  }
-
-  /**
-   * The replay for `?after=`: retained messages after `after`, oldest first, up to
-   * SUBSCRIBER_MAX_BEHIND_BYTES of frames (at least one); `more` when some were left out.
-   */
-  private replayFrames(after: number): { frames: LiveFrame[]; more: boolean } {
-    const channel = this.channel ?? "";
-    const frames: LiveFrame[] = [];
-    let bytes = 0;
-    for (const m of this.sql.exec<MessageRow>("SELECT * FROM messages WHERE seq > ? ORDER BY seq ASC", after)) {
-      const text = frame(channel, m);
-      bytes += utf8Length(text);
-      if (bytes > SUBSCRIBER_MAX_BEHIND_BYTES && frames.length > 0) return { frames, more: true };
-      frames.push({ seq: m.seq, text });
-    }
-    return { frames, more: false };
-  }
-
-  /** Wire frames for messages of this channel, with their seq (SSE uses it as the event id). */
-  private liveFrames(messages: MessageFields[]): LiveFrame[] {
-    const channel = this.channel ?? "";
-    return messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
-  }
-
-  /** Writes one chunk of events; false when this write found the reader too far behind and closed it. */
-  private writeSse(client: SseClient, chunk: Uint8Array): boolean {
-    if (client.closed) return true;
-    const backlog = client.writer.desiredSize;
-    if (backlog !== null && backlog <= 0) {
-      // The reader fell SUBSCRIBER_MAX_BEHIND_BYTES behind: close it rather than buffer without bound.
-      this.dropSse(client, true);
-      return false;
-    }
-    client.writer.write(chunk).catch(() => this.dropSse(client));
-    return true;
-  }
-
-  private dropSse(client: SseClient, abort = false): void {
-    if (client.closed) return;
-    client.closed = true;
-    this.sse.delete(client);
-    this.subscriberLeft();
-    // A clean end (the client reconnects with Last-Event-ID), not an error: aborting the stream made
-    // workerd log an uncaught exception for every reader cut off. The queued backlog is discarded.
-    if (abort) client.terminate();
   }
 
   /** Set once this object has received analytics copies (stored in meta as "record"). */
@@ -1158,7 +1109,7 @@ export class ChannelObject extends DurableObject<Env> {
     const reported = this.counter("period_marked");
     const weight = this.periodWeight();
     this.set({ period_marked: weight });
-    const registry = samplerRegistry(this.env);
+    const registry = activeChannelsStub(this.env);
     this.marking = registry.markActive(channel, weight).then(
       (lastRunAt) => {
         // A channel idle through earlier runs starts its period at the last run, not long before.
@@ -1188,7 +1139,7 @@ export class ChannelObject extends DurableObject<Env> {
     const now = Date.now();
     if (now - this.lastSeenReport < 60_000 || channel === getConfig(this.env).analyticsChannel.name) return;
     this.lastSeenReport = now;
-    const registry = samplerRegistry(this.env);
+    const registry = activeChannelsStub(this.env);
     this.marking = registry.markSeen(channel, now).then(
       () => {
         this.marking = null;
@@ -1270,41 +1221,13 @@ function takeBytes(cursor: Iterable<MessageRow>): { rows: MessageRow[]; cut: boo
   return { rows, cut: false };
 }
 
-/** The wire frame (docs/api.md, GET /v1/subscribe), built as text so the payload is never parsed again. */
-function frame(channel: string, r: MessageFields): string {
-  return `{"type":"message","channel":${JSON.stringify(channel)},"seq":${r.seq},"id":${JSON.stringify(r.id)},"data":${r.data},"published_at":${r.published_at}}`;
-}
-
-interface LiveFrame {
-  seq: number;
-  text: string;
-}
-
-type MessageFields = Pick<MessageRow, "seq" | "id" | "data" | "published_at">;
-
-/** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */
-function sseEvent(f: LiveFrame): string {
-  return `id: ${f.seq}\nevent: message\ndata: ${f.text}\n\n`;
-}
-
-function sseResponse(body: ReadableStream<Uint8Array>): Response {
-  return new Response(body, {
-    headers: {
-      "content-type": "text/event-stream; charset=utf-8",
-      "cache-control": "no-cache, no-transform",
-      "x-accel-buffering": "no",
-    },
-  });
-}
-
-/** UTF-8 size of a string without encoding it. */
-function utf8Length(s: string): number {
-  let n = s.length;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0x80) n += c >= 0x800 && (c < 0xd800 || c > 0xdfff) ? 2 : 1;
-  }
-  return n;
+interface RelayRow {
+  [key: string]: SqlStorageValue;
+  name: string;
+  grp: string;
+  k: number;
+  websockets: number;
+  sse: number;
 }
 
 /** The order of magnitude of a period's message count, for the sampler's busiest-first order. */

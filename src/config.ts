@@ -67,6 +67,10 @@ export interface Config {
   historyTtlMs: number;
   /** Most channels one sampler run visits, busiest first (docs/operations.md). */
   samplerMaxChannels: number;
+  /** Most subscribers one relay serves; a new relay opens when all of a group's are full (docs/api.md, "Relays"). */
+  relayCapacity: number;
+  /** Most subscribers one channel serves over all its relays; past it a subscribe answers 503. */
+  maxSubscribers: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults). */
@@ -97,6 +101,8 @@ export const CONFIG_VARIABLES = [
   "ANALYTICS_RETENTION",
   "HISTORY_TTL",
   "SAMPLER_MAX_CHANNELS",
+  "RELAY_CAPACITY",
+  "MAX_SUBSCRIBERS",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -208,6 +214,24 @@ function longDuration(variable: string, text: string | undefined, fallback: stri
   return ms;
 }
 
+/**
+ * Most WebSockets one Durable Object may hold with the Hibernation API; a relay is meant to stay far
+ * below it (CPU binds first: each batch is one send per socket on one thread).
+ */
+export const MAX_RELAY_CAPACITY = 32_768;
+
+/** `RELAY_CAPACITY`: a whole number from 1 to {@link MAX_RELAY_CAPACITY}. */
+function relayCapacity(text: string | undefined): number {
+  const n = positiveInt("RELAY_CAPACITY", text, 1000);
+  if (n > MAX_RELAY_CAPACITY) {
+    throw new ConfigError(
+      "RELAY_CAPACITY",
+      `"${n}" is more WebSockets than one object may hold (${MAX_RELAY_CAPACITY})`,
+    );
+  }
+  return n;
+}
+
 /** The shortest fast-loop period: below 1 s a period holds too few messages to measure a rate. */
 export const MIN_FAST_PERIOD_MS = 1000;
 
@@ -260,6 +284,8 @@ export function parseConfig(raw: RawConfig): Config {
     analyticsRetentionMs: longDuration("ANALYTICS_RETENTION", raw.ANALYTICS_RETENTION, "7d"),
     historyTtlMs: longDuration("HISTORY_TTL", raw.HISTORY_TTL, "7d"),
     samplerMaxChannels: positiveInt("SAMPLER_MAX_CHANNELS", raw.SAMPLER_MAX_CHANNELS, 500),
+    relayCapacity: relayCapacity(raw.RELAY_CAPACITY),
+    maxSubscribers: positiveInt("MAX_SUBSCRIBERS", raw.MAX_SUBSCRIBERS, 100_000),
   };
 }
 

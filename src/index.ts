@@ -12,6 +12,7 @@ export { LimiterShard } from "./limiter-shard";
 export { MetricsStore } from "./metrics";
 export { RateLimiter } from "./rate-limiter";
 export { RefreshLedger } from "./refresh-ledger";
+export { Relay } from "./relay";
 
 export default {
   fetch: app.fetch,

@@ -142,23 +142,18 @@ async function sampleChannel(
   const target = effectiveTarget(config, parseChannelName(channel), runtimeTarget);
   if (!target) return { channel, skipped: "no target" };
   const stub = channelStub(env, channel);
-  const [counts, storedText] = await Promise.all([
+  const [taken, storedText] = await Promise.all([
     stub.takePeriod(now, targetJson(target)),
     env.THROTTLE_KV.get(rateKey(channel)),
   ]);
   const stored = storedText === null ? null : parseStoredRate(storedText);
-  const period = {
-    delivered: counts.delivered,
-    dropped: counts.dropped,
-    elapsedMs: counts.elapsed_ms,
-    occupancy: counts.occupancy,
-  };
+  const period = taken.counts;
   // Without its own key the channel runs at the global rate (or the fallback).
   const current = stored ?? globalRate;
   // The fast loop's rate when it decided during this period (finer and fresher, same law); else the
   // law on this period's counts — a channel whose fast loop did not run, idle ones included.
-  const fast = counts.fast_rate !== null && (counts.fast_decided_at ?? 0) > counts.period_started_at;
-  const next = fast ? roundRate(counts.fast_rate ?? 0) : roundRate(nextDropRate(period, current, target));
+  const fast = taken.fastRate !== null && (taken.fastDecidedAt ?? 0) > taken.startedAt;
+  const next = fast ? roundRate(taken.fastRate ?? 0) : roundRate(nextDropRate(period, current, target));
   // Only a meaningful change of the rate the channel runs at is written (KV: one write per second per
   // key, each write billed, a run's operations capped). A new channel under its target that already
   // runs at 0 gets no key; one that the global rate would throttle gets its own 0, so the global rate
@@ -169,14 +164,14 @@ async function sampleChannel(
     channel,
     sampled_at: now,
     target: targetJson(target),
-    offered: counts.offered,
-    delivered: counts.delivered,
-    dropped: counts.dropped,
-    elapsed_ms: counts.elapsed_ms,
-    occupancy: counts.occupancy,
+    offered: period.delivered + period.dropped,
+    delivered: period.delivered,
+    dropped: period.dropped,
+    elapsed_ms: period.elapsedMs,
+    occupancy: period.occupancy,
     offered_rate: round3(offeredRate(period)),
     // Unlimited (a delivery budget with nobody subscribed) shows as null.
-    allowed_rate: round3(allowedMessageRate(target, counts.occupancy)),
+    allowed_rate: round3(allowedMessageRate(target, period.occupancy)),
     old_rate: stored,
     new_rate: written ? next : current,
     written,

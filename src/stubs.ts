@@ -51,6 +51,11 @@ export function refreshLedgerStub(env: Env, subject: string) {
   return env.REFRESH_LEDGER.get(objectId(env.REFRESH_LEDGER, subject));
 }
 
+/** A relay of a channel, by relay name (src/placement.ts names them). */
+export function relayStub(env: Env, relay: string) {
+  return env.RELAY.get(objectId(env.RELAY, relay));
+}
+
 /** A rate-limit shard's `LimiterShard` object (the buckets of every key hashed to it), by shard name. */
 export function limiterShardStub(env: Env, shard: string) {
   return env.LIMITER_SHARD.get(objectId(env.LIMITER_SHARD, shard));

@@ -47,6 +47,27 @@ describe("parseConfig", () => {
     }
   });
 
+  it("RELAY_CAPACITY and MAX_SUBSCRIBERS: 1000 and 100000; bad values fail closed naming the variable", async () => {
+    const { env } = await import("cloudflare:workers");
+    expect(parseConfig(rawConfigFrom(env))).toMatchObject({ relayCapacity: 1000, maxSubscribers: 100_000 });
+    expect(parseConfig({})).toMatchObject({ relayCapacity: 1000, maxSubscribers: 100_000 });
+    expect(parseConfig({ RELAY_CAPACITY: "32768", MAX_SUBSCRIBERS: "5" })).toMatchObject({
+      relayCapacity: 32_768,
+      maxSubscribers: 5,
+    });
+    for (const [name, value] of [
+      ["RELAY_CAPACITY", "0"],
+      ["RELAY_CAPACITY", "32769"],
+      ["RELAY_CAPACITY", "many"],
+      ["MAX_SUBSCRIBERS", "0"],
+      ["MAX_SUBSCRIBERS", "-1"],
+      ["MAX_SUBSCRIBERS", "1e6"],
+    ] as const) {
+      expect(() => parseConfig({ [name]: value }), `${name}=${value}`).toThrow(ConfigError);
+      expect(() => parseConfig({ [name]: value })).toThrow(name);
+    }
+  });
+
   it("raises a burst below the rate, and treats empty or 0 burst as the rate", () => {
     expect(parseConfig({ PUBLISH_RATE: "50/s", PUBLISH_BURST: "10" }).publish?.burst).toBe(50);
     expect(parseConfig({ PUBLISH_RATE: "50/s", PUBLISH_BURST: "0" }).publish?.burst).toBe(50);

@@ -12,9 +12,9 @@ import {
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
-import { samplerRegistry } from "../src/active-channels";
 import worker from "../src/index";
 import { OVERVIEW_MAX_CHANNELS } from "../src/routes/dashboard";
+import { activeChannelsStub } from "../src/stubs";
 import { adminHeaders, callAndWait, envWith, mint, openSocket, publishAndWait, uniq } from "./helpers";
 
 async function cron(): Promise<void> {
@@ -156,7 +156,7 @@ describe("GET /v1/admin/overview", () => {
       channel: `public:dash.${uniq("m")}`,
       at: at + i,
     }));
-    await runInDurableObject(samplerRegistry(env), (registry) => {
+    await runInDurableObject(activeChannelsStub(env), (registry) => {
       for (const s of seen) registry.markSeen(s.channel, s.at);
     });
     const body = await overview("?within=1h");
@@ -215,7 +215,7 @@ describe("one view of a channel", () => {
     const e = envWith({ ANALYTICS_CHANNEL: analytics });
     await env.THROTTLE_KV.put(rateKey(analytics), "0.5");
     await env.THROTTLE_KV.put(rateKey(plain), "0.25");
-    const registry = samplerRegistry(env);
+    const registry = activeChannelsStub(env);
     await registry.markSeen(analytics);
     await registry.markSeen(plain);
     const get = async (path: string) => {

@@ -80,12 +80,24 @@ export async function setRate(channel: string, rate: number): Promise<void> {
 /** A message frame as subscribers and history get it: the client's type. */
 export type Frame = Message;
 
-/** Opens a WebSocket subscription through the Worker and collects frames. */
+/**
+ * Opens a WebSocket subscription through the Worker and collects frames; with `customEnv`, through a
+ * Worker with that configuration (RELAY_CAPACITY, say).
+ */
 export async function openSocket(
   channel: string,
   query = "",
+  customEnv?: Env,
 ): Promise<{ ws: WebSocket; frames: Frame[]; next: (n: number) => Promise<Frame[]> }> {
-  const res = await call(`/v1/subscribe/${channel}${query}`, { headers: { upgrade: "websocket" } });
+  const path = `/v1/subscribe/${channel}${query}`;
+  // Through a custom Worker, each from its own client IP: many subscribers must not share one read budget.
+  const res = customEnv
+    ? await worker.fetch(
+        new Request(BASE + path, { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } }),
+        customEnv,
+        createExecutionContext(),
+      )
+    : await call(path, { headers: { upgrade: "websocket" } });
   if (res.status !== 101 || !res.webSocket) throw new Error(`subscribe failed: ${res.status} ${await res.text()}`);
   const ws = res.webSocket;
   const frames: Frame[] = [];

@@ -5,7 +5,8 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { type ChannelStats, SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/channel-object";
+import type { ChannelStats } from "../src/channel-object";
+import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/subscriber-bounds";
 import { base64UrlEncode, signToken } from "../src/tokens";
 import {
   ADMIN,

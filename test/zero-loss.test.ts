@@ -2,15 +2,22 @@
  * The zero-loss invariant, end to end in workerd: whatever the drop rate, every message that answered
  * 200 reaches every subscriber exactly once in seq order, every message that answered 202 is on the
  * analytics channel exactly once, retries with an Idempotency-Key change nothing, and the counters and
- * metrics agree with the answers.
+ * metrics agree with the answers — with the channel's subscribers on one relay, and on a relay each
+ * (RELAY_CAPACITY 1: every batch crosses several relays, and the resume lands on a new one).
  */
+
+import { createExecutionContext } from "cloudflare:test";
 import { readSse } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
+import worker from "../src/index";
 import {
   adminHeaders,
-  call,
+  BASE,
   callAndWait,
+  env,
+  envWith,
   type Frame,
+  freshIp,
   mint,
   openSocket,
   publishAndWait,
@@ -54,7 +61,10 @@ async function messageCounts(): Promise<{ delivered: number; dropped: number }> 
   };
 }
 
-describe("zero loss under throttling", () => {
+describe.each([
+  ["on one relay", env],
+  ["on a relay each", envWith({ RELAY_CAPACITY: "1" })],
+])("zero loss under throttling, subscribers %s", (_name, subscribeEnv) => {
   it("every 200 reaches every subscriber once in order, every 202 is on the analytics channel once", {
     timeout: SLOW_TEST_MS,
   }, async () => {
@@ -64,12 +74,18 @@ describe("zero loss under throttling", () => {
     await setRate(ch, 0.4);
     const metricsBefore = await messageCounts();
 
-    const wsA = await openSocket(ch);
-    let wsB = await openSocket(ch);
-    const sseRes = await call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } });
+    const wsA = await openSocket(ch, "", subscribeEnv);
+    let wsB = await openSocket(ch, "", subscribeEnv);
+    const sseRes = await worker.fetch(
+      new Request(`${BASE}/v1/subscribe/${ch}`, {
+        headers: { accept: "text/event-stream", "cf-connecting-ip": freshIp() },
+      }),
+      subscribeEnv,
+      createExecutionContext(),
+    );
     expect(sseRes.status).toBe(200);
     const sse = collectSse(sseRes);
-    const analytics = await openSocket(ANALYTICS, `?token=${analyst}`);
+    const analytics = await openSocket(ANALYTICS, `?token=${analyst}`, subscribeEnv);
     const analyticsBefore = analytics.frames.length;
 
     const delivered = new Map<number, number>(); // payload i → seq
@@ -84,7 +100,7 @@ describe("zero loss under throttling", () => {
       }
       if (i === 200) {
         const last = framesB.length ? (framesB[framesB.length - 1] as Frame).seq : 0;
-        wsB = await openSocket(ch, `?after=${last}`);
+        wsB = await openSocket(ch, `?after=${last}`, subscribeEnv);
       }
       const key = i % 7 === 0 ? `k-${i}` : undefined;
       const headers: Record<string, string> = key ? { "idempotency-key": key } : {};
@@ -131,11 +147,13 @@ describe("zero loss under throttling", () => {
       delivered_total: number;
       dropped_total: number;
       last_seq: number;
+      relays: number;
     };
     expect(stats).toMatchObject({
       delivered_total: delivered.size,
       dropped_total: dropped.size,
       last_seq: delivered.size,
+      relays: subscribeEnv === env ? 1 : 3,
     });
     const metricsAfter = await messageCounts();
     expect(metricsAfter.delivered - metricsBefore.delivered).toBe(delivered.size);

@@ -156,6 +156,14 @@ const AnalyticsRecord = z
 const ChannelStatsSchema = ChannelViewSchema.extend({
   websockets: z.number().int(),
   sse: z.number().int(),
+  relays: z
+    .number()
+    .int()
+    .openapi({ description: "Relays serving the channel; occupancy, websockets and sse count them all." }),
+  relay_sends_total: z
+    .number()
+    .int()
+    .openapi({ description: "Channel-to-relay delivery calls made (each carries a batch of messages)." }),
   last_seq: z.number().int(),
   analytics_copy_failures_total: z.number().int(),
   slow_consumers_closed: z.number().int(),
@@ -186,6 +194,8 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
     occupancy,
     websockets: stats.websockets,
     sse: stats.sse,
+    relays: stats.relays,
+    relay_sends_total: stats.relay_sends_total,
     last_seq: stats.last_seq,
     delivered_total,
     dropped_total,

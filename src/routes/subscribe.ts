@@ -6,13 +6,15 @@
  * Subscribe order: channel → mode → the token is verified (signature, expiry, type) → one budget is
  * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
  * that does not verify), so nobody can spend or read another subject's budget → private channels
- * need that verified token with scope and channel → the channel's object takes the connection.
- * Every refusal is a plain HTTP response before upgrade.
+ * need that verified token with scope and channel → the channel reserves a slot on a relay of the
+ * subscriber's placement group (`MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
+ * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
  */
 import { Hono } from "hono";
 import * as z from "zod";
 import type { AppEnv } from "../app-env";
 import { readBudget, subscribeBudget } from "../budgets";
+import type { RelayAssignment } from "../channel-object";
 import type { ChannelName } from "../channels";
 import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../errors";
 import {
@@ -26,7 +28,9 @@ import {
   verifyAccess,
 } from "../http";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
+import { placementGroup } from "../placement";
 import { channelStub } from "../services";
+import { relayStub } from "../stubs";
 import type { VerifiedToken } from "../tokens";
 
 /**
@@ -61,6 +65,9 @@ function presentedToken(request: Request, query: string | undefined, protocols: 
   if (query !== undefined && query.length > 0) return query;
   return null;
 }
+
+/** `Retry-After` of a subscribe refused at `MAX_SUBSCRIBERS`: subscribers come and go by the second. */
+export const FULL_RETRY_AFTER_S = 5;
 
 export const subscribe = new Hono<AppEnv>();
 
@@ -155,13 +162,35 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
     checkGrant(verified, "subscribe", channel);
   }
 
-  const target = new URL("https://channel.internal/subscribe");
-  target.searchParams.set("channel", channel.name);
-  target.searchParams.set("mode", upgrade ? "ws" : "sse");
-  if (after !== null) target.searchParams.set("after", String(after));
-  const res = await orUnavailable("channel", () =>
-    channelStub(c.env, channel.name).fetch(new Request(target, c.req.raw)),
+  const slot = await orUnavailable(
+    "channel",
+    async (): Promise<RelayAssignment> =>
+      await channelStub(c.env, channel.name).assignRelay(
+        channel.name,
+        placementGroup(c.req.raw),
+        svc.config.relayCapacity,
+        svc.config.maxSubscribers,
+      ),
   );
+  if ("full" in slot) {
+    throw new ApiError(
+      "unavailable",
+      "channel has as many subscribers as it serves (MAX_SUBSCRIBERS); retry later",
+      {},
+      { "retry-after": String(FULL_RETRY_AFTER_S) },
+    );
+  }
+  const target = new URL("https://relay.internal/subscribe");
+  target.searchParams.set("channel", channel.name);
+  target.searchParams.set("relay", slot.relay);
+  target.searchParams.set("group", slot.group);
+  target.searchParams.set("k", String(slot.k));
+  target.searchParams.set("reservation", slot.reservation);
+  target.searchParams.set("mode", upgrade ? "ws" : "sse");
+  target.searchParams.set("head", String(slot.head));
+  // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
+  target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
+  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(new Request(target, c.req.raw)));
   // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);
   for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);

@@ -1,0 +1,59 @@
+/**
+ * The subscriber wire format (docs/api.md, GET /v1/subscribe): one message as its JSON text frame,
+ * and as one SSE event. Built once where a message is appended (the channel) and sent as text to
+ * every relay, so no relay parses or re-encodes a payload.
+ */
+
+/** The fields of a stored message a frame carries. */
+export interface MessageFields {
+  seq: number;
+  id: string;
+  /** The payload as minified JSON text. */
+  data: string;
+  published_at: number;
+}
+
+/** One message's frame with its seq (SSE uses the seq as the event id; relays use it for order). */
+export interface LiveFrame {
+  seq: number;
+  text: string;
+}
+
+/** The wire frame, built as text so the payload is never parsed again. */
+export function frame(channel: string, m: MessageFields): string {
+  return `{"type":"message","channel":${JSON.stringify(channel)},"seq":${m.seq},"id":${JSON.stringify(m.id)},"data":${m.data},"published_at":${m.published_at}}`;
+}
+
+/** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */
+export function sseEvent(f: LiveFrame): string {
+  return `id: ${f.seq}\nevent: message\ndata: ${f.text}\n\n`;
+}
+
+const encoder = new TextEncoder();
+
+/** Events as one chunk for every SSE reader (read-only once written). */
+export function sseChunk(events: string[]): Uint8Array {
+  return encoder.encode(events.join(""));
+}
+
+/** UTF-8 size of a string without encoding it. */
+export function utf8Length(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0x80) n += c >= 0x800 && (c < 0xd800 || c > 0xdfff) ? 2 : 1;
+  }
+  return n;
+}
+
+/** Frames until they hold `maxBytes` (at least one); `more` when frames were left out. */
+export function takeFrameBytes(frames: Iterable<LiveFrame>, maxBytes: number): { frames: LiveFrame[]; more: boolean } {
+  const out: LiveFrame[] = [];
+  let bytes = 0;
+  for (const f of frames) {
+    bytes += utf8Length(f.text);
+    if (bytes > maxBytes && out.length > 0) return { frames: out, more: true };
+    out.push(f);
+  }
+  return { frames: out, more: false };
+}

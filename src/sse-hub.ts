@@ -1,0 +1,109 @@
+/**
+ * A relay's Server-Sent Events subscribers (docs/api.md, "Subscribing"; "Slow subscribers"): each
+ * reader is a stream whose backlog is counted in bytes on its writable side, so a reader that falls
+ * {@link SUBSCRIBER_MAX_BEHIND_BYTES} behind is cut off (a clean end: the client reconnects with
+ * `Last-Event-ID`) instead of being buffered for without bound, and never slows the others (writes do
+ * not wait).
+ */
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./subscriber-bounds";
+
+export interface SseClient {
+  writer: WritableStreamDefaultWriter<Uint8Array>;
+  /** Ends the reader's stream cleanly and discards what is still queued for it. */
+  terminate: () => void;
+  closed: boolean;
+  /** Messages up to this seq were replayed (or predate the subscription): never sent live. */
+  floor: number;
+}
+
+/**
+ * One chunk carries every frame of a flush (the runtime moves a stream chunk by chunk, so a frame
+ * per chunk could not keep up with a busy channel), and the bound counts the chunk's bytes: a reader
+ * of small frames and one of large frames are held to the same memory.
+ */
+const SSE_QUEUE: QueuingStrategy<Uint8Array> = {
+  highWaterMark: SUBSCRIBER_MAX_BEHIND_BYTES,
+  size: (chunk) => chunk.byteLength,
+};
+
+const SSE_HELLO = new TextEncoder().encode(": subscribed\nretry: 1000\n\n");
+
+export class SseHub {
+  /** Live readers (a reader still being replayed to is not here yet). */
+  readonly live = new Set<SseClient>();
+  /** Readers connected and not yet gone: live ones and those being replayed to. */
+  readonly all = new Set<SseClient>();
+
+  /** @param onLeave called once when a reader goes (cut off, ended, or disconnected). */
+  constructor(private readonly onLeave: () => void) {}
+
+  /** Readers connected now, live or being replayed to. */
+  get size(): number {
+    return this.all.size;
+  }
+
+  /** A new reader with the stream's greeting queued; not live until {@link goLive}. */
+  connect(floor: number): { client: SseClient; response: Response } {
+    let terminate = () => {};
+    const stream = new TransformStream<Uint8Array, Uint8Array>(
+      {
+        start(controller) {
+          terminate = () => controller.terminate();
+        },
+      },
+      SSE_QUEUE,
+    );
+    const client: SseClient = { writer: stream.writable.getWriter(), terminate, closed: false, floor };
+    this.all.add(client);
+    client.writer.closed.then(
+      () => this.drop(client),
+      () => this.drop(client),
+    );
+    this.write(client, SSE_HELLO);
+    return { client, response: sseResponse(stream.readable) };
+  }
+
+  goLive(client: SseClient): void {
+    if (!client.closed) this.live.add(client);
+  }
+
+  /** Writes one chunk of events; false when this write found the reader too far behind and cut it off. */
+  write(client: SseClient, chunk: Uint8Array): boolean {
+    if (client.closed) return true;
+    const backlog = client.writer.desiredSize;
+    if (backlog !== null && backlog <= 0) {
+      this.drop(client, true);
+      return false;
+    }
+    client.writer.write(chunk).catch(() => this.drop(client));
+    return true;
+  }
+
+  /** Ends a reader's stream after what was written (a replay past the bound, a gap in history). */
+  end(client: SseClient): void {
+    if (client.closed) return;
+    client.writer.close().catch(() => {});
+    this.drop(client);
+  }
+
+  private drop(client: SseClient, abort = false): void {
+    if (client.closed) return;
+    client.closed = true;
+    this.live.delete(client);
+    this.all.delete(client);
+    // A clean end (the client reconnects with Last-Event-ID), not an error: aborting the stream made
+    // workerd log an uncaught exception for every reader cut off. The queued backlog is discarded.
+    if (abort) client.terminate();
+    this.onLeave();
+  }
+}
+
+export function sseResponse(body: ReadableStream<Uint8Array>): Response {
+  return new Response(body, {
+    headers: {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache, no-transform",
+      "x-accel-buffering": "no",
+    },
+  });
+}

@@ -1,0 +1,112 @@
+/**
+ * The channel's line to one relay (src/relay-pipe.ts), with a recorded send in place of the relay: one
+ * call at a time in order, batches queued behind a call go as one, the queue is bounded in bytes (the
+ * oldest go and the head tells the relay to repair), and a failed call is followed by head-only calls
+ * after a backoff (fake timers) until one gets through.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import type { LiveFrame } from "../src/frames";
+import { PIPE_MAX_RETRIES, PIPE_RETRY_BASE_MS, RelayPipe } from "../src/relay-pipe";
+
+const f = (seq: number, text = `m${seq}`): LiveFrame => ({ seq, text });
+
+/** A send that records each call and stays in flight until settled by the test. */
+function recorder() {
+  const calls: { seqs: number[]; head: number; settle: (ok: boolean) => void }[] = [];
+  const send = (frames: LiveFrame[], head: number) =>
+    new Promise<void>((resolve, reject) => {
+      calls.push({
+        seqs: frames.map((x) => x.seq),
+        head,
+        settle: (ok) => (ok ? resolve() : reject(new Error("relay failed"))),
+      });
+    });
+  return { calls, send };
+}
+
+/** Lets the promise callbacks of a settled call run. */
+const turn = () => new Promise<void>((r) => queueMicrotask(r)).then(() => Promise.resolve());
+
+describe("relay pipe", () => {
+  beforeEach(() => {
+    vi.useFakeTimers();
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("sends one call at a time, in order, and coalesces what queued behind a call into one", async () => {
+    const { calls, send } = recorder();
+    const pipe = new RelayPipe(send, 1024);
+    pipe.push([f(1)], 1);
+    pipe.push([f(2)], 2);
+    pipe.push([f(3), f(4)], 4);
+    expect(calls.map((c) => c.seqs)).toEqual([[1]]);
+    calls[0]?.settle(true);
+    await turn();
+    expect(calls.map((c) => [c.seqs, c.head])).toEqual([
+      [[1], 1],
+      [[2, 3, 4], 4],
+    ]);
+    expect(pipe.sent).toBe(2);
+  });
+
+  it("lets the oldest queued frames go past its byte bound, keeping the newest and the head", async () => {
+    const { calls, send } = recorder();
+    const pipe = new RelayPipe(send, 10);
+    pipe.push([f(1, "xxxx")], 1);
+    for (let s = 2; s <= 6; s++) pipe.push([f(s, "xxxx")], s); // 20 bytes queued behind the call
+    calls[0]?.settle(true);
+    await turn();
+    // 2..4 were let go: the relay sees the gap before 5 and fetches it from history.
+    expect(calls[1]).toMatchObject({ seqs: [5, 6], head: 6 });
+  });
+
+  it("after a failed call, retries with the head only after a backoff, until a call gets through", async () => {
+    const { calls, send } = recorder();
+    const pipe = new RelayPipe(send, 1024);
+    pipe.push([f(1)], 1);
+    calls[0]?.settle(false);
+    await turn();
+    expect(calls).toHaveLength(1); // nothing at once
+    await vi.advanceTimersByTimeAsync(PIPE_RETRY_BASE_MS);
+    expect(calls[1]).toMatchObject({ seqs: [], head: 1 });
+    calls[1]?.settle(false);
+    await turn();
+    await vi.advanceTimersByTimeAsync(PIPE_RETRY_BASE_MS); // the second waits twice as long
+    expect(calls).toHaveLength(2);
+    await vi.advanceTimersByTimeAsync(PIPE_RETRY_BASE_MS);
+    expect(calls[2]).toMatchObject({ seqs: [], head: 1 });
+    calls[2]?.settle(true);
+    await turn();
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(calls).toHaveLength(3);
+  });
+
+  it(`gives up after ${PIPE_MAX_RETRIES} retries; the next push carries the head`, async () => {
+    const { calls, send } = recorder();
+    const pipe = new RelayPipe(send, 1024);
+    pipe.push([f(1)], 1);
+    for (let i = 0; i <= PIPE_MAX_RETRIES; i++) {
+      calls[i]?.settle(false);
+      await turn();
+      await vi.advanceTimersByTimeAsync(PIPE_RETRY_BASE_MS * 2 ** i);
+    }
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(calls).toHaveLength(PIPE_MAX_RETRIES + 1);
+    pipe.push([f(2)], 2);
+    expect(calls.at(-1)).toMatchObject({ seqs: [2], head: 2 });
+  });
+
+  it("a stopped line sends nothing more", async () => {
+    const { calls, send } = recorder();
+    const pipe = new RelayPipe(send, 1024);
+    pipe.push([f(1)], 1);
+    calls[0]?.settle(false);
+    pipe.stop();
+    await turn();
+    await vi.advanceTimersByTimeAsync(60_000);
+    pipe.push([f(2)], 2);
+    expect(calls).toHaveLength(1);
+  });
+});

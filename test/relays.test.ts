@@ -1,0 +1,443 @@
+/**
+ * Relays (docs/api.md, "Relays"): a channel's subscribers spread over relay objects with
+ * RELAY_CAPACITY 10 (a Worker with that configuration; the channel and relays take the capacities the
+ * Worker passes), real sockets in workerd. Every subscriber gets every message once, in order, across
+ * relays, a relay's eviction, failed calls and a resume on another relay; a slow relay or subscriber
+ * holds up nobody else; empty relays leave and keep nothing; MAX_SUBSCRIBERS answers 503; stats and
+ * the sampler's delivery budget count every relay.
+ */
+import { createExecutionContext, evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import worker from "../src/index";
+import { relayName } from "../src/placement";
+import { Relay } from "../src/relay";
+import {
+  adminHeaders,
+  BASE,
+  callAndWait,
+  env,
+  envWith,
+  type Frame,
+  freshIp,
+  mint,
+  openSocket,
+  publishTo,
+  SLOW_TEST_MS,
+  uniq,
+  withFailing,
+} from "./helpers";
+
+const CAPACITY = 10;
+const relayEnv = envWith({ RELAY_CAPACITY: String(CAPACITY) });
+
+const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+const relayStub = (ch: string, k: number) => env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", k)));
+
+async function publisher(): Promise<string> {
+  return (await mint({ sub: uniq("pub"), channels: ["public:relays.*"], rl: "100000/s" })).access_token;
+}
+
+interface Stats {
+  occupancy: number;
+  websockets: number;
+  sse: number;
+  relays: number;
+  relay_sends_total: number;
+  last_seq: number;
+  target_rate: number | null;
+}
+
+async function stats(ch: string): Promise<Stats> {
+  return (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as Stats;
+}
+
+/** Polls (no fixed sleep) until `ready()` holds. */
+async function until(ready: () => boolean | Promise<boolean>, what: string, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await ready())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** An SSE subscription through the relay-capacity Worker, collecting frames in the background. */
+async function openSse(ch: string, query = "", customEnv: Env = relayEnv) {
+  const res = await worker.fetch(
+    new Request(`${BASE}/v1/subscribe/${ch}${query}`, {
+      headers: { accept: "text/event-stream", "cf-connecting-ip": freshIp() },
+    }),
+    customEnv,
+    createExecutionContext(),
+  );
+  if (res.status !== 200 || !res.body) throw new Error(`SSE subscribe failed: ${res.status} ${await res.text()}`);
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  const frames: Frame[] = [];
+  let ended = false;
+  let buf = "";
+  const pump = (async () => {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buf += value;
+      for (let idx = buf.indexOf("\n\n"); idx >= 0; idx = buf.indexOf("\n\n")) {
+        const data = buf
+          .slice(0, idx)
+          .split("\n")
+          .find((l) => l.startsWith("data: "));
+        buf = buf.slice(idx + 2);
+        if (data) frames.push(JSON.parse(data.slice(6)) as Frame);
+      }
+    }
+    ended = true;
+  })().catch(() => {
+    ended = true;
+  });
+  return {
+    frames,
+    ended: () => ended,
+    close: async () => {
+      await reader.cancel().catch(() => {});
+      await pump;
+    },
+  };
+}
+
+/**
+ * Waits until every subscriber of `ch` is gone and its relays have left: the relays' reports and
+ * storage deletions finish inside the test that caused them, not after the file ends.
+ */
+async function settled(ch: string, relays = 12): Promise<void> {
+  await until(async () => {
+    const s = await stats(ch);
+    return s.occupancy === 0 && s.relays === 0;
+  }, "every relay of the channel to leave");
+  for (let k = 0; k < relays; k++) {
+    await until(
+      async () => (await runInDurableObject(relayStub(ch, k), (r) => r.counts())).last_seq === null,
+      `relay ${k} to forget the channel`,
+    );
+  }
+}
+
+/** Resolves with the close event once the client side of `ws` sees the socket close. */
+function closed(ws: WebSocket): Promise<{ code: number; reason: string }> {
+  return new Promise((resolve) => ws.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason })));
+}
+
+const seqs = (frames: Frame[]) => frames.map((f) => f.seq);
+const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
+
+/** Every table a Durable Object has, with its row count: empty means it stores nothing. */
+async function storedTables(stub: DurableObjectStub): Promise<Record<string, number>> {
+  return runInDurableObject(stub, (_i, state) => {
+    const out: Record<string, number> = {};
+    const tables = state.storage.sql
+      .exec<{ name: string }>(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'",
+      )
+      .toArray();
+    for (const { name } of tables) {
+      out[name] = state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM "${name}"`).one().n;
+    }
+    return out;
+  });
+}
+
+describe("fan-out over relays", () => {
+  it("120 subscribers (WebSocket and SSE) over 12 relays each get every message once, in seq order", {
+    timeout: SLOW_TEST_MS,
+  }, async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const sockets: Awaited<ReturnType<typeof openSocket>>[] = [];
+    const streams: Awaited<ReturnType<typeof openSse>>[] = [];
+    for (let i = 0; i < 120; i++) {
+      if (i % 3 === 2) streams.push(await openSse(ch));
+      else sockets.push(await openSocket(ch, "", relayEnv));
+    }
+    const before = await stats(ch);
+    expect(before).toMatchObject({ occupancy: 120, websockets: 80, sse: 40, relays: 12 });
+    // Publishes in flight together: batches coalesce on each relay's line, order must hold anyway.
+    const N = 30;
+    for (let i = 0; i < N; i += 5) {
+      const answers = await Promise.all(range(i, i + 4).map((k) => publishTo(ch, t, { k })));
+      for (const a of answers) expect(a.status).toBe(200);
+    }
+    for (const s of sockets) await s.next(N);
+    await until(() => streams.every((s) => s.frames.length >= N), "every SSE frame");
+    for (const frames of [...sockets.map((s) => s.frames), ...streams.map((s) => s.frames)]) {
+      expect(seqs(frames)).toEqual(range(1, N));
+    }
+    // One call per relay per batch at most: sends grow with relays, never with subscribers.
+    const after = await stats(ch);
+    expect(after.relay_sends_total - before.relay_sends_total).toBeGreaterThanOrEqual(12);
+    expect(after.relay_sends_total - before.relay_sends_total).toBeLessThanOrEqual(12 * N);
+    for (const s of sockets) s.ws.close();
+    for (const s of streams) await s.close();
+    await settled(ch);
+  });
+
+  it("concurrent subscribes never overfill a relay: each slot is reserved when it is given", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const subs = await Promise.all(Array.from({ length: 25 }, () => openSocket(ch, "", relayEnv)));
+    expect(await stats(ch)).toMatchObject({ occupancy: 25, relays: 3 });
+    const counts = await Promise.all([0, 1, 2].map((k) => runInDurableObject(relayStub(ch, k), (r) => r.counts())));
+    expect(counts.map((c) => c.websockets)).toEqual([10, 10, 5]);
+    for (const s of subs) s.ws.close();
+    await settled(ch);
+  });
+
+  it("with fewer subscribers than RELAY_CAPACITY there is one relay", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < CAPACITY; i++) subs.push(await openSocket(ch, "", relayEnv));
+    expect(await stats(ch)).toMatchObject({ occupancy: CAPACITY, relays: 1 });
+    const one = await openSocket(ch, "", relayEnv);
+    expect(await stats(ch)).toMatchObject({ occupancy: CAPACITY + 1, relays: 2 });
+    for (const s of [...subs, one]) s.ws.close();
+    await settled(ch);
+  });
+});
+
+describe("order and repair", () => {
+  it("a relay evicted mid-stream continues without a gap: its WebSockets and last seq survive", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    for (const s of subs) await s.next(3);
+    await evictDurableObject(relayStub(ch, 0));
+    for (let i = 4; i <= 6; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    for (const s of subs) expect(seqs(await s.next(6))).toEqual(range(1, 6));
+    expect(await runInDurableObject(relayStub(ch, 0), (r) => r.counts())).toMatchObject({
+      websockets: 10,
+      last_seq: 6,
+    });
+    for (const s of subs) s.ws.close();
+    await settled(ch);
+  });
+
+  it("a relay reset by an abort drops its sockets, and its subscribers resume elsewhere with no gap or repeat", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    for (const s of subs) await s.next(3);
+    // The object is thrown away mid-stream: the runtime disconnects its WebSockets (unlike an
+    // eviction, which they survive hibernated).
+    await expect(
+      runInDurableObject(relayStub(ch, 0), (_r, state) => {
+        state.abort("reset for the test");
+      }),
+    ).rejects.toThrow();
+    const [dropped, kept] = [subs.slice(0, CAPACITY), subs.slice(CAPACITY)];
+    await until(() => dropped.every((s) => s.ws.readyState !== WebSocket.OPEN), "the reset relay's sockets to drop");
+    for (let i = 4; i <= 6; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    for (const s of kept) expect(seqs(await s.next(6))).toEqual(range(1, 6));
+    // Each resumes after the last seq it got, on whichever relay it is given.
+    for (const s of dropped) {
+      const back = await openSocket(ch, `?after=${s.frames.at(-1)?.seq}`, relayEnv);
+      expect(seqs([...s.frames, ...(await back.next(3))])).toEqual(range(1, 6));
+      back.ws.close();
+    }
+    for (const s of kept) s.ws.close();
+    await settled(ch);
+  });
+
+  it("calls to a relay that failed are repaired from history before anything newer, even if the channel goes quiet", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    expect((await publishTo(ch, t, 1)).status).toBe(200);
+    for (const s of subs) await s.next(1);
+    // Relay 0 fails every call while 2..4 are published (the relay aborted mid-stream); relay 1 gets them.
+    await withFailing(
+      Relay,
+      "deliver",
+      "relay aborted",
+      async () => {
+        for (let i = 2; i <= 4; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+        for (const s of subs.slice(CAPACITY)) await s.next(4);
+      },
+      (relay) => (relay.identity as { k: number } | null)?.k === 0,
+    );
+    // No publish follows: the channel's line retries with the head, and the relay fetches the hole.
+    for (const s of subs) expect(seqs(await s.next(4))).toEqual(range(1, 4));
+    expect((await publishTo(ch, t, 5)).status).toBe(200);
+    for (const s of subs) expect(seqs(await s.next(5))).toEqual(range(1, 5));
+    for (const s of subs) s.ws.close();
+    await settled(ch);
+  });
+
+  it("a relay whose hole history no longer holds closes its subscribers with 4009 instead of skipping", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const sub = await openSocket(ch, "", relayEnv);
+    const done = closed(sub.ws);
+    expect((await publishTo(ch, t, 0)).status).toBe(200);
+    await sub.next(1);
+    // The relay misses 110 messages: more than HISTORY_LIMIT (100) keeps.
+    await withFailing(Relay, "deliver", "relay aborted", async () => {
+      for (let i = 1; i <= 110; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    });
+    expect((await publishTo(ch, t, 111)).status).toBe(200);
+    expect(await done).toMatchObject({ code: 4009 });
+    expect(seqs(sub.frames)).toEqual([1]);
+    await settled(ch);
+  });
+
+  it("a subscriber that resumes on a different relay gets exactly what it missed, then live", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < CAPACITY; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const leaver = subs[0] as Awaited<ReturnType<typeof openSocket>>;
+    for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    const seen = await leaver.next(3);
+    leaver.ws.close();
+    // Its slot on relay 0 is taken by someone else before it comes back.
+    await until(async () => (await stats(ch)).occupancy === CAPACITY - 1, "the leave to be counted");
+    const taker = await openSocket(ch, "", relayEnv);
+    for (let i = 4; i <= 6; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    const back = await openSse(ch, `?after=${seen.at(-1)?.seq}`);
+    expect(await runInDurableObject(relayStub(ch, 1), (r) => r.counts())).toMatchObject({ sse: 1 });
+    expect((await publishTo(ch, t, 7)).status).toBe(200);
+    await until(() => back.frames.length >= 4, "the resumed frames");
+    expect(seqs([...seen, ...back.frames])).toEqual(range(1, 7));
+    for (const s of [...subs.slice(1), taker]) s.ws.close();
+    await back.close();
+    await settled(ch);
+  });
+});
+
+describe("independence", () => {
+  it("a relay that stalls holds up neither the publisher nor the other relays, and then catches up in order", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const proto = Relay.prototype as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    const original = proto.deliver as (...a: unknown[]) => Promise<unknown>;
+    let release = () => {};
+    const stalled = new Promise<void>((r) => {
+      release = r;
+    });
+    proto.deliver = async function (this: { identity: { k: number } | null }, ...args: unknown[]) {
+      if (this.identity?.k === 0) await stalled;
+      return original.apply(this, args);
+    };
+    try {
+      for (let i = 1; i <= 5; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+      for (const s of subs.slice(CAPACITY)) expect(seqs(await s.next(5))).toEqual(range(1, 5));
+      expect(subs.slice(0, CAPACITY).every((s) => s.frames.length === 0)).toBe(true);
+    } finally {
+      release();
+      proto.deliver = original;
+    }
+    for (const s of subs) expect(seqs(await s.next(5))).toEqual(range(1, 5));
+    for (const s of subs) s.ws.close();
+    await settled(ch);
+  });
+
+  it("a stalled subscriber on one relay is closed past 1 MiB and slows nobody, on its relay or another", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const res = await worker.fetch(
+      new Request(`${BASE}/v1/subscribe/${ch}`, { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } }),
+      relayEnv,
+      createExecutionContext(),
+    );
+    const stalledWs = res.webSocket;
+    if (!stalledWs) throw new Error("no socket");
+    // Never accepted: nothing is read, so its relay's sends pile up in its buffer.
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 14; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const big = "x".repeat(30_000);
+    for (let i = 1; i <= 60; i++) {
+      await channelStub(ch).publishMany([
+        { channel: ch, data: JSON.stringify({ i, big }), publisher: "p", action: "deliver", now: Date.now() },
+      ]);
+    }
+    for (const s of subs) expect(seqs(await s.next(60))).toEqual(range(1, 60));
+    await until(async () => (await stats(ch)).occupancy === 14, "the stalled subscriber's close to be counted");
+    const done = closed(stalledWs);
+    stalledWs.accept();
+    expect(await done).toMatchObject({ code: 4008 });
+    for (const s of subs) s.ws.close();
+    await settled(ch);
+  });
+});
+
+describe("counts", () => {
+  it("empty relays leave the registry and keep no storage", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const sse = await openSse(ch);
+    expect((await publishTo(ch, t, 1)).status).toBe(200);
+    for (const s of subs) await s.next(1);
+    expect(await storedTables(relayStub(ch, 0))).toMatchObject({ relay: 1 });
+    for (const s of subs) s.ws.close();
+    await sse.close();
+    await until(async () => (await stats(ch)).relays === 0, "the relays to leave");
+    expect(await stats(ch)).toMatchObject({ occupancy: 0, websockets: 0, sse: 0, relays: 0 });
+    for (const k of [0, 1])
+      await until(
+        async () => Object.keys(await storedTables(relayStub(ch, k))).length === 0,
+        `relay ${k} to delete its storage`,
+      );
+    expect(await storedTables(channelStub(ch))).toMatchObject({ relays: 0 });
+    // Still works from scratch: a new subscriber opens relay 0 again.
+    const again = await openSocket(ch, "", relayEnv);
+    expect((await publishTo(ch, t, 2)).status).toBe(200);
+    expect(seqs(await again.next(1))).toEqual([2]);
+    again.ws.close();
+    await settled(ch);
+  });
+
+  it("past MAX_SUBSCRIBERS a subscribe answers 503 unavailable with Retry-After, before any upgrade", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const capped = envWith({ RELAY_CAPACITY: "2", MAX_SUBSCRIBERS: "3" });
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 3; i++) subs.push(await openSocket(ch, "", capped));
+    const modes: Record<string, string>[] = [{ upgrade: "websocket" }, { accept: "text/event-stream" }];
+    for (const headers of modes) {
+      const res = await worker.fetch(
+        new Request(`${BASE}/v1/subscribe/${ch}`, { headers: { ...headers, "cf-connecting-ip": freshIp() } }),
+        capped,
+        createExecutionContext(),
+      );
+      expect(res.status).toBe(503);
+      expect(res.webSocket).toBeNull();
+      expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      expect(await res.json()).toMatchObject({ code: "unavailable", meta: { code: "UNAVAILABLE" } });
+    }
+    expect(await stats(ch)).toMatchObject({ occupancy: 3, relays: 2 });
+    // A leave frees a place.
+    subs[0]?.ws.close();
+    await until(async () => (await stats(ch)).occupancy === 2, "the leave to be counted");
+    subs.push(await openSocket(ch, "", capped));
+    for (const s of subs.slice(1)) s.ws.close();
+    await settled(ch);
+  });
+
+  it("stats and the sampler's delivery budget count the subscribers of every relay", async () => {
+    // public:budget.* has the delivery budget {"deliveries":"40/s"} in the test configuration.
+    const ch = `public:budget.${uniq()}`;
+    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+    for (let i = 0; i < 20; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const streams = [];
+    for (let i = 0; i < 5; i++) streams.push(await openSse(ch));
+    const s = await stats(ch);
+    expect(s).toMatchObject({ occupancy: 25, websockets: 20, sse: 5, relays: 3 });
+    expect(s.target_rate).toBeCloseTo(40 / 25, 5);
+    const period = await runInDurableObject(channelStub(ch), (o) => o.takePeriod(Date.now()));
+    expect(period.counts.occupancy).toBe(25);
+    for (const x of subs) x.ws.close();
+    for (const x of streams) await x.close();
+    await settled(ch);
+  });
+});
