@@ -6,6 +6,7 @@ import { bearerAuth } from "hono/bearer-auth";
 import { createMiddleware } from "hono/factory";
 import type { AppEnv } from "./app-env";
 import { anyPatternMatches, type ChannelName, GrammarError, parseChannelName } from "./channels";
+import { DurationError, parseDuration } from "./durations";
 import { ApiError, invalidArgument, permissionDenied, unauthenticated } from "./errors";
 import { type SecretName, secretProblem } from "./secrets";
 import { type Scope, TokenError, type VerifiedToken, verifyToken } from "./tokens";
@@ -195,6 +196,16 @@ export function intParam(value: string | undefined | null, name: string, max = N
     throw invalidArgument(`${name} must be a whole number between 0 and ${max}`);
   }
   return Number(value);
+}
+
+/** A `within` query parameter (a duration, default 10m) in milliseconds. @throws ApiError 400 */
+export function withinParam(value: string | undefined): number {
+  try {
+    return parseDuration(value ?? "10m");
+  } catch (e) {
+    if (e instanceof DurationError) throw invalidArgument('within must be a duration such as "10m"');
+    throw e;
+  }
 }
 
 /**

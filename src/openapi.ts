@@ -75,6 +75,11 @@ export const ChannelPath = z.object({
   }),
 });
 
+/** The `?within=` of the recent-channel lists. */
+export const WithinQuery = z.object({
+  within: z.string().optional().openapi({ description: "A duration; default 10m.", example: "10m" }),
+});
+
 /** The admin bearer, `Authorization: Bearer <ADMIN_TOKEN>`. */
 export const ADMIN_ONLY = [{ admin: [] }];
 /** An access token: `Authorization: Bearer`, the `bearer.<token>` WebSocket subprotocol or `?token=`. */

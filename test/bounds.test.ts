@@ -21,6 +21,7 @@ import {
   openSocket,
   publishTo,
   readSse,
+  storedTables,
   uniq,
   withFailing,
 } from "./helpers";
@@ -77,22 +78,6 @@ async function fill(ch: string, count: number, bytes: number): Promise<void> {
       })),
     );
   }
-}
-
-/** Every table the object has, with its row count: empty means the object stores nothing. */
-async function storedTables(stub: DurableObjectStub): Promise<Record<string, number>> {
-  return runInDurableObject(stub, (_i, state) => {
-    const out: Record<string, number> = {};
-    const tables = state.storage.sql
-      .exec<{ name: string }>(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'",
-      )
-      .toArray();
-    for (const { name } of tables) {
-      out[name] = state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM "${name}"`).one().n;
-    }
-    return out;
-  });
 }
 
 describe("subscribers do not talk", () => {

@@ -142,7 +142,7 @@ export async function readSse(res: Response, n: number): Promise<{ id: string; d
 
 export { env };
 
-import { createExecutionContext, waitOnExecutionContext } from "cloudflare:test";
+import { createExecutionContext, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
 import worker from "../src/index";
 
 /**
@@ -233,4 +233,20 @@ export function perKey(
       return out;
     },
   };
+}
+
+/** Every table a Durable Object has, with its row count: empty means it stores nothing. */
+export async function storedTables(stub: DurableObjectStub): Promise<Record<string, number>> {
+  return runInDurableObject(stub, (_i, state) => {
+    const out: Record<string, number> = {};
+    const tables = state.storage.sql
+      .exec<{ name: string }>(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'",
+      )
+      .toArray();
+    for (const { name } of tables) {
+      out[name] = state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM "${name}"`).one().n;
+    }
+    return out;
+  });
 }

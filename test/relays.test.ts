@@ -23,6 +23,7 @@ import {
   openSocket,
   publishTo,
   SLOW_TEST_MS,
+  storedTables,
   uniq,
   withFailing,
 } from "./helpers";
@@ -126,22 +127,6 @@ function closed(ws: WebSocket): Promise<{ code: number; reason: string }> {
 
 const seqs = (frames: Frame[]) => frames.map((f) => f.seq);
 const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
-
-/** Every table a Durable Object has, with its row count: empty means it stores nothing. */
-async function storedTables(stub: DurableObjectStub): Promise<Record<string, number>> {
-  return runInDurableObject(stub, (_i, state) => {
-    const out: Record<string, number> = {};
-    const tables = state.storage.sql
-      .exec<{ name: string }>(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\'",
-      )
-      .toArray();
-    for (const { name } of tables) {
-      out[name] = state.storage.sql.exec<{ n: number }>(`SELECT COUNT(*) AS n FROM "${name}"`).one().n;
-    }
-    return out;
-  });
-}
 
 describe("fan-out over relays", () => {
   it("120 subscribers (WebSocket and SSE) over 12 relays each get every message once, in seq order", {

@@ -12,11 +12,10 @@ import type { AppEnv } from "../app-env";
 import { ChannelViewSchema, channelStats, channelView, runtimeTargets, targetOf } from "../channel-view";
 import type { ChannelName } from "../channels";
 import { type Config, parseTarget, type TargetJson, targetFor, targetJson } from "../config";
-import { DurationError, parseDuration } from "../durations";
-import { invalidArgument, orUnavailable } from "../errors";
-import { adminAuth, channelParam } from "../http";
+import { orUnavailable } from "../errors";
+import { adminAuth, channelParam, withinParam } from "../http";
 import { LimitError } from "../limits";
-import { ADMIN_ONLY, ChannelPath, documented, errors, json, route, TargetSchema } from "../openapi";
+import { ADMIN_ONLY, ChannelPath, documented, errors, json, route, TargetSchema, WithinQuery } from "../openapi";
 import { effectiveTarget, runSampler } from "../sampler-run";
 import { channelStub } from "../services";
 import { activeChannelsStub } from "../stubs";
@@ -317,11 +316,7 @@ const channelsRoute = route({
   path: "/channels",
   summary: "Channels with recent traffic (the dashboard's list)",
   security: ADMIN_ONLY,
-  request: {
-    query: z.object({
-      within: z.string().optional().openapi({ description: "A duration; default 10m.", example: "10m" }),
-    }),
-  },
+  request: { query: WithinQuery },
   responses: {
     200: json(
       z.object({ now: z.number().int(), channels: z.array(ChannelListEntry) }).openapi("ChannelList"),
@@ -334,13 +329,7 @@ const channelsRoute = route({
 /** Channels with traffic in the last `within` (default 10m), newest first, each with its view. */
 admin.get(documented(admin, channelsRoute), async (c) => {
   const svc = c.var.svc;
-  let withinMs: number;
-  try {
-    withinMs = parseDuration(c.req.query("within") ?? "10m");
-  } catch (e) {
-    if (e instanceof DurationError) throw invalidArgument('within must be a duration such as "10m"');
-    throw e;
-  }
+  const withinMs = withinParam(c.req.query("within"));
   const [seen, runtime] = await orUnavailable("sampler registry", () => {
     const registry = activeChannelsStub(c.env);
     return Promise.all([registry.recentlySeen(Date.now() - withinMs, 50), registry.targets()]);

@@ -10,11 +10,11 @@ import type { AppEnv } from "../app-env";
 import { targetRate } from "../channel-view";
 import { parseChannelName } from "../channels";
 import { targetJson, thinningFor } from "../config";
-import { DurationError, formatDuration, parseDuration } from "../durations";
-import { invalidArgument, orUnavailable } from "../errors";
-import { adminAuth } from "../http";
+import { formatDuration } from "../durations";
+import { orUnavailable } from "../errors";
+import { adminAuth, withinParam } from "../http";
 import { RATE_LIMIT_BUCKETS, seriesKey } from "../metrics";
-import { ADMIN_ONLY, documented, errors, json, route } from "../openapi";
+import { ADMIN_ONLY, documented, errors, json, route, WithinQuery } from "../openapi";
 import { type ChannelSample, effectiveTarget } from "../sampler-run";
 import { activeChannelsStub } from "../stubs";
 import { metricsSeries } from "./ops";
@@ -34,11 +34,7 @@ const overviewRoute = route({
   description:
     "Two object calls whatever the number of channels. A channel's occupancy and last_sample are the sampler's last period, not live counts.",
   security: ADMIN_ONLY,
-  request: {
-    query: z.object({
-      within: z.string().optional().openapi({ description: "A duration; default 10m.", example: "10m" }),
-    }),
-  },
+  request: { query: WithinQuery },
   responses: {
     200: json(
       z
@@ -52,13 +48,7 @@ const overviewRoute = route({
 
 dashboard.get(documented(dashboard, overviewRoute), async (c) => {
   const { config, reader } = c.get("svc");
-  let withinMs: number;
-  try {
-    withinMs = parseDuration(c.req.query("within") ?? "10m");
-  } catch (e) {
-    if (e instanceof DurationError) throw invalidArgument('within must be a duration such as "10m"');
-    throw e;
-  }
+  const withinMs = withinParam(c.req.query("within"));
   const now = Date.now();
   const [summary, series] = await Promise.all([
     orUnavailable("sampler registry", () => activeChannelsStub(c.env).overview(now - withinMs, OVERVIEW_MAX_CHANNELS)),
