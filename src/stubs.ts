@@ -35,7 +35,7 @@ export const ACTIVE_CHANNELS_OBJECT = "sampler";
 
 /** The one `ActiveChannels` object: which channels the sampler visits, runtime targets, recently seen channels. */
 export function activeChannelsStub(env: Env) {
-  return env.SAMPLER.get(objectId(env.SAMPLER, ACTIVE_CHANNELS_OBJECT));
+  return env.ACTIVE_CHANNELS.get(objectId(env.ACTIVE_CHANNELS, ACTIVE_CHANNELS_OBJECT));
 }
 
 /** The name of the one metrics object. */
