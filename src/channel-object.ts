@@ -42,6 +42,10 @@ export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
 const ALARM_SLACK_MS = 60_000;
 /** How long past its time a cached alarm may be before {@link ChannelObject.scheduleAlarm} sets it again. */
 const ALARM_LOST_MS = 60_000;
+/** How soon after a fan-out the channel wakes to re-send the head, in case it was reset meanwhile. */
+const RELAY_WAKE_MS = 10_000;
+/** Least time between two wake-ups of every relay to refresh their counts (see probeRelays). */
+const RELAY_PROBE_MS = 5_000;
 /** Expired copies deleted per statement, and at most per alarm run before the object yields. */
 export const EXPIRE_BATCH = 1000;
 export const EXPIRE_PER_RUN = 20_000;
@@ -656,6 +660,9 @@ export class ChannelObject extends DurableObject<Env> {
       this.scheduleAlarm(expiresAt);
       return false;
     }
+    // Relays left registered but empty (a reserved slot that lapsed) hear the head and are told to
+    // leave, so they delete their storage too.
+    this.probeRelays(now, true);
     // Issued and marked in one synchronous step: anything that runs while they settle recreates the
     // tables instead of writing to ones that are gone.
     const deleted = Promise.all([this.ctx.storage.deleteAlarm(), this.ctx.storage.deleteAll()]);
@@ -817,6 +824,9 @@ export class ChannelObject extends DurableObject<Env> {
     const now = Date.now();
     this.relays.sweep(now);
     const a = this.relays.assign(group, capacity, maxSubscribers, now);
+    // Refused, or a new relay opened: counts matter now, and a relay reset since its last report
+    // (its WebSockets dropped) still counts them until something wakes it. Wake them all.
+    if ("full" in a || !this.relays.get(a.relay)?.active) this.probeRelays(now);
     if ("full" in a) return a;
     const entry = this.relays.get(a.relay) as RelayEntry;
     return { ...a, group, k: entry.k, head: this.counter("next_seq") };
@@ -873,7 +883,23 @@ export class ChannelObject extends DurableObject<Env> {
     const frames = messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
     const head = this.counter("next_seq");
     for (const e of active) this.pipeTo(e.name).push(frames, head);
+    // A wake-up soon after: if this instance is reset with frames still on a line, the next one
+    // (its constructor) tells every relay the head, so a quiet channel's relays still repair.
+    this.scheduleAlarm(Date.now() + RELAY_WAKE_MS);
   }
+
+  /**
+   * Every active relay hears the head (at most once per {@link RELAY_PROBE_MS} unless `force`): each
+   * wakes, and one reset since its last report reports its true counts from its constructor, while
+   * an empty one is told to leave (src/relay.ts).
+   */
+  private probeRelays(now: number, force = false): void {
+    if (!force && now - this.lastProbe < RELAY_PROBE_MS) return;
+    this.lastProbe = now;
+    const head = this.counter("next_seq");
+    for (const e of this.relays.active()) this.pipeTo(e.name).sync(head);
+  }
+  private lastProbe = 0;
 
   /** After a restart: each relay no batch has been sent to yet hears the head (see the constructor). */
   private syncRelays(): void {

@@ -8,8 +8,10 @@
  * takes longer gets bigger, fewer calls). The queue is bounded in bytes: past the bound the oldest
  * frames are let go, and a failed call's frames are not sent again. Neither is lost: every call
  * carries the channel's head seq, so the relay sees the hole and fetches it from the channel's
- * history before it sends anything newer (src/relay.ts, repair). A failed call is followed by a
- * head-only call after a backoff, so a relay learns of a hole even if the channel goes quiet.
+ * history before it sends anything newer (src/relay.ts, repair). A failed call is followed by
+ * head-only calls with a growing backoff (capped at {@link PIPE_RETRY_MAX_MS}) until one succeeds or
+ * the relay leaves, so a relay learns of a hole even if the channel goes quiet: the last message of
+ * an event is not held back until a next publish that may never come.
  */
 import type { LiveFrame } from "./frames";
 import { utf8Length } from "./frames";
@@ -17,10 +19,15 @@ import { utf8Length } from "./frames";
 /** Sends frames (possibly none) and the channel's head seq to the relay. */
 export type RelaySend = (frames: LiveFrame[], head: number) => Promise<unknown>;
 
-/** Retries of a failed call before the line waits for the next publish (which carries the head too). */
-export const PIPE_MAX_RETRIES = 5;
-/** The first retry's delay; each next one doubles it (100 ms … 1.6 s). */
+/**
+ * Retries after which a new batch no longer waits out the backoff: it is sent at once (carrying the
+ * head), as a relay that was down for a while may be back, while the timer goes on for a quiet channel.
+ */
+export const PIPE_QUICK_RETRIES = 5;
+/** The first retry's delay; each next one doubles it, up to {@link PIPE_RETRY_MAX_MS}. */
 export const PIPE_RETRY_BASE_MS = 100;
+/** The longest wait between two retries: a relay down for long costs one call per this. */
+export const PIPE_RETRY_MAX_MS = 30_000;
 
 export class RelayPipe {
   private queue: LiveFrame[] = [];
@@ -44,6 +51,10 @@ export class RelayPipe {
   push(frames: LiveFrame[], head: number): void {
     if (this.stopped) return;
     this.head = Math.max(this.head, head);
+    if (this.retry && this.failures > PIPE_QUICK_RETRIES) {
+      clearTimeout(this.retry);
+      this.retry = null;
+    }
     for (const f of frames) {
       this.queue.push(f);
       this.queuedBytes += utf8Length(f.text);
@@ -99,19 +110,12 @@ export class RelayPipe {
         // The frames are not sent again: the relay repairs them from history once it hears the head.
         this.needsHead = true;
         this.failures++;
-        if (this.failures > PIPE_MAX_RETRIES) {
-          // Give up until the next publish, whose call carries the head and so the repair.
-          this.failures = 0;
-          this.needsHead = false;
-          this.pump();
-          return;
-        }
         this.retry = setTimeout(
           () => {
             this.retry = null;
             this.pump();
           },
-          PIPE_RETRY_BASE_MS * 2 ** (this.failures - 1),
+          Math.min(PIPE_RETRY_MAX_MS, PIPE_RETRY_BASE_MS * 2 ** Math.min(this.failures - 1, 20)),
         );
       },
     );

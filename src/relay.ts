@@ -170,6 +170,9 @@ export class Relay extends DurableObject<Env> {
       this.leave(sub, 1011, "relay unavailable");
       return new ApiError("unavailable", "channel is temporarily unavailable; retry").toResponse();
     }
+    // The channel's seq went back: it deleted itself while idle (HISTORY_TTL) and this relay, left
+    // behind, still held the old stream's position. Start from the new stream's head instead.
+    if (this.lastSeq !== null && answer.head < this.lastSeq) this.lastSeq = answer.head;
     this.store();
     this.inLane(() => this.replay(sub, floor)).catch(() => {});
     this.inLane(() => this.apply([], answer.head)).catch(() => {});
@@ -212,7 +215,9 @@ export class Relay extends DurableObject<Env> {
     if (sockets.length + this.hub.size === 0) {
       // Nobody to send to: remember where the stream is, and make sure the channel knows we are empty.
       this.lastSeq = Math.max(this.lastSeq ?? 0, end);
-      if (this.identity && (this.reported.websockets > 0 || this.reported.sse > 0)) this.countsChanged();
+      // Always, not only when it last reported subscribers: a relay kept for a slot that then lapsed
+      // is told to leave by this report, instead of lingering on the channel's delivery list.
+      if (this.identity) this.countsChanged();
       return;
     }
     const last = this.lastSeq ?? 0;

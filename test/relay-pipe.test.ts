@@ -2,11 +2,11 @@
  * The channel's line to one relay (src/relay-pipe.ts), with a recorded send in place of the relay: one
  * call at a time in order, batches queued behind a call go as one, the queue is bounded in bytes (the
  * oldest go and the head tells the relay to repair), and a failed call is followed by head-only calls
- * after a backoff (fake timers) until one gets through.
+ * after a growing, capped backoff (fake timers) until one gets through, however long that takes.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { LiveFrame } from "../src/frames";
-import { PIPE_MAX_RETRIES, PIPE_RETRY_BASE_MS, RelayPipe } from "../src/relay-pipe";
+import { PIPE_QUICK_RETRIES, PIPE_RETRY_BASE_MS, PIPE_RETRY_MAX_MS, RelayPipe } from "../src/relay-pipe";
 
 const f = (seq: number, text = `m${seq}`): LiveFrame => ({ seq, text });
 
@@ -83,18 +83,38 @@ describe("relay pipe", () => {
     expect(calls).toHaveLength(3);
   });
 
-  it(`gives up after ${PIPE_MAX_RETRIES} retries; the next push carries the head`, async () => {
+  it("never gives up on a quiet channel: retries go on, at most PIPE_RETRY_MAX_MS apart, until one gets through", async () => {
     const { calls, send } = recorder();
     const pipe = new RelayPipe(send, 1024);
     pipe.push([f(1)], 1);
-    for (let i = 0; i <= PIPE_MAX_RETRIES; i++) {
+    // Twenty failed calls in a row (several minutes of a relay that cannot be reached).
+    for (let i = 0; i < 20; i++) {
       calls[i]?.settle(false);
       await turn();
-      await vi.advanceTimersByTimeAsync(PIPE_RETRY_BASE_MS * 2 ** i);
+      await vi.advanceTimersByTimeAsync(PIPE_RETRY_MAX_MS);
+      expect(calls).toHaveLength(i + 2);
+      expect(calls[i + 1]).toMatchObject({ seqs: [], head: 1 });
     }
-    await vi.advanceTimersByTimeAsync(60_000);
-    expect(calls).toHaveLength(PIPE_MAX_RETRIES + 1);
+    calls[20]?.settle(true);
+    await turn();
+    await vi.advanceTimersByTimeAsync(10 * PIPE_RETRY_MAX_MS);
+    expect(calls).toHaveLength(21);
+  });
+
+  it(`after ${PIPE_QUICK_RETRIES} failed retries a new batch is sent at once instead of waiting out the backoff`, async () => {
+    const { calls, send } = recorder();
+    const pipe = new RelayPipe(send, 1024);
+    pipe.push([f(1)], 1);
+    for (let i = 0; i <= PIPE_QUICK_RETRIES; i++) {
+      calls[i]?.settle(false);
+      await turn();
+      await vi.advanceTimersByTimeAsync(Math.min(PIPE_RETRY_MAX_MS, PIPE_RETRY_BASE_MS * 2 ** i));
+    }
+    calls.at(-1)?.settle(false);
+    await turn();
+    const before = calls.length;
     pipe.push([f(2)], 2);
+    expect(calls).toHaveLength(before + 1);
     expect(calls.at(-1)).toMatchObject({ seqs: [2], head: 2 });
   });
 

@@ -383,6 +383,53 @@ describe("counts", () => {
     await settled(ch);
   });
 
+  it("a relay kept empty for a reserved slot whose subscriber never came leaves once the slot lapses", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const a = await openSocket(ch, "", relayEnv);
+    // A slot whose subscriber never reaches the relay (its client went away on the way there).
+    await channelStub(ch).assignRelay(ch, "local", CAPACITY, 100_000);
+    a.ws.close();
+    await until(async () => (await stats(ch)).occupancy === 0, "the subscriber's leave to be counted");
+    expect((await stats(ch)).relays).toBe(1); // kept while the slot is reserved
+    await runInDurableObject(channelStub(ch), (o) => {
+      const registry = (o as unknown as { relays: { entries: Map<string, { reservations: Map<string, number> }> } })
+        .relays;
+      for (const e of registry.entries.values()) for (const id of e.reservations.keys()) e.reservations.set(id, 0);
+    });
+    // The next batch finds the relay empty; its report is answered "leave".
+    expect((await publishTo(ch, t, 1)).status).toBe(200);
+    await settled(ch, 1);
+  });
+
+  it("a relay reset on a quiet channel does not keep its dropped subscribers counted against MAX_SUBSCRIBERS", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const capped = envWith({ RELAY_CAPACITY: String(CAPACITY), MAX_SUBSCRIBERS: "1" });
+    const a = await openSocket(ch, "", capped);
+    await expect(
+      runInDurableObject(relayStub(ch, 0), (_r, state) => {
+        state.abort("reset for the test");
+      }),
+    ).rejects.toThrow();
+    await until(() => a.ws.readyState !== WebSocket.OPEN, "the reset relay's socket to drop");
+    // No publish wakes the relay. A refused subscribe wakes every relay, so the reset one reports
+    // its true count and the place is free again (a client retries after Retry-After).
+    let res: Response | null = null;
+    await until(async () => {
+      res = await worker.fetch(
+        new Request(`${BASE}/v1/subscribe/${ch}`, { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } }),
+        capped,
+        createExecutionContext(),
+      );
+      return res.status === 101;
+    }, "a subscribe to be let in");
+    const ws = (res as unknown as Response).webSocket as WebSocket;
+    ws.accept();
+    expect(await stats(ch)).toMatchObject({ occupancy: 1, websockets: 1, relays: 1 });
+    ws.close();
+    await settled(ch, 1);
+  });
+
   it("past MAX_SUBSCRIBERS a subscribe answers 503 unavailable with Retry-After, before any upgrade", async () => {
     const ch = `public:relays.${uniq()}`;
     const capped = envWith({ RELAY_CAPACITY: "2", MAX_SUBSCRIBERS: "3" });
