@@ -281,14 +281,14 @@ const scenarios = [
   },
   {
     id: "crowd",
-    title: `publish, ${SPREAD} subjects to one channel, 1 subscriber (a few a second each: no leases)`,
+    title: `publish, ${SPREAD} subjects to one channel, 1 subscriber (a few a second each: spare leases at low demand)`,
     subs: subs.crowd,
     warm: () => touchAll(fgMany.base, manyTokens, () => "public:bench.crowd"),
     ...many(fgMany, manyTokens, () => "public:bench.crowd"),
   },
   {
     id: "spread",
-    title: `publish, ${SPREAD} subjects each to its own channel (no coalescing, no leases)`,
+    title: `publish, ${SPREAD} subjects each to its own channel (no publish coalescing; spare leases at low demand)`,
     warm: () => touchAll(fgMany.base, manyTokens, (k) => `public:bench.spread${k}`),
     ...many(fgMany, manyTokens, (k) => `public:bench.spread${k}`),
   },

@@ -4,11 +4,17 @@
  * 250–500 ms), a charge also asks for that many extra tokens, and later requests spend them here with
  * no object call at all until they run out or {@link LEASE_SPEND_MS} has passed. The object takes
  * leased tokens from the bucket when it grants them and keeps counting them as in the bucket until
- * they are settled, so leases never admit what the bucket would not (src/bucket-charge.ts). A lease
- * this isolate stops spending is settled with the next call for its key.
+ * they are settled, so leases never admit what the bucket would not (src/bucket-charge.ts). At low
+ * demand every charge accepts a spare lease instead (tokens above half the burst, spent over
+ * `SPARE_LEASE_SPEND_MS`), so a subject publishing now and then calls its object about once per window.
+ *
+ * Settling costs no call of its own: a lease this isolate stops spending is settled with its next
+ * call to the lease's shard, whatever keys that call is for ({@link IsolateLeases.settlesFor}), or it
+ * simply ends in the object when it expires.
  */
 import { BoundedMap } from "../functions/bounded-map";
 import { LEASE_SPEND_MS, type Lease, type LeaseRequest } from "./bucket-charge";
+import type { Limit } from "./limits";
 
 /** Requests for one key seen in this isolate over the last 250–500 ms before a charge asks for a lease. */
 export const LEASE_MIN_DEMAND = 4;
@@ -17,6 +23,22 @@ const DEMAND_WINDOW_MS = 250;
 const MAX_TRACKED_KEYS = 10_000;
 /** Most leases waiting to be settled per key; older ones simply expire in the object. */
 const MAX_SETTLE = 100;
+/** Most other keys' settles one shard call carries; the rest go with the next call, or expire. */
+const MAX_SETTLE_KEYS_PER_CALL = 64;
+
+/** Where a key's leases go back: its shard, key and limit. */
+export interface LeaseHome {
+  shard: string;
+  key: string;
+  limit: Limit;
+}
+
+/** Leases of one key to settle on the way, with a call to its shard made for other keys. */
+export interface PendingSettle {
+  id: string;
+  home: LeaseHome;
+  settle: LeaseRequest["settle"];
+}
 
 /** A lease this isolate is spending. */
 interface HeldLease {
@@ -36,6 +58,8 @@ interface KeyState {
   windowStart: number;
   seen: number;
   seenBefore: number;
+  /** Set once a lease is held: where it is settled. */
+  home?: LeaseHome;
 }
 
 /** One token spent from a lease: what the bucket holds after it, counting the lease's rest. */
@@ -46,6 +70,8 @@ export interface LeaseSpend {
 
 export class IsolateLeases {
   private readonly keys = new BoundedMap<string, KeyState>(MAX_TRACKED_KEYS);
+  /** Per shard, the keys that hold or owe leases there: what a call to that shard may settle. */
+  private readonly owing = new Map<string, Set<string>>();
 
   /** Counts one request for `id` (a key and its limit) toward its demand. */
   note(id: string, now: number): void {
@@ -74,7 +100,31 @@ export class IsolateLeases {
   request(id: string, now: number): LeaseRequest {
     const state = this.state(id, now);
     const demand = state.seen + state.seenBefore;
-    return { want: demand >= LEASE_MIN_DEMAND ? demand : 0, settle: state.settle.splice(0) };
+    const settle = state.settle.splice(0);
+    return demand >= LEASE_MIN_DEMAND ? { want: demand, settle } : { want: 0, settle, spare: true };
+  }
+
+  /**
+   * The leases to settle with a call to `shard` that is not for them: of keys other than `except`,
+   * each lease past its spending window (retired now) or already retired and not yet settled.
+   */
+  settlesFor(shard: string, except: Set<string>, now: number): PendingSettle[] {
+    const ids = this.owing.get(shard);
+    if (!ids) return [];
+    const out: PendingSettle[] = [];
+    for (const id of ids) {
+      if (out.length >= MAX_SETTLE_KEYS_PER_CALL) break;
+      if (except.has(id)) continue;
+      const state = this.keys.peek(id); // a scan is not a use: it must not keep idle keys tracked
+      if (!state?.home) {
+        ids.delete(id); // forgotten: its leases expire in the object
+        continue;
+      }
+      while (state.leases.length > 0 && (state.leases[0] as HeldLease).until <= now) this.retire(state);
+      if (state.settle.length > 0) out.push({ id, home: state.home, settle: state.settle.splice(0) });
+      if (state.leases.length === 0) ids.delete(id);
+    }
+    return out;
   }
 
   /** A charge failed: its leases to settle go again with the next one (settling is idempotent). */
@@ -82,15 +132,26 @@ export class IsolateLeases {
     this.state(id, now).settle.push(...settle);
   }
 
-  /** Holds a lease granted to a charge sent at `sentAt`; spend it until {@link LEASE_SPEND_MS} later. */
-  hold(id: string, lease: Lease, sentAt: number, objectRemaining: number, fullAt: number): void {
-    this.state(id, sentAt).leases.push({
+  /**
+   * Holds a lease granted to a charge sent at `sentAt`; spend it until its spending window (the
+   * lease's `spendMs`, else {@link LEASE_SPEND_MS}) has passed. `home`: where it is settled.
+   */
+  hold(id: string, lease: Lease, sentAt: number, objectRemaining: number, fullAt: number, home: LeaseHome): void {
+    const state = this.state(id, sentAt);
+    state.leases.push({
       id: lease.id,
       left: lease.tokens,
-      until: sentAt + LEASE_SPEND_MS,
+      until: sentAt + (lease.spendMs ?? LEASE_SPEND_MS),
       objectRemaining,
       fullAt,
     });
+    state.home = home;
+    let ids = this.owing.get(home.shard);
+    if (!ids) {
+      ids = new Set();
+      this.owing.set(home.shard, ids);
+    }
+    ids.add(id);
   }
 
   /** This key's state, with the demand window moved on to `now`. */

@@ -142,13 +142,28 @@ export class LimiterGate {
       e.settle = lease.settle;
       return { key: e.first.key, limit: e.first.limit, count: e.at.length, lease };
     });
+    // Other keys' leases of this shard that are done go back on the way: settling costs no call.
+    const riders = this.leases.settlesFor(shard, new Set(entries.keys()), sentAt);
+    for (const r of riders) {
+      request.push({
+        key: r.home.key,
+        limit: r.home.limit,
+        count: 0,
+        lease: { want: 0, settle: r.settle },
+        settleOnly: true,
+      });
+    }
     let results: (KeyResult | { error: unknown })[];
     try {
       this.calls++;
       results = await this.backend.charge(Number(shard), request);
     } catch (e) {
-      results = sent.map(() => ({ error: e }));
+      results = request.map(() => ({ error: e }));
     }
+    riders.forEach((r, j) => {
+      const result = results[sent.length + j];
+      if (!result || "error" in result) this.leases.retry(r.id, r.settle, sentAt);
+    });
     sent.forEach((e, j) => {
       const { bucket, key, limit, bucketId } = e.first;
       const result = results[j];
@@ -161,7 +176,11 @@ export class LimiterGate {
         return;
       }
       if (result.lease)
-        this.leases.hold(bucketId, result.lease, sentAt, result.remaining, this.now() + result.fullInMs);
+        this.leases.hold(bucketId, result.lease, sentAt, result.remaining, this.now() + result.fullInMs, {
+          shard,
+          key,
+          limit,
+        });
       const decided = this.answers(bucket, key, limit, result, e.at.length);
       e.at.forEach((i, k) => {
         answers[i] = decided[k] as Answer;

@@ -78,6 +78,11 @@ export interface KeyCharge {
   limit: Limit;
   count: number;
   lease?: LeaseRequest;
+  /**
+   * Only settles `lease.settle` (carried by a call made for other keys): charges nothing, grants no
+   * lease, and does nothing for a key this shard holds no bucket for (its leases have ended).
+   */
+  settleOnly?: boolean;
 }
 
 /** A key's answer: its decision, or `error` when its state could not be read (the caller fails closed). */
@@ -140,7 +145,9 @@ export class LimiterShard extends DurableObject<Env> {
     // From here to the end nothing awaits: the whole batch is decided as one step.
     const results = charges.map((c): KeyResult => {
       const error = failed.get(c.key);
-      return error ? { error } : this.chargeKey(c, at);
+      if (error) return { error };
+      if (c.settleOnly) return this.settleKey(c, at);
+      return this.chargeKey(c, at);
     });
     return results;
   }
@@ -159,8 +166,15 @@ export class LimiterShard extends DurableObject<Env> {
         keys.push(c.key);
         continue;
       }
-      // A key forwarded by its old object has handed over already (`legacy` above).
-      if (c.key === forwardedBy || this.readRow(c.key) !== null || now >= this.born + legacyWindowMs(c.limit)) continue;
+      // A key forwarded by its old object has handed over already (`legacy` above); a settle-only
+      // entry needs no state (its leases were granted here, or have ended).
+      if (
+        c.settleOnly ||
+        c.key === forwardedBy ||
+        this.readRow(c.key) !== null ||
+        now >= this.born + legacyWindowMs(c.limit)
+      )
+        continue;
       const pull = rateLimiterStub(this.env, c.key)
         .handOver(c.key, c.limit)
         .then((state) => this.adopt(c.key, state))
@@ -231,6 +245,17 @@ export class LimiterShard extends DurableObject<Env> {
     else this.openLeases.delete(c.key);
     this.writeRow(c.key, outcome.next, c.limit, now, outcome.held);
     return outcome.result;
+  }
+
+  /**
+   * Settles leases of a key this call was not made for, under the limit its bucket is stored with (a
+   * settle never rescales it); a key with no open lease here has none to settle.
+   */
+  private settleKey(c: KeyCharge, now: number): KeyResult {
+    const row = this.openLeases.has(c.key) ? this.readRow(c.key) : null;
+    if (!row) return { granted: 0, remaining: 0, retryAfterMs: 0, fullInMs: 0 };
+    const limit: Limit = { rate: row.rate, perMs: row.per_ms, burst: row.burst };
+    return this.chargeKey({ key: c.key, limit, count: 0, lease: { want: 0, settle: c.lease?.settle ?? [] } }, now);
   }
 
   private leasesOf(key: string): OpenLease[] {

@@ -361,11 +361,17 @@ describe("storage is bounded by activity", () => {
     const kept = await stub.peek(key);
     expect(kept).not.toBeNull();
     expect(kept?.tokens).toBeLessThan(8);
-    // An hour later (stored times moved back; leases ended), the bucket is full: nothing is kept for it.
-    await runInDurableObject(stub, (_i, state) => {
-      state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - 3600000, full_at = 0 WHERE key = ?", key);
-      state.storage.sql.exec("UPDATE lease SET expires_at = 0 WHERE key = ?", key);
-    });
+    // Its lease (the first publish took a spare one) ends: its tokens count as spent from then on.
+    const hourLater = () =>
+      runInDurableObject(stub, (_i, state) => {
+        state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - 3600000, full_at = 0 WHERE key = ?", key);
+        state.storage.sql.exec("UPDATE lease SET expires_at = 0 WHERE key = ?", key);
+      });
+    await hourLater();
+    await evictDurableObject(stub);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    // An hour after that (stored times moved back), the bucket is full: nothing is kept for it.
+    await hourLater();
     await evictDurableObject(stub);
     expect(await runDurableObjectAlarm(stub)).toBe(true);
     expect(await rows()).toEqual({ bucket: 0, lease: 0 });

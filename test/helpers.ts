@@ -7,7 +7,7 @@ import type { Message, TokenPair } from "@floodgate/client";
 import { readSse as readSseEvents } from "@floodgate/client";
 import type { BatchChargeResult, LeaseRequest } from "../src/bucket-charge";
 import type { BucketBackend } from "../src/limiter-gate";
-import { shardStub } from "../src/limiter-shard";
+import { shardOf, shardStub } from "../src/limiter-shard";
 import type { Limit } from "../src/limits";
 
 export const ADMIN = "test-admin-token";
@@ -249,4 +249,15 @@ export async function storedTables(stub: DurableObjectStub): Promise<Record<stri
     }
     return out;
   });
+}
+
+/** `n` fresh keys that all hash to one limiter shard. */
+export function keysInOneShard(n: number, prefix = "publish:"): string[] {
+  const keys: string[] = [];
+  const shard = shardOf(`${prefix}${uniq()}`);
+  while (keys.length < n) {
+    const k = `${prefix}${uniq()}`;
+    if (shardOf(k) === shard) keys.push(k);
+  }
+  return keys;
 }

@@ -5,13 +5,14 @@
 import { evictDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { LEASE_SPEND_MS, LEASE_TTL_MS } from "../src/bucket-charge";
+import { LEASE_SPEND_MS, LEASE_TTL_MS, SPARE_LEASE_MAX, SPARE_LEASE_SPEND_MS } from "../src/bucket-charge";
 import { LEASE_MIN_DEMAND } from "../src/isolate-leases";
-import { LimiterGate } from "../src/limiter-gate";
-import { shardStub } from "../src/limiter-shard";
+import { type BucketBackend, LimiterGate } from "../src/limiter-gate";
+import { shardName, shardStub } from "../src/limiter-shard";
 import type { Limit } from "../src/limits";
+import { limiterShardStub } from "../src/stubs";
 import { fullBucket, take } from "../src/token-bucket";
-import { adminHeaders, callAndWait, envWith, mint, perKey, uniq } from "./helpers";
+import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, perKey, uniq } from "./helpers";
 import { seededRandom } from "./seeded-random";
 
 const stub = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key));
@@ -170,6 +171,159 @@ describe("RateLimiter leases", () => {
     clock.now += LEASE_SPEND_MS;
     await gate.check("publish", "k", limit);
     expect(calls).toBe(before + 1);
+  });
+});
+
+/** One isolate's gate on the real shard of `key`, on a fake clock, counting its shard calls and answers. */
+function isolateOn(key: string, clock: { now: number }) {
+  const seen = { calls: 0, admitted: 0, denied: 0, fromLease: 0 };
+  const backend: BucketBackend = {
+    charge: (_shard, charges) => {
+      seen.calls++;
+      return shardStub(env, key).decide(charges, clock.now);
+    },
+  };
+  const gate = new LimiterGate(
+    backend,
+    {
+      decision: (_b, allowed, source) => {
+        if (allowed) seen.admitted++;
+        else seen.denied++;
+        if (source === "lease") seen.fromLease++;
+      },
+      error: () => {},
+    },
+    () => clock.now,
+  );
+  return { gate, seen };
+}
+
+describe("spare leases at low demand", () => {
+  const spare = { want: 0, settle: [], spare: true };
+
+  it("are granted only above the floor of half the burst, with a charge granted in full that asks for one", async () => {
+    const l = hourly(20);
+    const peekOf = (key: string) => shardStub(env, key).peek(key);
+    const lease = async (key: string, count: number, request?: typeof spare) => {
+      const [r] = await shardStub(env, key).decide([{ key, limit: l, count, ...(request ? { lease: request } : {}) }]);
+      return r && !("error" in r) ? r : null;
+    };
+    const [a, b, c, d] = keysInOneShard(4);
+    // 19 left after the charge: the 9 above the floor of 10 go on lease, 10 stay in the bucket.
+    expect((await lease(a as string, 1, spare))?.lease?.tokens).toBe(9);
+    expect((await peekOf(a as string))?.tokens).toBeCloseTo(10, 1); // (the hourly refill adds a little)
+    // At the floor: nothing more, neither for this isolate nor another one.
+    expect((await lease(a as string, 1, spare))?.lease).toBeUndefined();
+    expect((await peekOf(a as string))?.tokens).toBeCloseTo(9, 1);
+    // 10 left after the charge is exactly the floor: no lease; 13 left: 3.
+    expect((await lease(b as string, 10, spare))?.lease).toBeUndefined();
+    expect((await lease(c as string, 7, spare))?.lease?.tokens).toBe(3);
+    // A charge not granted in full, or that does not ask, gets none.
+    expect((await lease(c as string, 20, spare))?.lease).toBeUndefined();
+    expect((await lease(d as string, 1))?.lease).toBeUndefined();
+    // A large bucket: a small lease, at most SPARE_LEASE_MAX.
+    const [big] = keysInOneShard(1);
+    const [r] = await shardStub(env, big as string).decide([
+      { key: big as string, limit: hourly(1000), count: 1, lease: spare },
+    ]);
+    expect(r && !("error" in r) ? r.lease : null).toMatchObject({
+      tokens: SPARE_LEASE_MAX,
+      spendMs: SPARE_LEASE_SPEND_MS,
+    });
+  });
+
+  it("answer a subject's next publishes in its isolate, and another isolate still gets at least half the burst", async () => {
+    const key = `publish:${uniq()}`;
+    const limit = hourly(20); // no refill: the burst is all there is
+    const clock = { now: 1_000_000 };
+    const one = isolateOn(key, clock);
+    const other = isolateOn(key, clock);
+    // A subject publishing now and then (one every 300 ms: never hot) through the first isolate.
+    for (let i = 0; i < 10; i++) {
+      await one.gate.check("publish", key, limit);
+      clock.now += 300;
+    }
+    expect(one.seen).toMatchObject({ calls: 1, admitted: 10, fromLease: 9 });
+    // The same subject through another isolate meanwhile: the half of the burst below the floor.
+    for (let i = 0; i < 11; i++) {
+      await other.gate.check("publish", key, limit).catch(() => {});
+      clock.now += 300;
+    }
+    expect(other.seen.admitted).toBe(limit.burst / 2);
+    expect(other.seen.denied).toBe(1);
+    // And never more than the bucket: 20 in all.
+    expect(one.seen.admitted + other.seen.admitted).toBe(limit.burst);
+  });
+
+  it("are settled with the isolate's next call to their shard, made for another key: no call of their own", async () => {
+    const [a, b] = keysInOneShard(2) as [string, string];
+    const limit: Limit = { rate: 20, perMs: 86_400_000, burst: 20 }; // next to no refill over the window
+    const clock = { now: 2_000_000 };
+    const isolate = isolateOn(a, clock);
+    await isolate.gate.check("publish", a, limit); // 1 admitted, 9 on lease, 10 in the bucket
+    await isolate.gate.check("publish", a, limit); // from the lease: 8 left on it
+    expect(isolate.seen).toMatchObject({ calls: 1, fromLease: 1 });
+    expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(10, 1);
+    // The lease's window passes with no more publishes of `a`; a publish of `b` calls the shard.
+    clock.now += SPARE_LEASE_SPEND_MS;
+    await isolate.gate.check("publish", b, limit);
+    expect(isolate.seen.calls).toBe(2);
+    // The 8 unused came back with that call, long before the lease would have ended in the object.
+    expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(18, 1); // (the hourly refill adds 0.02)
+    // Settled once: the next call carries nothing for `a`.
+    await isolate.gate.check("publish", b, limit);
+    expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(18, 1);
+    // A settle that arrives for a key whose bucket is gone (full again, deleted) creates nothing.
+    const [gone] = keysInOneShard(1, "publish:") as [string];
+    const settle = { want: 0, settle: [{ id: "ended", unused: 5 }] };
+    await shardStub(env, gone).decide([{ key: gone, limit, count: 0, lease: settle, settleOnly: true }]);
+    expect(await shardStub(env, gone).peek(gone)).toBeNull();
+  });
+});
+
+describe("a crowd at low demand", () => {
+  it("costs at most 100 shard calls per 1,000 publishes once each subject has been seen, and stays within every bucket", async () => {
+    const limit: Limit = { rate: 50, perMs: 1000, burst: 100 }; // the shipped publish budget
+    const clock = { now: 5_000_000 };
+    let calls = 0;
+    const gate = new LimiterGate(
+      {
+        charge: (shard, charges) => {
+          calls++;
+          return limiterShardStub(env, shardName(shard)).decide(charges, clock.now);
+        },
+      },
+      { decision: () => {}, error: () => {} },
+      () => clock.now,
+    );
+    // 60 subjects publishing once, twice or three times a second, for 40 s, one request at a time.
+    const run = uniq("crowd");
+    const subjects = Array.from({ length: 60 }, (_, k) => ({
+      key: `publish:${run}.${k}`,
+      everyMs: 1000 / (1 + (k % 3)),
+    }));
+    const next = subjects.map((s, k) => 5_000_000 + ((k * 37) % Math.round(s.everyMs)));
+    let publishes = 0;
+    let denied = 0;
+    let callsAtWarm = -1;
+    let publishesAtWarm = 0;
+    for (;;) {
+      let k = 0;
+      for (let j = 1; j < next.length; j++) if ((next[j] as number) < (next[k] as number)) k = j;
+      clock.now = next[k] as number;
+      if (clock.now >= 5_040_000) break;
+      if (callsAtWarm < 0 && clock.now >= 5_010_000) {
+        callsAtWarm = calls;
+        publishesAtWarm = publishes;
+      }
+      const s = subjects[k] as (typeof subjects)[number];
+      await gate.check("publish", s.key, limit).catch(() => denied++);
+      publishes++;
+      next[k] = clock.now + s.everyMs;
+    }
+    expect(denied).toBe(0); // below its rate, no subject is ever refused
+    const perThousand = (1000 * (calls - callsAtWarm)) / (publishes - publishesAtWarm);
+    expect(perThousand).toBeLessThanOrEqual(100);
   });
 });
 

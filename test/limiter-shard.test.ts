@@ -9,22 +9,11 @@ import { describe, expect, it } from "vitest";
 import { type KeyResult, LIMITER_SHARDS, shardOf, shardStub } from "../src/limiter-shard";
 import type { Limit } from "../src/limits";
 import { EMPTY_HAND_OVER_MS, RateLimiter } from "../src/rate-limiter";
-import { adminHeaders, callAndWait, envWith, mint, uniq, withFailing } from "./helpers";
+import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, uniq, withFailing } from "./helpers";
 
 const hourly = (n: number): Limit => ({ rate: n, perMs: 3_600_000, burst: n }); // no refill in a test
 const legacy = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key));
 const granted = (r: KeyResult | undefined) => (r && !("error" in r) ? r.granted : -1);
-
-/** `n` fresh keys that all hash to one shard. */
-function keysInOneShard(n: number, prefix = "publish:"): string[] {
-  const keys: string[] = [];
-  const shard = shardOf(`${prefix}${uniq()}`);
-  while (keys.length < n) {
-    const k = `${prefix}${uniq()}`;
-    if (shardOf(k) === shard) keys.push(k);
-  }
-  return keys;
-}
 
 describe("limiter shards", () => {
   it("spread keys over every shard", () => {
