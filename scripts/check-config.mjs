@@ -9,13 +9,22 @@
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
 import { unstable_readConfig } from "wrangler";
 import { importSource } from "./import-source.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const env = process.argv.find((a) => a.startsWith("--env="))?.slice(6);
-// --vars-only: check the variables but not the KV id (CI checks a clone that was never provisioned).
-const varsOnly = process.argv.includes("--vars-only");
+// --env NAME: a wrangler environment; --vars-only: check the variables but not the KV id (CI checks a
+// clone that was never provisioned); --secrets-file PATH: see above. An unknown option is an error.
+const { values: opts } = parseArgs({
+  options: {
+    env: { type: "string" },
+    "vars-only": { type: "boolean", default: false },
+    "secrets-file": { type: "string" },
+  },
+});
+const env = opts.env;
+const varsOnly = opts["vars-only"];
 const config = unstable_readConfig({ config: join(root, "wrangler.toml"), env }, { hideWarnings: true });
 
 // The Worker's own parser, bundled on the fly so this check can never drift from it.
@@ -41,7 +50,7 @@ try {
 } catch (e) {
   problems.push(e.message);
 }
-const secretsFile = process.argv.find((a) => a.startsWith("--secrets-file="))?.slice("--secrets-file=".length);
+const secretsFile = opts["secrets-file"];
 const secretSources = [
   ["wrangler.toml [vars]", config.vars ?? {}],
   ["the environment", process.env],
