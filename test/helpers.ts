@@ -261,3 +261,27 @@ export function keysInOneShard(n: number, prefix = "publish:"): string[] {
   }
   return keys;
 }
+
+/**
+ * Collects every event of an SSE response in the background (the client's parser): `ended()` once the
+ * stream closed (its relay ended it), `close()` cancels it and waits for the reader.
+ */
+export function collectSse(res: Response): { frames: Frame[]; ended: () => boolean; close: () => Promise<void> } {
+  if (!res.body) throw new Error("no body");
+  const frames: Frame[] = [];
+  const stopped = new AbortController();
+  let ended = false;
+  const pump = readSseEvents(res.body, ({ data }) => void frames.push(JSON.parse(data) as Frame), stopped.signal)
+    .catch(() => {})
+    .finally(() => {
+      ended = true;
+    });
+  return {
+    frames,
+    ended: () => ended,
+    close: async () => {
+      stopped.abort();
+      await pump;
+    },
+  };
+}

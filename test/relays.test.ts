@@ -15,6 +15,7 @@ import {
   adminHeaders,
   BASE,
   callAndWait,
+  collectSse,
   env,
   envWith,
   type Frame,
@@ -70,37 +71,8 @@ async function openSse(ch: string, query = "", customEnv: Env = relayEnv) {
     customEnv,
     createExecutionContext(),
   );
-  if (res.status !== 200 || !res.body) throw new Error(`SSE subscribe failed: ${res.status} ${await res.text()}`);
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  const frames: Frame[] = [];
-  let ended = false;
-  let buf = "";
-  const pump = (async () => {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      buf += value;
-      for (let idx = buf.indexOf("\n\n"); idx >= 0; idx = buf.indexOf("\n\n")) {
-        const data = buf
-          .slice(0, idx)
-          .split("\n")
-          .find((l) => l.startsWith("data: "));
-        buf = buf.slice(idx + 2);
-        if (data) frames.push(JSON.parse(data.slice(6)) as Frame);
-      }
-    }
-    ended = true;
-  })().catch(() => {
-    ended = true;
-  });
-  return {
-    frames,
-    ended: () => ended,
-    close: async () => {
-      await reader.cancel().catch(() => {});
-      await pump;
-    },
-  };
+  if (res.status !== 200) throw new Error(`SSE subscribe failed: ${res.status} ${await res.text()}`);
+  return collectSse(res);
 }
 
 /**

@@ -7,13 +7,13 @@
  */
 
 import { createExecutionContext } from "cloudflare:test";
-import { readSse } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import worker from "../src/index";
 import {
   adminHeaders,
   BASE,
   callAndWait,
+  collectSse,
   env,
   envWith,
   type Frame,
@@ -27,23 +27,6 @@ import {
 } from "./helpers";
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
-
-/** Collects every SSE event of a stream in the background (the client's reader parses it). */
-function collectSse(res: Response): { frames: Frame[]; stop: () => Promise<void> } {
-  if (!res.body) throw new Error("no body");
-  const frames: Frame[] = [];
-  const stopped = new AbortController();
-  const pump = readSse(res.body, ({ data }) => void frames.push(JSON.parse(data) as Frame), stopped.signal).catch(
-    () => {},
-  );
-  return {
-    frames,
-    stop: async () => {
-      stopped.abort();
-      await pump;
-    },
-  };
-}
 
 async function waitFor(check: () => boolean, what: string): Promise<void> {
   // Bounded: frames already sent arrive within a few event-loop turns.
@@ -160,6 +143,6 @@ describe.each([
     expect(metricsAfter.dropped - metricsBefore.dropped).toBe(dropped.size);
 
     for (const s of [wsA, wsB, analytics]) s.ws.close();
-    await sse.stop();
+    await sse.close();
   });
 });
