@@ -138,7 +138,7 @@ export class LimiterGate {
     if (entries.size === 0) return answers;
     const sent = [...entries.values()];
     const request: KeyCharge[] = sent.map((e) => {
-      const lease = this.leases.request(e.first.bucketId, sentAt);
+      const lease = this.leases.request(e.first.bucketId, sentAt, e.first.bucket === "publish");
       e.settle = lease.settle;
       return { key: e.first.key, limit: e.first.limit, count: e.at.length, lease };
     });

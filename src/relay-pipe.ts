@@ -20,10 +20,14 @@ import { utf8Length } from "./frames";
 export type RelaySend = (frames: LiveFrame[], head: number) => Promise<unknown>;
 
 /**
- * Retries after which a new batch no longer waits out the backoff: it is sent at once (carrying the
- * head), as a relay that was down for a while may be back, while the timer goes on for a quiet channel.
+ * Retries after which a new batch no longer waits out the whole backoff: it is sent at once (carrying
+ * the head), as a relay that was down for a while may be back, while the timer goes on for a quiet
+ * channel — but at most once per {@link PIPE_QUICK_GAP_MS}, so a relay that keeps failing is not
+ * called once per publish.
  */
 export const PIPE_QUICK_RETRIES = 5;
+/** Least time between two calls to a failing relay that a new batch brings forward. */
+export const PIPE_QUICK_GAP_MS = 1_600;
 /** The first retry's delay; each next one doubles it, up to {@link PIPE_RETRY_MAX_MS}. */
 export const PIPE_RETRY_BASE_MS = 100;
 /** The longest wait between two retries: a relay down for long costs one call per this. */
@@ -38,6 +42,7 @@ export class RelayPipe {
   private head = 0;
   private failures = 0;
   private retry: ReturnType<typeof setTimeout> | null = null;
+  private lastCallAt = 0;
   private stopped = false;
   /** Calls made (sent, whatever their outcome). */
   sent = 0;
@@ -51,7 +56,7 @@ export class RelayPipe {
   push(frames: LiveFrame[], head: number): void {
     if (this.stopped) return;
     this.head = Math.max(this.head, head);
-    if (this.retry && this.failures > PIPE_QUICK_RETRIES) {
+    if (this.retry && this.failures > PIPE_QUICK_RETRIES && Date.now() - this.lastCallAt >= PIPE_QUICK_GAP_MS) {
       clearTimeout(this.retry);
       this.retry = null;
     }
@@ -98,6 +103,7 @@ export class RelayPipe {
     this.queuedBytes = 0;
     this.needsHead = false;
     this.inFlight = true;
+    this.lastCallAt = Date.now();
     this.sent++;
     this.send(frames, this.head).then(
       () => {
@@ -107,6 +113,7 @@ export class RelayPipe {
       },
       () => {
         this.inFlight = false;
+        if (this.stopped) return;
         // The frames are not sent again: the relay repairs them from history once it hears the head.
         this.needsHead = true;
         this.failures++;

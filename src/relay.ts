@@ -171,8 +171,13 @@ export class Relay extends DurableObject<Env> {
       return new ApiError("unavailable", "channel is temporarily unavailable; retry").toResponse();
     }
     // The channel's seq went back: it deleted itself while idle (HISTORY_TTL) and this relay, left
-    // behind, still held the old stream's position. Start from the new stream's head instead.
-    if (this.lastSeq !== null && answer.head < this.lastSeq) this.lastSeq = answer.head;
+    // behind, still held the old stream's position. Start from the new stream's head instead. Only
+    // for a relay whose one subscriber is this joiner (an idle channel has none left): with others on
+    // it, a head below lastSeq is just an answer overtaken by a delivery, and moving back would send
+    // them frames again.
+    if (this.lastSeq !== null && answer.head < this.lastSeq && this.subscriberCount() === 1) {
+      this.lastSeq = answer.head;
+    }
     this.store();
     this.inLane(() => this.replay(sub, floor)).catch(() => {});
     this.inLane(() => this.apply([], answer.head)).catch(() => {});

@@ -243,7 +243,9 @@ describe("spare leases at low demand", () => {
       await one.gate.check("publish", key, limit);
       clock.now += 300;
     }
-    expect(one.seen).toMatchObject({ calls: 1, admitted: 10, fromLease: 9 });
+    // The first charge asks for no lease (a key seen once parks nothing here); the second takes 8 (of
+    // 18 left, those above half the burst) and spends them on the next eight publishes.
+    expect(one.seen).toMatchObject({ calls: 2, admitted: 10, fromLease: 8 });
     // The same subject through another isolate meanwhile: the half of the burst below the floor.
     for (let i = 0; i < 11; i++) {
       await other.gate.check("publish", key, limit).catch(() => {});
@@ -255,24 +257,51 @@ describe("spare leases at low demand", () => {
     expect(one.seen.admitted + other.seen.admitted).toBe(limit.burst);
   });
 
+  it("are asked for only by the publish bucket, and only for a key this isolate charged within the window", async () => {
+    const clock = { now: 3_000_000 };
+    const limit = hourly(20);
+    // Reads (per client IP) and token issues: never a spare lease, however steady.
+    for (const bucket of ["read", "token-issue", "subscribe"] as const) {
+      const key = `${bucket}:${uniq()}`;
+      const isolate = isolateOn(key, clock);
+      for (let i = 0; i < 5; i++) {
+        await isolate.gate.check(bucket, key, limit);
+        clock.now += 300;
+      }
+      expect(isolate.seen).toMatchObject({ calls: 5, fromLease: 0 });
+      expect((await shardStub(env, key).peek(key))?.tokens).toBeCloseTo(15, 1);
+    }
+    // A publisher seen again only after the window: each charge is a first sight, no lease parked.
+    const key = `publish:${uniq()}`;
+    const isolate = isolateOn(key, clock);
+    for (let i = 0; i < 3; i++) {
+      await isolate.gate.check("publish", key, limit);
+      clock.now += SPARE_LEASE_SPEND_MS;
+    }
+    expect(isolate.seen).toMatchObject({ calls: 3, fromLease: 0 });
+    // 17 and the hourly refill over those 30 s (0.17): nothing was leased.
+    expect((await shardStub(env, key).peek(key))?.tokens).toBeCloseTo(17, 0);
+  });
+
   it("are settled with the isolate's next call to their shard, made for another key: no call of their own", async () => {
     const [a, b] = keysInOneShard(2) as [string, string];
     const limit: Limit = { rate: 20, perMs: 86_400_000, burst: 20 }; // next to no refill over the window
     const clock = { now: 2_000_000 };
     const isolate = isolateOn(a, clock);
-    await isolate.gate.check("publish", a, limit); // 1 admitted, 9 on lease, 10 in the bucket
-    await isolate.gate.check("publish", a, limit); // from the lease: 8 left on it
-    expect(isolate.seen).toMatchObject({ calls: 1, fromLease: 1 });
+    await isolate.gate.check("publish", a, limit); // first sight: 1 admitted, no lease
+    await isolate.gate.check("publish", a, limit); // 1 admitted, 8 on lease, 10 in the bucket
+    await isolate.gate.check("publish", a, limit); // from the lease: 7 left on it
+    expect(isolate.seen).toMatchObject({ calls: 2, fromLease: 1 });
     expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(10, 1);
     // The lease's window passes with no more publishes of `a`; a publish of `b` calls the shard.
     clock.now += SPARE_LEASE_SPEND_MS;
     await isolate.gate.check("publish", b, limit);
-    expect(isolate.seen.calls).toBe(2);
-    // The 8 unused came back with that call, long before the lease would have ended in the object.
-    expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(18, 1); // (the hourly refill adds 0.02)
+    expect(isolate.seen.calls).toBe(3);
+    // The 7 unused came back with that call, long before the lease would have ended in the object.
+    expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(17, 1); // (the refill adds next to nothing)
     // Settled once: the next call carries nothing for `a`.
     await isolate.gate.check("publish", b, limit);
-    expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(18, 1);
+    expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(17, 1);
     // A settle that arrives for a key whose bucket is gone (full again, deleted) creates nothing.
     const [gone] = keysInOneShard(1, "publish:") as [string];
     const settle = { want: 0, settle: [{ id: "ended", unused: 5 }] };

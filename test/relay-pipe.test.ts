@@ -6,7 +6,13 @@
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { LiveFrame } from "../src/frames";
-import { PIPE_QUICK_RETRIES, PIPE_RETRY_BASE_MS, PIPE_RETRY_MAX_MS, RelayPipe } from "../src/relay-pipe";
+import {
+  PIPE_QUICK_GAP_MS,
+  PIPE_QUICK_RETRIES,
+  PIPE_RETRY_BASE_MS,
+  PIPE_RETRY_MAX_MS,
+  RelayPipe,
+} from "../src/relay-pipe";
 
 const f = (seq: number, text = `m${seq}`): LiveFrame => ({ seq, text });
 
@@ -101,7 +107,7 @@ describe("relay pipe", () => {
     expect(calls).toHaveLength(21);
   });
 
-  it(`after ${PIPE_QUICK_RETRIES} failed retries a new batch is sent at once instead of waiting out the backoff`, async () => {
+  it(`after ${PIPE_QUICK_RETRIES} failed retries a new batch cuts the backoff short, at most once per PIPE_QUICK_GAP_MS`, async () => {
     const { calls, send } = recorder();
     const pipe = new RelayPipe(send, 1024);
     pipe.push([f(1)], 1);
@@ -112,10 +118,21 @@ describe("relay pipe", () => {
     }
     calls.at(-1)?.settle(false);
     await turn();
+    // The backoff is now 6.4 s; a batch PIPE_QUICK_GAP_MS after the last call goes at once.
+    await vi.advanceTimersByTimeAsync(PIPE_QUICK_GAP_MS);
     const before = calls.length;
     pipe.push([f(2)], 2);
     expect(calls).toHaveLength(before + 1);
     expect(calls.at(-1)).toMatchObject({ seqs: [2], head: 2 });
+    // It fails too: publishes right after it wait (a failing relay is not called once per publish).
+    calls.at(-1)?.settle(false);
+    await turn();
+    for (let s = 3; s <= 50; s++) pipe.push([f(s)], s);
+    expect(calls).toHaveLength(before + 1);
+    await vi.advanceTimersByTimeAsync(PIPE_QUICK_GAP_MS);
+    pipe.push([f(51)], 51);
+    expect(calls).toHaveLength(before + 2);
+    expect(calls.at(-1)?.head).toBe(51);
   });
 
   it("a stopped line sends nothing more", async () => {

@@ -8,6 +8,7 @@
  */
 import { createExecutionContext, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { ChannelObject } from "../src/channel-object";
 import worker from "../src/index";
 import { relayName } from "../src/placement";
 import { Relay } from "../src/relay";
@@ -227,6 +228,50 @@ describe("order and repair", () => {
     for (const s of subs) expect(seqs(await s.next(5))).toEqual(range(1, 5));
     for (const s of subs) s.ws.close();
     await settled(ch);
+  });
+
+  it("a join whose report answer is overtaken by a delivery sends nothing twice to those already on the relay", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher();
+    const first = await openSocket(ch, "", relayEnv);
+    for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    expect(seqs(await first.next(3))).toEqual(range(1, 3));
+    // The channel answers the join's report (head 3), but the answer reaches the relay only after
+    // the delivery of message 4 has.
+    const proto = ChannelObject.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
+    const original = proto.relayReport as (...a: unknown[]) => unknown;
+    let release = () => {};
+    const gate = new Promise<void>((r) => {
+      release = r;
+    });
+    let held = false;
+    proto.relayReport = function (this: unknown, ...args: unknown[]) {
+      const answer = original.apply(this, args);
+      if (held || (args[1] as { joined: string[] }).joined.length === 0) return answer;
+      held = true;
+      return gate.then(() => answer);
+    };
+    let second: Awaited<ReturnType<typeof openSocket>>;
+    try {
+      const joining = openSocket(ch, "", relayEnv);
+      await until(() => held, "the join's report to be answered");
+      expect((await publishTo(ch, t, 4)).status).toBe(200);
+      expect(seqs(await first.next(4))).toEqual(range(1, 4));
+      release();
+      second = await joining;
+    } finally {
+      release();
+      proto.relayReport = original;
+    }
+    expect((await publishTo(ch, t, 5)).status).toBe(200);
+    expect(seqs(await first.next(5))).toEqual(range(1, 5));
+    expect(seqs(await second.next(2))).toEqual([4, 5]);
+    // Nothing more arrives: a repeat would show up as a sixth frame.
+    expect((await publishTo(ch, t, 6)).status).toBe(200);
+    expect(seqs(await first.next(6))).toEqual(range(1, 6));
+    first.ws.close();
+    second.ws.close();
+    await settled(ch, 1);
   });
 
   it("a relay whose hole history no longer holds closes its subscribers with 4009 instead of skipping", async () => {
