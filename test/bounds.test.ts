@@ -23,6 +23,7 @@ import {
   readSse,
   storedTables,
   uniq,
+  until,
   withFailing,
 } from "./helpers";
 
@@ -37,14 +38,6 @@ async function publisher(sub = uniq("pub")): Promise<string> {
 async function channelStats(ch: string): Promise<ChannelStats> {
   const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
   return (await res.json()) as ChannelStats;
-}
-
-/** Polls (no fixed sleep) until `ready()` holds. */
-async function until(ready: () => boolean, what: string, ms = 5000): Promise<void> {
-  for (let waited = 0; !ready(); waited += 5) {
-    if (waited > ms) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
 }
 
 /** A raw WebSocket subscription that records text frames and its close. */

@@ -8,7 +8,7 @@ import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type S
 import { describe, expect, it } from "vitest";
 import { shardStub } from "../src/limiter-shard";
 import { services } from "../src/services";
-import { BASE, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
+import { BASE, historyOf, mint, publishTo, setRate, uniq, until } from "./helpers";
 
 const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));
 
@@ -41,13 +41,6 @@ function socketOpener() {
     return res.webSocket as unknown as SocketLike;
   };
   return { open, sockets };
-}
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  // Bounded in time, not in turns: on a loaded machine a turn takes longer than 10 ms.
-  const end = Date.now() + 15_000;
-  while (!check() && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
-  if (!check()) throw new Error(`timed out waiting for ${what}`);
 }
 
 describe("client publish", () => {

@@ -285,3 +285,15 @@ export function collectSse(res: Response): { frames: Frame[]; ended: () => boole
     },
   };
 }
+
+/**
+ * Polls (no fixed sleep) until `ready()` holds, bounded in time rather than in turns: on a loaded
+ * machine a turn takes longer than its few milliseconds.
+ */
+export async function until(ready: () => boolean | Promise<boolean>, what: string, ms = 15_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await ready())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}

@@ -27,6 +27,7 @@ import {
   SLOW_TEST_MS,
   storedTables,
   uniq,
+  until,
   withFailing,
 } from "./helpers";
 
@@ -54,13 +55,11 @@ async function stats(ch: string): Promise<Stats> {
   return (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as Stats;
 }
 
-/** Polls (no fixed sleep) until `ready()` holds. */
-async function until(ready: () => boolean | Promise<boolean>, what: string, ms = 15_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await ready())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
+/** `n` WebSocket subscribers of `ch`, opened one after another (so they fill relays in order). */
+async function openSockets(ch: string, n: number, customEnv: Env = relayEnv) {
+  const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
+  for (let i = 0; i < n; i++) subs.push(await openSocket(ch, "", customEnv));
+  return subs;
 }
 
 /** An SSE subscription through the relay-capacity Worker, collecting frames in the background. */
@@ -147,8 +146,7 @@ describe("fan-out over relays", () => {
 
   it("with fewer subscribers than RELAY_CAPACITY there is one relay", async () => {
     const ch = `public:relays.${uniq()}`;
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < CAPACITY; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, CAPACITY);
     expect(await stats(ch)).toMatchObject({ occupancy: CAPACITY, relays: 1 });
     const one = await openSocket(ch, "", relayEnv);
     expect(await stats(ch)).toMatchObject({ occupancy: CAPACITY + 1, relays: 2 });
@@ -161,8 +159,7 @@ describe("order and repair", () => {
   it("a relay evicted mid-stream continues without a gap: its WebSockets and last seq survive", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher();
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, 15);
     for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
     for (const s of subs) await s.next(3);
     await evictDurableObject(relayStub(ch, 0));
@@ -179,8 +176,7 @@ describe("order and repair", () => {
   it("a relay reset by an abort drops its sockets, and its subscribers resume elsewhere with no gap or repeat", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher();
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, 15);
     for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
     for (const s of subs) await s.next(3);
     // The object is thrown away mid-stream: the runtime disconnects its WebSockets (unlike an
@@ -207,8 +203,7 @@ describe("order and repair", () => {
   it("calls to a relay that failed are repaired from history before anything newer, even if the channel goes quiet", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher();
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, 15);
     expect((await publishTo(ch, t, 1)).status).toBe(200);
     for (const s of subs) await s.next(1);
     // Relay 0 fails every call while 2..4 are published (the relay aborted mid-stream); relay 1 gets them.
@@ -294,8 +289,7 @@ describe("order and repair", () => {
   it("a subscriber that resumes on a different relay gets exactly what it missed, then live", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher();
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < CAPACITY; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, CAPACITY);
     const leaver = subs[0] as Awaited<ReturnType<typeof openSocket>>;
     for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
     const seen = await leaver.next(3);
@@ -319,8 +313,7 @@ describe("independence", () => {
   it("a relay that stalls holds up neither the publisher nor the other relays, and then catches up in order", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher();
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, 15);
     const proto = Relay.prototype as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
     const original = proto.deliver as (...a: unknown[]) => Promise<unknown>;
     let release = () => {};
@@ -354,8 +347,7 @@ describe("independence", () => {
     const stalledWs = res.webSocket;
     if (!stalledWs) throw new Error("no socket");
     // Never accepted: nothing is read, so its relay's sends pile up in its buffer.
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < 14; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, 14);
     const big = "x".repeat(30_000);
     for (let i = 1; i <= 60; i++) {
       await channelStub(ch).publishMany([
@@ -376,8 +368,7 @@ describe("counts", () => {
   it("empty relays leave the registry and keep no storage", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher();
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < 15; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, 15);
     const sse = await openSse(ch);
     expect((await publishTo(ch, t, 1)).status).toBe(200);
     for (const s of subs) await s.next(1);
@@ -450,8 +441,7 @@ describe("counts", () => {
   it("past MAX_SUBSCRIBERS a subscribe answers 503 unavailable with Retry-After, before any upgrade", async () => {
     const ch = `public:relays.${uniq()}`;
     const capped = envWith({ RELAY_CAPACITY: "2", MAX_SUBSCRIBERS: "3" });
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < 3; i++) subs.push(await openSocket(ch, "", capped));
+    const subs = await openSockets(ch, 3, capped);
     const modes: Record<string, string>[] = [{ upgrade: "websocket" }, { accept: "text/event-stream" }];
     for (const headers of modes) {
       const res = await worker.fetch(
@@ -476,8 +466,7 @@ describe("counts", () => {
   it("stats and the sampler's delivery budget count the subscribers of every relay", async () => {
     // public:budget.* has the delivery budget {"deliveries":"40/s"} in the test configuration.
     const ch = `public:budget.${uniq()}`;
-    const subs: Awaited<ReturnType<typeof openSocket>>[] = [];
-    for (let i = 0; i < 20; i++) subs.push(await openSocket(ch, "", relayEnv));
+    const subs = await openSockets(ch, 20);
     const streams = [];
     for (let i = 0; i < 5; i++) streams.push(await openSse(ch));
     const s = await stats(ch);

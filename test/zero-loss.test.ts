@@ -24,16 +24,10 @@ import {
   SLOW_TEST_MS,
   setRate,
   uniq,
+  until,
 } from "./helpers";
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
-
-async function waitFor(check: () => boolean, what: string): Promise<void> {
-  // Bounded: frames already sent arrive within a few event-loop turns.
-  const end = Date.now() + 15_000;
-  while (!check() && Date.now() < end) await new Promise((r) => setTimeout(r, 10));
-  if (!check()) throw new Error(`timed out waiting for ${what}`);
-}
 
 async function messageCounts(): Promise<{ delivered: number; dropped: number }> {
   const text = await (await callAndWait("/metrics", { headers: adminHeaders() })).text();
@@ -113,12 +107,12 @@ describe.each([
     };
     await wsA.next(delivered.size);
     check(wsA.frames, "WebSocket A");
-    await waitFor(() => sse.frames.length >= delivered.size, "SSE frames");
+    await until(() => sse.frames.length >= delivered.size, "SSE frames");
     check(sse.frames, "SSE");
-    await waitFor(() => framesB.length + wsB.frames.length >= delivered.size, "resumed WebSocket B");
+    await until(() => framesB.length + wsB.frames.length >= delivered.size, "resumed WebSocket B");
     check([...framesB, ...wsB.frames], "WebSocket B across a disconnect and ?after= resume");
 
-    await waitFor(() => analytics.frames.length - analyticsBefore >= dropped.size, "analytics copies");
+    await until(() => analytics.frames.length - analyticsBefore >= dropped.size, "analytics copies");
     const copies = analytics.frames
       .slice(analyticsBefore)
       .map((f) => f.data as { source_channel: string; message: { i: number }; drop_rate: number })
