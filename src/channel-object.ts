@@ -194,6 +194,8 @@ export class ChannelObject extends DurableObject<Env> {
   );
   /** The delivery line to each active relay (memory only: a new instance starts new lines). */
   private readonly pipes = new Map<string, RelayPipe>();
+  /** When every relay was last woken to refresh its counts (see probeRelays). */
+  private lastProbe = 0;
   private channel: string | null = null;
   private lastSample: unknown = null;
   /** An activity report to the sampler's registry in flight (once per period). */
@@ -899,7 +901,6 @@ export class ChannelObject extends DurableObject<Env> {
     const head = this.counter("next_seq");
     for (const e of this.relays.active()) this.pipeTo(e.name).sync(head);
   }
-  private lastProbe = 0;
 
   /** After a restart: each relay no batch has been sent to yet hears the head (see the constructor). */
   private syncRelays(): void {
