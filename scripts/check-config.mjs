@@ -29,7 +29,7 @@ const config = unstable_readConfig({ config: join(root, "wrangler.toml"), env },
 
 // The Worker's own parser, bundled on the fly so this check can never drift from it.
 const mod = await importSource(
-  `export { parseConfig, rawConfigFrom } from "./src/config"; export { SECRET_MIN, secretProblem } from "./src/secrets";`,
+  `export { parseConfig, rawConfigFrom } from "./src/platform/config"; export { SECRET_MIN, secretProblem } from "./src/auth/secrets";`,
 );
 
 /** KEY=VALUE lines (quotes optional, # comments) or a JSON object. */

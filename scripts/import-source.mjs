@@ -8,7 +8,7 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 /**
  * Bundles `source` (a TypeScript module whose relative imports resolve from the project root, e.g.
- * `export { parseDuration } from "./src/durations"`) and imports the result.
+ * `export { parseDuration } from "./src/platform/durations"`) and imports the result.
  */
 export async function importSource(source) {
   const out = await build({

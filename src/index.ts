@@ -2,17 +2,17 @@
  * Floodgate's Worker entry: the HTTP API (Hono), the sampler's Cron Trigger, and the Durable Object
  * classes.
  */
-import { app } from "./app";
-import { runSampler } from "./sampler-run";
-import { services } from "./services";
+import { app } from "./http/app";
+import { services } from "./platform/services";
+import { runSampler } from "./throttle/sampler-run";
 
-export { ActiveChannels } from "./active-channels";
-export { ChannelObject } from "./channel-object";
-export { LimiterShard } from "./limiter-shard";
-export { MetricsStore } from "./metrics";
-export { RateLimiter } from "./rate-limiter";
-export { RefreshLedger } from "./refresh-ledger";
-export { Relay } from "./relay";
+export { RefreshLedger } from "./auth/refresh-ledger";
+export { ChannelObject } from "./channel/channel-object";
+export { Relay } from "./delivery/relay";
+export { MetricsStore } from "./platform/metrics";
+export { LimiterShard } from "./rate-limit/limiter-shard";
+export { RateLimiter } from "./rate-limit/rate-limiter";
+export { ActiveChannels } from "./throttle/active-channels";
 
 export default {
   fetch: app.fetch,

@@ -16,9 +16,9 @@ import {
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { pollUntil } from "../functions/waiting";
-import { ChannelObject, type CopyItem } from "../src/channel-object";
+import { ChannelObject, type CopyItem } from "../src/channel/channel-object";
+import { PAGE_MAX_BYTES } from "../src/delivery/subscriber-bounds";
 import worker from "../src/index";
-import { PAGE_MAX_BYTES } from "../src/subscriber-bounds";
 import { adminHeaders, BASE, callAndWait, env, envWith, type Frame, mint, openSocket, setRate, uniq } from "./helpers";
 
 const DAY = 86_400_000;

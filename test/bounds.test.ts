@@ -8,10 +8,14 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ChannelObject, type ChannelStats } from "../src/channel-object";
-import { shardStub } from "../src/limiter-shard";
-import { relayName } from "../src/placement";
-import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES, SUBSCRIBER_SPOKE_CLOSE } from "../src/subscriber-bounds";
+import { ChannelObject, type ChannelStats } from "../src/channel/channel-object";
+import { relayName } from "../src/delivery/placement";
+import {
+  SLOW_CONSUMER_CLOSE,
+  SUBSCRIBER_MAX_BEHIND_BYTES,
+  SUBSCRIBER_SPOKE_CLOSE,
+} from "../src/delivery/subscriber-bounds";
+import { shardStub } from "../src/rate-limit/limiter-shard";
 import {
   adminHeaders,
   call,

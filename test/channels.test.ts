@@ -7,7 +7,7 @@ import {
   parseChannelName,
   parsePattern,
   selectRule,
-} from "../src/channels";
+} from "../src/channel/names";
 
 const name = (s: string) => parseChannelName(s);
 

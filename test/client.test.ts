@@ -6,8 +6,8 @@ import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
-import { shardStub } from "../src/limiter-shard";
-import { services } from "../src/services";
+import { services } from "../src/platform/services";
+import { shardStub } from "../src/rate-limit/limiter-shard";
 import { BASE, historyOf, mint, publishTo, setRate, uniq, until } from "./helpers";
 
 const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));

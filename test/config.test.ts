@@ -1,6 +1,6 @@
 /** Configuration: parsing rules and fail-closed behaviour on every route. */
 import { describe, expect, it } from "vitest";
-import { ConfigError, parseConfig, rawConfigFrom } from "../src/config";
+import { ConfigError, parseConfig, rawConfigFrom } from "../src/platform/config";
 import { adminHeaders, callAndWait, envWith } from "./helpers";
 
 describe("parseConfig", () => {

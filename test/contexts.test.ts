@@ -9,7 +9,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
 import { pollUntil } from "../functions/waiting";
-import { services } from "../src/services";
+import { services } from "../src/platform/services";
 import { adminHeaders, call, callAndWait, historyOf, mint, publishTo, setRate, uniq } from "./helpers";
 
 describe("pollUntil", () => {
@@ -36,7 +36,7 @@ describe("real request contexts", () => {
     const ch = `public:ctx.${uniq()}`;
     const { access_token } = await mint({ sub: uniq(), channels: ["public:ctx.*"], rl: "10000/s" });
     const callsBefore = services(env).gate.calls;
-    const appendsBefore = services(env).publisher.calls;
+    const appendsBefore = services(env).publishBatcher.calls;
     const results = await Promise.all(
       Array.from({ length: 50 }, (_, i) =>
         publishTo(ch, access_token, { i }).then(async (r) => ({
@@ -47,7 +47,7 @@ describe("real request contexts", () => {
     );
     expect(results.filter((r) => r.status === 200)).toHaveLength(50);
     expect(services(env).gate.calls - callsBefore).toBeLessThan(50); // limiter batches did form
-    expect(services(env).publisher.calls - appendsBefore).toBeLessThan(50); // and channel batches
+    expect(services(env).publishBatcher.calls - appendsBefore).toBeLessThan(50); // and channel batches
     const history = await historyOf(ch, null, "?limit=100");
     expect(history.map((f) => f.seq)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
     // Each publish was answered with the seq of its own message.

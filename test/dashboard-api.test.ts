@@ -12,9 +12,9 @@ import {
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
+import { OVERVIEW_MAX_CHANNELS } from "../src/http/routes/dashboard";
 import worker from "../src/index";
-import { OVERVIEW_MAX_CHANNELS } from "../src/routes/dashboard";
-import { activeChannelsStub } from "../src/stubs";
+import { activeChannelsStub } from "../src/platform/stubs";
 import { adminHeaders, callAndWait, envWith, mint, openSocket, publishAndWait, uniq } from "./helpers";
 
 async function cron(): Promise<void> {

@@ -20,7 +20,7 @@ import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import { isMeaningfulChange } from "../functions/sampler";
 import worker from "../src/index";
-import type { ChannelSample } from "../src/sampler-run";
+import type { ChannelSample } from "../src/throttle/sampler-run";
 import { adminHeaders, callAndWait, envWith, mint, publishAndWait, uniq } from "./helpers";
 
 /** The configured target of `public:fastloop.*`, in messages per second. */

@@ -8,14 +8,14 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
-import { getConfig } from "../src/config";
-import type { SamplerReport } from "../src/sampler-run";
-import { activeChannelsStub, channelObjectStub } from "../src/stubs";
+import { getConfig } from "../src/platform/config";
+import { activeChannelsStub, channelStub } from "../src/platform/stubs";
+import type { SamplerReport } from "../src/throttle/sampler-run";
 import { adminHeaders, callAndWait, envWith, mint, publishTo, uniq } from "./helpers";
 
 /** Flooded names that get a real object each (see the flood test). */
 const REAL_CHANNELS = 50;
-const channelStub = (name: string) => channelObjectStub(env, name);
+const stubOf = (name: string) => channelStub(env, name);
 
 async function sample(customEnv: Env = env): Promise<SamplerReport> {
   const res = await callAndWait("/v1/admin/sample", { method: "POST", headers: adminHeaders() }, customEnv);
@@ -37,7 +37,7 @@ const visited = (r: SamplerReport) => r.channels.map((c) => c.channel).sort();
 /** Starts the channels' current periods a minute ago: their few messages are then far under target. */
 async function backdatePeriods(channels: string[]): Promise<void> {
   for (const ch of channels) {
-    await runInDurableObject(channelStub(ch), (instance) => {
+    await runInDurableObject(stubOf(ch), (instance) => {
       (instance as unknown as { set(v: Record<string, number>): void }).set({ period_started_at: Date.now() - 60_000 });
     });
   }
@@ -138,7 +138,7 @@ describe("the sampler under many channels", () => {
       const weekAndMore = 7 * 24 * 3600 * 1000 + 1000;
       await Promise.all(
         [...real, busy].map(async (ch) => {
-          const stub = channelStub(ch);
+          const stub = stubOf(ch);
           await runInDurableObject(stub, (o, state) => {
             state.storage.sql.exec("UPDATE counters SET value = value - ? WHERE name = 'last_publish_at'", weekAndMore);
             const counters = (o as unknown as { counters: Map<string, number> }).counters;

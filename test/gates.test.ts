@@ -2,9 +2,9 @@
  * Rate-limit gates over HTTP: order, keys, headers, 429 bodies, overrides, failure, deny cache.
  */
 import { describe, expect, it, vi } from "vitest";
-import { LIMITER_BATCHING, LimiterGate } from "../src/limiter-gate";
-import { LimiterShard } from "../src/limiter-shard";
-import { signToken } from "../src/tokens";
+import { signToken } from "../src/auth/tokens";
+import { LIMITER_BATCHING, LimiterGate } from "../src/rate-limit/limiter-gate";
+import { LimiterShard } from "../src/rate-limit/limiter-shard";
 import { adminHeaders, callAndWait, envWith, freshIp, mint, peekBucket, perKey, uniq, withFailing } from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
@@ -401,7 +401,7 @@ describe("deny cache", () => {
     for (let i = 0; i < 50; i++) statuses.push((await publishWith(e, ch, t)).status);
     expect(statuses.filter((s) => s === 200)).toHaveLength(1);
     expect(statuses.filter((s) => s === 429)).toHaveLength(49);
-    const { services } = await import("../src/services");
+    const { services } = await import("../src/platform/services");
     expect(services(e).gate.calls).toBe(2);
     const metrics = await (await callAndWait("/metrics", { headers: adminHeaders() }, e)).text();
     expect(metrics).toContain('floodgate_rate_limit_deny_cache_hits_total{bucket="publish"} 48');

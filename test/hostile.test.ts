@@ -5,9 +5,9 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { ChannelStats } from "../src/channel-object";
-import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/subscriber-bounds";
-import { base64UrlEncode, signToken } from "../src/tokens";
+import { base64UrlEncode, signToken } from "../src/auth/tokens";
+import type { ChannelStats } from "../src/channel/channel-object";
+import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/delivery/subscriber-bounds";
 import {
   ADMIN,
   adminHeaders,

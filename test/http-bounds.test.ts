@@ -9,9 +9,9 @@ import { env } from "cloudflare:workers";
 import { FloodgateClient, type Message, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import devVarsExample from "../.dev.vars.example?raw";
-import { RefreshLedger } from "../src/refresh-ledger";
-import { secretProblem } from "../src/secrets";
-import { base64UrlEncode, MAX_TOKEN_LENGTH, signToken } from "../src/tokens";
+import { RefreshLedger } from "../src/auth/refresh-ledger";
+import { secretProblem } from "../src/auth/secrets";
+import { base64UrlEncode, MAX_TOKEN_LENGTH, signToken } from "../src/auth/tokens";
 import {
   ADMIN,
   adminHeaders,

@@ -5,13 +5,13 @@
 import { evictDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { LEASE_SPEND_MS, LEASE_TTL_MS, SPARE_LEASE_MAX, SPARE_LEASE_SPEND_MS } from "../src/bucket-charge";
-import { LEASE_MIN_DEMAND } from "../src/isolate-leases";
-import { type BucketBackend, LimiterGate } from "../src/limiter-gate";
-import { shardName, shardStub } from "../src/limiter-shard";
-import type { Limit } from "../src/limits";
-import { limiterShardStub } from "../src/stubs";
-import { fullBucket, take } from "../src/token-bucket";
+import { limiterShardStub } from "../src/platform/stubs";
+import { LEASE_SPEND_MS, LEASE_TTL_MS, SPARE_LEASE_MAX, SPARE_LEASE_SPEND_MS } from "../src/rate-limit/bucket-charge";
+import { LEASE_MIN_DEMAND } from "../src/rate-limit/isolate-leases";
+import { type BucketBackend, LimiterGate } from "../src/rate-limit/limiter-gate";
+import { shardName, shardStub } from "../src/rate-limit/limiter-shard";
+import type { Limit } from "../src/rate-limit/limits";
+import { fullBucket, take } from "../src/rate-limit/token-bucket";
 import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, perKey, uniq } from "./helpers";
 import { seededRandom } from "./seeded-random";
 

@@ -6,9 +6,9 @@
 import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { type KeyResult, LIMITER_SHARDS, shardOf, shardStub } from "../src/limiter-shard";
-import type { Limit } from "../src/limits";
-import { EMPTY_HAND_OVER_MS, RateLimiter } from "../src/rate-limiter";
+import { type KeyResult, LIMITER_SHARDS, shardOf, shardStub } from "../src/rate-limit/limiter-shard";
+import type { Limit } from "../src/rate-limit/limits";
+import { EMPTY_HAND_OVER_MS, RateLimiter } from "../src/rate-limit/rate-limiter";
 import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, uniq, withFailing } from "./helpers";
 
 const hourly = (n: number): Limit => ({ rate: n, perMs: 3_600_000, burst: n }); // no refill in a test
@@ -100,7 +100,7 @@ describe("a crowd over HTTP", () => {
       ),
     );
     const ch = `public:crowd.${uniq()}`;
-    const { services } = await import("../src/services");
+    const { services } = await import("../src/platform/services");
     const callsBefore = services(e).gate.calls;
     // Every subject 5 times at once: 120 concurrent publishes for 72 tokens.
     const statuses = await Promise.all(

@@ -5,6 +5,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { base64UrlEncode, signToken, TokenError, verifyToken } from "../src/auth/tokens";
 import {
   GrammarError,
   MAX_CHANNEL_LENGTH,
@@ -12,10 +13,9 @@ import {
   matchesPattern,
   parseChannelName,
   parsePattern,
-} from "../src/channels";
-import { DurationError, formatDuration, parseDuration } from "../src/durations";
-import { LimitError, limitToJson, parseLimit, parseRateShorthand } from "../src/limits";
-import { base64UrlEncode, signToken, TokenError, verifyToken } from "../src/tokens";
+} from "../src/channel/names";
+import { DurationError, formatDuration, parseDuration } from "../src/platform/durations";
+import { LimitError, limitToJson, parseLimit, parseRateShorthand } from "../src/rate-limit/limits";
 
 const RUNS = { numRuns: 500, seed: 20261129 };
 

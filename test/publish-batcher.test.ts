@@ -1,9 +1,9 @@
 /** The publish batcher on its own: order, one call per batch, and no resend when an answer is lost. */
 import { describe, expect, it, vi } from "vitest";
 import { TAKEOVER_MS } from "../functions/coalescer";
-import type { PublishCommand, PublishOutcome } from "../src/channel-object";
-import { ApiError } from "../src/errors";
-import { PUBLISH_BATCHING, PublishBatcher } from "../src/publish-batcher";
+import type { PublishCommand, PublishOutcome } from "../src/channel/channel-object";
+import { PUBLISH_BATCHING, PublishBatcher } from "../src/channel/publish-batcher";
+import { ApiError } from "../src/http/errors";
 
 const cmd = (i: number): PublishCommand => ({
   channel: "public:a.b",

@@ -1,7 +1,7 @@
 /** Publish → WebSocket and SSE delivery, validation, idempotency and history, in workerd. */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { IDEMPOTENCY_TTL_MS, type PublishCommand } from "../src/channel-object";
+import { IDEMPOTENCY_TTL_MS, type PublishCommand } from "../src/channel/channel-object";
 import { call, historyOf, mint, openSocket, publishTo, readSse, uniq, withFailing } from "./helpers";
 
 const token = async (chs = ["public:pub.*", "private:pub.team.*"], scopes = ["publish", "subscribe"]) =>
@@ -275,7 +275,7 @@ describe("history and subscribe rules", () => {
 
 describe("channel object failure", () => {
   it("answers 503 unavailable without backend text, and a retry with the same key delivers once", async () => {
-    const { ChannelObject } = await import("../src/channel-object");
+    const { ChannelObject } = await import("../src/channel/channel-object");
     const ch = `public:pub.${uniq()}`;
     const t = await token();
     const res = await withFailing(ChannelObject, "publishMany", "SQLITE_BUSY: internal detail", () =>

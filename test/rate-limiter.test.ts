@@ -3,7 +3,7 @@
 import { abortAllDurableObjects, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { Limit } from "../src/limits";
+import type { Limit } from "../src/rate-limit/limits";
 import { uniq } from "./helpers";
 
 const stub = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key));

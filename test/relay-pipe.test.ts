@@ -1,18 +1,18 @@
 /**
- * The channel's line to one relay (src/relay-pipe.ts), with a recorded send in place of the relay: one
+ * The channel's line to one relay (src/delivery/relay-pipe.ts), with a recorded send in place of the relay: one
  * call at a time in order, batches queued behind a call go as one, the queue is bounded in bytes (the
  * oldest go and the head tells the relay to repair), and a failed call is followed by head-only calls
  * after a growing, capped backoff (fake timers) until one gets through, however long that takes.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { LiveFrame } from "../src/frames";
+import type { LiveFrame } from "../src/channel/frames";
 import {
   PIPE_QUICK_GAP_MS,
   PIPE_QUICK_RETRIES,
   PIPE_RETRY_BASE_MS,
   PIPE_RETRY_MAX_MS,
   RelayPipe,
-} from "../src/relay-pipe";
+} from "../src/delivery/relay-pipe";
 
 const f = (seq: number, text = `m${seq}`): LiveFrame => ({ seq, text });
 

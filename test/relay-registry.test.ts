@@ -1,9 +1,9 @@
 /**
- * The channel's registry of relays (src/relay-registry.ts): the lowest relay with room in the
+ * The channel's registry of relays (src/delivery/relay-registry.ts): the lowest relay with room in the
  * subscriber's group, reserved slots counted until joined or lapsed, MAX_SUBSCRIBERS, and leaving.
  */
 import { describe, expect, it } from "vitest";
-import { RESERVATION_TTL_MS, type RelayEntry, RelayRegistry } from "../src/relay-registry";
+import { RESERVATION_TTL_MS, type RelayEntry, RelayRegistry } from "../src/delivery/relay-registry";
 
 function registry() {
   const stored = new Map<string, RelayEntry>();

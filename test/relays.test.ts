@@ -8,10 +8,10 @@
  */
 import { createExecutionContext, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { ChannelObject } from "../src/channel-object";
+import { ChannelObject } from "../src/channel/channel-object";
+import { relayName } from "../src/delivery/placement";
+import { Relay } from "../src/delivery/relay";
 import worker from "../src/index";
-import { relayName } from "../src/placement";
-import { Relay } from "../src/relay";
 import {
   adminHeaders,
   BASE,

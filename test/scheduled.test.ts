@@ -12,10 +12,10 @@ import {
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
-import { ChannelObject } from "../src/channel-object";
+import { ChannelObject } from "../src/channel/channel-object";
 import worker from "../src/index";
-import type { ChannelSample, SamplerReport } from "../src/sampler-run";
-import { activeChannelsStub, channelObjectStub } from "../src/stubs";
+import { activeChannelsStub, channelStub } from "../src/platform/stubs";
+import type { ChannelSample, SamplerReport } from "../src/throttle/sampler-run";
 import {
   adminHeaders,
   callAndWait,
@@ -28,7 +28,7 @@ import {
   withFailing,
 } from "./helpers";
 
-const channelStub = (name: string) => channelObjectStub(env, name);
+const stubOf = (name: string) => channelStub(env, name);
 const registry = () => activeChannelsStub(env);
 
 async function cron(customEnv: Env = env): Promise<void> {
@@ -50,7 +50,7 @@ async function publishMany(channel: string, token: string, n: number): Promise<v
 
 /** Starts the channel's current period `ms` ago, instead of waiting that long. */
 async function backdatePeriod(channel: string, ms: number): Promise<void> {
-  await runInDurableObject(channelStub(channel), (instance) => {
+  await runInDurableObject(stubOf(channel), (instance) => {
     (instance as unknown as { set(v: Record<string, number>): void }).set({ period_started_at: Date.now() - ms });
   });
 }
@@ -211,7 +211,7 @@ describe("scheduled sampler", () => {
     const ch = `public:sampled.${uniq()}`;
     const token = await publisher("public:sampled.*");
     // A channel whose last period began an hour ago and that has been quiet since (not marked).
-    await runInDurableObject(channelStub(ch), (instance) => {
+    await runInDurableObject(stubOf(ch), (instance) => {
       const o = instance as unknown as { remember(c: string): void; set(v: Record<string, number>): void };
       o.remember(ch);
       o.set({ period_started_at: Date.now() - 3_600_000 });
@@ -219,7 +219,7 @@ describe("scheduled sampler", () => {
     await cron(); // a run for other channels; this one is not marked, so it is not visited
     const lastRun = (await registry().snapshot()).lastRunAt ?? 0;
     await publishMany(ch, token, 1); // first traffic since: reports itself and learns the last run
-    const started = await runInDurableObject(channelStub(ch), (instance) =>
+    const started = await runInDurableObject(stubOf(ch), (instance) =>
       (instance as unknown as { counters: Map<string, number> }).counters.get("period_started_at"),
     );
     expect(started).toBe(lastRun);

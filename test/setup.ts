@@ -5,7 +5,7 @@
  * machine runs.
  */
 import { beforeEach } from "vitest";
-import { forgetServices } from "../src/services";
+import { forgetServices } from "../src/platform/services";
 
 beforeEach(() => {
   forgetServices();

@@ -5,7 +5,7 @@
 
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { ChannelObject } from "../src/channel-object";
+import { ChannelObject } from "../src/channel/channel-object";
 import {
   adminHeaders,
   call,

@@ -1,0 +1,87 @@
+/**
+ * Who may make a request: bearer tokens, access-token checks (signature, expiry, scope, channel) and
+ * the admin bearer middleware (docs/api.md, Tokens and Operator routes; docs/security.md). Each
+ * failure is an ApiError in the contract's shape.
+ */
+import { bearerAuth } from "hono/bearer-auth";
+import { createMiddleware } from "hono/factory";
+import { anyPatternMatches, type ChannelName } from "../channel/names";
+import type { AppEnv } from "../http/app-env";
+import { ApiError, permissionDenied, unauthenticated } from "../http/errors";
+import { type SecretName, secretProblem } from "./secrets";
+import { type Scope, TokenError, type VerifiedToken, verifyToken } from "./tokens";
+
+/** The bearer token in `Authorization`, or null. */
+export function bearer(request: Request): string | null {
+  const h = request.headers.get("authorization");
+  if (!h) return null;
+  const m = /^Bearer[ ]+(\S+)\s*$/i.exec(h);
+  return m ? (m[1] as string) : null;
+}
+
+/** A secret the route needs, or a 500 naming it when it is missing or weak (fail closed). */
+function requiredSecret(env: Env, name: SecretName): string {
+  const value = (env as unknown as Record<string, unknown>)[name];
+  const problem = secretProblem(name, value);
+  if (problem) {
+    console.error(`floodgate: ${problem}; the routes that need it fail closed`);
+    throw new ApiError("internal", `server is not configured: ${problem}`, { variable: name });
+  }
+  return value as string;
+}
+
+/** The token secret, or a 500 when it is missing or weak (token routes fail closed). */
+export function tokenSecret(env: Env): string {
+  return requiredSecret(env, "TOKEN_SECRET");
+}
+
+/** Verifies an access token: signature, shape, expiry and type. @throws ApiError 401 */
+export async function verifyAccess(env: Env, token: string | null): Promise<VerifiedToken> {
+  const secret = tokenSecret(env);
+  if (!token) throw unauthenticated("missing bearer token");
+  try {
+    return await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
+  } catch (e) {
+    if (e instanceof TokenError) throw unauthenticated(e.message);
+    throw e;
+  }
+}
+
+/** Checks that a verified token grants `scope` on `channel`. @throws ApiError 403 */
+export function checkGrant(verified: VerifiedToken, scope: Scope, channel: ChannelName): void {
+  if (!verified.claims.scp.includes(scope)) throw permissionDenied(`token lacks the "${scope}" scope`);
+  if (!anyPatternMatches(verified.patterns, channel)) {
+    throw permissionDenied(`token does not grant channel ${channel.name}`);
+  }
+}
+
+/** Verifies an access token and checks scope and channel. @throws ApiError 401 / 403 */
+export async function authorise(
+  env: Env,
+  token: string | null,
+  scope: Scope,
+  channel: ChannelName,
+): Promise<VerifiedToken> {
+  const verified = await verifyAccess(env, token);
+  checkGrant(verified, scope, channel);
+  return verified;
+}
+
+/** Every admin refusal, whatever was wrong with the header: the contract's 401. */
+const adminRefused = () => unauthenticated("admin bearer token required").toResponse();
+
+/**
+ * The admin bearer (docs/api.md, Operator routes): Hono's `bearerAuth`, which compares in constant
+ * time, answering the contract's 401 for a missing, malformed or wrong token. Fails closed first:
+ * with `ADMIN_TOKEN` unset or weak every admin route answers 500 naming it, whatever was sent.
+ */
+export const adminAuth = createMiddleware<AppEnv>(async (c, next) => {
+  const token = requiredSecret(c.env, "ADMIN_TOKEN");
+  const check = bearerAuth<AppEnv>({
+    token,
+    noAuthenticationHeader: { message: adminRefused },
+    invalidAuthenticationHeader: { message: adminRefused },
+    invalidToken: { message: adminRefused },
+  });
+  return check(c, next);
+});

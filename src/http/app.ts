@@ -1,0 +1,88 @@
+/**
+ * The Hono app: per-isolate services and config check for every request, the route sub-apps, and
+ * the contract's error shape for every failure, unknown routes included.
+ */
+import { Hono } from "hono";
+import { createMiddleware } from "hono/factory";
+import { secureHeaders } from "hono/secure-headers";
+import * as z from "zod";
+import { ConfigError } from "../platform/config";
+import { type Services, services } from "../platform/services";
+import type { AppEnv } from "./app-env";
+import { ApiError, errorResponse } from "./errors";
+import { documented, json, mount, openApiDocument, route } from "./openapi";
+import { admin } from "./routes/admin";
+import { dashboard } from "./routes/dashboard";
+import { ops } from "./routes/ops";
+import { publish } from "./routes/publish";
+import { history, subscribe } from "./routes/subscribe";
+import { tokens } from "./routes/tokens";
+
+export const app = new Hono<AppEnv>();
+
+/**
+ * Security headers on every API answer, errors included (docs/security.md, "Headers"). The API only
+ * serves JSON, event streams and WebSockets, so its CSP allows nothing to load and no page to frame it.
+ * The dashboard's files are served by the assets layer before the Worker runs; their headers are in
+ * public/_headers. Cross-Origin-Resource-Policy is left out: it would block other sites' no-cors reads
+ * and adds nothing to CORS-mode fetches of the JSON API.
+ */
+app.use(
+  "*",
+  secureHeaders({
+    contentSecurityPolicy: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] },
+    xFrameOptions: "DENY",
+    crossOriginResourcePolicy: false,
+  }),
+);
+
+/**
+ * Per-isolate services (config checked) and `defer` for every request. Fail closed: a config typo
+ * never silently disables a rule; the 500 names the variable.
+ */
+const withServices = createMiddleware<AppEnv>(async (c, next) => {
+  let svc: Services;
+  try {
+    svc = services(c.env);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      console.error(`floodgate: ${e.message}`);
+      throw new ApiError("internal", e.message, { variable: e.variable });
+    }
+    throw e;
+  }
+  const defer = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
+  c.set("svc", svc);
+  c.set("defer", defer);
+  await next();
+  // Every request, denied ones included, makes sure its counts reach the metrics object soon.
+  svc.metrics.schedule(defer);
+});
+
+app.use("*", withServices);
+
+mount(app, "/v1/tokens", tokens);
+mount(app, "/v1/publish", publish);
+mount(app, "/v1/subscribe", subscribe);
+mount(app, "/v1/history", history);
+mount(app, "/v1/admin", admin);
+mount(app, "/v1/admin", dashboard);
+mount(app, "/", ops);
+
+const openApiRoute = route({
+  method: "get",
+  path: "/v1/openapi.json",
+  summary: "This OpenAPI 3.1 document",
+  description: "The API reference page of a deployment renders it at /docs/api.",
+  responses: { 200: json(z.looseObject({ openapi: z.literal("3.1.0") }), "The document.") },
+});
+
+/** Built on first use: it depends only on the routes, which never change while the isolate lives. */
+let document: ReturnType<typeof openApiDocument> | null = null;
+app.get(documented(app, openApiRoute), (c) => {
+  document ??= openApiDocument(app);
+  return c.json(document);
+});
+
+app.notFound(() => new ApiError("not_found", "no such route").toResponse());
+app.onError((err) => errorResponse(err));

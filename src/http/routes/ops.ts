@@ -1,0 +1,226 @@
+/**
+ * Ops routes (docs/api.md, Operator routes): health, the public manifest, Prometheus metrics and a
+ * channel's stats. Metrics and stats need the admin bearer; health and the manifest do not. The
+ * admin API that changes things is in ./admin.ts.
+ */
+import { Hono } from "hono";
+import * as z from "zod";
+import { adminAuth } from "../../auth/authorise";
+import { weakSecrets } from "../../auth/secrets";
+import type { ChannelStats } from "../../channel/channel-object";
+import { type Config, targetJson } from "../../platform/config";
+import { formatDuration } from "../../platform/durations";
+import { renderPrometheus, seriesKey } from "../../platform/metrics";
+import type { Services } from "../../platform/services";
+import { channelStub, metricsStub } from "../../platform/stubs";
+import { limitToJson } from "../../rate-limit/limits";
+import type { AppEnv } from "../app-env";
+import { ChannelViewSchema, channelView, targetOf } from "../channel-view";
+import { ApiError, orUnavailable } from "../errors";
+import { ADMIN_ONLY, ChannelPath, documented, errors, json, LimitSchema, route, TargetSchema } from "../openapi";
+import { channelParam } from "../params";
+
+/** The public manifest (docs/api.md, Operator routes). Per-token overrides never appear. */
+export function manifest(config: Config) {
+  const perChannel = (rules: Config["perChannelPublish"]) =>
+    rules.map((r) => ({ pattern: r.pattern.source, limit: limitToJson(r.value) }));
+  const publish = perChannel(config.perChannelPublish);
+  const subscribe = perChannel(config.perChannelSubscribe);
+  return {
+    rate_limits: {
+      publish: limitToJson(config.publish),
+      subscribe: limitToJson(config.subscribe),
+      token_issue: limitToJson(config.tokenIssue),
+      read: limitToJson(config.read),
+      ...(publish.length ? { per_channel_publish: publish } : {}),
+      ...(subscribe.length ? { per_channel_subscribe: subscribe } : {}),
+    },
+    throttle: {
+      fallback_rate: config.throttleFallbackRate,
+      target: targetJson(config.throttleTarget),
+      ...(config.throttleTargets.length
+        ? { targets: config.throttleTargets.map((r) => ({ pattern: r.pattern.source, target: targetJson(r.value) })) }
+        : {}),
+      ...(config.throttleThinning.length ? { thinning: config.throttleThinning.map((p) => p.source) } : {}),
+      analytics_channel: config.analyticsChannel.name,
+      rate_cache_ms: config.rateCacheMs,
+      fast_period: formatDuration(config.samplerFastPeriodMs),
+    },
+  };
+}
+
+export const ops = new Hono<AppEnv>();
+
+const healthRoute = route({
+  method: "get",
+  path: "/healthz",
+  summary: "Health check",
+  description: "500 naming the variable when the configuration is invalid or a secret is weak.",
+  responses: { 200: json(z.object({ ok: z.literal(true) }), "Healthy."), ...errors(500) },
+});
+
+ops.get(documented(ops, healthRoute), (c) => {
+  // A weak secret is bad configuration: fail the health check so a deploy catches it.
+  const weak = weakSecrets(c.env)[0];
+  if (weak) throw new ApiError("internal", `server is not configured: ${weak.problem}`, { variable: weak.name });
+  return c.json({ ok: true });
+});
+
+const PerChannelLimits = z.array(z.object({ pattern: z.string(), limit: LimitSchema }));
+const Manifest = z
+  .object({
+    rate_limits: z.object({
+      publish: LimitSchema,
+      subscribe: LimitSchema,
+      token_issue: LimitSchema,
+      read: LimitSchema,
+      per_channel_publish: PerChannelLimits.optional(),
+      per_channel_subscribe: PerChannelLimits.optional(),
+    }),
+    throttle: z.object({
+      fallback_rate: z.number(),
+      target: TargetSchema.nullable(),
+      targets: z.array(z.object({ pattern: z.string(), target: TargetSchema })).optional(),
+      thinning: z.array(z.string()).optional(),
+      analytics_channel: z.string(),
+      rate_cache_ms: z.number().int(),
+      fast_period: z.string(),
+    }),
+  })
+  .openapi("Manifest");
+
+const manifestRoute = route({
+  method: "get",
+  path: "/v1/manifest",
+  summary: "Budgets and throttle settings (public)",
+  responses: { 200: json(Manifest, "The manifest; per-token overrides never appear."), ...errors(500) },
+});
+
+ops.get(documented(ops, manifestRoute), (c) => c.json(manifest(c.var.svc.config)));
+
+const metricsRoute = route({
+  method: "get",
+  path: "/metrics",
+  summary: "Prometheus metrics",
+  security: ADMIN_ONLY,
+  responses: {
+    200: {
+      description: "Prometheus text format (docs/api.md, Operator routes, lists the series).",
+      content: { "text/plain": { schema: z.string() } },
+    },
+    ...errors(401, 500, 503),
+  },
+});
+
+ops.get(documented(ops, metricsRoute), adminAuth, async (c) => {
+  const svc = c.var.svc;
+  await svc.metrics.flushNow();
+  const [series, expired] = await Promise.all([
+    orUnavailable("metrics", () => metricsSeries(c.env)),
+    expiredCopies(c.env, svc.config),
+  ]);
+  if (expired !== null) series.floodgate_analytics_expired_total = expired;
+  return c.body(renderPrometheus(series), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+});
+
+export function metricsSeries(env: Env): Promise<Record<string, number>> {
+  return metricsStub(env).read();
+}
+
+/**
+ * Copies the analytics channel's retention deleted, counted by its object (where they are deleted),
+ * read at scrape time. A scrape is not traffic, so it is left out of `floodgate_object_calls_total`.
+ * Null when the object cannot answer: the series is left out of that scrape rather than failing it.
+ */
+async function expiredCopies(env: Env, config: Config): Promise<number | null> {
+  const stub = channelStub(env, config.analyticsChannel.name);
+  try {
+    return (await stub.recordCounts()).copies_expired_total;
+  } catch (e) {
+    console.error("floodgate: analytics channel unavailable for /metrics", e instanceof Error ? e.message : e);
+    return null;
+  }
+}
+
+const AnalyticsRecord = z
+  .object({
+    retention: z.string(),
+    copies_total: z.number().int(),
+    copies_kept: z.number().int(),
+    copies_expired_total: z.number().int(),
+    oldest_dropped_at: z.number().int().nullable(),
+    copy_failures_total: z.number().int(),
+    dropped_total: z.number().int(),
+  })
+  .openapi("AnalyticsRecord");
+
+const ChannelStatsSchema = ChannelViewSchema.extend({
+  websockets: z.number().int(),
+  sse: z.number().int(),
+  relays: z
+    .number()
+    .int()
+    .openapi({ description: "Relays serving the channel; occupancy, websockets and sse count them all." }),
+  relay_sends_total: z
+    .number()
+    .int()
+    .openapi({ description: "Channel-to-relay delivery calls made (each carries a batch of messages)." }),
+  last_seq: z.number().int(),
+  analytics_copy_failures_total: z.number().int(),
+  slow_consumers_closed: z.number().int(),
+  record: AnalyticsRecord.optional().openapi({ description: "On the analytics channel only." }),
+}).openapi("ChannelStats");
+
+const statsRoute = route({
+  method: "get",
+  path: "/v1/channels/{channel}/stats",
+  summary: "A channel's stats",
+  security: ADMIN_ONLY,
+  request: { params: ChannelPath },
+  responses: {
+    200: json(ChannelStatsSchema, "The channel's view and its object's counts."),
+    ...errors(400, 401, 500, 503),
+  },
+});
+
+ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
+  const svc = c.var.svc;
+  const channel = channelParam(c.req.param("channel"));
+  const { view, stats, analytics } = await channelView(c.env, svc, channel, targetOf(c.env, svc.config, channel));
+  // The object's own counts go between the view's totals and its rates, as this route has always
+  // answered them (the README's walk-through shows that order).
+  const { channel: name, occupancy, delivered_total, dropped_total, ...rates } = view;
+  return c.json({
+    channel: name,
+    occupancy,
+    websockets: stats.websockets,
+    sse: stats.sse,
+    relays: stats.relays,
+    relay_sends_total: stats.relay_sends_total,
+    last_seq: stats.last_seq,
+    delivered_total,
+    dropped_total,
+    analytics_copy_failures_total: stats.analytics_copy_failures_total,
+    slow_consumers_closed: stats.slow_consumers_closed,
+    ...rates,
+    ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
+  });
+});
+
+/**
+ * The analytics channel's reconciliation: copies kept, expired and ever appended (its object's own
+ * counts), beside the deployment's dropped messages and failed copies (the metrics), so that
+ * `dropped_total = copies_total + copy_failures_total` can be checked by anyone once copies in
+ * flight have landed.
+ */
+async function recordView(env: Env, svc: Services, stats: ChannelStats) {
+  await svc.metrics.flushNow();
+  const series = await orUnavailable("metrics", () => metricsSeries(env));
+  const counts = stats.record ?? { copies_total: 0, copies_kept: 0, copies_expired_total: 0, oldest_dropped_at: null };
+  return {
+    retention: formatDuration(svc.config.analyticsRetentionMs),
+    ...counts,
+    copy_failures_total: series.floodgate_analytics_copy_failures_total ?? 0,
+    dropped_total: series[seriesKey("floodgate_messages_total", { result: "dropped" })] ?? 0,
+  };
+}

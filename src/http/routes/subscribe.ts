@@ -1,0 +1,243 @@
+/**
+ * `GET /v1/subscribe/{channel}` (WebSocket or SSE) and `GET /v1/history/{channel}` (docs/api.md,
+ * Subscribe and history; Bounds): on the analytics channel, history pages through every retained copy
+ * and filters by `source_channel`.
+ *
+ * Subscribe order: channel → mode → the token is verified (signature, expiry, type) → one budget is
+ * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
+ * that does not verify), so nobody can spend or read another subject's budget → private channels
+ * need that verified token with scope and channel → the channel reserves a slot on a relay of the
+ * subscriber's placement group (`MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
+ * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
+ */
+import { Hono } from "hono";
+import * as z from "zod";
+import { authorise, bearer, checkGrant, verifyAccess } from "../../auth/authorise";
+import type { VerifiedToken } from "../../auth/tokens";
+import type { RelayAssignment } from "../../channel/channel-object";
+import type { ChannelName } from "../../channel/names";
+import { placementGroup } from "../../delivery/placement";
+import { countedChannelStub } from "../../platform/services";
+import { relayStub } from "../../platform/stubs";
+import { readBudget, subscribeBudget } from "../../rate-limit/budgets";
+import type { AppEnv } from "../app-env";
+import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../errors";
+import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
+import { channelParam, clientIp, intParam, sourceChannelParam } from "../params";
+
+/**
+ * The WebSocket subprotocol a browser offers with its token, since a browser cannot set headers on
+ * a WebSocket: `new WebSocket(url, ["floodgate", "bearer.<token>"])`. The upgrade is answered with
+ * `floodgate`, never with the token. Same idea as Kubernetes' `base64url.bearer.authorization.k8s.io.`
+ * prefix; a JWT is already URL-safe base64 with dots, all valid subprotocol characters, so it needs
+ * no second encoding. See docs/api.md, "Subscriber tokens".
+ */
+export const WS_PROTOCOL = "floodgate";
+const WS_BEARER_PREFIX = "bearer.";
+
+/** The subprotocols a WebSocket upgrade offers, in order. */
+function offeredProtocols(request: Request): string[] {
+  const h = request.headers.get("sec-websocket-protocol");
+  if (!h) return [];
+  return h
+    .split(",")
+    .map((p) => p.trim())
+    .filter((p) => p.length > 0);
+}
+
+/**
+ * The token a subscriber presents: `Authorization: Bearer`, the `bearer.<token>` WebSocket
+ * subprotocol, or `?token=` (the fallback that lands in request logs).
+ */
+function presentedToken(request: Request, query: string | undefined, protocols: string[]): string | null {
+  const header = bearer(request);
+  if (header) return header;
+  const offered = protocols.find((p) => p.startsWith(WS_BEARER_PREFIX));
+  if (offered && offered.length > WS_BEARER_PREFIX.length) return offered.slice(WS_BEARER_PREFIX.length);
+  if (query !== undefined && query.length > 0) return query;
+  return null;
+}
+
+/** `Retry-After` of a subscribe refused at `MAX_SUBSCRIBERS`: subscribers come and go by the second. */
+export const FULL_RETRY_AFTER_S = 5;
+
+export const subscribe = new Hono<AppEnv>();
+
+/** One message as subscribers and history see it (docs/api.md, GET /v1/subscribe). */
+const Frame = z
+  .object({
+    type: z.literal("message"),
+    channel: z.string(),
+    seq: z.number().int(),
+    id: z.string(),
+    data: z.unknown().openapi({ description: "The message exactly as published." }),
+    published_at: z.number().int(),
+  })
+  .openapi("Frame");
+
+const subscribeRoute = route({
+  method: "get",
+  path: "/{channel}",
+  summary: "Subscribe over WebSocket or SSE",
+  description:
+    "WebSocket when the request upgrades (`Upgrade: websocket`), SSE with `Accept: text/event-stream`, otherwise 400. " +
+    "Each message is one JSON text frame (a `Frame`; SSE: `id: <seq>`, `event: message`). `public:` channels need no " +
+    "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
+    "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends); resume with `?after=`. Every " +
+    "refusal is a plain HTTP response before any upgrade.",
+  security: [{}, ...ACCESS_TOKEN],
+  request: {
+    params: ChannelPath,
+    query: z.object({
+      after: z.string().optional().openapi({ description: "Replay retained messages with a higher seq first." }),
+      token: z.string().optional().openapi({ description: "The fallback way to send a token (lands in logs)." }),
+    }),
+    headers: z.object({
+      upgrade: z.string().optional().openapi({ example: "websocket" }),
+      accept: z.string().optional().openapi({ example: "text/event-stream" }),
+      "last-event-id": z.string().optional().openapi({ description: "SSE resume; `?after` wins." }),
+      "sec-websocket-protocol": z
+        .string()
+        .optional()
+        .openapi({ description: '`floodgate, bearer.<token>`: must offer "floodgate" when it offers any.' }),
+    }),
+  },
+  responses: {
+    101: {
+      description: "WebSocket upgrade; answers `Sec-WebSocket-Protocol: floodgate` when subprotocols were offered.",
+    },
+    200: {
+      description: "An SSE stream of `Frame`s.",
+      content: {
+        "text/event-stream": {
+          schema: z.string().openapi({ description: "`id: <seq>`, `event: message`, `data: <Frame>`." }),
+        },
+      },
+    },
+    ...errors(400, 401, 403, 429, 500, 503),
+  },
+});
+
+subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
+  const svc = c.get("svc");
+  const channel = channelParam(c.req.param("channel"));
+  const upgrade = (c.req.header("upgrade") ?? "").toLowerCase() === "websocket";
+  const sse = (c.req.header("accept") ?? "").toLowerCase().includes("text/event-stream");
+  if (!upgrade && !sse) {
+    throw invalidArgument("subscribe needs a WebSocket upgrade or Accept: text/event-stream");
+  }
+  let after = intParam(c.req.query("after"), "after");
+  if (after === null && !upgrade) after = intParam(c.req.header("last-event-id"), "Last-Event-ID");
+  const protocols = upgrade ? offeredProtocols(c.req.raw) : [];
+  if (protocols.length > 0 && !protocols.includes(WS_PROTOCOL)) {
+    // The upgrade must answer with one offered subprotocol, and the only other one is the token.
+    throw invalidArgument(`a WebSocket that offers subprotocols must offer "${WS_PROTOCOL}"`);
+  }
+
+  const token = presentedToken(c.req.raw, c.req.query("token"), protocols);
+  let verified: VerifiedToken | null = null;
+  let refused: ApiError | null = null;
+  if (token) {
+    try {
+      verified = await verifyAccess(c.env, token);
+    } catch (e) {
+      if (!(e instanceof ApiError) || e.kind !== "unauthenticated") throw e;
+      refused = e;
+    }
+  }
+  const budget = verified
+    ? subscribeBudget(svc.config, channel, verified.claims.sub)
+    : readBudget(svc.config, clientIp(c.req.raw));
+  const limitHeaders = await svc.gate.check(verified ? "subscribe" : "read", budget.key, budget.limit, c.var.defer);
+  if (channel.visibility === "private") {
+    if (!verified) throw refused ?? unauthenticated("missing bearer token");
+    checkGrant(verified, "subscribe", channel);
+  }
+
+  const slot = await orUnavailable(
+    "channel",
+    async (): Promise<RelayAssignment> =>
+      await countedChannelStub(c.env, channel.name).assignRelay(
+        channel.name,
+        placementGroup(c.req.raw),
+        svc.config.relayCapacity,
+        svc.config.maxSubscribers,
+      ),
+  );
+  if ("full" in slot) {
+    throw new ApiError(
+      "unavailable",
+      "channel has as many subscribers as it serves (MAX_SUBSCRIBERS); retry later",
+      {},
+      { "retry-after": String(FULL_RETRY_AFTER_S) },
+    );
+  }
+  const target = new URL("https://relay.internal/subscribe");
+  target.searchParams.set("channel", channel.name);
+  target.searchParams.set("relay", slot.relay);
+  target.searchParams.set("group", slot.group);
+  target.searchParams.set("k", String(slot.k));
+  target.searchParams.set("reservation", slot.reservation);
+  target.searchParams.set("mode", upgrade ? "ws" : "sse");
+  target.searchParams.set("head", String(slot.head));
+  // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
+  target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
+  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(new Request(target, c.req.raw)));
+  // A new response, since the object's headers are immutable and the app adds security headers.
+  const headers = new Headers(res.headers);
+  for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);
+  if (res.webSocket && protocols.length > 0) headers.set("Sec-WebSocket-Protocol", WS_PROTOCOL);
+  if (res.webSocket) return new Response(null, { status: 101, webSocket: res.webSocket, headers });
+  return new Response(res.body, { status: res.status, headers });
+});
+
+/** Private channels need an access token with `subscribe` scope and a matching pattern. */
+async function checkAccess(env: Env, channel: ChannelName, token: string | null): Promise<void> {
+  if (channel.visibility === "public") return;
+  await authorise(env, token, "subscribe", channel);
+}
+
+export const history = new Hono<AppEnv>();
+
+const historyRoute = route({
+  method: "get",
+  path: "/{channel}",
+  summary: "Read a channel's retained messages",
+  description:
+    "Oldest first. With `after`: the first `limit` messages with a higher seq; without: the newest `limit`. A page " +
+    "also stops after 4 MiB. Parameters are checked first (400), then the client IP's read budget (429), then the token.",
+  security: [{}, ...ACCESS_TOKEN],
+  request: {
+    params: ChannelPath,
+    query: z.object({
+      after: z.string().optional(),
+      limit: z.string().optional().openapi({ description: "1–1000, default 100." }),
+      source_channel: z
+        .string()
+        .optional()
+        .openapi({ description: "On the analytics channel only: copies from this channel." }),
+      token: z.string().optional(),
+    }),
+  },
+  responses: {
+    200: json(z.object({ messages: z.array(Frame) }).openapi("HistoryPage"), "A page of frames."),
+    ...errors(400, 401, 403, 429, 500, 503),
+  },
+});
+
+history.get(documented(history, historyRoute), async (c) => {
+  const svc = c.get("svc");
+  const channel = channelParam(c.req.param("channel"));
+  const after = intParam(c.req.query("after"), "after");
+  const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
+  if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
+  const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
+  // Every history request is a read of stored data, with or without a token.
+  const budget = readBudget(svc.config, clientIp(c.req.raw));
+  const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, c.var.defer);
+  await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token"), []));
+  const frames = await orUnavailable("channel", () =>
+    countedChannelStub(c.env, channel.name).history(after, limit, source?.name ?? null),
+  );
+  return c.body(`{"messages":[${frames.join(",")}]}`, 200, { ...limitHeaders, "content-type": "application/json" });
+});

@@ -1,0 +1,201 @@
+/**
+ * Per-isolate services built once from `env`: the parsed config, the drop-rate reader, the batch
+ * queue for analytics copies, the limiter gate and the metrics buffer. Routes reach them through
+ * the Hono context (`c.get("svc")`).
+ */
+import { DropRateReader } from "../../functions/before-publish";
+import { CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy, serialiseCopy } from "../../functions/drop-copies";
+import { Thinning } from "../../functions/thinning";
+import type { ChannelObject } from "../channel/channel-object";
+import { PublishBatcher } from "../channel/publish-batcher";
+import { LimiterGate } from "../rate-limit/limiter-gate";
+import { shardName } from "../rate-limit/limiter-shard";
+import { type Config, getConfig } from "./config";
+import { MetricsBuffer } from "./metrics";
+import { channelStub, limiterShardStub, metricsStub } from "./stubs";
+
+export interface Services {
+  config: Config;
+  reader: DropRateReader;
+  drops: DropCopyQueue;
+  gate: LimiterGate;
+  metrics: MetricsBuffer;
+  /** Per-isolate error-diffusion state for channels in `THROTTLE_THINNING`. */
+  thinning: Thinning;
+  /** Coalesces concurrent publishes to one channel into one object call. */
+  publishBatcher: PublishBatcher;
+}
+
+/** The stub of a channel's object, for one call; counts the call in `floodgate_object_calls_total`. */
+export function countedChannelStub(env: Env, channel: string): DurableObjectStub<ChannelObject> {
+  const svc = cache.get(env);
+  if (svc) {
+    const object = channel === svc.config.analyticsChannel.name ? "analytics" : "channel";
+    svc.metrics.inc("floodgate_object_calls_total", { object });
+  }
+  return channelStub(env, channel);
+}
+
+/**
+ * The isolate's queue of analytics copies holds at most `MAX_MESSAGE_BYTES` × this many bytes: 16 MiB
+ * at the default 32 KiB, an eighth of the 128 MB an isolate may use. Counted at 2 bytes a character
+ * (see functions/drop-copies.ts, copyBytes), that is 256 copies of the largest message: the batch in
+ * flight and the one filling (100 each) with room to spare, so a sustained flood of 30 KB drops at
+ * the rate one isolate can take keeps every copy (docs/operations.md, "The record of dropped
+ * messages"), and only a stalled analytics channel makes copies overflow.
+ */
+export const COPY_QUEUE_MESSAGE_BYTES = 512;
+
+/** Copies turned away by a full queue: logged at most once per 10 s per isolate, with their sources. */
+const overflowLog = new OverflowLog((line) => console.error(line));
+
+let cache = new WeakMap<object, Services>();
+
+/**
+ * Test hook: forgets the services of every env, so the next request builds them anew, with empty
+ * drop-rate, deny, lease and thinning state. The tests write KV and object storage behind those
+ * caches' backs (a global drop rate deleted straight from KV stays cached for THROTTLE_RATE_CACHE_MS),
+ * so test/setup.ts calls this before every test; nothing in the Worker calls it.
+ */
+export function forgetServices(): void {
+  cache = new WeakMap();
+}
+
+/**
+ * The services for this env (one set per isolate). @throws ConfigError when the config is invalid.
+ */
+export function services(env: Env): Services {
+  let s = cache.get(env);
+  if (s) return s;
+  const config = getConfig(env);
+  const metrics = new MetricsBuffer(() => metricsStub(env), config.metricsFlushMs);
+  const reader = new DropRateReader({
+    store: {
+      get: (key) => {
+        metrics.inc("floodgate_kv_reads_total");
+        return env.THROTTLE_KV.get(key);
+      },
+    },
+    fallbackRate: config.throttleFallbackRate,
+    cacheMs: config.rateCacheMs,
+  });
+  const svc: Services = {
+    config,
+    metrics,
+    thinning: new Thinning(),
+    publishBatcher: new PublishBatcher(
+      async (channel, cmds) => {
+        const { outcomes, drop_rate } = await countedChannelStub(env, channel).publishMany(cmds);
+        // The channel's fast-loop rate reaches this isolate with every answer, without waiting on KV.
+        reader.offer(channel, drop_rate);
+        return outcomes;
+      },
+      { onOverflow: () => metrics.inc("floodgate_publish_overflow_total") },
+    ),
+    reader,
+    drops: new DropCopyQueue({
+      sink: { send: (batch) => sendCopies(env, config, metrics, reader, batch) },
+      maxBytes: config.maxMessageBytes * COPY_QUEUE_MESSAGE_BYTES,
+      onFailure: (failed, cause, error) => {
+        // Counted first, so the identity dropped = copies + failures holds whatever happens next.
+        metrics.inc("floodgate_analytics_copy_failures_total", {}, failed.total);
+        if (cause === "queue full") overflowLog.note(failed);
+        else
+          console.error(
+            `floodgate analytics: ${failed.total} dropped-message copies did not reach ${config.analyticsChannel.name} (source channels: ${failed.describe()})`,
+            error instanceof Error ? error.message : error,
+          );
+        // The messages stay dropped; their drops and the failed copies are still counted. Returned so
+        // the queue awaits it inside the request's waitUntil instead of leaving it floating.
+        return countDrops(env, reader, failed);
+      },
+    }),
+    gate: new LimiterGate(
+      {
+        charge: (shard, charges) => {
+          metrics.inc("floodgate_object_calls_total", { object: "limiter" });
+          return limiterShardStub(env, shardName(shard)).decide(charges);
+        },
+      },
+      {
+        decision: (bucket, allowed, source) => {
+          metrics.inc("floodgate_rate_limit_decisions_total", { bucket, result: allowed ? "allowed" : "denied" });
+          if (source === "deny_cache") metrics.inc("floodgate_rate_limit_deny_cache_hits_total", { bucket });
+          if (source === "lease") metrics.inc("floodgate_rate_limit_lease_hits_total", { bucket });
+        },
+        error: (bucket) => metrics.inc("floodgate_rate_limit_errors_total", { bucket }),
+      },
+    ),
+  };
+  s = svc;
+  cache.set(env, s);
+  return s;
+}
+
+/**
+ * One call to the analytics channel per batch and, alongside it rather than after it, one drop count
+ * per source channel: a channel's fast loop measures its offered rate from these counts, so they do
+ * not wait on the analytics channel (nor fail with it).
+ */
+async function sendCopies(
+  env: Env,
+  config: Config,
+  metrics: MetricsBuffer,
+  reader: DropRateReader,
+  batch: QueuedCopy[],
+): Promise<void> {
+  // Settled both ways before a failed copy is reported, so the failure report sees what was counted.
+  const [copied] = await Promise.allSettled([
+    countedChannelStub(env, config.analyticsChannel.name).appendCopies(
+      config.analyticsChannel.name,
+      batch.map((q) => ({
+        id: q.id,
+        data: serialiseCopy(q),
+        publisher: q.publisher,
+        source_channel: q.source_channel,
+        dropped_at: q.dropped_at,
+      })),
+      Date.now(),
+    ),
+    countUncounted(env, reader, batch),
+  ]);
+  if (copied.status === "rejected") throw copied.reason;
+  metrics.inc("floodgate_analytics_copies_total", {}, batch.length);
+}
+
+/** Tells each source channel the drops of `batch` it has not counted, and marks them counted. */
+async function countUncounted(env: Env, reader: DropRateReader, batch: QueuedCopy[]): Promise<void> {
+  await Promise.all(
+    [...CopyTally.of(batch).byChannel].map(async ([channel, e]) => {
+      if (e.uncounted === 0 || !(await recordDrops(env, reader, channel, e.uncounted, 0))) return;
+      for (const q of batch) if (q.source_channel === channel) q.counted = true;
+    }),
+  );
+}
+
+/** Tells each source channel how many drops it had (those it has not counted) and how many copies failed. */
+async function countDrops(env: Env, reader: DropRateReader, failed: CopyTally): Promise<void> {
+  await Promise.all(
+    [...failed.byChannel].map(([channel, e]) => recordDrops(env, reader, channel, e.uncounted, e.copies)),
+  );
+}
+
+/**
+ * Counts drops and failed copies on their channel; answers whether it could. The channel answers its
+ * fast-loop rate: at a high drop rate this is how most isolates hear it.
+ */
+async function recordDrops(
+  env: Env,
+  reader: DropRateReader,
+  channel: string,
+  dropped: number,
+  copyFailures: number,
+): Promise<boolean> {
+  try {
+    reader.offer(channel, await countedChannelStub(env, channel).recordDrops(channel, dropped, copyFailures));
+    return true;
+  } catch (e) {
+    console.error(`floodgate: could not count ${dropped} drops on ${channel}`, e instanceof Error ? e.message : e);
+    return false;
+  }
+}

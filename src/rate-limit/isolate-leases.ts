@@ -1,0 +1,196 @@
+/**
+ * The leases one isolate holds, and the demand that asks for them (docs/operations.md, "Token
+ * leases"): for a hot key (at least {@link LEASE_MIN_DEMAND} requests in this isolate over the last
+ * 250–500 ms), a charge also asks for that many extra tokens, and later requests spend them here with
+ * no object call at all until they run out or {@link LEASE_SPEND_MS} has passed. The object takes
+ * leased tokens from the bucket when it grants them and keeps counting them as in the bucket until
+ * they are settled, so leases never admit what the bucket would not (src/rate-limit/bucket-charge.ts). At low
+ * demand a publish charge accepts a spare lease instead (tokens above half the burst, spent over
+ * `SPARE_LEASE_SPEND_MS`), so a subject publishing now and then calls its object about once per window.
+ * Only for the publish bucket, and only for a key this isolate charged within the window before: an
+ * unsettled lease's tokens are not given back (they refill at the bucket's rate), so a key seen once
+ * — a one-shot reader or minter, or keys an outsider makes up — never has tokens parked here.
+ *
+ * Settling costs no call of its own: a lease this isolate stops spending is settled with its next
+ * call to the lease's shard, whatever keys that call is for ({@link IsolateLeases.settlesFor}), or it
+ * simply ends in the object when it expires.
+ */
+import { BoundedMap } from "../../functions/bounded-map";
+import { LEASE_SPEND_MS, type Lease, type LeaseRequest, SPARE_LEASE_SPEND_MS } from "./bucket-charge";
+import type { Limit } from "./limits";
+
+/** Requests for one key seen in this isolate over the last 250–500 ms before a charge asks for a lease. */
+export const LEASE_MIN_DEMAND = 4;
+const DEMAND_WINDOW_MS = 250;
+/** Most keys whose leases and demand this isolate tracks; beyond it they are forgotten (leases expire). */
+const MAX_TRACKED_KEYS = 10_000;
+/** Most leases waiting to be settled per key; older ones simply expire in the object. */
+const MAX_SETTLE = 100;
+/** Most other keys' settles one shard call carries; the rest go with the next call, or expire. */
+const MAX_SETTLE_KEYS_PER_CALL = 64;
+
+/** Where a key's leases go back: its shard, key and limit. */
+export interface LeaseHome {
+  shard: string;
+  key: string;
+  limit: Limit;
+}
+
+/** Leases of one key to settle on the way, with a call to its shard made for other keys. */
+export interface PendingSettle {
+  id: string;
+  home: LeaseHome;
+  settle: LeaseRequest["settle"];
+}
+
+/** A lease this isolate is spending. */
+interface HeldLease {
+  id: string;
+  left: number;
+  /** Spend before this (isolate clock): {@link LEASE_SPEND_MS} after the charge that brought it was sent. */
+  until: number;
+  /** Whole tokens the object kept after granting it, for the RateLimit header. */
+  objectRemaining: number;
+  fullAt: number;
+}
+
+/** Per key and limit: leases held, leases to settle, and recent demand. */
+interface KeyState {
+  leases: HeldLease[];
+  settle: LeaseRequest["settle"];
+  windowStart: number;
+  seen: number;
+  seenBefore: number;
+  /** When this isolate last sent a charge for the key (0: never): a spare lease needs a recent one. */
+  lastChargeAt: number;
+  /** Set once a lease is held: where it is settled. */
+  home?: LeaseHome;
+}
+
+/** One token spent from a lease: what the bucket holds after it, counting the lease's rest. */
+export interface LeaseSpend {
+  remaining: number;
+  fullAt: number;
+}
+
+export class IsolateLeases {
+  private readonly keys = new BoundedMap<string, KeyState>(MAX_TRACKED_KEYS);
+  /** Per shard, the keys that hold or owe leases there: what a call to that shard may settle. */
+  private readonly owing = new Map<string, Set<string>>();
+
+  /** Counts one request for `id` (a key and its limit) toward its demand. */
+  note(id: string, now: number): void {
+    this.state(id, now).seen++;
+  }
+
+  /**
+   * Takes one token from a lease held for `id`, or returns null when none has a token left. Leases
+   * past their spending window, or spent out, are queued to be settled.
+   */
+  spend(id: string, now: number): LeaseSpend | null {
+    const state = this.state(id, now);
+    while (state.leases.length > 0) {
+      const lease = state.leases[0] as HeldLease;
+      if (lease.until > now && lease.left > 0) {
+        lease.left--;
+        if (lease.left === 0) this.retire(state);
+        return { remaining: lease.objectRemaining + lease.left, fullAt: lease.fullAt };
+      }
+      this.retire(state);
+    }
+    return null;
+  }
+
+  /**
+   * What a charge for `id` sent at `now` asks for: a lease if the key is hot, else a spare lease if
+   * `spareAllowed` (the publish bucket) and this isolate charged the key within the spare window before;
+   * and the leases to settle.
+   */
+  request(id: string, now: number, spareAllowed: boolean): LeaseRequest {
+    const state = this.state(id, now);
+    const demand = state.seen + state.seenBefore;
+    const settle = state.settle.splice(0);
+    const recent = state.lastChargeAt > 0 && now - state.lastChargeAt < SPARE_LEASE_SPEND_MS;
+    state.lastChargeAt = now;
+    if (demand >= LEASE_MIN_DEMAND) return { want: demand, settle };
+    return spareAllowed && recent ? { want: 0, settle, spare: true } : { want: 0, settle };
+  }
+
+  /**
+   * The leases to settle with a call to `shard` that is not for them: of keys other than `except`,
+   * each lease past its spending window (retired now) or already retired and not yet settled.
+   */
+  settlesFor(shard: string, except: Set<string>, now: number): PendingSettle[] {
+    const ids = this.owing.get(shard);
+    if (!ids) return [];
+    const out: PendingSettle[] = [];
+    for (const id of ids) {
+      if (out.length >= MAX_SETTLE_KEYS_PER_CALL) break;
+      if (except.has(id)) continue;
+      const state = this.keys.peek(id); // a scan is not a use: it must not keep idle keys tracked
+      if (!state?.home) {
+        ids.delete(id); // forgotten: its leases expire in the object
+        continue;
+      }
+      while (state.leases.length > 0 && (state.leases[0] as HeldLease).until <= now) this.retire(state);
+      if (state.settle.length > 0) out.push({ id, home: state.home, settle: state.settle.splice(0) });
+      if (state.leases.length === 0) ids.delete(id);
+    }
+    return out;
+  }
+
+  /** A charge failed: its leases to settle go again with the next one (settling is idempotent). */
+  retry(id: string, settle: LeaseRequest["settle"], now: number): void {
+    this.state(id, now).settle.push(...settle);
+  }
+
+  /**
+   * Holds a lease granted to a charge sent at `sentAt`; spend it until its spending window (the
+   * lease's `spendMs`, else {@link LEASE_SPEND_MS}) has passed. `home`: where it is settled.
+   */
+  hold(id: string, lease: Lease, sentAt: number, objectRemaining: number, fullAt: number, home: LeaseHome): void {
+    const state = this.state(id, sentAt);
+    state.leases.push({
+      id: lease.id,
+      left: lease.tokens,
+      until: sentAt + (lease.spendMs ?? LEASE_SPEND_MS),
+      objectRemaining,
+      fullAt,
+    });
+    state.home = home;
+    let ids = this.owing.get(home.shard);
+    if (!ids) {
+      ids = new Set();
+      this.owing.set(home.shard, ids);
+    }
+    ids.add(id);
+  }
+
+  /** This key's state, with the demand window moved on to `now`. */
+  private state(id: string, now: number): KeyState {
+    const state = this.keys.getOrSet(id, () => ({
+      leases: [],
+      settle: [],
+      windowStart: now,
+      seen: 0,
+      seenBefore: 0,
+      lastChargeAt: 0,
+    }));
+    const elapsed = now - state.windowStart;
+    if (elapsed >= DEMAND_WINDOW_MS) {
+      state.seenBefore = elapsed < 2 * DEMAND_WINDOW_MS ? state.seen : 0;
+      state.seen = 0;
+      state.windowStart = now;
+    }
+    return state;
+  }
+
+  /** Stops spending the oldest lease; its unused tokens go back with the next call (or it expires). */
+  private retire(state: KeyState): void {
+    const lease = state.leases.shift();
+    if (!lease) return;
+    state.settle.push({ id: lease.id, unused: lease.left });
+    // Unsettled leases simply expire in the object, counted as spent: a bound on memory, not on safety.
+    if (state.settle.length > MAX_SETTLE) state.settle.shift();
+  }
+}

@@ -1,0 +1,230 @@
+/**
+ * The Worker side of the rate limiter: picks the bucket key and limit, answers from a lease or the
+ * deny cache when it can, and otherwise asks the bucket's shard, batching requests whose keys share a
+ * shard. One job each: src/rate-limit/isolate-leases.ts (leases), src/rate-limit/deny-cache.ts (cached denials),
+ * src/rate-limit/headers.ts (what the response says); this module batches and decides.
+ *
+ * Coalescing: buckets live in shards, many keys to an object (src/rate-limit/limiter-shard.ts). Requests whose
+ * keys share a shard and arrive while that shard's call is in flight go to it together as one
+ * `decide` call (functions/coalescer.ts), one entry per key with its count. The shard still decides every
+ * key's tokens against that key's own bucket (at most what it holds, in arrival order), so
+ * strictness holds, but a crowd of subjects costs one round trip per batch instead of one per
+ * request. A request whose batch never answers asks the shard itself after
+ * `LIMITER_BATCHING.patienceMs`: that can charge it twice (once in the lost batch), never admit it twice.
+ */
+
+import { ApiError } from "../http/errors";
+import { Coalescer, type CoalescerOptions, LOST } from "../platform/coalescer";
+import type { BatchChargeResult, LeaseRequest } from "./bucket-charge";
+import { DenyCache } from "./deny-cache";
+import { type BucketName, deniedError, rateLimitHeaders } from "./headers";
+import { IsolateLeases } from "./isolate-leases";
+import { type KeyCharge, type KeyResult, shardOf } from "./limiter-shard";
+import type { Limit } from "./limits";
+
+/** What a shard answers for a batch of keys' charges, in order; backed by `LimiterShard.decide`. */
+export interface BucketBackend {
+  charge(shard: number, charges: KeyCharge[]): Promise<KeyResult[]>;
+}
+
+/** Who answered: the bucket's object, this isolate's deny cache, or a lease this isolate holds. */
+export type DecisionSource = "object" | "deny_cache" | "lease";
+
+export interface GateEvents {
+  decision(bucket: BucketName, allowed: boolean, source: DecisionSource): void;
+  error(bucket: BucketName): void;
+}
+
+/** How charges to one shard are batched (functions/coalescer.ts, `CoalescerOptions`). */
+export const LIMITER_BATCHING: CoalescerOptions = {
+  /** Most requests one object call decides. */
+  maxBatch: 1000,
+  /** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
+  gatherMs: 1,
+  /** How long a batch waits for the call ahead of it before it is sent regardless, in ms. */
+  stallMs: 1000,
+  /** How long a follower waits for its batch before it asks the object itself, in ms. */
+  patienceMs: 2000,
+};
+
+/** `ctx.waitUntil`, so a batch's call outlives a leader whose client went away. */
+export type Defer = (p: Promise<unknown>) => void;
+
+/** One request's charge; every request in a batch has keys of the same shard. */
+interface Charge {
+  bucket: BucketName;
+  key: string;
+  limit: Limit;
+  /** The key and limit together: what leases, demand and one entry of a shard call are kept by. */
+  bucketId: string;
+}
+
+/** The requests of one batch that go to the shard under one key and limit. */
+interface Entry {
+  first: Charge;
+  /** Their places in the batch, in arrival order. */
+  at: number[];
+  settle: LeaseRequest["settle"];
+}
+
+interface Answer {
+  headers?: Record<string, string>;
+  error?: unknown;
+}
+
+export class LimiterGate {
+  private readonly deny = new DenyCache();
+  private readonly leases = new IsolateLeases();
+  /** Batches per shard. */
+  private readonly batches = new Coalescer<Charge, Answer>(
+    (shard, charges) => this.chargeBatch(charges, shard),
+    LIMITER_BATCHING,
+  );
+  /** Object calls made, for the benchmark's calls-per-denial figure. */
+  calls = 0;
+
+  constructor(
+    private readonly backend: BucketBackend,
+    private readonly events: GateEvents,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /**
+   * Charges one request to `key`. Returns the headers for the allowed response ({} when the budget is
+   * disabled). @throws ApiError 429 when denied, 500 when the limiter fails (fail closed).
+   */
+  async check(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Record<string, string>> {
+    if (!limit) return {};
+    const now = this.now();
+    const bucketId = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
+    this.leases.note(bucketId, now);
+    // Tokens already taken from the bucket are spent first, even past a cached denial.
+    const leased = this.spendLease(bucket, limit, bucketId, now);
+    if (leased) return leased;
+    const cached = this.deny.get(key, limit, now);
+    if (cached) {
+      this.events.decision(bucket, false, "deny_cache");
+      throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
+    }
+
+    const charge: Charge = { bucket, key, limit, bucketId };
+    const shard = String(shardOf(key));
+    const batched = await this.batches.submit(shard, charge, defer);
+    // A batch that never answered (its leader went away): ask the shard alone.
+    const answer = batched === LOST ? ((await this.chargeBatch([charge], shard))[0] as Answer) : batched;
+    if (answer.error) throw answer.error;
+    return answer.headers ?? {};
+  }
+
+  /**
+   * Answers `charges` (keys of one shard, arrival order): each first from a lease of its key that
+   * arrived while they waited, the rest with one call to the shard, one entry per key and limit.
+   * Never rejects: a failure is an answer each.
+   */
+  private async chargeBatch(charges: Charge[], shard: string): Promise<Answer[]> {
+    const sentAt = this.now();
+    const answers: Answer[] = new Array(charges.length);
+    const entries = new Map<string, Entry>();
+    charges.forEach((c, i) => {
+      const headers = this.spendLease(c.bucket, c.limit, c.bucketId, sentAt);
+      if (headers) {
+        answers[i] = { headers };
+        return;
+      }
+      const entry = entries.get(c.bucketId);
+      if (entry) entry.at.push(i);
+      else entries.set(c.bucketId, { first: c, at: [i], settle: [] });
+    });
+    if (entries.size === 0) return answers;
+    const sent = [...entries.values()];
+    const request: KeyCharge[] = sent.map((e) => {
+      const lease = this.leases.request(e.first.bucketId, sentAt, e.first.bucket === "publish");
+      e.settle = lease.settle;
+      return { key: e.first.key, limit: e.first.limit, count: e.at.length, lease };
+    });
+    // Other keys' leases of this shard that are done go back on the way: settling costs no call.
+    const riders = this.leases.settlesFor(shard, new Set(entries.keys()), sentAt);
+    for (const r of riders) {
+      request.push({
+        key: r.home.key,
+        limit: r.home.limit,
+        count: 0,
+        lease: { want: 0, settle: r.settle },
+        settleOnly: true,
+      });
+    }
+    let results: (KeyResult | { error: unknown })[];
+    try {
+      this.calls++;
+      results = await this.backend.charge(Number(shard), request);
+    } catch (e) {
+      results = request.map(() => ({ error: e }));
+    }
+    riders.forEach((r, j) => {
+      const result = results[sent.length + j];
+      if (!result || "error" in result) this.leases.retry(r.id, r.settle, sentAt);
+    });
+    sent.forEach((e, j) => {
+      const { bucket, key, limit, bucketId } = e.first;
+      const result = results[j];
+      if (!result || "error" in result) {
+        this.leases.retry(bucketId, e.settle, sentAt);
+        const cause = result ? result.error : "no answer for this key";
+        e.at.forEach((i, k) => {
+          answers[i] = { error: this.failure(bucket, cause, k === 0) };
+        });
+        return;
+      }
+      if (result.lease)
+        this.leases.hold(bucketId, result.lease, sentAt, result.remaining, this.now() + result.fullInMs, {
+          shard,
+          key,
+          limit,
+        });
+      const decided = this.answers(bucket, key, limit, result, e.at.length);
+      e.at.forEach((i, k) => {
+        answers[i] = decided[k] as Answer;
+      });
+    });
+    return answers;
+  }
+
+  /** Admits one request from a lease this isolate holds for `bucketId`, or returns null. */
+  private spendLease(bucket: BucketName, limit: Limit, bucketId: string, now: number): Record<string, string> | null {
+    const spent = this.leases.spend(bucketId, now);
+    if (!spent) return null;
+    this.events.decision(bucket, true, "lease");
+    return rateLimitHeaders(bucket, limit, spent.remaining, spent.fullAt - now);
+  }
+
+  private failure(bucket: BucketName, e: unknown, log: boolean): ApiError {
+    if (log)
+      console.error(`floodgate limiter: ${bucket} bucket failed, failing closed`, e instanceof Error ? e.message : e);
+    this.events.error(bucket);
+    return new ApiError("internal", "rate limiter unavailable");
+  }
+
+  /** The answers for a batch of `count` in arrival order; records a denial in the deny cache. */
+  private answers(bucket: BucketName, key: string, limit: Limit, result: BatchChargeResult, count: number): Answer[] {
+    const granted = Math.min(result.granted, count);
+    if (granted < count) {
+      const at = this.now();
+      this.deny.set(key, { until: at + result.retryAfterMs, limit, fullAt: at + result.fullInMs });
+    }
+    return Array.from({ length: count }, (_, i) => {
+      const allowed = i < granted;
+      this.events.decision(bucket, allowed, "object");
+      // Earlier requests in the batch saw the tokens later ones took.
+      return allowed
+        ? {
+            headers: rateLimitHeaders(
+              bucket,
+              limit,
+              result.remaining + (result.lease?.tokens ?? 0) + (granted - 1 - i),
+              result.fullInMs,
+            ),
+          }
+        : { error: deniedError(bucket, limit, result.retryAfterMs, result.fullInMs) };
+    });
+  }
+}

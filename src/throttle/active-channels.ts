@@ -1,0 +1,222 @@
+/**
+ * ActiveChannels — one Durable Object ("sampler") that knows which channels the sampler must visit,
+ * so a run never lists every channel ever created.
+ *
+ * A channel object reports itself once per sampling period, on its first counted message after the
+ * sampler last took its counts (`markActive`). The sampler also keeps visiting every channel it left
+ * with a non-zero drop rate (`throttled`), even when no traffic arrives, so an idle channel's rate
+ * is released to 0 instead of waiting for the next message.
+ *
+ * Marks carry a generation: a channel that reports itself again while a run is visiting it keeps its
+ * new mark when the run finishes, so no period of traffic is ever missed.
+ *
+ * Marks also carry a weight, the order of magnitude of the channel's traffic this period (a channel
+ * reports again at 10, 100, 1,000, … messages): a run visits at most `SAMPLER_MAX_CHANNELS`, still
+ * throttled channels first, then runtime targets, then the busiest marks (oldest first among equals);
+ * the rest keep their marks for the next run (docs/operations.md, "Sampler limits per run").
+ *
+ * It also remembers when each channel last had traffic and the sampler's latest sample of it (for the
+ * dashboard's overview; channels without a target report at most once a minute) and holds targets set
+ * at runtime through the admin API, which take precedence over `THROTTLE_TARGET(S)`; the sampler visits
+ * those channels every run.
+ */
+import { DurableObject } from "cloudflare:workers";
+import type { TargetJson } from "../platform/config";
+
+/** Channels the dashboard's "recently seen" list keeps. */
+const SEEN_KEPT = 1000;
+
+export interface RunStart {
+  /** Channels to visit, with the generation of their mark (0 for throttled-only channels). */
+  channels: { channel: string; generation: number }[];
+  /** Channels left for a later run because of the per-run cap. */
+  deferred: number;
+  /** Runtime targets (they override THROTTLE_TARGET(S)). */
+  targets: Record<string, TargetJson>;
+  /** When the previous run started (epoch ms), or null for the first run. */
+  previousRunAt: number | null;
+}
+
+export class ActiveChannels extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec("CREATE TABLE IF NOT EXISTS active (channel TEXT PRIMARY KEY, generation INTEGER NOT NULL)");
+    const columns = this.sql.exec<{ name: string }>("PRAGMA table_info(active)").toArray();
+    if (!columns.some((c) => c.name === "weight")) {
+      this.sql.exec("ALTER TABLE active ADD COLUMN weight INTEGER NOT NULL DEFAULT 0");
+    }
+    this.sql.exec("CREATE TABLE IF NOT EXISTS throttled (channel TEXT PRIMARY KEY)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS seen (channel TEXT PRIMARY KEY, at INTEGER NOT NULL)");
+    const seenColumns = this.sql.exec<{ name: string }>("PRAGMA table_info(seen)").toArray();
+    if (!seenColumns.some((c) => c.name === "sample")) this.sql.exec("ALTER TABLE seen ADD COLUMN sample TEXT");
+    this.sql.exec("CREATE TABLE IF NOT EXISTS targets (channel TEXT PRIMARY KEY, target TEXT NOT NULL)");
+  }
+
+  /** Rows in `seen`, once counted: trimming is needed only when it grows past the bound. */
+  private seenRows: number | null = null;
+
+  /**
+   * A channel had traffic at `at` (epoch ms). Bounded: only the 1,000 most recent are kept, trimmed
+   * in steps of 100 so a flood of new channels does not sort the table on every mark.
+   */
+  markSeen(channel: string, at: number = Date.now()): void {
+    // An upsert, not a replace: the row keeps its sample.
+    this.sql.exec(
+      "INSERT INTO seen (channel, at) VALUES (?, ?) ON CONFLICT (channel) DO UPDATE SET at = excluded.at",
+      channel,
+      at,
+    );
+    this.seenRows ??= this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM seen").one().n;
+    this.seenRows++; // at most one too many (a replaced row): trims a little early, never late
+    if (this.seenRows > SEEN_KEPT + 100) {
+      this.sql.exec(
+        "DELETE FROM seen WHERE channel NOT IN (SELECT channel FROM seen ORDER BY at DESC LIMIT ?)",
+        SEEN_KEPT,
+      );
+      this.seenRows = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM seen").one().n;
+    }
+  }
+
+  /** Channels with traffic since `since` (epoch ms), most recent first. */
+  recentlySeen(since: number, limit = 100): { channel: string; at: number }[] {
+    return this.sql
+      .exec<{ channel: string; at: number }>(
+        "SELECT channel, at FROM seen WHERE at >= ? ORDER BY at DESC LIMIT ?",
+        since,
+        limit,
+      )
+      .toArray();
+  }
+
+  /**
+   * The dashboard's summary in one call: channels with traffic since `since` (most recent first, at
+   * most `limit`), each with the sampler's latest sample of it as JSON text (null if never sampled),
+   * and the runtime targets.
+   */
+  overview(
+    since: number,
+    limit: number,
+  ): { channels: { channel: string; at: number; sample: string | null }[]; targets: Record<string, TargetJson> } {
+    const channels = this.sql
+      .exec<{ channel: string; at: number; sample: string | null }>(
+        "SELECT channel, at, sample FROM seen WHERE at >= ? ORDER BY at DESC LIMIT ?",
+        since,
+        limit,
+      )
+      .toArray();
+    return { channels, targets: this.targets() };
+  }
+
+  /** Runtime targets, as the JSON the admin API took (a shorthand string or {"deliveries": …}). */
+  targets(): Record<string, TargetJson> {
+    const out: Record<string, TargetJson> = {};
+    for (const r of this.sql.exec<{ channel: string; target: string }>("SELECT channel, target FROM targets")) {
+      out[r.channel] = JSON.parse(r.target) as TargetJson;
+    }
+    return out;
+  }
+
+  /** Sets (or with null, clears) a channel's runtime target. The caller validates it. */
+  setTarget(channel: string, target: TargetJson | null): void {
+    if (target === null) this.sql.exec("DELETE FROM targets WHERE channel = ?", channel);
+    else
+      this.sql.exec("INSERT OR REPLACE INTO targets (channel, target) VALUES (?, ?)", channel, JSON.stringify(target));
+  }
+
+  /**
+   * A channel saw its first traffic since the sampler last took its counts. Returns when the last run
+   * started, so the channel can start its period there rather than at a stale earlier time.
+   */
+  markActive(channel: string, weight = 1): number | null {
+    this.markSeen(channel);
+    const gen = this.meta("generation") + 1;
+    this.setMeta("generation", gen);
+    this.sql.exec(
+      `INSERT INTO active (channel, generation, weight) VALUES (?, ?, ?)
+       ON CONFLICT (channel) DO UPDATE SET generation = excluded.generation, weight = MAX(weight, excluded.weight)`,
+      channel,
+      gen,
+      weight,
+    );
+    return this.meta("last_run_at") || null;
+  }
+
+  /**
+   * Starts a run: at most `max` channels to visit — still throttled ones first (they must be
+   * released), then runtime targets, then marks by weight, heaviest first. The rest keep their marks.
+   */
+  beginRun(now: number, max = Number.POSITIVE_INFINITY): RunStart {
+    const previous = this.meta("last_run_at") || null;
+    this.setMeta("last_run_at", now);
+    const marked = new Map<string, number>();
+    const order: string[] = [];
+    const add = (channel: string) => {
+      if (!marked.has(channel)) {
+        marked.set(channel, 0);
+        order.push(channel);
+      }
+    };
+    for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM throttled")) add(r.channel);
+    for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM targets")) add(r.channel);
+    const active = this.sql
+      .exec<{ channel: string; generation: number }>(
+        "SELECT channel, generation FROM active ORDER BY weight DESC, generation ASC",
+      )
+      .toArray();
+    for (const r of active) {
+      add(r.channel);
+      marked.set(r.channel, r.generation);
+    }
+    const visit = Number.isFinite(max) ? order.slice(0, Math.max(0, max)) : order;
+    return {
+      channels: visit.map((channel) => ({ channel, generation: marked.get(channel) ?? 0 })),
+      deferred: order.length - visit.length,
+      targets: this.targets(),
+      previousRunAt: previous,
+    };
+  }
+
+  /**
+   * Ends a run: forgets the marks of channels that were sampled (unless marked again meanwhile) and
+   * records which channels are left throttled and each channel's new sample (for {@link overview}).
+   * Channels whose visit failed keep their mark.
+   */
+  finishRun(sampled: { channel: string; generation: number; throttled: boolean; sample?: unknown }[]): void {
+    this.ctx.storage.transactionSync(() => {
+      for (const s of sampled) {
+        if (s.sample)
+          this.sql.exec("UPDATE seen SET sample = ? WHERE channel = ?", JSON.stringify(s.sample), s.channel);
+        this.sql.exec("DELETE FROM active WHERE channel = ? AND generation = ?", s.channel, s.generation);
+        if (s.throttled) this.sql.exec("INSERT OR IGNORE INTO throttled (channel) VALUES (?)", s.channel);
+        else this.sql.exec("DELETE FROM throttled WHERE channel = ?", s.channel);
+      }
+    });
+  }
+
+  /** What the registry holds, for tests and diagnostics. */
+  snapshot(): { active: string[]; throttled: string[]; lastRunAt: number | null } {
+    return {
+      active: this.sql
+        .exec<{ channel: string }>("SELECT channel FROM active ORDER BY channel")
+        .toArray()
+        .map((r) => r.channel),
+      throttled: this.sql
+        .exec<{ channel: string }>("SELECT channel FROM throttled ORDER BY channel")
+        .toArray()
+        .map((r) => r.channel),
+      lastRunAt: this.meta("last_run_at") || null,
+    };
+  }
+
+  private meta(name: string): number {
+    return this.sql.exec<{ value: number }>("SELECT value FROM meta WHERE name = ?", name).toArray()[0]?.value ?? 0;
+  }
+
+  private setMeta(name: string, value: number): void {
+    this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", name, value);
+  }
+}
