@@ -15,6 +15,13 @@
  * throttled channels first, then runtime targets, then the busiest marks (oldest first among equals);
  * the rest keep their marks for the next run (docs/operations.md, "Sampler limits per run").
  *
+ * The registry is bounded whatever names a flood makes up: it keeps at most {@link ACTIVE_KEPT} marks
+ * (past it the lightest, newest marks go first: those a run would visit last, so a flood of made-up
+ * names pushes out its own marks, never a busy channel's), forgets a mark no run visited within
+ * {@link MARK_TTL_MS} (the channel marks itself again at its next order of magnitude of traffic), and
+ * a run reads only the rows it visits, through indexes. Throttled channels are visited least recently
+ * visited first, so each is released in turn even when more are throttled than one run visits.
+ *
  * It also remembers when each channel last had traffic and the sampler's latest sample of it (for the
  * dashboard's overview; channels without a target report at most once a minute) and holds targets set
  * at runtime through the admin API, which take precedence over `THROTTLE_TARGET(S)`; the sampler visits
@@ -25,6 +32,12 @@ import type { TargetJson } from "../platform/config";
 
 /** Channels the dashboard's "recently seen" list keeps. */
 const SEEN_KEPT = 1000;
+/** Most marked channels the registry keeps (docs/operations.md, "Sampler limits per run"). */
+export const ACTIVE_KEPT = 10_000;
+/** A mark no run visited for this long is forgotten (an hour: 60 one-minute runs passed it by). */
+export const MARK_TTL_MS = 60 * 60_000;
+/** Marks beyond the bound before they are trimmed, so a flood does not sort the table on every mark. */
+const TRIM_STEP = 100;
 
 export interface RunStart {
   /** Channels to visit, with the generation of their mark (0 for throttled-only channels). */
@@ -48,7 +61,18 @@ export class ActiveChannels extends DurableObject<Env> {
     if (!columns.some((c) => c.name === "weight")) {
       this.sql.exec("ALTER TABLE active ADD COLUMN weight INTEGER NOT NULL DEFAULT 0");
     }
+    if (!columns.some((c) => c.name === "marked_at")) {
+      this.sql.exec("ALTER TABLE active ADD COLUMN marked_at INTEGER NOT NULL DEFAULT 0");
+    }
+    // A run reads the heaviest marks first and expiry the oldest: each through its own index.
+    this.sql.exec("CREATE INDEX IF NOT EXISTS active_by_weight ON active (weight DESC, generation ASC)");
+    this.sql.exec("CREATE INDEX IF NOT EXISTS active_by_marked_at ON active (marked_at)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS throttled (channel TEXT PRIMARY KEY)");
+    const throttledColumns = this.sql.exec<{ name: string }>("PRAGMA table_info(throttled)").toArray();
+    if (!throttledColumns.some((c) => c.name === "visited_at")) {
+      this.sql.exec("ALTER TABLE throttled ADD COLUMN visited_at INTEGER NOT NULL DEFAULT 0");
+    }
+    this.sql.exec("CREATE INDEX IF NOT EXISTS throttled_by_visit ON throttled (visited_at)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
     this.sql.exec("CREATE TABLE IF NOT EXISTS seen (channel TEXT PRIMARY KEY, at INTEGER NOT NULL)");
     const seenColumns = this.sql.exec<{ name: string }>("PRAGMA table_info(seen)").toArray();
@@ -58,6 +82,8 @@ export class ActiveChannels extends DurableObject<Env> {
 
   /** Rows in `seen`, once counted: trimming is needed only when it grows past the bound. */
   private seenRows: number | null = null;
+  /** Rows in `active`, once counted (at most one too many: a mark that replaced one). */
+  private activeRows: number | null = null;
 
   /**
    * A channel had traffic at `at` (epoch ms). Bounded: only the 1,000 most recent are kept, trimmed
@@ -131,18 +157,34 @@ export class ActiveChannels extends DurableObject<Env> {
    * A channel saw its first traffic since the sampler last took its counts. Returns when the last run
    * started, so the channel can start its period there rather than at a stale earlier time.
    */
-  markActive(channel: string, weight = 1): number | null {
-    this.markSeen(channel);
+  markActive(channel: string, weight = 1, now: number = Date.now()): number | null {
+    this.markSeen(channel, now);
     const gen = this.meta("generation") + 1;
     this.setMeta("generation", gen);
     this.sql.exec(
-      `INSERT INTO active (channel, generation, weight) VALUES (?, ?, ?)
-       ON CONFLICT (channel) DO UPDATE SET generation = excluded.generation, weight = MAX(weight, excluded.weight)`,
+      `INSERT INTO active (channel, generation, weight, marked_at) VALUES (?, ?, ?, ?)
+       ON CONFLICT (channel) DO UPDATE SET generation = excluded.generation, weight = MAX(weight, excluded.weight),
+       marked_at = excluded.marked_at`,
       channel,
       gen,
       weight,
+      now,
     );
+    this.activeRows ??= this.countActive();
+    this.activeRows++;
+    if (this.activeRows > ACTIVE_KEPT + TRIM_STEP) {
+      // The marks a run would visit last: lightest first, newest among equals.
+      this.sql.exec(
+        "DELETE FROM active WHERE channel IN (SELECT channel FROM active ORDER BY weight ASC, generation DESC LIMIT ?)",
+        Math.max(0, this.countActive() - ACTIVE_KEPT),
+      );
+      this.activeRows = this.countActive();
+    }
     return this.meta("last_run_at") || null;
+  }
+
+  private countActive(): number {
+    return this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM active").one().n;
   }
 
   /**
@@ -152,6 +194,10 @@ export class ActiveChannels extends DurableObject<Env> {
   beginRun(now: number, max = Number.POSITIVE_INFINITY): RunStart {
     const previous = this.meta("last_run_at") || null;
     this.setMeta("last_run_at", now);
+    this.sql.exec("DELETE FROM active WHERE marked_at < ?", now - MARK_TTL_MS);
+    this.activeRows = null;
+    // SQLite reads LIMIT -1 as no limit.
+    const limit = Number.isFinite(max) ? Math.max(0, Math.floor(max)) : -1;
     const marked = new Map<string, number>();
     const order: string[] = [];
     const add = (channel: string) => {
@@ -160,21 +206,33 @@ export class ActiveChannels extends DurableObject<Env> {
         order.push(channel);
       }
     };
-    for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM throttled")) add(r.channel);
+    const throttled = this.sql.exec<{ channel: string }>(
+      "SELECT channel FROM throttled ORDER BY visited_at ASC LIMIT ?",
+      limit,
+    );
+    for (const r of throttled) add(r.channel);
     for (const r of this.sql.exec<{ channel: string }>("SELECT channel FROM targets")) add(r.channel);
+    // At most `max` more than are already chosen: enough to fill the run however many overlap.
     const active = this.sql
       .exec<{ channel: string; generation: number }>(
-        "SELECT channel, generation FROM active ORDER BY weight DESC, generation ASC",
+        "SELECT channel, generation FROM active ORDER BY weight DESC, generation ASC LIMIT ?",
+        limit < 0 ? -1 : limit + order.length,
       )
       .toArray();
     for (const r of active) {
       add(r.channel);
       marked.set(r.channel, r.generation);
     }
-    const visit = Number.isFinite(max) ? order.slice(0, Math.max(0, max)) : order;
+    const visit = limit < 0 ? order : order.slice(0, limit);
+    // Everything waiting, counted inside SQLite (no row leaves it): what this run leaves for the next.
+    const waiting = this.sql
+      .exec<{ n: number }>(
+        "SELECT COUNT(*) AS n FROM (SELECT channel FROM throttled UNION SELECT channel FROM targets UNION SELECT channel FROM active)",
+      )
+      .one().n;
     return {
       channels: visit.map((channel) => ({ channel, generation: marked.get(channel) ?? 0 })),
-      deferred: order.length - visit.length,
+      deferred: Math.max(0, waiting - visit.length),
       targets: this.targets(),
       previousRunAt: previous,
     };
@@ -185,13 +243,22 @@ export class ActiveChannels extends DurableObject<Env> {
    * records which channels are left throttled and each channel's new sample (for {@link overview}).
    * Channels whose visit failed keep their mark.
    */
-  finishRun(sampled: { channel: string; generation: number; throttled: boolean; sample?: unknown }[]): void {
+  finishRun(
+    sampled: { channel: string; generation: number; throttled: boolean; sample?: unknown }[],
+    now: number = Date.now(),
+  ): void {
     this.ctx.storage.transactionSync(() => {
       for (const s of sampled) {
         if (s.sample)
           this.sql.exec("UPDATE seen SET sample = ? WHERE channel = ?", JSON.stringify(s.sample), s.channel);
         this.sql.exec("DELETE FROM active WHERE channel = ? AND generation = ?", s.channel, s.generation);
-        if (s.throttled) this.sql.exec("INSERT OR IGNORE INTO throttled (channel) VALUES (?)", s.channel);
+        if (s.throttled)
+          this.sql.exec(
+            `INSERT INTO throttled (channel, visited_at) VALUES (?, ?)
+             ON CONFLICT (channel) DO UPDATE SET visited_at = excluded.visited_at`,
+            s.channel,
+            now,
+          );
         else this.sql.exec("DELETE FROM throttled WHERE channel = ?", s.channel);
       }
     });
