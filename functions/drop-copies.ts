@@ -81,7 +81,7 @@ export class CopyTally {
     this.total += n;
   }
 
-  static of(copies: QueuedCopy[]): CopyTally {
+  static of(copies: readonly QueuedCopy[]): CopyTally {
     const t = new CopyTally();
     for (const c of copies) t.add(c);
     return t;
@@ -111,6 +111,14 @@ export interface DropCopyQueueOptions {
   sink: DropCopySink;
   /** Called for copies that did not reach the analytics channel: a failed batch, or a full queue. */
   onFailure: (failed: CopyTally, cause: FailureCause, error?: unknown) => void | Promise<void>;
+  /**
+   * Called for a batch whose send did not settle within {@link AHEAD_PATIENCE_MS}: the request that
+   * carried it was most likely cut off (workerd ends `waitUntil` work after a limit), so its copies
+   * either reached the analytics channel or were lost, and nothing in this isolate can tell which.
+   * They are not failures (that would break dropped = copies + failures when the send did land); the
+   * record's own count says which. Default: nothing.
+   */
+  onUnsettled?: (copies: CopyTally) => void;
   /** Most bytes of copies held in this isolate (see {@link copyBytes}); past it a copy is not kept. */
   maxBytes: number;
   /** Largest batch per call. Default 100. */
@@ -126,6 +134,7 @@ const LANE = "analytics";
 
 export class DropCopyQueue {
   private readonly onFailure: (failed: CopyTally, cause: FailureCause, error?: unknown) => void | Promise<void>;
+  private readonly onUnsettled: (copies: CopyTally) => void;
   private readonly maxBytes: number;
   private readonly batches: Coalescer<QueuedCopy, void>;
   /** Batches whose bytes were let go: sent, or given up on while they were still being sent. */
@@ -138,6 +147,7 @@ export class DropCopyQueue {
   constructor(opts: DropCopyQueueOptions) {
     const sink = opts.sink;
     this.onFailure = opts.onFailure;
+    this.onUnsettled = opts.onUnsettled ?? (() => {});
     this.maxBytes = Math.max(1, opts.maxBytes);
     const wait = opts.wait ?? ((ms) => new Promise<void>((resolve) => setTimeout(resolve, ms)));
     this.batches = new Coalescer<QueuedCopy, void>(
@@ -162,7 +172,10 @@ export class DropCopyQueue {
         // AHEAD_PATIENCE_MS; its bytes are then let go too, so a lost request cannot keep the queue
         // full for ever.
         stallMs: AHEAD_PATIENCE_MS,
-        onStall: (items) => this.release(items),
+        onStall: (items) => {
+          if (!this.released.has(items)) this.onUnsettled(CopyTally.of(items));
+          this.release(items);
+        },
         // Nobody waits for a copy's answer: posted copies have no followers to be patient.
         patienceMs: 0,
       },

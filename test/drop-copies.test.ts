@@ -178,10 +178,11 @@ describe("drop copy queue", () => {
     expect(order).toEqual(["failure handled", "enqueue settled"]);
   });
 
-  it("a send that never settles holds the next batch back at most 5 s, and its copies stop counting", async () => {
+  it("a send that never settles holds the next batch back at most 5 s, its copies stop counting and are reported unsettled", async () => {
     vi.useFakeTimers();
     try {
       const sent: number[][] = [];
+      const unsettled: Record<string, number>[] = [];
       const q = new DropCopyQueue({
         sink: {
           send: (b) => {
@@ -190,6 +191,7 @@ describe("drop copy queue", () => {
           },
         },
         onFailure: () => {},
+        onUnsettled: (c) => unsettled.push(Object.fromEntries([...c.byChannel].map(([ch, e]) => [ch, e.copies]))),
         maxBytes: 1 << 30,
         windowMs: 0,
       });
@@ -199,9 +201,11 @@ describe("drop copy queue", () => {
       await vi.advanceTimersByTimeAsync(4900);
       expect(sent).toEqual([[0]]);
       expect(q.size).toBe(2);
+      expect(unsettled).toEqual([]);
       await vi.advanceTimersByTimeAsync(200);
       await second;
       expect(sent).toEqual([[0], [1]]);
+      expect(unsettled).toEqual([{ [copy(0).source_channel]: 1 }]); // the first batch only, once
       expect(q.size).toBe(0);
       expect(q.bytes).toBe(0);
     } finally {

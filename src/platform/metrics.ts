@@ -18,6 +18,8 @@ export const METRIC_HELP: Record<string, string> = {
     "Admissions paid from tokens an isolate holds on lease, without a limiter object call, by bucket.",
   floodgate_messages_total: "Published messages by result (delivered or dropped by the throttle).",
   floodgate_analytics_copy_failures_total: "Copies of dropped messages that did not reach the analytics channel.",
+  floodgate_analytics_copies_unsettled_total:
+    "Copies of dropped messages in a send that did not settle within 5 s (its request was cut off): each reached the analytics channel or was lost.",
   floodgate_analytics_copies_total:
     "Copies of dropped messages appended to the analytics channel (dropped = copies + copy failures).",
   floodgate_analytics_expired_total:
@@ -44,6 +46,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     [seriesKey("floodgate_messages_total", { result: "delivered" })]: 0,
     [seriesKey("floodgate_messages_total", { result: "dropped" })]: 0,
     floodgate_analytics_copy_failures_total: 0,
+    floodgate_analytics_copies_unsettled_total: 0,
     floodgate_analytics_copies_total: 0,
     floodgate_analytics_expired_total: 0,
     [seriesKey("floodgate_object_calls_total", { object: "channel" })]: 0,

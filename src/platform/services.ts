@@ -109,6 +109,9 @@ export function services(env: Env): Services {
         // the queue awaits it inside the request's waitUntil instead of leaving it floating.
         return countDrops(env, reader, failed);
       },
+      // Copies in a send that never settled (its request was cut off): counted apart from failures,
+      // since each may still have landed (docs/operations.md, "The record of dropped messages").
+      onUnsettled: (copies) => metrics.inc("floodgate_analytics_copies_unsettled_total", {}, copies.total),
     }),
     gate: new LimiterGate(
       {
