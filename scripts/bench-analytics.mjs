@@ -1,4 +1,6 @@
 #!/usr/bin/env node
+import { load } from "./lib/bench.mjs";
+import { options } from "./lib/options.mjs";
 // `npm run bench:analytics`: how many copies of dropped messages per second one analytics channel
 // object appends, with the Worker's batching (100 copies per call), for small and large messages.
 //
@@ -6,10 +8,10 @@
 // builds a batch of copies and hands it to the analytics channel's object (`appendCopies`, the call
 // the Worker's copy queue makes); autocannon keeps --connections such calls in flight, so the object
 // always has work queued and its own rate is what is measured. Storage is in memory as for
-// `npm run bench` (bench-lib.mjs). Options: --seconds N (default 5), --connections N (default 8),
+// `npm run bench` (lib/workerd.mjs). Options: --seconds N (default 5), --connections N (default 8),
 // --batch N (default 100), --sizes a,b (message bytes, default 200,30000).
-import { cpuMicros, load, startFloodgate } from "./bench-lib.mjs";
-import { options } from "./bench-options.mjs";
+import { root } from "./lib/root.mjs";
+import { cpuMicros, startFloodgate } from "./lib/workerd.mjs";
 
 const opts = options("bench:analytics", { seconds: 5, connections: 8, batch: 100, sizes: "200,30000" });
 const SECONDS = opts.seconds;
@@ -37,7 +39,7 @@ export default {
     return new Response("ok");
   },
 };`,
-    resolveDir: new URL("..", import.meta.url).pathname,
+    resolveDir: root,
     loader: "js",
   },
 };
@@ -63,5 +65,5 @@ for (const size of SIZES) {
   console.log(
     `| ${size} | ${Math.round(ok / SECONDS)} | ${Math.round(copies)} | ${((copies * (size + 120)) / 1e6).toFixed(1)} | ${r.p50} | ${r.p99} | ${Number.isFinite(cpuPerCopy) ? cpuPerCopy.toFixed(1) : "–"} | ${JSON.stringify(r.statuses)} |`,
   );
-  await fg.dispose();
+  await fg.stop();
 }

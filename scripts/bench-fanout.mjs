@@ -3,12 +3,12 @@
 // delivery holds up as the audience grows (docs/benchmarks.md, "bench:fanout"; docs/scaling.md).
 //
 // For each size (--sizes, default 100,1000,3000,5000) a fresh Floodgate starts in workerd through
-// Miniflare's API, straight to the Worker as for `npm run bench` (bench-lib.mjs; no dev proxy), N
+// Miniflare's API, straight to the Worker as for `npm run bench` (lib/workerd.mjs; no dev proxy), N
 // subscribers connect, and one publisher sends --rate publishes/s (default 20) for --seconds (default
 // 8), each carrying its send time. Per size it prints deliveries/s (frames received over the time
 // from the first publish to the last frame), publish→receive p50/p99, lost frames (a delivered
 // publish's seq a subscriber never got) and duplicated ones, the channel object's sends per publish,
-// and workerd CPU per delivery (the workerd's own CPU time, as bench-lib.mjs reads it, over frames
+// and workerd CPU per delivery (the workerd's own CPU time, as lib/workerd.mjs reads it, over frames
 // received).
 //
 // Channel-object sends per publish: when `GET /v1/channels/{channel}/stats` has `relays` and
@@ -42,8 +42,10 @@ if (isMainThread) await main();
 else await subscriberThread(workerData);
 
 async function main() {
-  const { ADMIN, cpuMicros, mintToken, startFloodgate } = await import("./bench-lib.mjs");
-  const { options } = await import("./bench-options.mjs");
+  // Imported here, not at the top: the subscriber threads run this file too and need none of them.
+  const { cpuMicros, startFloodgate } = await import("./lib/workerd.mjs");
+  const { mintToken } = await import("./lib/tokens.mjs");
+  const { options } = await import("./lib/options.mjs");
   const opts = options("bench:fanout", {
     sizes: "100,1000,3000,5000",
     seconds: 8,
@@ -115,8 +117,8 @@ async function main() {
       const failed = opened.reduce((a, o) => a + o.failed, 0);
       if (failed > 0) throw new Error(`${failed} of ${size} subscribers could not connect`);
       const stats = () =>
-        fetch(`${fg.base}/v1/channels/${channel}/stats`, { headers: { authorization: `Bearer ${ADMIN}` } }).then((r) =>
-          r.json(),
+        fetch(`${fg.base}/v1/channels/${channel}/stats`, { headers: { authorization: `Bearer ${fg.admin}` } }).then(
+          (r) => r.json(),
         );
       // The channel counts a subscriber once its object has accepted the socket.
       let before = await stats();
@@ -126,7 +128,7 @@ async function main() {
       }
       if (before.websockets !== size) throw new Error(`the channel counts ${before.websockets} of ${size} sockets`);
 
-      const token = await mintToken(fg.base, "fanout", [channel], "1000000/s");
+      const token = await mintToken(fg, { sub: "fanout", channels: [channel], rl: "1000000/s" });
       const clientCpu0 = process.cpuUsage();
       const cpu0 = cpuMicros(fg.pid);
       const firstAt = now();
@@ -207,7 +209,7 @@ async function main() {
       };
     } finally {
       await Promise.all(clients.map((c) => c.stop()));
-      await fg.dispose();
+      await fg.stop();
     }
   }
 }

@@ -14,15 +14,15 @@
 import {
   metrics as allMetrics,
   median,
-  mintToken as mint,
   publishOpts,
   load as run,
   setRate,
   startBare,
-  startFloodgate,
   sumStatuses,
-} from "./bench-lib.mjs";
-import { options } from "./bench-options.mjs";
+} from "./lib/bench.mjs";
+import { options } from "./lib/options.mjs";
+import { mintToken as mint } from "./lib/tokens.mjs";
+import { startFloodgate } from "./lib/workerd.mjs";
 
 const opts = options("bench:limits", { seconds: 2, rounds: 5, connections: 20, only: null });
 const SECONDS = opts.seconds;
@@ -36,20 +36,20 @@ const base = fg.base;
 const bare = await startBare();
 const bareBase = bare.base;
 
-const mintToken = (sub, rl) => mint(base, sub, ["public:bench.*"], rl);
+const mintToken = (sub, rl) => mint(fg, { sub, channels: ["public:bench.*"], rl });
 async function load(opts) {
   const { path, origin = base, ...rest } = opts;
   return run(origin + path, rest, { seconds: SECONDS, connections: CONNECTIONS });
 }
 async function metrics() {
-  const m = await allMetrics(base);
+  const m = await allMetrics(fg);
   return {
     denied: m['floodgate_rate_limit_decisions_total{bucket="publish",result="denied"}'] ?? 0,
     cacheHits: m['floodgate_rate_limit_deny_cache_hits_total{bucket="publish"}'] ?? 0,
   };
 }
 
-await setRate(base, "public:bench.half", 0.5);
+await setRate(fg, "public:bench.half", 0.5);
 const generous = "1000000/s";
 const scenarios = [
   { id: "bare", title: "bare route (GET /healthz)", opts: { path: "/healthz" } },
@@ -123,5 +123,5 @@ if (med.deny) {
     `deny cache: ${denied} denials, ${objectCalls} limiter-object calls → ${((100 * objectCalls) / Math.max(1, denied)).toFixed(2)} calls per 100 denials (goal ≤ 5)`,
   );
 }
-await fg.dispose();
-await bare.dispose();
+await fg.stop();
+await bare.stop();

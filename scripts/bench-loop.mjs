@@ -5,8 +5,8 @@
 // table: today's Cron-only loop against the two-tier loop (Cron sweep + the channel's fast loop).
 // Options: --target N (msg/s, default 20), --period N (seconds, default 60), --lag N (periods, default 1),
 // --seed N (default 1).
-import { options } from "./bench-options.mjs";
-import { importSource } from "./import-source.mjs";
+import { importSource } from "./lib/import-source.mjs";
+import { options } from "./lib/options.mjs";
 
 const {
   target: TARGET,

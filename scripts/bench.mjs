@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // `npm run bench`: Floodgate under load, end to end, in one run on this machine.
 //
-// Starts the Worker in workerd through Miniflare's API (straight to the Worker, see bench-lib.mjs),
+// Starts the Worker in workerd through Miniflare's API (straight to the Worker, see lib/workerd.mjs),
 // opens real subscribers, drives publishes with autocannon, and prints one table: a bare Hono route
 // (the ceiling) and a bare POST, publish at throttle 0 with the limiter on and 1 or 100 WebSocket
 // subscribers or 100 SSE ones, many subjects (--spread N, default 500) publishing to one channel
@@ -10,10 +10,10 @@
 // channel or a counted copy failure), and the deny path of a flooding subject and of a read flood
 // (anonymous history reads from one IP, readdeny) — requests/s, p50/p99, deliveries/s, workerd CPU per request, every figure as a
 // ratio to the bare routes, and Durable Object calls and KV reads per 1,000 publishes (from the
-// Worker's own /metrics counters). Beside them run the floors of the same shape (bench-lib.mjs: the
+// Worker's own /metrics counters). Beside them run the floors of the same shape (lib/bench.mjs: the
 // bare POST, the one-write floor — a publish's request and one object call that stores it as one
 // row —, two no-op or writing object calls) and the literal before-publish recipe with 10 WebSocket
-// subscribers (bench-recipe-worker.mjs), against Floodgate's publish with 10 (pub10).
+// subscribers (lib/bench-recipe-worker.mjs), against Floodgate's publish with 10 (pub10).
 //
 // Scenarios are interleaved in rounds, each run paired with a bare-route run made next to it, and
 // the median of the paired ratios is reported: the machine's throughput drifts by ±30% within
@@ -26,22 +26,10 @@
 // --subscribers N (default 100), --spread N (default 500), --only id,id (just those scenarios; the
 // fine check adds the references their targets need), --fine N (rounds of the fine check at the end,
 // default 12; 0 skips it).
-import {
-  ADMIN,
-  ANALYTICS_CHANNEL,
-  cpuMicros,
-  load,
-  median,
-  metrics,
-  mintToken,
-  publishOpts,
-  setRate,
-  startBare,
-  startFloodgate,
-  startRecipe,
-  sumStatuses,
-} from "./bench-lib.mjs";
-import { options } from "./bench-options.mjs";
+import { load, median, metrics, publishOpts, setRate, startBare, startRecipe, sumStatuses } from "./lib/bench.mjs";
+import { options } from "./lib/options.mjs";
+import { mintToken } from "./lib/tokens.mjs";
+import { ANALYTICS_CHANNEL, cpuMicros, startFloodgate } from "./lib/workerd.mjs";
 
 const opts = options("bench", {
   seconds: 2,
@@ -139,12 +127,12 @@ async function sseSubscribers(channel, n) {
 // (crowd: the stadium's reactions). They run against a Worker of its own (its own workerd), so their
 // objects never sit in the memory of the Worker the other scenarios measure.
 const fgMany = wanted("spread") || wanted("crowd") ? await startFloodgate(NO_DEFAULT_LIMITS) : null;
-const manyTokens = fgMany ? await mintMany(fgMany.base) : [];
+const manyTokens = fgMany ? await mintMany(fgMany) : [];
 
-/** A token for each of SPREAD subjects, on the Worker at `base`. */
-async function mintMany(base) {
+/** A token for each of SPREAD subjects, on `worker`. */
+async function mintMany(worker) {
   const tokens = [];
-  for (let k = 0; k < SPREAD; k++) tokens.push(await mintToken(base, `spread${k}`, channels, generous));
+  for (let k = 0; k < SPREAD; k++) tokens.push(await mintToken(worker, { sub: `spread${k}`, channels, rl: generous }));
   return tokens;
 }
 
@@ -169,12 +157,12 @@ async function touchAll(base, tokens, channelOf) {
 // A read flood: anonymous history reads from one client IP past its read budget (the shipped
 // READ_RATE), on a Worker of its own since `fg` has the read budget off for its anonymous subscribers.
 const fgRead = wanted("readdeny") ? await startFloodgate({}) : null;
-// The literal before-publish recipe (bench-recipe-worker.mjs), in a workerd of its own.
+// The literal before-publish recipe (lib/bench-recipe-worker.mjs), in a workerd of its own.
 const recipe = wanted("recipe10") ? await startRecipe() : null;
 
-await setRate(fg.base, "public:bench.half", 0.5);
-await setRate(fg.base, "public:bench.ninety", 0.9);
-await setRate(fg.base, "public:bench.flood30k", 1);
+await setRate(fg, "public:bench.half", 0.5);
+await setRate(fg, "public:bench.ninety", 0.9);
+await setRate(fg, "public:bench.flood30k", 1);
 const subs = {
   one: await subscribers("public:bench.one", 1),
   ten: await subscribers("public:bench.ten", RECIPE_SUBSCRIBERS),
@@ -228,7 +216,7 @@ const scenarios = [
   {
     id: "deny",
     title: "deny path (one flooding subject)",
-    ...publish(await mintToken(fg.base, "flood", channels, "1/h"), "public:bench.flood"),
+    ...publish(await mintToken(fg, { sub: "flood", channels, rl: "1/h" }), "public:bench.flood"),
   },
   ...(fgRead
     ? [
@@ -245,13 +233,13 @@ const scenarios = [
     id: "pub1",
     title: "publish, throttle 0, limiter on, 1 subscriber",
     subs: subs.one,
-    ...publish(await mintToken(fg.base, "one", channels, generous), "public:bench.one"),
+    ...publish(await mintToken(fg, { sub: "one", channels, rl: generous }), "public:bench.one"),
   },
   {
     id: "pub10",
     title: `publish, throttle 0, limiter on, ${RECIPE_SUBSCRIBERS} subscribers`,
     subs: subs.ten,
-    ...publish(await mintToken(fg.base, "ten", channels, generous), "public:bench.ten"),
+    ...publish(await mintToken(fg, { sub: "ten", channels, rl: generous }), "public:bench.ten"),
   },
   ...(recipe
     ? [
@@ -271,13 +259,13 @@ const scenarios = [
     id: "pub100",
     title: `publish, throttle 0, limiter on, ${SUBSCRIBERS} subscribers`,
     subs: subs.hundred,
-    ...publish(await mintToken(fg.base, "hundred", channels, generous), "public:bench.hundred"),
+    ...publish(await mintToken(fg, { sub: "hundred", channels, rl: generous }), "public:bench.hundred"),
   },
   {
     id: "pubsse",
     title: `publish, throttle 0, limiter on, ${SUBSCRIBERS} SSE subscribers`,
     subs: subs.sse,
-    ...publish(await mintToken(fg.base, "sse", channels, generous), "public:bench.sse"),
+    ...publish(await mintToken(fg, { sub: "sse", channels, rl: generous }), "public:bench.sse"),
   },
   {
     id: "crowd",
@@ -296,20 +284,20 @@ const scenarios = [
     id: "drop50",
     title: "publish, drop rate 0.5",
     subs: subs.half,
-    ...publish(await mintToken(fg.base, "half", channels, generous), "public:bench.half"),
+    ...publish(await mintToken(fg, { sub: "half", channels, rl: generous }), "public:bench.half"),
   },
   {
     id: "drop90",
     title: "publish, drop rate 0.9",
     subs: subs.ninety,
-    ...publish(await mintToken(fg.base, "ninety", channels, generous), "public:bench.ninety"),
+    ...publish(await mintToken(fg, { sub: "ninety", channels, rl: generous }), "public:bench.ninety"),
   },
   {
     id: "flood30k",
     title: `drop flood: 30 KB messages, drop rate 1, ${FLOOD_CONNECTIONS} connections`,
     connections: FLOOD_CONNECTIONS,
     settleCopies: true,
-    ...publish(await mintToken(fg.base, "flood30k", channels, generous), "public:bench.flood30k", FLOOD_BODY),
+    ...publish(await mintToken(fg, { sub: "flood30k", channels, rl: generous }), "public:bench.flood30k", FLOOD_BODY),
   },
 ];
 
@@ -327,7 +315,7 @@ function many(worker, tokens, channelOf) {
       body,
     };
   };
-  return { url: worker?.base, base: worker?.base, pid: worker?.pid, opts: { requests: [{ setupRequest }] } };
+  return { url: worker?.base, worker, pid: worker?.pid, opts: { requests: [{ setupRequest }] } };
 }
 
 if (ONLY) {
@@ -367,14 +355,14 @@ for (let round = 1; round <= ROUNDS; round++) {
     const runBare = () => measured(bareScenario);
     const b0 = bareFirst ? await runBare() : null;
     await s.warm?.();
-    const before = s.reference ? null : await metrics(s.base ?? fg.base);
+    const before = s.reference ? null : await metrics(s.worker ?? fg);
     const framesBefore = s.subs?.counter.frames ?? 0;
     // Background work of the last requests (analytics copies, metric flushes) lands within ~1 s,
     // counts in the scenario's CPU, and must not spill into a bare run.
     const r = await measured(s, s.reference ? 0 : 1200, { ...run, connections: s.connections ?? CONNECTIONS });
-    if (s.settleCopies) await copiesSettled(s.base ?? fg.base, before);
+    if (s.settleCopies) await copiesSettled(s.worker ?? fg, before);
     if (before) {
-      const after = await metrics(s.base ?? fg.base);
+      const after = await metrics(s.worker ?? fg);
       r.counts = Object.fromEntries(
         Object.entries(COUNTERS).map(([k, series]) => [k, (after[series] ?? 0) - (before[series] ?? 0)]),
       );
@@ -393,11 +381,11 @@ for (let round = 1; round <= ROUNDS; round++) {
  * Waits (up to 30 s) until every drop since `before` is a copy or a counted copy failure, or their
  * sum stops moving for 2 s: a flood of large copies takes longer to land than the usual settle time.
  */
-async function copiesSettled(base, before) {
+async function copiesSettled(worker, before) {
   let last = Number.NaN;
   let stableSince = Date.now();
   for (const start = Date.now(); Date.now() - start < 30_000; ) {
-    const m = await metrics(base);
+    const m = await metrics(worker);
     const d = (k) => (m[COUNTERS[k]] ?? 0) - (before[COUNTERS[k]] ?? 0);
     const landed = d("copies") + d("failures");
     if (landed === d("dropped")) return;
@@ -487,21 +475,23 @@ if (has("flood30k")) {
 // Nothing accepted is lost under load: every drop of the run (all scenarios) is a copy on the
 // analytics channel or a counted copy failure.
 {
-  const m = await metrics(fg.base);
+  const m = await metrics(fg);
   const allDropped = m['floodgate_messages_total{result="dropped"}'] ?? 0;
   const failures = m.floodgate_analytics_copy_failures_total ?? 0;
   const analytics = await (
-    await fetch(`${fg.base}/v1/channels/${ANALYTICS_CHANNEL}/stats`, { headers: { authorization: `Bearer ${ADMIN}` } })
+    await fetch(`${fg.base}/v1/channels/${ANALYTICS_CHANNEL}/stats`, {
+      headers: { authorization: `Bearer ${fg.admin}` },
+    })
   ).json();
   console.log(
     `analytics copies: ${analytics.delivered_total} on ${ANALYTICS_CHANNEL} + ${failures} counted failures for ${allDropped} drops in the whole run${analytics.delivered_total + failures === allDropped ? " (all accounted for)" : " — MISMATCH"}`,
   );
 }
 for (const s of Object.values(subs)) s.close();
-await fg.dispose();
-await fgMany?.dispose();
-await fgRead?.dispose();
-await recipe?.dispose();
+await fg.stop();
+await fgMany?.stop();
+await fgRead?.stop();
+await recipe?.stop();
 
 /**
  * The targets (docs/benchmarks.md, "Targets"): a path, what it is measured against, and the least
@@ -525,16 +515,16 @@ const TARGETS = [
 /** A Floodgate of its own with `n` WebSocket subscribers on `channel`, publishing as one subject. */
 async function floodgatePath(channel, { n = 1, rl = generous, rate = 0 } = {}) {
   const worker = await startFloodgate(NO_DEFAULT_LIMITS);
-  if (rate) await setRate(worker.base, channel, rate);
+  if (rate) await setRate(worker, channel, rate);
   const sub = n ? await subscribers(channel, n, worker.base) : null;
-  const { path, ...opts } = publishOpts(await mintToken(worker.base, `fine-${channel}`, channels, rl), channel);
+  const { path, ...opts } = publishOpts(await mintToken(worker, { sub: `fine-${channel}`, channels, rl }), channel);
   return {
     url: worker.base + path,
     pid: worker.pid,
     opts,
     dispose: async () => {
       sub?.close();
-      await worker.dispose();
+      await worker.stop();
     },
   };
 }
@@ -550,7 +540,7 @@ const FINE_PATHS = {
   drop90: () => floodgatePath("public:bench.ninety", { rate: 0.9 }),
   crowd: async () => {
     const worker = await startFloodgate(NO_DEFAULT_LIMITS);
-    const tokens = await mintMany(worker.base);
+    const tokens = await mintMany(worker);
     const sub = await subscribers("public:bench.crowd", 1, worker.base);
     return {
       ...many(worker, tokens, () => "public:bench.crowd"),
@@ -558,7 +548,7 @@ const FINE_PATHS = {
       warm: () => touchAll(worker.base, tokens, () => "public:bench.crowd"),
       dispose: async () => {
         sub.close();
-        await worker.dispose();
+        await worker.stop();
       },
     };
   },
@@ -571,7 +561,7 @@ const FINE_PATHS = {
       opts: (({ path: _, ...o }) => o)(publishOpts("recipe-subject", "public:bench.recipe")),
       dispose: async () => {
         sub.close();
-        await worker.dispose();
+        await worker.stop();
       },
     };
   },
@@ -607,10 +597,10 @@ async function fineCheck() {
       // Local workerd evicts an object idle for about 10 s (see touchAll): a round on a busy machine
       // can take that long, so the crowd's objects are touched again once its last slice is 5 s old.
       if (p.warm && Date.now() - p.drivenAt > 5000) await p.warm();
-      const before = p.countLimiter ? await metrics(p.base) : null;
+      const before = p.countLimiter ? await metrics(p.worker) : null;
       const r = await measured(p, 0, slice);
       p.drivenAt = Date.now();
-      if (before) r.limiterCalls = (await metrics(p.base))[COUNTERS.limiter] - (before[COUNTERS.limiter] ?? 0);
+      if (before) r.limiterCalls = (await metrics(p.worker))[COUNTERS.limiter] - (before[COUNTERS.limiter] ?? 0);
       slices.get(p.id).push(r);
     }
   }
@@ -625,7 +615,7 @@ async function fineCheck() {
 }
 
 const fine = await fineCheck();
-await bare.dispose();
+await bare.stop();
 if (fine) {
   console.log(
     `\nfine check (${FINE} rounds of ${FINE_SECONDS} s slices, each path in its own workerd; median ratio to the bare slices of the same round):`,

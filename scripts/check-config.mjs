@@ -7,23 +7,16 @@
 // given with `--secrets-file=PATH` (JSON or .env, the same file `wrangler deploy --secrets-file` takes).
 // Secrets set with `wrangler secret put` are out of its sight; /healthz answers 500 for a weak one.
 import { readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
+import { join } from "node:path";
 import { unstable_readConfig } from "wrangler";
-import { importSource } from "./import-source.mjs";
+import { importSource } from "./lib/import-source.mjs";
+import { options } from "./lib/options.mjs";
+import { root } from "./lib/root.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 // --env NAME: a wrangler environment; --vars-only: check the variables but not the KV id (CI checks a
 // clone that was never provisioned); --secrets-file PATH: see above. An unknown option is an error.
-const { values: opts } = parseArgs({
-  options: {
-    env: { type: "string" },
-    "vars-only": { type: "boolean", default: false },
-    "secrets-file": { type: "string" },
-  },
-});
-const env = opts.env;
+const opts = options("check:config", { env: null, "vars-only": false, "secrets-file": null });
+const env = opts.env ?? undefined;
 const varsOnly = opts["vars-only"];
 const config = unstable_readConfig({ config: join(root, "wrangler.toml"), env }, { hideWarnings: true });
 

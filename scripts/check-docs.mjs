@@ -15,11 +15,11 @@ import { spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
-import { startDev } from "./dev-server.mjs";
+import { startDev } from "./lib/dev-server.mjs";
+import { options } from "./lib/options.mjs";
+import { root } from "./lib/root.mjs";
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const { values } = parseArgs({ options: { "links-only": { type: "boolean", default: false } } });
+const values = options("check:docs", { "links-only": false });
 const PORT = 8796;
 const BASE = `http://127.0.0.1:${PORT}`;
 

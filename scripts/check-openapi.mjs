@@ -7,13 +7,13 @@
 // installs it for the browser test), the page is also opened: it must list every operation of the
 // document with no CSP violation. `--port=N` picks the Worker's port (default 8797).
 import { existsSync } from "node:fs";
-import { parseArgs } from "node:util";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { chromium } from "playwright-core";
-import { startDev } from "./dev-server.mjs";
+import { startDev } from "./lib/dev-server.mjs";
+import { options } from "./lib/options.mjs";
 
-const { values } = parseArgs({ options: { port: { type: "string", default: "8797" } } });
-const server = startDev({ port: Number(values.port), env: { SAMPLER_LOCAL_PERIOD: "0" } });
+const { port } = options("check:openapi", { port: 8797 });
+const server = startDev({ port, env: { SAMPLER_LOCAL_PERIOD: "0" } });
 let failures = 0;
 const fail = (what) => {
   failures++;

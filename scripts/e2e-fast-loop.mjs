@@ -9,12 +9,10 @@
 // default 2), --surge S (seconds, default 20), --rate N (surge msg/s, default 100).
 // "unreported" in the table: drops answered 202 that the channel's object had not yet counted (they
 // travel with the analytics copies); on a busy machine they, and late alarms, are what move the numbers.
-import { spawn } from "node:child_process";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { options } from "./bench-options.mjs";
+import { startDev } from "./lib/dev-server.mjs";
+import { options } from "./lib/options.mjs";
+import { mintToken } from "./lib/tokens.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const {
   port: PORT,
   "inspector-port": INSPECTOR,
@@ -27,15 +25,9 @@ const BASE_RATE = 10;
 const BEFORE_S = 5;
 const AFTER_S = 10;
 const CHANNEL = `public:e2e.c${Date.now().toString(36)}`;
-const BASE = `http://127.0.0.1:${PORT}`;
-const ADMIN = { authorization: "Bearer dev-admin-token" }; // .dev.vars.example, copied by npm start
-
-const child = spawn(
-  process.execPath,
-  [
-    join(root, "scripts/start.mjs"),
-    "--port",
-    String(PORT),
+const server = startDev({
+  port: PORT,
+  args: [
     "--inspector-port",
     String(INSPECTOR),
     "--var",
@@ -43,46 +35,16 @@ const child = spawn(
     "--var",
     `THROTTLE_TARGETS:{"public:e2e.*":"${TARGET}/s"}`,
   ],
-  { cwd: root, env: { ...process.env, SAMPLER_LOCAL_PERIOD: "0" }, stdio: ["ignore", "pipe", "pipe"], detached: true },
-);
-let output = "";
-child.stdout.on("data", (d) => {
-  output += d;
+  env: { SAMPLER_LOCAL_PERIOD: "0" },
 });
-child.stderr.on("data", (d) => {
-  output += d;
-});
-const stop = () => {
-  try {
-    process.kill(-child.pid, "SIGTERM"); // the script's own process group: start.mjs and its wrangler
-  } catch {
-    // already gone
-  }
-};
-process.on("exit", stop);
+const BASE = server.base;
+const ADMIN = { authorization: `Bearer ${server.admin}` };
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function ready() {
-  for (let i = 0; i < 120; i++) {
-    try {
-      if ((await fetch(`${BASE}/healthz`)).ok) return;
-    } catch {
-      // not up yet
-    }
-    await sleep(500);
-  }
-  throw new Error(`wrangler dev did not start:\n${output.slice(-2000)}`);
-}
 
 try {
-  await ready();
-  const minted = await fetch(`${BASE}/v1/tokens`, {
-    method: "POST",
-    headers: { ...ADMIN, "content-type": "application/json" },
-    body: JSON.stringify({ sub: "e2e", channels: ["public:e2e.*"], rl: "10000/s", ttl: "1h" }),
-  });
-  if (minted.status !== 201) throw new Error(`mint: ${minted.status} ${await minted.text()}`);
-  const { access_token: token } = await minted.json();
+  await server.ready(60_000);
+  const token = await mintToken(server, { sub: "e2e", channels: ["public:e2e.*"], rl: "10000/s", ttl: "1h" });
 
   const total = BEFORE_S + SURGE_S + AFTER_S;
   const rateAt = (t) => (t >= BEFORE_S && t < BEFORE_S + SURGE_S ? SURGE_RATE : BASE_RATE);
@@ -182,5 +144,5 @@ try {
   console.error(e instanceof Error ? e.message : e);
   process.exitCode = 1;
 } finally {
-  stop();
+  server.stop();
 }

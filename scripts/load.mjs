@@ -5,17 +5,16 @@
 //   npm run load -- --channel public:live.reactions --rate 200/s --duration 60s [--subscribers 50]
 //
 // `npm run load -- --help` lists the options (HELP below).
-import { existsSync, readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { parseArgs } from "node:util";
-import { importSource } from "./import-source.mjs";
+import { adminToken } from "./lib/admin-token.mjs";
+import { importSource } from "./lib/import-source.mjs";
+import { options } from "./lib/options.mjs";
+import { mintToken } from "./lib/tokens.mjs";
 
 const HELP = `usage: npm run load -- [options]
 
   --url URL            the Worker (default http://localhost:8787, i.e. \`npm start\`)
   --admin-token T      the admin bearer (default: $FLOODGATE_ADMIN_TOKEN, else ADMIN_TOKEN from
-                       .dev.vars, else dev-only-admin-token)
+                       .dev.vars, else from .dev.vars.example)
   --channel NAME       default public:live.reactions
   --rate N/s           publishes per second, paced evenly (default 100/s)
   --duration 60s       how long (s, m; default 30s)
@@ -28,30 +27,20 @@ const HELP = `usage: npm run load -- [options]
 
 The token it mints has publish+subscribe scope on the channel.`;
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-let args;
-try {
-  args = parseArgs({
-    options: {
-      url: { type: "string", default: "http://localhost:8787" },
-      "admin-token": { type: "string" },
-      channel: { type: "string", default: "public:live.reactions" },
-      rate: { type: "string", default: "100/s" },
-      duration: { type: "string", default: "30s" },
-      subscribers: { type: "string", default: "0" },
-      "max-in-flight": { type: "string", default: "256" },
-      rl: { type: "string" },
-      help: { type: "boolean", short: "h", default: false },
-    },
-  }).values;
-} catch (e) {
-  console.error(`floodgate load: ${e.message}\n\n${HELP}`);
-  process.exit(2);
-}
-if (args.help) {
-  console.log(HELP);
-  process.exit(0);
-}
+const args = options(
+  "load",
+  {
+    url: "http://localhost:8787",
+    "admin-token": null,
+    channel: "public:live.reactions",
+    rate: "100/s",
+    duration: "30s",
+    subscribers: 0,
+    "max-in-flight": 256,
+    rl: null,
+  },
+  { help: HELP },
+);
 
 function fail(message) {
   console.error(`floodgate load: ${message}`);
@@ -84,20 +73,8 @@ function parseDuration(text) {
   }
 }
 
-function devAdminToken() {
-  if (process.env.FLOODGATE_ADMIN_TOKEN) return process.env.FLOODGATE_ADMIN_TOKEN;
-  const file = join(root, ".dev.vars");
-  if (existsSync(file)) {
-    const line = readFileSync(file, "utf8")
-      .split("\n")
-      .find((l) => l.startsWith("ADMIN_TOKEN="));
-    if (line) return line.slice("ADMIN_TOKEN=".length).trim().replace(/^"|"$/g, "");
-  }
-  return "dev-only-admin-token";
-}
-
 const base = args.url.replace(/\/$/, "");
-const admin = args["admin-token"] ?? devAdminToken();
+const admin = args["admin-token"] ?? adminToken();
 const channel = args.channel;
 const ratePerSecond = parseRate(args.rate);
 const durationMs = parseDuration(args.duration);
@@ -109,20 +86,13 @@ if (!Number.isInteger(subscriberCount) || subscriberCount < 0) fail("--subscribe
 const adminHeaders = { authorization: `Bearer ${admin}`, "content-type": "application/json" };
 
 async function mint() {
-  let res;
   try {
-    res = await fetch(`${base}/v1/tokens`, {
-      method: "POST",
-      headers: adminHeaders,
-      body: JSON.stringify({ sub: `load-${process.pid}`, channels: [channel], ttl: "24h", rl }),
-    });
-  } catch {
-    fail(`cannot reach ${base} — is the server running? (npm start in another terminal)`);
+    return await mintToken({ base, admin }, { sub: `load-${process.pid}`, channels: [channel], ttl: "24h", rl });
+  } catch (e) {
+    if (e.status === 0) fail(`cannot reach ${base} — is the server running? (npm start in another terminal)`);
+    if (e.status === 401) fail("the admin token was refused (--admin-token, or FLOODGATE_ADMIN_TOKEN)");
+    fail(e.message);
   }
-  const body = await res.text();
-  if (res.status === 401) fail("the admin token was refused (--admin-token, or FLOODGATE_ADMIN_TOKEN)");
-  if (res.status !== 201) fail(`minting a token failed: ${res.status} ${body}`);
-  return JSON.parse(body).access_token;
 }
 
 const token = await mint();

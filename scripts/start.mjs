@@ -7,10 +7,9 @@
 // so what runs locally is exactly what the every-minute Cron Trigger runs in production.
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
+import { root } from "./lib/root.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const devVars = join(root, ".dev.vars");
 if (!existsSync(devVars)) {
   copyFileSync(join(root, ".dev.vars.example"), devVars);

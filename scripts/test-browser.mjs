@@ -11,18 +11,19 @@
 // CSP and the page runs with no CSP violation; with the server stopped the page says so. Screenshots go
 // to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
 import { existsSync, mkdirSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { mintToken, startFloodgate } from "./bench-lib.mjs";
-import { startDev } from "./dev-server.mjs";
+import { startDev } from "./lib/dev-server.mjs";
+import { options } from "./lib/options.mjs";
+import { root } from "./lib/root.mjs";
+import { mintToken } from "./lib/tokens.mjs";
+import { startFloodgate } from "./lib/workerd.mjs";
 
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+options("test:browser", {});
 // BROWSER_TEST_PORT / BROWSER_TEST_INSPECTOR_PORT: so two runs on one machine do not collide.
 const PORT = Number(process.env.BROWSER_TEST_PORT ?? 8797);
 const INSPECTOR_PORT = process.env.BROWSER_TEST_INSPECTOR_PORT;
 const BASE = `http://127.0.0.1:${PORT}`;
-const ADMIN = "dev-only-admin-token";
 const CHANNEL = "public:live.browser";
 // No target: the sampler leaves its rate alone, so a rate set from the page stays set. (On CHANNEL the
 // next sample, every 2 s here, would overwrite it, which made this check flaky.)
@@ -40,7 +41,7 @@ if (!existsSync(CHROMIUM)) {
  * A browser offers permessage-deflate on every WebSocket; the Worker declines it (wrangler.toml
  * `no_web_socket_compression`) so a fan-out never compresses each frame once per subscriber. wrangler
  * dev's proxy answers the browser's upgrade itself, so this check talks to the Worker straight through
- * a workerd direct socket (scripts/bench-lib.mjs), as the edge would.
+ * a workerd direct socket (scripts/lib/workerd.mjs), as the edge would.
  */
 async function checkUncompressedFrames(browser) {
   const worker = await startFloodgate({});
@@ -60,7 +61,7 @@ async function checkUncompressedFrames(browser) {
         }),
       `${worker.base.replace(/^http/, "ws")}/v1/subscribe/${channel}`,
     );
-    const token = await mintToken(worker.base, "browser-socket", ["public:live.*"]);
+    const token = await mintToken(worker, { sub: "browser-socket", channels: ["public:live.*"] });
     const res = await fetch(`${worker.base}/v1/publish/${channel}`, {
       method: "POST",
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
@@ -74,7 +75,7 @@ async function checkUncompressedFrames(browser) {
 
     // A private channel, the token offered as a subprotocol instead of in the URL.
     const privateChannel = "private:live.socket.secret";
-    const privateToken = await mintToken(worker.base, "browser-private", ["private:live.socket.*"]);
+    const privateToken = await mintToken(worker, { sub: "browser-private", channels: ["private:live.socket.*"] });
     const protocol = await page.evaluate(
       ({ url, token }) =>
         new Promise((resolve, reject) => {
@@ -99,7 +100,7 @@ async function checkUncompressedFrames(browser) {
     );
   } finally {
     await page.close();
-    await worker.dispose();
+    await worker.stop();
   }
 }
 
@@ -271,12 +272,7 @@ let browser;
 let publishing = true;
 try {
   await server.ready(60_000);
-  const tokenRes = await fetch(`${BASE}/v1/tokens`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" },
-    body: JSON.stringify({ sub: "browser-test", channels: [CHANNEL, MANUAL], rl: "1000/s" }),
-  });
-  const { access_token: token } = await tokenRes.json();
+  const token = await mintToken(server, { sub: "browser-test", channels: [CHANNEL, MANUAL], rl: "1000/s" });
   const publish = (channel = CHANNEL) =>
     fetch(`${BASE}/v1/publish/${channel}`, {
       method: "POST",
@@ -316,7 +312,7 @@ try {
     "a wrong token is refused with a message saying what to do",
   );
 
-  await page.fill("#token", ADMIN);
+  await page.fill("#token", server.admin);
   await page.click("#login-form button");
   await page.waitForSelector("#app", { state: "visible" });
   await page.waitForSelector("#empty", { state: "visible" });

@@ -14,7 +14,12 @@ import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSyn
 import { tmpdir } from "node:os";
 import { extname, join, resolve, sep } from "node:path";
 import { chromium } from "playwright-core";
-import { mintToken, root, startFloodgate } from "./bench-lib.mjs";
+import { options } from "./lib/options.mjs";
+import { root } from "./lib/root.mjs";
+import { mintToken } from "./lib/tokens.mjs";
+import { startFloodgate } from "./lib/workerd.mjs";
+
+options("test:client-package", {});
 
 const NODE20 = process.env.NODE20 ?? "/usr/bin/node";
 const NODE22 = join(root, "node_modules/.bin/node");
@@ -132,11 +137,14 @@ try {
   const optionsFor = async (runtime) => ({
     base: worker.base,
     prefix: `public:consumer.${runtime}-`,
-    token: await mintToken(worker.base, `consumer-${runtime}`, ["public:consumer.*", "private:consumer.**"]),
-    limitedToken: await mintToken(worker.base, `consumer-${runtime}-limited`, ["public:consumer.*"], {
-      rate: 1,
-      per: "1s",
-      burst: 1,
+    token: await mintToken(worker, {
+      sub: `consumer-${runtime}`,
+      channels: ["public:consumer.*", "private:consumer.**"],
+    }),
+    limitedToken: await mintToken(worker, {
+      sub: `consumer-${runtime}-limited`,
+      channels: ["public:consumer.*"],
+      rl: { rate: 1, per: "1s", burst: 1 },
     }),
   });
   const fromNode = async (label, node, major) => {
@@ -180,7 +188,7 @@ try {
   check(false, e instanceof Error ? e.message : String(e));
 } finally {
   await browser?.close();
-  await worker?.dispose();
+  await worker?.stop();
   rmSync(project, { recursive: true, force: true });
 }
 console.log(`test:client-package: ${failures ? `${failures} failed` : "all passed"} (${elapsed()} s)`);

@@ -10,23 +10,20 @@ import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { join } from "node:path";
-import { parseArgs } from "node:util";
+import { options } from "./lib/options.mjs";
 
-const { values, positionals: filters } = parseArgs({
-  allowPositionals: true,
-  options: {
-    runs: { type: "string", default: "10" },
-    "no-burn": { type: "boolean", default: false },
-    help: { type: "boolean", default: false },
-  },
-});
-if (values.help) {
-  console.log(`usage: npm run test:stress -- [--runs N] [--no-burn] [test files or name filters]
+const values = options(
+  "test:stress",
+  { runs: 10, "no-burn": false },
+  {
+    positionals: true,
+    help: `usage: npm run test:stress -- [--runs N] [--no-burn] [test files or name filters]
   --runs N     how many runs of the whole suite (default 10); half of them shuffled
-  --no-burn    do not start the CPU-burning children (one per core)`);
-  process.exit(0);
-}
-const runs = Number(values.runs);
+  --no-burn    do not start the CPU-burning children (one per core)`,
+  },
+);
+const filters = values.positionals;
+const runs = values.runs;
 if (!Number.isInteger(runs) || runs < 1) {
   console.error(`test:stress: --runs must be a positive whole number, not ${JSON.stringify(values.runs)}`);
   process.exit(2);

@@ -9,7 +9,9 @@
 // On workerd 1.20261117 it works for a while and then breaks for good: in 2 of 3 runs of 15 s, a
 // third or more of the requests answered 500 ("Cannot perform I/O on behalf of a different
 // request"); the third run answered all 65,201 with 200. Exits 1 if any request failed.
-import { bundle, load, root, startWorker } from "../bench-lib.mjs";
+import { load } from "../lib/bench.mjs";
+import { root } from "../lib/root.mjs";
+import { bundle, startWorker } from "../lib/workerd.mjs";
 
 const seconds = Number(process.argv[2] ?? 15);
 const connections = Number(process.argv[3] ?? 20);
@@ -57,7 +59,7 @@ const repro = await startWorker({
 console.log(`${connections} connections for ${seconds} s against the minimal Worker…`);
 const { statuses } = await load(`${repro.base}/publish`, { method: "POST", body: "{}" }, { seconds, connections });
 console.log(`answers: ${JSON.stringify(statuses)}`);
-await repro.dispose();
+await repro.stop();
 const failed = Object.entries(statuses).some(([code]) => code !== "200");
 console.log(failed ? "cross-request wakes failed under load" : "every request answered 200");
 process.exit(failed ? 1 : 0);

@@ -1,5 +1,5 @@
 // Not a script: the Worker `npm run bench` runs beside Floodgate as "the literal before-publish
-// recipe" (bench-lib.mjs, startRecipe) — what the platform's own examples add up to when followed to
+// recipe" (lib/bench.mjs, startRecipe) — what the platform's own examples add up to when followed to
 // the letter, so the targets can compare Floodgate with it in the same run (docs/benchmarks.md).
 //
 // Per publish: read and parse the body; one call to the subject's rate-limiter object (the GCRA of

@@ -1,19 +1,21 @@
 // The Worker started the way `npm start` starts it (scripts/start.mjs: wrangler dev with local KV and
-// Durable Objects), for scripts that drive it from outside: the docs check and the browser test.
-// Fresh local storage every time, so what a script shows does not depend on an earlier run.
+// Durable Objects), for scripts that drive it from outside: the docs and OpenAPI checks, the browser
+// test and the fast loop's end-to-end run. Fresh local storage every time, so what a script shows
+// does not depend on an earlier run. (scripts/lib/workerd.mjs starts a Worker in bare workerd
+// instead, for measurements and checks that must not go through wrangler dev's proxy.)
 import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
-
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+import { join } from "node:path";
+import { devAdminToken } from "./admin-token.mjs";
+import { root } from "./root.mjs";
 
 /**
  * Starts `npm start` on 127.0.0.1:`port` with `args` for wrangler dev and `env` added to the
  * environment (e.g. `SAMPLER_LOCAL_PERIOD`). `ready()` resolves once `/healthz` answers 200 (it
  * throws with the server's last lines after `timeoutMs`); `stop()` ends the server and its children,
- * and runs by itself when this process exits.
+ * and runs by itself when this process exits. `admin` is the admin bearer it runs with (.dev.vars's,
+ * which `npm start` creates from .dev.vars.example when missing).
  */
 export function startDev({ port, args = [], env = {} }) {
   const server = spawn(
@@ -60,5 +62,5 @@ export function startDev({ port, args = [], env = {} }) {
       await new Promise((r) => setTimeout(r, 300));
     }
   };
-  return { base, ready, stop, log: () => log };
+  return { base, admin: devAdminToken(), ready, stop, log: () => log };
 }

@@ -1,10 +1,7 @@
 // Imports the project's own TypeScript modules into a Node script, bundled on the fly with esbuild,
 // so scripts run exactly the shipped code (the sampler's law, the rate grammar) without a build step.
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
-
-const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+import { root } from "./root.mjs";
 
 /**
  * Bundles `source` (a TypeScript module whose relative imports resolve from the project root, e.g.

@@ -1,0 +1,165 @@
+// A Worker bundled and started in its own workerd through Miniflare's API, straight to the Worker (no
+// dev proxy in the way): what the benchmarks measure and the tests that must talk to workerd itself
+// (scripts/lib/dev-server.mjs starts it the way `npm start` does instead, for scripts that check
+// what a developer sees). Debugging aids: BENCH_DEBUG_500=1 (scripts/lib/bench.mjs) prints the body
+// of the first 5xx answers of each run; INSPECT=1 opens workerd's inspector on port 9229 (attach
+// Chrome DevTools or send Profiler.* over CDP).
+import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { build } from "esbuild";
+import { convertV4MiniflareOptions, Log, LogLevel, Miniflare } from "miniflare";
+import { unstable_readConfig } from "wrangler";
+import { root } from "./root.mjs";
+
+/** The admin bearer of every Floodgate started here ({@link startFloodgate}); also its handle's `admin`. */
+const ADMIN = "bench-admin-token";
+
+const config = unstable_readConfig({ config: join(root, "wrangler.toml") }, { hideWarnings: true });
+/** The analytics channel of the shipped `[vars]`, where the Worker under test copies its drops. */
+export const ANALYTICS_CHANNEL = config.vars.ANALYTICS_CHANNEL;
+
+/** Bundles a Worker module (esbuild options `entryPoints` or `stdin`) to one ES module's text. */
+export async function bundle(entry) {
+  const out = await build({
+    ...entry,
+    bundle: true,
+    write: false,
+    format: "esm",
+    platform: "neutral",
+    target: "es2022",
+    external: ["cloudflare:*", "node:*"],
+    mainFields: ["module", "main"],
+    conditions: ["workerd", "worker", "browser", "import"],
+  });
+  return out.outputFiles[0].text;
+}
+
+/**
+ * Starts one Worker in its own workerd; resolves to { base, pid (that workerd's), stop }.
+ * Requests go straight to the Worker through a direct socket: Miniflare's default socket passes every
+ * request through its own entry Worker first (a dev-time router that rebuilds the Request and clones
+ * its `cf` object), which cost about 250 µs of workerd CPU per request here, more than a bare route
+ * itself, and would flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead.
+ */
+export async function startWorker(worker) {
+  const direct = !process.env.BENCH_VIA_ENTRY;
+  const storage = storageDir();
+  // Miniflare 5 takes a new option shape; convertV4MiniflareOptions accepts the long-documented v4 one.
+  const mf = new Miniflare(
+    convertV4MiniflareOptions({
+      host: "127.0.0.1",
+      ...(storage ? { resourcePersistencePath: storage } : {}),
+      inspectorPort: process.env.INSPECT ? 9229 : undefined,
+      port: 0,
+      log: new Log(LogLevel.WARN),
+      workers: [
+        {
+          compatibilityDate: config.compatibility_date,
+          compatibilityFlags: config.compatibility_flags,
+          ...(direct ? { unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }] } : {}),
+          ...worker,
+        },
+      ],
+    }),
+  );
+  const url = direct ? await mf.ready.then(() => mf.unsafeGetDirectURL(worker.name)) : await mf.ready;
+  const stop = async () => {
+    await mf.dispose();
+    if (storage) rmSync(storage, { recursive: true, force: true });
+  };
+  return { base: url.toString().replace(/\/$/, ""), pid: listenerPid(Number(url.port)), stop };
+}
+
+/**
+ * The process listening on `port` on this machine (Linux: /proc), or null. Used to read a workerd's
+ * CPU time, which is steadier than throughput on a small shared machine.
+ */
+function listenerPid(port) {
+  if (process.platform !== "linux") return null;
+  const hex = `:${port.toString(16).toUpperCase().padStart(4, "0")}`;
+  let inode = null;
+  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    if (!existsSync(table)) continue;
+    for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      if (cols[1]?.endsWith(hex) && cols[3] === "0A") inode = cols[9]; // 0A: LISTEN
+    }
+  }
+  if (!inode) return null;
+  for (const pid of readdirSync("/proc").filter((d) => /^\d+$/.test(d))) {
+    try {
+      for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+        if (readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`) return Number(pid);
+      }
+    } catch {
+      // a process that ended, or one we may not inspect
+    }
+  }
+  return null;
+}
+
+/** CPU time a process has used so far, in µs, summed over its threads (schedstat: ns, not 10 ms ticks). */
+export function cpuMicros(pid) {
+  if (!pid) return Number.NaN;
+  let ns = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, "utf8").split(" ")[0]);
+    } catch {
+      // a thread that ended between the listing and the read
+    }
+  }
+  return ns / 1000;
+}
+
+/**
+ * Where the Worker's Durable Objects and KV keep their files: a fresh directory in memory (/dev/shm)
+ * when the machine has one. Local workerd fsyncs every SQLite commit on the thread that runs the
+ * Worker — about a third of a publish's CPU when each goes to cold objects — where production storage
+ * commits without blocking the isolate. BENCH_DISK=1 keeps Miniflare's default (a temporary directory
+ * on disk).
+ */
+function storageDir() {
+  if (process.env.BENCH_DISK || !existsSync("/dev/shm")) return undefined;
+  const dir = mkdtempSync("/dev/shm/floodgate-bench-");
+  // Memory, not disk: never leave it behind, even when a run is interrupted.
+  if (storageDirs.size === 0) {
+    process.once("exit", () => {
+      for (const d of storageDirs) rmSync(d, { recursive: true, force: true });
+    });
+  }
+  storageDirs.add(dir);
+  return dir;
+}
+/** The storage directories of every Worker started, removed when the process exits. */
+const storageDirs = new Set();
+
+/** wrangler.toml's SQLite-backed classes: every `new_sqlite_classes` of its migrations. */
+const SQLITE_CLASSES = new Set(config.migrations.flatMap((m) => m.new_sqlite_classes ?? []));
+/**
+ * The Worker's Durable Object bindings as wrangler.toml declares them, so a class added there (a new
+ * object kind) is bound here too without editing the bench.
+ */
+const DURABLE_OBJECTS = Object.fromEntries(
+  config.durable_objects.bindings.map((b) => [
+    b.name,
+    { className: b.class_name, useSQLite: SQLITE_CLASSES.has(b.class_name) },
+  ]),
+);
+
+/**
+ * Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, admin, pid, stop,
+ * spreadMintAddresses } (for scripts/lib/tokens.mjs: no edge sets a client address here). `entry`
+ * (esbuild options, as for {@link bundle}) swaps the Worker entry for one that exports the same
+ * Durable Object classes, to drive an object directly.
+ */
+export async function startFloodgate(vars = {}, entry = { entryPoints: [join(root, "src/index.ts")] }) {
+  const worker = await startWorker({
+    name: "floodgate",
+    modules: [{ type: "ESModule", path: "index.mjs", contents: await bundle(entry) }],
+    kvNamespaces: config.kv_namespaces.map((kv) => kv.binding),
+    durableObjects: DURABLE_OBJECTS,
+    bindings: { ...config.vars, TOKEN_SECRET: "bench-token-secret-0123456789abcdef", ADMIN_TOKEN: ADMIN, ...vars },
+  });
+  return { ...worker, admin: ADMIN, spreadMintAddresses: true };
+}
