@@ -22,7 +22,7 @@ export interface PublishCommand {
  */
 export type ChannelRate = number | null;
 
-/** What {@link ChannelObject.publishMany} answers: one outcome per command, and the current rate. */
+/** What `ChannelObject.publishMany` answers: one outcome per command, and the current rate. */
 export interface PublishManyResult {
   outcomes: PublishOutcome[];
   drop_rate: ChannelRate;

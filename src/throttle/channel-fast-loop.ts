@@ -46,7 +46,7 @@ export class ChannelFastLoop {
     this.rearmedAt = 0;
   }
 
-  /** The fast loop's current rate, whether or not the channel has a target (tests and sampling). */
+  /** The rate the fast loop holds, whether or not the channel has a target (answers use {@link currentRate}). */
   get fastRate(): number {
     return this.rate;
   }
