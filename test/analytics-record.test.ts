@@ -16,7 +16,8 @@ import {
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { pollUntil } from "../functions/waiting";
-import { ChannelObject, type CopyItem } from "../src/channel/channel-object";
+import { ChannelObject } from "../src/channel/channel-object";
+import type { CopyItem } from "../src/channel/types";
 import { PAGE_MAX_BYTES } from "../src/delivery/subscriber-bounds";
 import worker from "../src/index";
 import { adminHeaders, BASE, callAndWait, env, envWith, type Frame, mint, openSocket, setRate, uniq } from "./helpers";

@@ -8,7 +8,8 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ChannelObject, type ChannelStats } from "../src/channel/channel-object";
+import { ChannelObject } from "../src/channel/channel-object";
+import type { ChannelStats } from "../src/channel/types";
 import { relayName } from "../src/delivery/placement";
 import {
   SLOW_CONSUMER_CLOSE,
@@ -16,6 +17,7 @@ import {
   SUBSCRIBER_SPOKE_CLOSE,
 } from "../src/delivery/subscriber-bounds";
 import { shardStub } from "../src/rate-limit/limiter-shard";
+import { counter, withFailingAppend } from "./channel-internals";
 import {
   adminHeaders,
   call,
@@ -28,7 +30,6 @@ import {
   storedTables,
   uniq,
   until,
-  withFailing,
 } from "./helpers";
 
 const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
@@ -191,9 +192,7 @@ function deliverCommand(ch: string, data: unknown) {
  */
 function publishManyFailingMidway(ch: string, messages: unknown[]): Promise<string> {
   let appends = 0;
-  return withFailing(
-    ChannelObject,
-    "append",
+  return withFailingAppend(
     "SQLITE_FULL: database or disk is full",
     () =>
       channelStub(ch)
@@ -236,7 +235,7 @@ describe("a failed batch and the alarm", () => {
     await channelStub(ch).publishMany([deliverCommand(ch, "c")]);
     const { alarm, due } = await runInDurableObject(channelStub(ch), async (instance, state) => ({
       alarm: await state.storage.getAlarm(),
-      due: (instance as unknown as { counters: Map<string, number> }).counters.get("fast_due_at") ?? 0,
+      due: counter(instance, "fast_due_at"),
     }));
     expect(due).toBeGreaterThan(0);
     expect(alarm).not.toBeNull();

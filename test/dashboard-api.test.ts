@@ -15,6 +15,7 @@ import { rateKey } from "../functions/before-publish";
 import { OVERVIEW_MAX_CHANNELS } from "../src/http/routes/dashboard";
 import worker from "../src/index";
 import { activeChannelsStub } from "../src/platform/stubs";
+import { backdatePeriod, makeSeenReportDue } from "./channel-internals";
 import { adminHeaders, callAndWait, envWith, mint, openSocket, publishAndWait, uniq } from "./helpers";
 
 async function cron(): Promise<void> {
@@ -62,13 +63,6 @@ async function scrape(): Promise<(key: string) => number> {
 
 const CHANNEL_CALLS = 'floodgate_object_calls_total{object="channel"}';
 
-/** Starts the channel's current period `ms` ago, instead of waiting that long. */
-async function backdatePeriod(channel: string, ms: number): Promise<void> {
-  await runInDurableObject(env.CHANNEL.get(env.CHANNEL.idFromName(channel)), (instance) => {
-    (instance as unknown as { set(v: Record<string, number>): void }).set({ period_started_at: Date.now() - ms });
-  });
-}
-
 describe("GET /v1/admin/overview", () => {
   it("summarises recently active channels and the deployment's totals without calling any channel object", async () => {
     const names = [1, 2, 3].map(() => `public:dash.${uniq("o")}`);
@@ -114,9 +108,7 @@ describe("GET /v1/admin/overview", () => {
     // Traffic after the run reports the channel again (its once-a-minute report, made due here);
     // the registry's row keeps the sample.
     const seenBefore = (await overview()).channels.find((c) => c.channel === ch)?.last_seen_at ?? 0;
-    await runInDurableObject(env.CHANNEL.get(env.CHANNEL.idFromName(ch)), (instance) => {
-      (instance as unknown as { lastSeenReport: number }).lastSeenReport = 0;
-    });
+    await runInDurableObject(env.CHANNEL.get(env.CHANNEL.idFromName(ch)), makeSeenReportDue);
     await publishAndWait(ch, access_token, { after: true });
 
     const stats = (await (await admin(`/v1/channels/${ch}/stats`)).json()) as Record<string, unknown>;
@@ -247,9 +239,7 @@ describe("runtime targets", () => {
     expect(put.status).toBe(200);
     expect(await put.json()).toEqual({ channel: ch, target: "10/s", source: "runtime", config_target: null });
     for (let i = 0; i < 40; i++) await publishAndWait(ch, access_token, { i });
-    await runInDurableObject(env.CHANNEL.get(env.CHANNEL.idFromName(ch)), (instance) => {
-      (instance as unknown as { set(v: Record<string, number>): void }).set({ period_started_at: Date.now() - 1000 });
-    });
+    await backdatePeriod(ch, 1000);
     await cron();
     const rate = Number(await env.THROTTLE_KV.get(rateKey(ch)));
     expect(rate).toBeGreaterThan(0.7); // ~40/s offered against 10/s

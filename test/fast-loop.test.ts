@@ -21,6 +21,7 @@ import { rateKey } from "../functions/before-publish";
 import { isMeaningfulChange } from "../functions/sampler";
 import worker from "../src/index";
 import type { ChannelSample } from "../src/throttle/sampler-run";
+import { backdatePeriod, counter, fastRate, setCounters } from "./channel-internals";
 import { adminHeaders, callAndWait, envWith, mint, publishAndWait, uniq } from "./helpers";
 
 /** The configured target of `public:fastloop.*`, in messages per second. */
@@ -31,12 +32,6 @@ const PERIOD_MS = 30_000;
 const ALLOWED = (TARGET * PERIOD_MS) / 1000;
 
 const stub = (channel: string) => env.CHANNEL.get(env.CHANNEL.idFromName(channel));
-
-interface Internals {
-  set(values: Record<string, number>): void;
-  counters: Map<string, number>;
-  fastRate: number;
-}
 
 async function publisher(): Promise<string> {
   return (await mint({ sub: uniq("pub"), channels: ["public:fastloop.*", "public:plain.*"], rl: "100000/s" }))
@@ -66,17 +61,16 @@ async function offer(channel: string, token: string, n: number): Promise<number>
  */
 async function endFastPeriod(channel: string, ms = PERIOD_MS): Promise<boolean> {
   await runInDurableObject(stub(channel), (instance) => {
-    const o = instance as unknown as Internals;
-    if (!o.counters.get("fast_due_at")) return;
+    if (!counter(instance, "fast_due_at")) return;
     const now = Date.now();
-    o.set({ fast_started_at: now - ms, fast_due_at: now });
+    setCounters(instance, { fast_started_at: now - ms, fast_due_at: now });
   });
   return runDurableObjectAlarm(stub(channel));
 }
 
 /** The rate the channel's fast loop holds now. */
 function objectRate(channel: string): Promise<number> {
-  return runInDurableObject(stub(channel), (instance) => (instance as unknown as Internals).fastRate);
+  return runInDurableObject(stub(channel), fastRate);
 }
 
 /**
@@ -86,7 +80,7 @@ function objectRate(channel: string): Promise<number> {
  */
 async function fastAlarmAt(channel: string): Promise<number | null> {
   const { due, alarm } = await runInDurableObject(stub(channel), async (instance, state) => ({
-    due: (instance as unknown as Internals).counters.get("fast_due_at") ?? 0,
+    due: counter(instance, "fast_due_at"),
     alarm: await state.storage.getAlarm(),
   }));
   if (!due) return null;
@@ -106,13 +100,6 @@ async function cron(): Promise<void> {
   const ctx = createExecutionContext();
   await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), env, ctx);
   await waitOnExecutionContext(ctx);
-}
-
-/** Starts the sweep's current period `ms` ago. */
-async function backdateSweep(channel: string, ms: number): Promise<void> {
-  await runInDurableObject(stub(channel), (instance) => {
-    (instance as unknown as Internals).set({ period_started_at: Date.now() - ms });
-  });
 }
 
 async function lastSample(channel: string): Promise<ChannelSample> {
@@ -204,7 +191,7 @@ describe("fast loop", () => {
     await offer(ch, token, 4 * ALLOWED);
     await endFastPeriod(ch);
     await offer(ch, token, 4 * ALLOWED);
-    await backdateSweep(ch, 10 * PERIOD_MS);
+    await backdatePeriod(ch, 10 * PERIOD_MS);
     const persisted = await objectRate(ch);
     await cron(); // persists the fast loop's rate (≈ 0.75)
     expect(Number(await env.THROTTLE_KV.get(rateKey(ch)))).toBe(persisted);
@@ -244,7 +231,7 @@ describe("fast loop", () => {
     // The sweep runs before the fast loop has decided: it applies the law to its own period's counts,
     // and the fast loop takes that rate over.
     await offer(ch, token, 4 * ALLOWED);
-    await backdateSweep(ch, PERIOD_MS);
+    await backdatePeriod(ch, PERIOD_MS);
     await cron();
     const first = await lastSample(ch);
     expect(first).toMatchObject({ decided_by: "sweep", written: true });
@@ -260,7 +247,7 @@ describe("fast loop", () => {
     for (let k = 0; k < 4; k++) {
       await offer(ch, token, 4 * ALLOWED);
       if (k % 2 === 1) {
-        await backdateSweep(ch, 10 * PERIOD_MS);
+        await backdatePeriod(ch, 10 * PERIOD_MS);
         await cron();
         const sample = await lastSample(ch);
         expect(sample).toMatchObject({ decided_by: "fast loop", written: false });

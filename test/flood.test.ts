@@ -11,6 +11,7 @@ import { rateKey } from "../functions/before-publish";
 import { getConfig } from "../src/platform/config";
 import { activeChannelsStub, channelStub } from "../src/platform/stubs";
 import type { SamplerReport } from "../src/throttle/sampler-run";
+import { backdatePeriod, counter, setCounters } from "./channel-internals";
 import { adminHeaders, callAndWait, envWith, mint, publishTo, uniq } from "./helpers";
 
 /** Flooded names that get a real object each (see the flood test). */
@@ -37,9 +38,7 @@ const visited = (r: SamplerReport) => r.channels.map((c) => c.channel).sort();
 /** Starts the channels' current periods a minute ago: their few messages are then far under target. */
 async function backdatePeriods(channels: string[]): Promise<void> {
   for (const ch of channels) {
-    await runInDurableObject(stubOf(ch), (instance) => {
-      (instance as unknown as { set(v: Record<string, number>): void }).set({ period_started_at: Date.now() - 60_000 });
-    });
+    await backdatePeriod(ch, 60_000);
   }
 }
 
@@ -139,10 +138,8 @@ describe("the sampler under many channels", () => {
       await Promise.all(
         [...real, busy].map(async (ch) => {
           const stub = stubOf(ch);
-          await runInDurableObject(stub, (o, state) => {
-            state.storage.sql.exec("UPDATE counters SET value = value - ? WHERE name = 'last_publish_at'", weekAndMore);
-            const counters = (o as unknown as { counters: Map<string, number> }).counters;
-            counters.set("last_publish_at", (counters.get("last_publish_at") ?? 0) - weekAndMore);
+          await runInDurableObject(stub, (o) => {
+            setCounters(o, { last_publish_at: counter(o, "last_publish_at") - weekAndMore });
           });
           expect(await runDurableObjectAlarm(stub)).toBe(true);
           const tables = await runInDurableObject(stub, (_o, state) => ({

@@ -6,7 +6,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { base64UrlEncode, signToken } from "../src/auth/tokens";
-import type { ChannelStats } from "../src/channel/channel-object";
+import type { ChannelStats } from "../src/channel/types";
 import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/delivery/subscriber-bounds";
 import {
   ADMIN,

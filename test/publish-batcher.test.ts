@@ -1,8 +1,8 @@
 /** The publish batcher on its own: order, one call per batch, and no resend when an answer is lost. */
 import { describe, expect, it, vi } from "vitest";
 import { TAKEOVER_MS } from "../functions/coalescer";
-import type { PublishCommand, PublishOutcome } from "../src/channel/channel-object";
 import { PUBLISH_BATCHING, PublishBatcher } from "../src/channel/publish-batcher";
+import type { PublishCommand, PublishOutcome } from "../src/channel/types";
 import { ApiError } from "../src/http/errors";
 
 const cmd = (i: number): PublishCommand => ({

@@ -12,6 +12,7 @@ import { ChannelObject } from "../src/channel/channel-object";
 import { relayName } from "../src/delivery/placement";
 import { Relay } from "../src/delivery/relay";
 import worker from "../src/index";
+import { relayReservations } from "./channel-internals";
 import {
   adminHeaders,
   BASE,
@@ -401,9 +402,7 @@ describe("counts", () => {
     await until(async () => (await stats(ch)).occupancy === 0, "the subscriber's leave to be counted");
     expect((await stats(ch)).relays).toBe(1); // kept while the slot is reserved
     await runInDurableObject(channelStub(ch), (o) => {
-      const registry = (o as unknown as { relays: { entries: Map<string, { reservations: Map<string, number> }> } })
-        .relays;
-      for (const e of registry.entries.values()) for (const id of e.reservations.keys()) e.reservations.set(id, 0);
+      for (const reservations of relayReservations(o)) for (const id of reservations.keys()) reservations.set(id, 0);
     });
     // The next batch finds the relay empty; its report is answered "leave".
     expect((await publishTo(ch, t, 1)).status).toBe(200);

@@ -16,6 +16,7 @@ import { ChannelObject } from "../src/channel/channel-object";
 import worker from "../src/index";
 import { activeChannelsStub, channelStub } from "../src/platform/stubs";
 import type { ChannelSample, SamplerReport } from "../src/throttle/sampler-run";
+import { backdatePeriod, channelOf, counter, rememberChannel, setCounters } from "./channel-internals";
 import {
   adminHeaders,
   callAndWait,
@@ -46,13 +47,6 @@ async function publishMany(channel: string, token: string, n: number): Promise<v
     const res = await publishAndWait(channel, token, { i });
     expect([200, 202]).toContain(res.status);
   }
-}
-
-/** Starts the channel's current period `ms` ago, instead of waiting that long. */
-async function backdatePeriod(channel: string, ms: number): Promise<void> {
-  await runInDurableObject(stubOf(channel), (instance) => {
-    (instance as unknown as { set(v: Record<string, number>): void }).set({ period_started_at: Date.now() - ms });
-  });
 }
 
 describe("scheduled sampler", () => {
@@ -126,7 +120,7 @@ describe("scheduled sampler", () => {
     await publishMany(bad, token, 30);
     await publishMany(good, token, 30);
     await backdatePeriod(good, 1000);
-    await withFailing(ChannelObject, "takePeriod", "SQLITE_BUSY: internal detail", cron, (o) => o.channel === bad);
+    await withFailing(ChannelObject, "takePeriod", "SQLITE_BUSY: internal detail", cron, (o) => channelOf(o) === bad);
     expect(Number(await env.THROTTLE_KV.get(rateKey(good)))).toBeGreaterThan(0.6);
     expect(await env.THROTTLE_KV.get(rateKey(bad))).toBeNull();
     expect((await registry().snapshot()).active).toContain(bad);
@@ -145,7 +139,7 @@ describe("scheduled sampler", () => {
       "takePeriod",
       "SQLITE_BUSY: internal detail",
       () => callAndWait("/v1/admin/sample", { method: "POST", headers: adminHeaders() }),
-      (o) => o.channel === bad,
+      (o) => channelOf(o) === bad,
     );
     expect(res.status).toBe(200);
     const text = await res.text();
@@ -212,16 +206,13 @@ describe("scheduled sampler", () => {
     const token = await publisher("public:sampled.*");
     // A channel whose last period began an hour ago and that has been quiet since (not marked).
     await runInDurableObject(stubOf(ch), (instance) => {
-      const o = instance as unknown as { remember(c: string): void; set(v: Record<string, number>): void };
-      o.remember(ch);
-      o.set({ period_started_at: Date.now() - 3_600_000 });
+      rememberChannel(instance, ch);
+      setCounters(instance, { period_started_at: Date.now() - 3_600_000 });
     });
     await cron(); // a run for other channels; this one is not marked, so it is not visited
     const lastRun = (await registry().snapshot()).lastRunAt ?? 0;
     await publishMany(ch, token, 1); // first traffic since: reports itself and learns the last run
-    const started = await runInDurableObject(stubOf(ch), (instance) =>
-      (instance as unknown as { counters: Map<string, number> }).counters.get("period_started_at"),
-    );
+    const started = await runInDurableObject(stubOf(ch), (instance) => counter(instance, "period_started_at"));
     expect(started).toBe(lastRun);
   });
 });

@@ -19,7 +19,7 @@
 
 import { ApiError } from "../http/errors";
 import { Coalescer, type CoalescerOptions, LOST } from "../platform/coalescer";
-import type { PublishCommand, PublishOutcome } from "./channel-object";
+import type { PublishCommand, PublishOutcome } from "./types";
 
 /** How publishes to one channel are batched (functions/coalescer.ts, `CoalescerOptions`). */
 export const PUBLISH_BATCHING: CoalescerOptions = {

@@ -21,8 +21,9 @@
  * deletes its storage and is gone from the channel's registry.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { ChannelObject, RelayReportAnswer } from "../channel/channel-object";
+import type { ChannelObject } from "../channel/channel-object";
 import { type LiveFrame, sseChunk, sseEvent } from "../channel/frames";
+import type { RelayReportAnswer } from "../channel/types";
 import { ApiError } from "../http/errors";
 import { channelStub } from "../platform/stubs";
 import { type SseClient, SseHub } from "./sse-hub";

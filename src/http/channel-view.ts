@@ -5,8 +5,8 @@
  */
 import * as z from "zod";
 import { allowedMessageRate } from "../../functions/sampler";
-import type { ChannelStats } from "../channel/channel-object";
 import type { ChannelName } from "../channel/names";
+import type { ChannelStats } from "../channel/types";
 import { type Config, type Target, type TargetJson, targetJson, thinningFor } from "../platform/config";
 import { countedChannelStub, type Services } from "../platform/services";
 import { activeChannelsStub } from "../platform/stubs";

@@ -5,7 +5,7 @@
  * channel's object only when the client has read the last one, so a day of drops never sits in the
  * Worker's memory.
  */
-import type { ExportCursor } from "../channel/channel-object";
+import type { ExportCursor } from "../channel/types";
 import { invalidArgument, orUnavailable } from "../http/errors";
 import { intParam, sourceChannelParam } from "../http/params";
 import type { Config } from "../platform/config";

@@ -11,7 +11,7 @@
  *    show it. A run never spends more than the platform's KV operations per invocation
  *    ({@link KV_OPERATIONS_PER_RUN}); a channel that would not fit waits for the next run
  *    (docs/operations.md, "Sampler limits per run").
- *    A channel's own fast loop (src/channel/channel-object.ts) decides with the same law every few seconds;
+ *    A channel's own fast loop (src/throttle/channel-fast-loop.ts) decides with the same law every few seconds;
  *    when it has decided during the period, its rate is the one persisted, so the two never disagree.
  * 3. Tell the registry what was sampled (with each sample, for the dashboard's overview). A channel whose object or KV fails is reported with an
  *    error and keeps its mark for the next run; the others go on.

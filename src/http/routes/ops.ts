@@ -7,7 +7,7 @@ import { Hono } from "hono";
 import * as z from "zod";
 import { adminAuth } from "../../auth/authorise";
 import { weakSecrets } from "../../auth/secrets";
-import type { ChannelStats } from "../../channel/channel-object";
+import type { ChannelStats } from "../../channel/types";
 import { type Config, targetJson } from "../../platform/config";
 import { formatDuration } from "../../platform/durations";
 import { renderPrometheus, seriesKey } from "../../platform/metrics";

@@ -7,7 +7,7 @@ import * as z from "zod";
 import { beforePublish } from "../../../functions/before-publish";
 import type { QueuedCopy } from "../../../functions/drop-copies";
 import { authorise, bearer } from "../../auth/authorise";
-import type { PublishOutcome } from "../../channel/channel-object";
+import type { PublishOutcome } from "../../channel/types";
 import { thinningFor } from "../../platform/config";
 import { publishBudget } from "../../rate-limit/budgets";
 import type { AppEnv } from "../app-env";

@@ -1,0 +1,29 @@
+/** A channel's stats (docs/api.md, GET /v1/channels/{channel}/stats), gathered from its parts. */
+import type { ChannelRelays } from "../delivery/channel-relays";
+import type { ChannelRecord } from "../record/channel-record";
+import type { ChannelStore } from "./channel-store";
+import type { ChannelStats } from "./types";
+
+export function channelStats(
+  store: ChannelStore,
+  relays: ChannelRelays,
+  record: ChannelRecord,
+  lastSample: unknown,
+): ChannelStats {
+  const { websockets, sse } = relays.totals(Date.now());
+  return {
+    channel: store.channel,
+    occupancy: websockets + sse,
+    websockets,
+    sse,
+    relays: relays.activeCount,
+    relay_sends_total: relays.sendsTotal,
+    last_seq: store.counter("last_seq"),
+    delivered_total: store.counter("delivered_total"),
+    dropped_total: store.counter("dropped_total"),
+    analytics_copy_failures_total: store.counter("copy_failures_total"),
+    slow_consumers_closed: store.counter("slow_consumers_closed"),
+    last_sample: lastSample,
+    record: record.isRecord() ? record.counts() : null,
+  };
+}

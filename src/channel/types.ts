@@ -1,0 +1,108 @@
+/**
+ * What the Worker, the sampler and relays exchange with a channel's object (src/channel/channel-object.ts)
+ * by RPC: commands, their answers, and the counts it reports.
+ */
+import type { PeriodCounts } from "../../functions/sampler";
+
+/** What the Worker asks the channel to do with one publish. */
+export interface PublishCommand {
+  channel: string;
+  /** The message as minified JSON text. */
+  data: string;
+  publisher: string;
+  /** The throttle's decision, made in the Worker. */
+  action: "deliver" | "drop";
+  idempotencyKey?: string;
+  now: number;
+}
+
+/**
+ * The channel's current drop rate from its fast loop, carried to the isolate in every answer; null
+ * when the channel has no target (KV's rate rules).
+ */
+export type ChannelRate = number | null;
+
+/** What `ChannelObject.publishMany` answers: one outcome per command, and the current rate. */
+export interface PublishManyResult {
+  outcomes: PublishOutcome[];
+  drop_rate: ChannelRate;
+}
+
+export type PublishOutcome =
+  | { status: "delivered"; channel: string; seq: number; id: string; published_at: number; replayed: boolean }
+  | { status: "dropped"; replayed: boolean };
+
+/** One copy of a dropped message for the analytics channel (its JSON text and what it is indexed by). */
+export interface CopyItem {
+  /** The copy's message id, made when the message was dropped (a failure log names the same id). */
+  id: string;
+  data: string;
+  publisher: string;
+  source_channel: string;
+  dropped_at: number;
+}
+
+/** Where an export page ends: the next page starts after this (drop time, seq). */
+export interface ExportCursor {
+  dropped_at: number;
+  seq: number;
+}
+
+/** The analytics channel's reconciliation counts (stats and /metrics). */
+export interface RecordCounts {
+  /** Copies ever appended. */
+  copies_total: number;
+  /** Copies retained now (appended minus expired). */
+  copies_kept: number;
+  /** Copies deleted by `ANALYTICS_RETENTION`. */
+  copies_expired_total: number;
+  /** `dropped_at` of the oldest message retained, or null when none is. */
+  oldest_dropped_at: number | null;
+}
+
+/**
+ * One sampling period, handed to the sampler and then reset: the law's own counts
+ * (functions/sampler.ts; `occupancy` totals every relay) and what the sweep needs beside them.
+ */
+export interface ChannelPeriod {
+  channel: string | null;
+  counts: PeriodCounts;
+  /** When the period began (epoch ms). */
+  startedAt: number;
+  /** The fast loop's current rate, or null when the channel has no fast loop. */
+  fastRate: ChannelRate;
+  /** When the fast loop last decided (epoch ms), or null when it never has. */
+  fastDecidedAt: number | null;
+}
+
+/** What a relay's report is answered: whether to leave (it is empty), and the channel's head seq. */
+export interface RelayReportAnswer {
+  leave: boolean;
+  head: number;
+}
+
+/** A slot on a relay for one subscriber, with the channel's head seq when it was taken. */
+export type RelayAssignment =
+  | { relay: string; group: string; k: number; reservation: string; head: number }
+  | { full: true };
+
+export interface ChannelStats {
+  channel: string | null;
+  /** Subscribers of every relay together. */
+  occupancy: number;
+  websockets: number;
+  sse: number;
+  /** Relays serving the channel. */
+  relays: number;
+  /** Delivery calls made from the channel to its relays (each carries one batch, or the head only). */
+  relay_sends_total: number;
+  last_seq: number;
+  delivered_total: number;
+  dropped_total: number;
+  analytics_copy_failures_total: number;
+  /** Subscribers disconnected for falling too far behind (WebSocket and SSE). */
+  slow_consumers_closed: number;
+  last_sample: unknown;
+  /** Set on the analytics channel only. */
+  record: RecordCounts | null;
+}
