@@ -182,6 +182,8 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   target.searchParams.set("head", String(slot.head));
   // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
   target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
+  // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
+  if (verified) target.searchParams.set("expires", String(verified.claims.exp * 1000));
   const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(new Request(target, c.req.raw)));
   // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);
