@@ -1,8 +1,10 @@
 /**
  * How long a subscription lasts, the relay's side (docs/api.md, "Subscribing"; docs/security.md): one
  * opened with a token ends at the token's `exp` (WebSocket 4001, SSE `event: expired`), hibernated or
- * not; SSE streams get a comment line on the relay's alarm, and that write finds a reader gone, which
- * then stops counting; the relay's memory for waiting bytes is bounded, the most-behind closed first.
+ * not; SSE streams get a comment line on the relay's alarm; a subscriber gone stops counting within
+ * the bound even when the report of its leaving is lost (inside workerd an aborted stream's cancel
+ * reaches the relay at once; over a network only a write finds it, which is the heartbeat's other
+ * job); the relay's memory for waiting bytes is bounded, the most-behind closed first.
  * Time is the relay's own `now` (its `tick`) or a stored expiry moved back and the alarm run with
  * runDurableObjectAlarm; nothing sleeps.
  */
