@@ -6,9 +6,11 @@ import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
 import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
+import { relayName } from "../src/delivery/placement";
+import type { Relay } from "../src/delivery/relay";
 import { services } from "../src/platform/services";
 import { shardStub } from "../src/rate-limit/limiter-shard";
-import { BASE, historyOf, mint, publishTo, setRate, uniq, until } from "./helpers";
+import { adminHeaders, BASE, historyOf, mint, publishTo, setRate, uniq, until } from "./helpers";
 
 const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));
 
@@ -215,3 +217,58 @@ describe("client subscribe", () => {
     sub.close();
   });
 });
+
+describe("client subscribe across a token's expiry", () => {
+  /** Runs the channel's relay's alarm work as if it were `now` (the relay closes what expired by then). */
+  const relayTick = (ch: string, now: number) =>
+    runInDurableObject(
+      env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0))) as DurableObjectStub<Relay>,
+      (r) => r.tick(now),
+    );
+
+  for (const transport of ["websocket", "sse"] as const) {
+    it(`${transport}: closed at the token's exp, it refreshes and resumes with ?after= without telling the application`, async () => {
+      const ch = `public:client.${uniq()}`;
+      const pub = (await mint({ sub: uniq(), channels: ["public:client.*"] })).access_token;
+      const pair = await mint({ sub: uniq("exp"), channels: ["public:client.*"] });
+      const ws = socketOpener();
+      const errors: unknown[] = [];
+      const refreshed: string[] = [];
+      const opened: string[] = [];
+      const fg = new FloodgateClient({
+        baseUrl: BASE,
+        accessToken: pair.access_token,
+        refreshToken: pair.refresh_token,
+        onTokens: (p) => refreshed.push(p.access_token),
+        openWebSocket: (url, protocols) => {
+          opened.push(url);
+          return ws.open(url, protocols);
+        },
+        fetch: (i, init) => {
+          if (i.includes("/v1/subscribe/")) opened.push(i);
+          return workerFetch(i, init);
+        },
+        sleep: async () => {},
+      });
+      const got: Message[] = [];
+      const sub = fg.subscribe(ch, (m) => got.push(m), { transport, onError: (e) => errors.push(e) });
+      await until(async () => (await statsOf(ch)) === 1, "the subscription counted");
+      for (let i = 1; i <= 2; i++) await publishTo(ch, pub, { i });
+      await until(() => got.length === 2, "2 messages");
+      await relayTick(ch, pair.expires_at * 1000);
+      await until(() => refreshed.length === 1 && opened.length === 2, "the refresh and the second connection");
+      expect(opened[1]).toContain("after=2");
+      for (let i = 3; i <= 4; i++) await publishTo(ch, pub, { i });
+      await until(() => got.length === 4, "4 messages");
+      expect(got.map((m) => m.seq)).toEqual([1, 2, 3, 4]);
+      expect(errors).toEqual([]);
+      sub.close();
+    });
+  }
+});
+
+/** Subscribers of the channel, every relay together. */
+async function statsOf(ch: string): Promise<number> {
+  const res = await workerFetch(`${BASE}/v1/channels/${ch}/stats`, { headers: adminHeaders() });
+  return ((await res.json()) as { occupancy: number }).occupancy;
+}

@@ -17,25 +17,43 @@
  * work, so nothing between replay and live is skipped or repeated, whichever relay it lands on.
  *
  * **Counts.** After every change the relay reports its WebSockets and SSE streams to the channel
- * (one report in flight; changes meanwhile go in the next). A relay left empty is told to leave: it
- * deletes its storage and is gone from the channel's registry.
+ * (one report in flight; changes meanwhile go in the next; a report that failed is tried again by
+ * the alarm). A relay left empty is told to leave: it deletes its storage and is gone from the
+ * channel's registry.
+ *
+ * **Lifetime.** A subscription opened with a token ends when the token expires: the expiry is kept in
+ * the WebSocket's attachment (it survives hibernation) or on the SSE stream, and the relay's one
+ * alarm, set for the earliest expiry, closes it (WebSocket {@link TOKEN_EXPIRED_CLOSE}; SSE
+ * `event: expired`, then the end). The same alarm writes every SSE stream a comment line each
+ * {@link SSE_HEARTBEAT_MS}: the write is what finds a reader that went away, which then stops
+ * counting. WebSockets that go away are told by the runtime (webSocketClose / webSocketError).
+ *
+ * **Memory.** What waits in the relay for all its subscribers together is bounded by
+ * {@link RELAY_MAX_BUFFERED_BYTES}; past it the subscribers most behind are closed first.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { ChannelObject } from "../channel/channel-object";
 import { type LiveFrame, sseChunk, sseEvent } from "../channel/frames";
 import type { RelayReportAnswer } from "../channel/types";
 import { ApiError } from "../http/errors";
+import { AlarmScheduler } from "../platform/alarm-scheduler";
 import { channelStub } from "../platform/stubs";
 import { type SseClient, SseHub } from "./sse-hub";
 import {
   HISTORY_GAP_CLOSE,
   HISTORY_GAP_REASON,
   PAGE_MAX_BYTES,
+  RELAY_MAX_BUFFERED_BYTES,
+  RELAY_MEMORY_REASON,
+  REPORT_RETRY_MS,
   SLOW_CONSUMER_CLOSE,
   SLOW_CONSUMER_REASON,
+  SSE_HEARTBEAT_MS,
   SUBSCRIBER_MAX_BEHIND_BYTES,
   SUBSCRIBER_SPOKE_CLOSE,
   SUBSCRIBER_SPOKE_REASON,
+  TOKEN_EXPIRED_CLOSE,
+  TOKEN_EXPIRED_REASON,
 } from "./subscriber-bounds";
 
 /** `WebSocket.OPEN`. */
@@ -49,9 +67,13 @@ interface RelayIdentity {
   k: number;
 }
 
-/** Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live. */
+/**
+ * Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live;
+ * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous).
+ */
 interface SocketAttachment {
   floor: number;
+  expiresAt?: number | null;
 }
 
 export interface RelayCounts {
@@ -84,13 +106,21 @@ export class Relay extends DurableObject<Env> {
   private reported = { websockets: 0, sse: 0 };
   /** The `relay` table exists (it goes with deleteAll). */
   private tableReady = false;
+  /** The one alarm: token expiries, the SSE heartbeat, a failed report's retry. */
+  private readonly alarms: AlarmScheduler;
+  /** When SSE streams are next written a comment line (epoch ms; 0: not scheduled). */
+  private nextHeartbeat = 0;
+  /** Bytes waiting for all subscribers together before the most behind are closed (a test lowers it). */
+  maxBufferedBytes = RELAY_MAX_BUFFERED_BYTES;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
+    this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
     // `ping` is answered by the runtime without waking the relay, so an idle relay stays asleep.
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     ctx.blockConcurrencyWhile(async () => {
+      await this.alarms.load();
       const stored = this.sql
         .exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'relay'")
         .one().n;
@@ -135,6 +165,8 @@ export class Relay extends DurableObject<Env> {
     const q = new URL(request.url).searchParams;
     const head = Number(q.get("head"));
     const floor = Math.min(Number(q.get("floor")), head);
+    const expires = Number(q.get("expires") ?? Number.NaN);
+    const expiresAt = Number.isFinite(expires) ? expires : null;
     if (!this.identity) {
       this.identity = {
         channel: q.get("channel") ?? "",
@@ -152,15 +184,18 @@ export class Relay extends DurableObject<Env> {
       const pair = new WebSocketPair();
       const [client, server] = [pair[0], pair[1]];
       this.ctx.acceptWebSocket(server);
-      server.serializeAttachment({ floor } satisfies SocketAttachment);
+      server.serializeAttachment({ floor, expiresAt } satisfies SocketAttachment);
       this.joining.add(server);
       sub = { ws: server };
       response = new Response(null, { status: 101, webSocket: client });
     } else {
-      const opened = this.hub.connect(floor);
+      const opened = this.hub.connect(floor, expiresAt);
       sub = { sse: opened.client };
       response = opened.response;
+      this.scheduleHeartbeat(Date.now());
     }
+    // A token verified a moment before its expiry asks for a time already past: the alarm runs at once.
+    if (expiresAt !== null) this.alarms.request(expiresAt);
     // Counted by the channel before the subscriber is answered: stats and MAX_SUBSCRIBERS see it,
     // and a new relay is on the channel's delivery list before its first subscriber hears anything.
     let answer: RelayReportAnswer;
@@ -202,7 +237,75 @@ export class Relay extends DurableObject<Env> {
     this.closeSocket(ws, 1011, "error");
   }
 
+  override async alarm(): Promise<void> {
+    this.alarms.fired();
+    this.tick(Date.now());
+  }
+
+  /**
+   * The relay's alarm (its time is `now`; tests pass their own): closes the subscriptions whose token
+   * expired, writes due SSE heartbeats, repeats a count report the channel did not get, then asks for
+   * the next time any of these is due.
+   */
+  tick(now: number): void {
+    if (!this.identity) return;
+    let earliest = Number.POSITIVE_INFINITY;
+    for (const ws of this.openSockets()) {
+      const expiresAt = (ws.deserializeAttachment() as SocketAttachment | null)?.expiresAt ?? null;
+      if (expiresAt === null) continue;
+      if (expiresAt <= now) this.closeSocket(ws, TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON);
+      else earliest = Math.min(earliest, expiresAt);
+    }
+    this.hub.expire(now);
+    if (this.hub.size > 0 && now >= this.nextHeartbeat) {
+      this.hub.heartbeat();
+      this.nextHeartbeat = 0;
+    }
+    const counts = this.counts();
+    if (!this.reporting && (counts.websockets !== this.reported.websockets || counts.sse !== this.reported.sse)) {
+      this.countsChanged();
+    }
+    this.alarms.request(Math.min(earliest, this.hub.earliestExpiry() ?? Number.POSITIVE_INFINITY));
+    this.scheduleHeartbeat(now);
+  }
+
   // ---- internals ---------------------------------------------------------------------------------
+
+  /** While SSE streams are open, the alarm is due for their next comment line. */
+  private scheduleHeartbeat(now: number): void {
+    if (this.hub.size === 0) return;
+    if (this.nextHeartbeat <= now) this.nextHeartbeat = now + SSE_HEARTBEAT_MS;
+    this.alarms.request(this.nextHeartbeat);
+  }
+
+  /**
+   * The relay's memory bound: while the bytes waiting for all subscribers together exceed
+   * {@link maxBufferedBytes}, the subscriber most behind is closed (4008; an SSE stream is cut off and
+   * its backlog discarded). A relay under the bound costs one pass over its subscribers.
+   */
+  private boundMemory(): void {
+    const behind: { bytes: number; sub: Subscriber }[] = [];
+    let total = 0;
+    for (const ws of this.openSockets()) {
+      const bytes = ws.bufferedAmount;
+      total += bytes;
+      if (bytes > 0) behind.push({ bytes, sub: { ws } });
+    }
+    for (const client of this.hub.all) {
+      const bytes = this.hub.backlog(client);
+      total += bytes;
+      if (bytes > 0) behind.push({ bytes, sub: { sse: client } });
+    }
+    if (total <= this.maxBufferedBytes) return;
+    behind.sort((a, b) => b.bytes - a.bytes);
+    for (const { bytes, sub } of behind) {
+      if (total <= this.maxBufferedBytes) break;
+      total -= bytes;
+      this.slowClosed++;
+      if ("ws" in sub) this.closeSocket(sub.ws, SLOW_CONSUMER_CLOSE, RELAY_MEMORY_REASON);
+      else this.hub.cut(sub.sse);
+    }
+  }
 
   /** Runs `task` after every earlier delivery and replay; a failure fails only its own caller. */
   private inLane<T>(task: () => Promise<T> | T): Promise<T> {
@@ -276,6 +379,7 @@ export class Relay extends DurableObject<Env> {
       }
       if ("ws" in sub) for (const f of page.frames) sub.ws.send(f.text);
       else if (page.frames.length > 0) this.hub.write(sub.sse, sseChunk(page.frames.map(sseEvent)));
+      this.boundMemory();
       if (page.more) {
         // A replay past the byte bound sends what fits, then closes like a slow subscriber.
         this.slowClosed++;
@@ -327,6 +431,7 @@ export class Relay extends DurableObject<Env> {
     }
     if (slow > 0) this.slowClosed += slow;
     if (slow > 0 || closed > 0) this.countsChanged();
+    this.boundMemory();
   }
 
   /** Closes every subscriber (a hole it cannot send across); they resume with `?after=`. */
@@ -389,7 +494,11 @@ export class Relay extends DurableObject<Env> {
       (answer) => {
         if (answer.leave) this.leaveChannel();
       },
-      (e) => console.error("floodgate relay: could not report counts", e instanceof Error ? e.message : e),
+      (e) => {
+        console.error("floodgate relay: could not report counts", e instanceof Error ? e.message : e);
+        // Tried again even if nothing else changes: a subscriber gone must stop counting.
+        this.alarms.request(Date.now() + REPORT_RETRY_MS);
+      },
     );
   }
 
@@ -459,6 +568,8 @@ export class Relay extends DurableObject<Env> {
     this.floors.clear();
     this.reported = { websockets: 0, sse: 0 };
     this.tableReady = false;
+    this.nextHeartbeat = 0;
+    this.alarms.cleared(); // deleteAll deletes the alarm too
     this.ctx.storage.deleteAll().catch((e: unknown) => {
       console.error("floodgate relay: could not delete its storage", e instanceof Error ? e.message : e);
     });

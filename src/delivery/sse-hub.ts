@@ -3,7 +3,8 @@
  * reader is a stream whose backlog is counted in bytes on its writable side, so a reader that falls
  * {@link SUBSCRIBER_MAX_BEHIND_BYTES} behind is cut off (a clean end: the client reconnects with
  * `Last-Event-ID`) instead of being buffered for without bound, and never slows the others (writes do
- * not wait).
+ * not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
+ * one opened with a token ends with `event: expired` when the token does ({@link SseHub.expire}).
  */
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./subscriber-bounds";
 
@@ -14,6 +15,8 @@ export interface SseClient {
   closed: boolean;
   /** Messages up to this seq were replayed (or predate the subscription): never sent live. */
   floor: number;
+  /** When the subscription's token expires (epoch ms), or null for an anonymous one. */
+  expiresAt: number | null;
 }
 
 /**
@@ -26,7 +29,12 @@ const SSE_QUEUE: QueuingStrategy<Uint8Array> = {
   size: (chunk) => chunk.byteLength,
 };
 
-const SSE_HELLO = new TextEncoder().encode(": subscribed\nretry: 1000\n\n");
+const encoder = new TextEncoder();
+const SSE_HELLO = encoder.encode(": subscribed\nretry: 1000\n\n");
+/** A comment line: ignored by every reader, and a write that finds a reader gone. */
+const SSE_KEEPALIVE = encoder.encode(": keepalive\n\n");
+/** The last event of a subscription whose token expired: the client reconnects with a fresh token. */
+const SSE_EXPIRED = encoder.encode('event: expired\ndata: {"type":"expired","reason":"token expired"}\n\n');
 
 export class SseHub {
   /** Live readers (a reader still being replayed to is not here yet). */
@@ -43,7 +51,7 @@ export class SseHub {
   }
 
   /** A new reader with the stream's greeting queued; not live until {@link goLive}. */
-  connect(floor: number): { client: SseClient; response: Response } {
+  connect(floor: number, expiresAt: number | null): { client: SseClient; response: Response } {
     let terminate = () => {};
     const stream = new TransformStream<Uint8Array, Uint8Array>(
       {
@@ -53,7 +61,7 @@ export class SseHub {
       },
       SSE_QUEUE,
     );
-    const client: SseClient = { writer: stream.writable.getWriter(), terminate, closed: false, floor };
+    const client: SseClient = { writer: stream.writable.getWriter(), terminate, closed: false, floor, expiresAt };
     this.all.add(client);
     client.writer.closed.then(
       () => this.drop(client),
@@ -79,11 +87,48 @@ export class SseHub {
     return true;
   }
 
+  /** Bytes queued for a reader and not yet taken by its connection. */
+  backlog(client: SseClient): number {
+    const desired = client.writer.desiredSize;
+    return desired === null ? 0 : SUBSCRIBER_MAX_BEHIND_BYTES - desired;
+  }
+
+  /** A comment line to every reader: it keeps proxies from closing an idle stream and finds readers gone. */
+  heartbeat(): void {
+    for (const client of [...this.all]) this.write(client, SSE_KEEPALIVE);
+  }
+
+  /** Ends, with `event: expired`, every stream whose token expired by `now`; answers how many. */
+  expire(now: number): number {
+    let n = 0;
+    for (const client of [...this.all]) {
+      if (client.expiresAt === null || client.expiresAt > now) continue;
+      n++;
+      // Written whatever the backlog: it is the reader's last event, and the stream ends after it.
+      client.writer.write(SSE_EXPIRED).catch(() => {});
+      this.end(client);
+    }
+    return n;
+  }
+
+  /** The earliest token expiry among the readers (epoch ms), or null when none has a token. */
+  earliestExpiry(): number | null {
+    let earliest: number | null = null;
+    for (const c of this.all)
+      if (c.expiresAt !== null && (earliest === null || c.expiresAt < earliest)) earliest = c.expiresAt;
+    return earliest;
+  }
+
   /** Ends a reader's stream after what was written (a replay past the bound, a gap in history). */
   end(client: SseClient): void {
     if (client.closed) return;
     client.writer.close().catch(() => {});
     this.drop(client);
+  }
+
+  /** Cuts a reader off at once, discarding its backlog (the relay's memory bound). */
+  cut(client: SseClient): void {
+    this.drop(client, true);
   }
 
   private drop(client: SseClient, abort = false): void {

@@ -15,7 +15,9 @@
  * - `subscribe` uses a WebSocket, reconnects with backoff and resumes from the last seq it saw
  *   (`?after=`), dropping anything at or below it, so there are no gaps and no repeats; it falls back
  *   to Server-Sent Events when WebSockets are unavailable or keep failing.
- * - Tokens are refreshed shortly before the access token expires (and once after a 401).
+ * - Tokens are refreshed shortly before the access token expires (and once after a 401). A
+ *   subscription the server ends because its token expired (WebSocket close 4001, SSE
+ *   `event: expired`) is refreshed and resumed at once, without telling `onError`.
  * - Errors are typed after the contract's codes: {@link FloodgateError} with `code`, `metaCode`,
  *   `status`; {@link RateLimitedError} carries `retryAfterMs`.
  */
@@ -81,7 +83,7 @@ export interface Message {
 /** The part of a WebSocket the client uses (browser, Node 22 and workerd sockets all have it). */
 export interface SocketLike {
   addEventListener(type: "message", fn: (ev: { data: unknown }) => void): void;
-  addEventListener(type: "close" | "error", fn: () => void): void;
+  addEventListener(type: "close" | "error", fn: (ev: { code?: number }) => void): void;
   close(code?: number, reason?: string): void;
 }
 
@@ -137,6 +139,8 @@ export interface Subscription {
 }
 
 const BASE_BACKOFF_MS = 250;
+/** The close code of a WebSocket subscription whose token expired (docs/api.md). */
+const TOKEN_EXPIRED_CLOSE = 4001;
 
 export class FloodgateClient {
   private readonly baseUrl: string;
@@ -245,6 +249,18 @@ export class FloodgateClient {
       void this.sleep(wait).then(connect);
     };
 
+    // The server ended the subscription because `used` expired: not a failure of the connection, so
+    // it resumes at once with a fresh token and the same `?after=`, and the application is not told.
+    // Without a refresh token (or when the refresh fails) it is an ordinary disconnect.
+    const renew = (used: string | undefined) => {
+      current = null;
+      if (closed) return;
+      const expired = new FloodgateError(401, "unauthenticated", "subscription token expired");
+      if (!this.refreshToken) return reconnect(expired);
+      const fresh = this.accessToken !== used ? Promise.resolve() : this.refreshOnce();
+      fresh.then(connect, (e: unknown) => reconnect(e));
+    };
+
     const connect = async () => {
       if (closed) return;
       await this.freshToken().catch(() => {});
@@ -269,10 +285,11 @@ export class FloodgateClient {
             if (typeof ev.data === "string") deliver(ev.data);
           });
           let gone = false;
-          const lost = () => {
+          const lost = (ev?: { code?: number }) => {
             if (gone) return;
             gone = true;
-            reconnect(new FloodgateError(0, "network", "WebSocket closed"));
+            if (ev?.code === TOKEN_EXPIRED_CLOSE) renew(token);
+            else reconnect(new FloodgateError(0, "network", "WebSocket closed"));
           };
           ws.addEventListener("close", lost);
           ws.addEventListener("error", lost);
@@ -295,8 +312,16 @@ export class FloodgateClient {
           signal: abort.signal,
         });
         if (res.status !== 200 || !res.body) throw await toError(res);
-        await readSse(res.body, (event) => deliver(event.data));
-        reconnect(new FloodgateError(0, "network", "event stream ended"));
+        let expired = false;
+        await readSse(res.body, (event) => {
+          if (event.event === "expired") {
+            expired = true;
+            return false;
+          }
+          deliver(event.data);
+        });
+        if (expired) renew(token);
+        else reconnect(new FloodgateError(0, "network", "event stream ended"));
       } catch (e) {
         if (!closed) reconnect(e);
       }
@@ -322,6 +347,11 @@ export class FloodgateClient {
     if (!this.refreshToken || !this.accessToken) return;
     const exp = expiresAt(this.accessToken);
     if (exp === null || exp * 1000 - this.now() > (this.opts.refreshMarginMs ?? 30_000)) return;
+    await this.refreshOnce();
+  }
+
+  /** One refresh at a time: callers that ask while one is under way wait for it. */
+  private refreshOnce(): Promise<void> {
     this.refreshing ??= this.refresh().then(
       () => {
         this.refreshing = null;
@@ -331,7 +361,7 @@ export class FloodgateClient {
         throw e;
       },
     );
-    await this.refreshing;
+    return this.refreshing;
   }
 
   private maxBackoff(): number {
@@ -375,6 +405,8 @@ async function toError(res: Response): Promise<FloodgateError> {
 export interface SseEvent {
   /** The event's `id:` (Floodgate sends the message's seq), if it has one. */
   id?: string;
+  /** The event's `event:` type (`message`, `expired`, …), if it has one. */
+  event?: string;
   /** The event's `data:` lines, joined with newlines. */
   data: string;
 }
@@ -412,7 +444,11 @@ export async function readSse(
         const data = field("data").join("\n");
         if (!data) continue;
         const id = field("id").at(-1);
-        if (onEvent(id === undefined ? { data } : { id, data }) === false) return stop();
+        const type = field("event").at(-1);
+        const event: SseEvent = { data };
+        if (id !== undefined) event.id = id;
+        if (type !== undefined) event.event = type;
+        if (onEvent(event) === false) return stop();
       }
     }
   } finally {
@@ -421,7 +457,10 @@ export async function readSse(
 }
 
 interface OpeningSocket extends SocketLike {
-  addEventListener(type: "open" | "message" | "close" | "error", fn: (ev: { data: unknown }) => void): void;
+  addEventListener(
+    type: "open" | "message" | "close" | "error",
+    fn: (ev: { data: unknown } & { code?: number }) => void,
+  ): void;
 }
 
 /** The subprotocol Floodgate answers, and the prefix of the one that carries the token (docs/api.md). */

@@ -83,8 +83,11 @@ const subscribeRoute = route({
     "WebSocket when the request upgrades (`Upgrade: websocket`), SSE with `Accept: text/event-stream`, otherwise 400. " +
     "Each message is one JSON text frame (a `Frame`; SSE: `id: <seq>`, `event: message`). `public:` channels need no " +
     "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
-    "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends); resume with `?after=`. Every " +
-    "refusal is a plain HTTP response before any upgrade.",
+    "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends), and so are the most-behind when " +
+    "one relay holds 32 MiB for its subscribers together; resume with `?after=`. A subscription opened with a " +
+    "token ends at the token's `exp`: WebSocket close 4001 `token expired`, SSE `event: expired` then the end; " +
+    "reconnect with a fresh token and `?after=`. SSE streams get a `: keepalive` comment line at least every 15 s. " +
+    "Every refusal is a plain HTTP response before any upgrade.",
   security: [{}, ...ACCESS_TOKEN],
   request: {
     params: ChannelPath,
@@ -110,7 +113,11 @@ const subscribeRoute = route({
       description: "An SSE stream of `Frame`s.",
       content: {
         "text/event-stream": {
-          schema: z.string().openapi({ description: "`id: <seq>`, `event: message`, `data: <Frame>`." }),
+          schema: z.string().openapi({
+            description:
+              "`id: <seq>`, `event: message`, `data: <Frame>`; `event: expired` (then the end) when the token " +
+              "expires; `: keepalive` comment lines.",
+          }),
         },
       },
     },
@@ -182,6 +189,8 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   target.searchParams.set("head", String(slot.head));
   // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
   target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
+  // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
+  if (verified) target.searchParams.set("expires", String(verified.claims.exp * 1000));
   const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(new Request(target, c.req.raw)));
   // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);
