@@ -52,10 +52,12 @@ class HttpError extends Error {
   /**
    * @param {number} status
    * @param {{ msg?: string } | null} body
+   * @param {number | null} [retryAfter] seconds, from a 429's Retry-After
    */
-  constructor(status, body) {
+  constructor(status, body, retryAfter = null) {
     super(body?.msg ?? `HTTP ${status}`);
     this.status = status;
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -84,7 +86,10 @@ async function api(path, init = {}) {
   } catch {
     body = text;
   }
-  if (!res.ok) throw new HttpError(res.status, typeof body === "object" ? body : { msg: `HTTP ${res.status}` });
+  if (!res.ok) {
+    const retryAfter = Number(res.headers.get("retry-after")) || null;
+    throw new HttpError(res.status, typeof body === "object" ? body : { msg: `HTTP ${res.status}` }, retryAfter);
+  }
   return body;
 }
 
@@ -117,6 +122,21 @@ function messageOf(e) {
 
 // ---- login --------------------------------------------------------------------------------------
 
+/**
+ * What a refused login says. A 429 is the server's budget on failed admin logins from this address
+ * (docs/security.md): every login is refused until it refills, the right token included.
+ * @param {unknown} e
+ */
+function loginError(e) {
+  if (statusOf(e) === 401)
+    return "That token was refused. Use the server's ADMIN_TOKEN (locally: dev-only-admin-token, from .dev.vars).";
+  if (statusOf(e) === 429) {
+    const wait = e instanceof HttpError && e.retryAfter ? e.retryAfter : 60;
+    return `Too many failed logins from this address: wait ${wait} s before trying again.`;
+  }
+  return messageOf(e);
+}
+
 $("#login-form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   state.token = /** @type {HTMLInputElement} */ ($("#token")).value.trim();
@@ -124,12 +144,7 @@ $("#login-form").addEventListener("submit", async (ev) => {
   try {
     await api("/v1/admin/overview");
   } catch (e) {
-    setError(
-      $("#login-error"),
-      statusOf(e) === 401
-        ? "That token was refused. Use the server's ADMIN_TOKEN (locally: dev-only-admin-token, from .dev.vars)."
-        : messageOf(e),
-    );
+    setError($("#login-error"), loginError(e));
     state.token = null;
     return;
   }

@@ -6,7 +6,9 @@
 // can see one: in [vars] (where a secret never belongs), in the process environment, or in the file
 // given with `--secrets-file=PATH` (JSON or .env, the same file `wrangler deploy --secrets-file` takes).
 // Secrets set with `wrangler secret put` are out of its sight; /healthz answers 500 for a weak one.
-import { readFileSync } from "node:fs";
+// It also refuses the example secrets the repository shows (.dev.vars.example, the README and docs,
+// the test configuration): anyone can read those.
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { unstable_readConfig } from "wrangler";
 import { importSource } from "./lib/import-source.mjs";
@@ -22,7 +24,19 @@ const config = unstable_readConfig({ config: join(root, "wrangler.toml"), env },
 
 // The Worker's own parser, bundled on the fly so this check can never drift from it.
 const mod = await importSource(
-  `export { parseConfig, rawConfigFrom } from "./src/platform/config"; export { SECRET_MIN, secretProblem } from "./src/auth/secrets";`,
+  `export { parseConfig, rawConfigFrom } from "./src/platform/config"; export { SECRET_MIN, exampleSecrets, secretProblem } from "./src/auth/secrets";`,
+);
+
+/** The secret values shown in the repository's own files (src/auth/secrets.ts, `exampleSecrets`). */
+const shownSecrets = mod.exampleSecrets(
+  [
+    ".dev.vars.example",
+    "README.md",
+    "test/vitest.config.ts",
+    ...readdirSync(join(root, "docs"))
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => `docs/${f}`),
+  ].map((f) => readFileSync(join(root, f), "utf8")),
 );
 
 /** KEY=VALUE lines (quotes optional, # comments) or a JSON object. */
@@ -56,6 +70,8 @@ for (const name of Object.keys(mod.SECRET_MIN)) {
     if (values[name] === undefined) continue;
     const problem = mod.secretProblem(name, values[name]);
     if (problem) problems.push(`${problem} (in ${where})`);
+    else if (shownSecrets.has(values[name]))
+      problems.push(`${name} is an example value shown in this repository (in ${where}): set a secret of your own`);
   }
 }
 for (const ns of varsOnly ? [] : (config.kv_namespaces ?? [])) {

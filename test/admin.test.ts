@@ -1,7 +1,7 @@
 /** Admin throttle routes, channel stats and the admin bearer. */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ADMIN, adminHeaders, call, callAndWait, envWith, mint, openSocket, publishTo, uniq } from "./helpers";
+import { ADMIN, adminHeaders, call, callAndWait, envWith, freshIp, mint, openSocket, publishTo, uniq } from "./helpers";
 
 const put = (ch: string, body: string, headers = adminHeaders()) =>
   call(`/v1/admin/throttle/${ch}`, { method: "PUT", headers, body });
@@ -54,10 +54,11 @@ describe("admin throttle", () => {
   it("answers 401 without the admin bearer, or with a user token", async () => {
     const ch = `public:adm.${uniq()}`;
     const user = (await mint({ sub: "u", channels: ["public:adm.*"] })).access_token;
+    // Each client its own address: these failures are charged to its admin-auth budget (20).
     const variants: Record<string, string>[] = [
-      {},
-      { authorization: "Bearer wrong" },
-      { authorization: `Bearer ${user}` },
+      { "cf-connecting-ip": freshIp() },
+      { authorization: "Bearer wrong", "cf-connecting-ip": freshIp() },
+      { authorization: `Bearer ${user}`, "cf-connecting-ip": freshIp() },
     ];
     for (const headers of variants) {
       expect((await put(ch, JSON.stringify({ rate: 1 }), headers)).status).toBe(401);
@@ -78,7 +79,10 @@ describe("admin throttle", () => {
       `Bearer  ${ADMIN.slice(1)}`,
       `Token ${ADMIN}`,
     ]) {
-      const res = await call("/v1/admin/sample", { method: "POST", headers: { authorization } });
+      const res = await call("/v1/admin/sample", {
+        method: "POST",
+        headers: { authorization, "cf-connecting-ip": freshIp() },
+      });
       expect(res.status, authorization).toBe(401);
       expect(await res.json()).toEqual({
         code: "unauthenticated",

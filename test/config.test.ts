@@ -1,7 +1,24 @@
 /** Configuration: parsing rules and fail-closed behaviour on every route. */
 import { describe, expect, it } from "vitest";
-import { ConfigError, parseConfig, rawConfigFrom } from "../src/platform/config";
+import devVarsExample from "../.dev.vars.example?raw";
+import apiDoc from "../docs/api.md?raw";
+import operationsDoc from "../docs/operations.md?raw";
+import throttlingDoc from "../docs/throttling.md?raw";
+import readme from "../README.md?raw";
+import { exampleSecrets, SECRET_MIN, secretProblem } from "../src/auth/secrets";
+import {
+  ConfigError,
+  parseConfig as parseAll,
+  type RawConfig,
+  REQUIRED_BUDGETS,
+  rawConfigFrom,
+} from "../src/platform/config";
 import { adminHeaders, callAndWait, envWith } from "./helpers";
+import vitestConfig from "./vitest.config.ts?raw";
+
+/** The budgets every configuration must state, disabled, so each test states only what it checks. */
+const NO_BUDGETS: RawConfig = { PUBLISH_RATE: "", SUBSCRIBE_RATE: "", TOKEN_ISSUE_RATE: "", READ_RATE: "" };
+const parseConfig = (raw: RawConfig) => parseAll({ ...NO_BUDGETS, ...raw });
 
 describe("parseConfig", () => {
   it("parses the shipped wrangler.toml values", async () => {
@@ -19,13 +36,44 @@ describe("parseConfig", () => {
   it("applies the contract's defaults when variables are absent", () => {
     const c = parseConfig({});
     expect(c.publish).toBeNull();
+    expect(c.adminAuth).toEqual({ rate: 10, perMs: 60_000, burst: 20 });
     expect(c.analyticsChannel.name).toBe("private:floodgate.analytics.dropped");
     expect(c.maxMessageBytes).toBe(32768);
     expect(c.historyLimit).toBe(100);
     expect(c.perChannelPublish).toEqual([]);
     expect(c.throttleTarget).toBeNull();
-    expect(c.read).toEqual({ rate: 20, perMs: 1000, burst: 40 });
+    expect(c.read).toBeNull();
     expect(c.sessionTtlSeconds).toBe(30 * 86400);
+  });
+
+  it.each(REQUIRED_BUDGETS)("%s absent is bad configuration; only an explicit empty string disables it", (name) => {
+    const raw: RawConfig = { ...NO_BUDGETS };
+    delete raw[name];
+    let err: unknown;
+    try {
+      parseAll(raw);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).variable).toBe(name);
+    expect((err as ConfigError).message).toContain(`${name}: is not set`);
+    expect(() => parseAll({ ...NO_BUDGETS })).not.toThrow();
+  });
+
+  it("ADMIN_AUTH_RATE and ADMIN_AUTH_BURST: 10/m and 20 when absent, empty disables, bad fails closed", () => {
+    expect(parseConfig({ ADMIN_AUTH_RATE: "5/s", ADMIN_AUTH_BURST: "7" }).adminAuth).toEqual({
+      rate: 5,
+      perMs: 1000,
+      burst: 7,
+    });
+    expect(parseConfig({ ADMIN_AUTH_RATE: "" }).adminAuth).toBeNull();
+    for (const [name, value] of [
+      ["ADMIN_AUTH_RATE", "10/fortnight"],
+      ["ADMIN_AUTH_BURST", "lots"],
+    ] as const) {
+      expect(() => parseConfig({ [name]: value })).toThrow(name);
+    }
   });
 
   it("HISTORY_TTL and SAMPLER_MAX_CHANNELS: shipped 7d and 500; bad values fail closed naming the variable", () => {
@@ -146,6 +194,25 @@ describe("fail closed", () => {
     ["/v1/subscribe/public:a.b", "GET"],
     ["/v1/admin/throttle/*", "GET"],
     ["/metrics", "GET"],
+  ])("%s answers 500 naming the variable when PUBLISH_RATE is missing", async (path, method) => {
+    const bad = envWith({ PUBLISH_RATE: undefined });
+    const res = await callAndWait(path, { method, headers: adminHeaders() }, bad);
+    expect(res.status).toBe(500);
+    expect(await res.json()).toMatchObject({
+      code: "internal",
+      msg: expect.stringContaining("PUBLISH_RATE"),
+      meta: { variable: "PUBLISH_RATE" },
+    });
+  });
+
+  it.each([
+    ["/healthz", "GET"],
+    ["/v1/manifest", "GET"],
+    ["/v1/publish/public:a.b", "POST"],
+    ["/v1/tokens", "POST"],
+    ["/v1/subscribe/public:a.b", "GET"],
+    ["/v1/admin/throttle/*", "GET"],
+    ["/metrics", "GET"],
   ])("%s answers 500 naming the variable when PER_CHANNEL_PUBLISH_LIMITS is bad", async (path, method) => {
     const bad = envWith({ PER_CHANNEL_PUBLISH_LIMITS: '{"public:live.*": "500/wat"}' });
     const res = await callAndWait(path, { method, headers: adminHeaders() }, bad);
@@ -156,5 +223,42 @@ describe("fail closed", () => {
     expect(body.msg).toContain("PER_CHANNEL_PUBLISH_LIMITS");
     expect(body.meta.variable).toBe("PER_CHANNEL_PUBLISH_LIMITS");
     expect(JSON.stringify(body)).not.toMatch(/at .*\.ts|stack/i);
+  });
+});
+
+describe("nothing reveals a secret", () => {
+  it("a weak secret's problem states the minimum, never the secret's own length", async () => {
+    for (const length of [1, 7, 15, 31]) {
+      const problem = secretProblem("TOKEN_SECRET", "x".repeat(length)) as string;
+      expect(problem).toContain(`at least ${SECRET_MIN.TOKEN_SECRET.length} bytes`);
+      expect(problem.replace(String(SECRET_MIN.TOKEN_SECRET.length), "")).not.toMatch(/\d/);
+    }
+    const admin = secretProblem("ADMIN_TOKEN", "y".repeat(9)) as string;
+    expect(admin).toContain("at least 16 characters");
+    expect(admin).not.toContain("9");
+    // Nor the 500 a route answers with it.
+    const res = await callAndWait("/healthz", {}, envWith({ TOKEN_SECRET: "z".repeat(29) }));
+    expect(res.status).toBe(500);
+    expect(await res.text()).not.toContain("29");
+  });
+
+  it("finds the example secrets the repository shows, so the deploy check can refuse them", () => {
+    const shown = exampleSecrets([devVarsExample, readme, apiDoc, operationsDoc, throttlingDoc, vitestConfig]);
+    const devVars = Object.fromEntries(
+      devVarsExample
+        .split("\n")
+        .filter((l) => /^[A-Z_]+=/.test(l))
+        .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1).trim()]),
+    );
+    expect(shown).toContain(devVars.TOKEN_SECRET);
+    expect(shown).toContain(devVars.ADMIN_TOKEN);
+    expect(shown).toContain("test-token-secret-0123456789abcdef");
+    expect(shown).toContain("test-admin-token");
+    // `Bearer <token>` examples in prose count; placeholders do not.
+    expect(exampleSecrets(["curl -H 'Authorization: Bearer some-long-admin-token-123'"])).toContain(
+      "some-long-admin-token-123",
+    );
+    expect([...exampleSecrets(["Bearer $ADMIN", "Bearer <ADMIN_TOKEN>", `Bearer $${"{"}token}`])]).toEqual([]);
+    expect(shown).not.toContain(`private-${crypto.randomUUID()}`);
   });
 });

@@ -91,7 +91,7 @@ describe("GET /v1/admin/overview", () => {
       occupancy: null, // no target: never sampled, so no subscriber count without asking the channel
       last_sample: null,
     });
-    expect(Object.keys(body.rate_limits).sort()).toEqual(["publish", "read", "subscribe", "token-issue"]);
+    expect(Object.keys(body.rate_limits).sort()).toEqual(["admin-auth", "publish", "read", "subscribe", "token-issue"]);
     expect(body.messages.delivered).toBeGreaterThanOrEqual(names.length);
   });
 

@@ -22,6 +22,7 @@ describe("manifest", () => {
       subscribe: { rate: 10, per: "1s", burst: 10 },
       token_issue: { rate: 5, per: "1.5s", burst: 30 },
       read: { rate: 30, per: "2s", burst: 40 },
+      admin_auth: { rate: 10, per: "1m", burst: 20 },
     });
     expect(m.throttle).toMatchObject({ analytics_channel: "private:floodgate.analytics.dropped", fallback_rate: 0 });
     // This suite's SAMPLER_FAST_PERIOD (test/vitest.config.ts), in canonical form.
@@ -90,10 +91,11 @@ describe("metrics", () => {
     expect(d('floodgate_messages_total{result="delivered"}')).toBe(2);
     expect(d('floodgate_messages_total{result="dropped"}')).toBe(0);
     // Object calls: one limiter call for each of the first three (the 3rd was denied by the object),
-    // none for the two denied from the deny cache; one channel call per delivered publish. The two that
+    // none for the two denied from the deny cache, and the second scrape's uncharged look at its
+    // admin-auth bucket (before its bearer is compared); one channel call per delivered publish. The two that
     // got through read their channel's key each, and the global key once between them (it is cached
     // for all channels); denials never reach the throttle.
-    expect(d('floodgate_object_calls_total{object="limiter"}')).toBe(3);
+    expect(d('floodgate_object_calls_total{object="limiter"}')).toBe(4);
     expect(d('floodgate_object_calls_total{object="channel"}')).toBe(2);
     expect(d('floodgate_object_calls_total{object="analytics"}')).toBe(0);
     expect(d("floodgate_kv_reads_total")).toBe(3);

@@ -92,6 +92,20 @@ describe("GET /v1/openapi.json", () => {
     },
   );
 
+  it("every route behind the admin bearer lists 401 and the admin-auth budget's 429", async () => {
+    const doc = await document();
+    let admin = 0;
+    for (const [path, ops] of Object.entries(doc.paths)) {
+      for (const [method, op] of Object.entries(ops)) {
+        if (!op.security?.some((s) => "admin" in s)) continue;
+        admin++;
+        expect(op.responses["401"], `${method} ${path} 401`).toBeDefined();
+        expect(op.responses["429"], `${method} ${path} 429`).toBeDefined();
+      }
+    }
+    expect(admin).toBeGreaterThan(10);
+  });
+
   it("describes both ways to subscribe, and which routes need which bearer", async () => {
     const doc = await document();
     const sub = operation(doc, "GET", "/v1/subscribe/{channel}");

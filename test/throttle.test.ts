@@ -154,13 +154,17 @@ describe("drop rate from KV", () => {
     expect((await publishAndWait(ch, pub, 3)).status).toBe(200);
   });
 
-  it("never throttles the analytics channel itself", async () => {
+  it("the analytics channel takes no publish, even from a token granting it: 403, not a drop", async () => {
     const writer = (await mint({ sub: uniq("ops"), channels: ["private:floodgate.analytics.**"] })).access_token;
     await setRate("*", 1);
     await setRate(ANALYTICS, 1);
-    const res = await publishAndWait(ANALYTICS, writer, { manual: true });
-    expect(res.status).toBe(200);
+    const marker = uniq("manual");
+    const res = await publishAndWait(ANALYTICS, writer, { marker });
+    expect(res.status).toBe(403);
+    expect(await res.json()).toMatchObject({ code: "permission_denied", meta: { code: "PERMISSION_DENIED" } });
     await call(`/v1/admin/throttle/${ANALYTICS}`, { method: "DELETE", headers: adminHeaders() });
+    const history = await historyOf(ANALYTICS, writer, "?limit=1000");
+    expect(JSON.stringify(history)).not.toContain(marker);
   });
 
   it("an idempotent retry of a dropped publish answers 202 again and copies once", async () => {

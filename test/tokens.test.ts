@@ -82,6 +82,30 @@ describe("minting", () => {
     expect(await res.json()).toMatchObject({ code: "invalid_argument", meta: { code: "INVALID_ARGUMENT" } });
   });
 
+  it.each([
+    ["private:team.*", "private channels have 3 to 4 components"],
+    ["private:team", "private channels have 3 to 4 components"],
+    ["public:live", "public channels have 2 to 4 components"],
+    ["public:*", "exactly 1"],
+    ["public:a.b.c.d.e", "exactly 5"],
+    ["public:a.b.c.d.**", "5 or more"],
+    [`public:${"a".repeat(64)}.${"b".repeat(64)}.${"c".repeat(64)}.*`, "longer than 200 characters"],
+  ])("refuses %s, which no channel name can match, with 400 naming it", async (pattern, why) => {
+    const res = await mintRaw({ sub: "a", channels: ["public:a.b", pattern] });
+    expect(res.status).toBe(400);
+    const body = (await res.json()) as { code: string; msg: string };
+    expect(body.code).toBe("invalid_argument");
+    expect(body.msg).toContain(pattern);
+    expect(body.msg).toContain(why);
+  });
+
+  it.each(["private:team.**", "private:team.*.*", "public:**", "public:*.*", "public:a.b.c.**"])(
+    "mints %s, which some channel matches",
+    async (pattern) => {
+      expect((await mintRaw({ sub: "a", channels: [pattern] })).status).toBe(201);
+    },
+  );
+
   it("needs the admin bearer: none, wrong or a user token answer 401", async () => {
     const body = { sub: "a", channels: ["public:a.b"] };
     expect((await mintRaw(body, { "content-type": "application/json" })).status).toBe(401);
@@ -190,6 +214,22 @@ describe("verification on publish", () => {
   it("401s an expired token (valid while now < exp, no leeway)", async () => {
     expect(await status(await signToken(claims({ exp: now() }), SECRET))).toBe(401);
     expect(await status(await signToken(claims({ exp: now() - 3600 }), SECRET))).toBe(401);
+  });
+
+  it("401s a token issued more than 60 s in the future, accepts one within the skew", async () => {
+    const ahead = await signToken(claims({ iat: now() + 3600, exp: now() + 7200 }), SECRET);
+    const res = await publishTo(ch, ahead, { x: 1 });
+    expect(res.status).toBe(401);
+    expect(await res.json()).toMatchObject({ code: "unauthenticated", msg: expect.stringContaining("future") });
+    expect(await status(await signToken(claims({ iat: now() + 61 + 5, exp: now() + 600 }), SECRET))).toBe(401);
+    expect(await status(await signToken(claims({ iat: now() + 30, exp: now() + 600 }), SECRET))).toBe(200);
+  });
+
+  it("401s a refresh token issued in the future", async () => {
+    const future = await signToken(claims({ typ: "refresh", iat: now() + 3600, exp: now() + 7200 }), SECRET);
+    const res = await refresh(future);
+    expect(res.status).toBe(401);
+    expect(await res.text()).toContain("future");
   });
 
   it("401s a refresh token used as an access token", async () => {

@@ -26,8 +26,8 @@ export function secretProblem(name: SecretName, value: unknown): string | null {
   if (typeof value !== "string" || value.length === 0) return `${name} is not set`;
   const min = SECRET_MIN[name];
   const length = name === "TOKEN_SECRET" ? encoder.encode(value).byteLength : value.length;
-  if (length < min.length)
-    return `${name} is too weak: it must be at least ${min.length} ${min.unit} (it has ${length})`;
+  // The message states the minimum only: how long a secret is narrows a guess, so no answer says it.
+  if (length < min.length) return `${name} is too weak: it must be at least ${min.length} ${min.unit}`;
   if (name === "ADMIN_TOKEN" && !BEARER_TOKEN.test(value))
     return `${name} can only hold A-Z a-z 0-9 - . _ ~ + / and a trailing =, as a bearer token`;
   return null;
@@ -44,4 +44,26 @@ export function weakSecrets(env: object): { name: SecretName; problem: string }[
     if (problem) out.push({ name, problem });
   }
   return out;
+}
+
+/**
+ * The secret values the repository itself shows (docs/security.md, "Secrets"): `NAME=value` and
+ * `NAME: "value"` assignments of either secret, and `Bearer <value>` examples, in the given files'
+ * text (.dev.vars.example, the README, the docs, the test configuration). Anyone can read them, so
+ * `scripts/check-config.mjs` refuses to deploy any of them. Pure: the script passes the files in.
+ */
+export function exampleSecrets(texts: readonly string[]): Set<string> {
+  const found = new Set<string>();
+  const names = Object.keys(SECRET_MIN).join("|");
+  const assignment = new RegExp(`\\b(?:${names})\\s*[=:]\\s*["'\`]?([A-Za-z0-9._~+/=-]{4,})`, "g");
+  const bearerExample = /\bBearer\s+([A-Za-z0-9._~+/-]+=*)/g;
+  for (const text of texts) {
+    for (const m of text.matchAll(assignment)) found.add(m[1] as string);
+    for (const m of text.matchAll(bearerExample)) {
+      const value = m[1] as string;
+      // `Bearer $ADMIN`, `Bearer <ADMIN_TOKEN>`, `Bearer ${token}` are placeholders, not values.
+      if (value.length >= SECRET_MIN.ADMIN_TOKEN.length) found.add(value);
+    }
+  }
+  return found;
 }

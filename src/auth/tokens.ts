@@ -35,7 +35,14 @@ export interface VerifiedToken {
 }
 
 /** Why a token was refused; all of these are 401 `unauthenticated`. */
-export type TokenFailure = "malformed" | "bad_signature" | "expired" | "wrong_type";
+export type TokenFailure = "malformed" | "bad_signature" | "expired" | "not_yet_valid" | "wrong_type";
+
+/**
+ * How far in the future a token's `iat` may lie, in seconds: the clock skew between the data centres
+ * that mint and verify. A later `iat` was not issued by this deployment's clock (a token signed ahead
+ * of time with a leaked secret, or a clock gone wrong), so the token is refused.
+ */
+export const IAT_SKEW_SECONDS = 60;
 
 export class TokenError extends Error {
   readonly failure: TokenFailure;
@@ -165,7 +172,8 @@ function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPatter
 const verified = new BoundedMap<string, { secret: string; result: VerifiedToken }>(10_000);
 
 /**
- * Verifies signature, shape, expiry (`now < exp`, no leeway) and type.
+ * Verifies signature, shape, expiry (`now < exp`, no leeway), issue time (`iat` at most
+ * {@link IAT_SKEW_SECONDS} ahead of now) and type.
  * @param nowSeconds epoch seconds
  * @throws TokenError
  */
@@ -182,6 +190,8 @@ export async function verifyToken(
   const result = hit && hit.secret === secret ? hit.result : await verifySignatureAndShape(token, secret);
   const { claims } = result;
   if (!(nowSeconds < claims.exp)) throw new TokenError("expired", "token has expired");
+  if (claims.iat > nowSeconds + IAT_SKEW_SECONDS)
+    throw new TokenError("not_yet_valid", `token was issued in the future (iat more than ${IAT_SKEW_SECONDS}s ahead)`);
   if (claims.typ !== expected)
     throw new TokenError("wrong_type", `expected ${expected === "access" ? "an" : "a"} ${expected} token`);
   return result;

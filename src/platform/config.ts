@@ -43,6 +43,8 @@ export interface Config {
   tokenIssue: Limit | null;
   /** Reads per client IP: history, and subscribes without a verified token (docs/api.md, Bounds). */
   read: Limit | null;
+  /** Failed admin authentications per client IP (docs/security.md, "Guessing the admin token"). */
+  adminAuth: Limit | null;
   perChannelPublish: Rule<Limit | null>[];
   perChannelSubscribe: Rule<Limit | null>[];
   throttleFallbackRate: number;
@@ -73,7 +75,7 @@ export interface Config {
   maxSubscribers: number;
 }
 
-/** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults). */
+/** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults, {@link REQUIRED_BUDGETS} excepted). */
 export type RawConfig = Partial<Record<ConfigVariable, string>>;
 
 export const CONFIG_VARIABLES = [
@@ -85,6 +87,8 @@ export const CONFIG_VARIABLES = [
   "TOKEN_ISSUE_BURST",
   "READ_RATE",
   "READ_BURST",
+  "ADMIN_AUTH_RATE",
+  "ADMIN_AUTH_BURST",
   "PER_CHANNEL_PUBLISH_LIMITS",
   "PER_CHANNEL_SUBSCRIBE_LIMITS",
   "THROTTLE_FALLBACK_RATE",
@@ -134,14 +138,26 @@ function wrap<T>(variable: string, f: () => T): T {
   }
 }
 
+/**
+ * The budgets a deployment must state (docs/operations.md, Configuration): absent, they fail closed,
+ * since a variable lost in a copied or hand-edited wrangler.toml would otherwise switch its budget off
+ * unnoticed. Only an explicit empty string disables one.
+ */
+export const REQUIRED_BUDGETS = ["PUBLISH_RATE", "SUBSCRIBE_RATE", "TOKEN_ISSUE_RATE", "READ_RATE"] as const;
+
+/** A budget from its rate and burst variables; `fallback` null: the rate variable must be present. */
 function budget(
   raw: RawConfig,
   rateVar: ConfigVariable,
   burstVar: ConfigVariable,
-  fallback: string,
+  fallback: string | null,
   burstFallback = "",
 ): Limit | null {
-  const rateText = raw[rateVar] ?? fallback;
+  const given = raw[rateVar];
+  if (given === undefined && fallback === null) {
+    throw new ConfigError(rateVar, 'is not set (set it to a rate such as "10/s", or to "" to disable this budget)');
+  }
+  const rateText = given ?? fallback ?? "";
   const rate = wrap(rateVar, () => parseRateShorthand(rateText));
   const burstText = raw[burstVar] ?? burstFallback;
   // Validate the burst even when the budget is disabled, so a typo is never silently ignored.
@@ -258,10 +274,11 @@ export function parseConfig(raw: RawConfig): Config {
     throw new ConfigError("ANALYTICS_CHANNEL", `"${analytics.name}" must be a private: channel`);
   }
   return {
-    publish: budget(raw, "PUBLISH_RATE", "PUBLISH_BURST", ""),
-    subscribe: budget(raw, "SUBSCRIBE_RATE", "SUBSCRIBE_BURST", ""),
-    tokenIssue: budget(raw, "TOKEN_ISSUE_RATE", "TOKEN_ISSUE_BURST", ""),
-    read: budget(raw, "READ_RATE", "READ_BURST", "20/s", "40"),
+    publish: budget(raw, "PUBLISH_RATE", "PUBLISH_BURST", null),
+    subscribe: budget(raw, "SUBSCRIBE_RATE", "SUBSCRIBE_BURST", null),
+    tokenIssue: budget(raw, "TOKEN_ISSUE_RATE", "TOKEN_ISSUE_BURST", null),
+    read: budget(raw, "READ_RATE", "READ_BURST", null),
+    adminAuth: budget(raw, "ADMIN_AUTH_RATE", "ADMIN_AUTH_BURST", "10/m", "20"),
     perChannelPublish: patternRules("PER_CHANNEL_PUBLISH_LIMITS", raw.PER_CHANNEL_PUBLISH_LIMITS, parseLimit),
     perChannelSubscribe: patternRules("PER_CHANNEL_SUBSCRIBE_LIMITS", raw.PER_CHANNEL_SUBSCRIBE_LIMITS, parseLimit),
     throttleFallbackRate: fallback,

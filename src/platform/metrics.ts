@@ -32,7 +32,7 @@ export const METRIC_HELP: Record<string, string> = {
 };
 
 /** The rate-limit buckets, each always present in a scrape (docs/api.md, Operator routes). */
-export const RATE_LIMIT_BUCKETS = ["publish", "subscribe", "token-issue", "read"] as const;
+export const RATE_LIMIT_BUCKETS = ["publish", "subscribe", "token-issue", "read", "admin-auth"] as const;
 
 /** Builds a series key such as `floodgate_messages_total{result="delivered"}`. */
 export function seriesKey(name: string, labels: Record<string, string> = {}): string {

@@ -53,3 +53,11 @@ export function tokenIssueBudget(config: Config, ip: string | null): Budget {
 export function readBudget(config: Config, ip: string | null): Budget {
   return { key: `read:${ipKey(ip)}`, limit: config.read };
 }
+
+/**
+ * Failed admin authentications (admin routes, `/metrics`, minting): keyed by client IP, charged only
+ * when the bearer was wrong, so guessing `ADMIN_TOKEN` is budgeted while the operator never is.
+ */
+export function adminAuthBudget(config: Config, ip: string | null): Budget {
+  return { key: `admin-auth:${ipKey(ip)}`, limit: config.adminAuth };
+}

@@ -5,13 +5,14 @@
 import { ApiError } from "../http/errors";
 import type { Limit } from "./limits";
 
-export type BucketName = "publish" | "subscribe" | "token-issue" | "read";
+export type BucketName = "publish" | "subscribe" | "token-issue" | "read" | "admin-auth";
 
 const MESSAGES: Record<BucketName, string> = {
   publish: "publish rate limit exceeded",
   subscribe: "subscribe rate limit exceeded",
   "token-issue": "token issue rate limit exceeded",
   read: "read rate limit exceeded",
+  "admin-auth": "admin auth rate limit exceeded",
 };
 
 /** `RateLimit-Policy` and `RateLimit` fields (draft-ietf-httpapi-ratelimit-headers-08+). */

@@ -117,6 +117,36 @@ export class LimiterGate {
   }
 
   /**
+   * Whether `key`'s bucket is empty, without taking a token: @throws ApiError 429 when it holds less
+   * than one (this isolate's deny cache first, else one uncharged call to the bucket's shard), 500
+   * when the limiter fails. For budgets charged only after the request turned out bad (a wrong admin
+   * bearer), so an empty bucket stops the request before anything in it is checked.
+   */
+  async refuseIfEmpty(bucket: BucketName, key: string, limit: Limit | null): Promise<void> {
+    if (!limit) return;
+    const now = this.now();
+    const cached = this.deny.get(key, limit, now);
+    if (cached) {
+      this.events.decision(bucket, false, "deny_cache");
+      throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
+    }
+    let result: KeyResult | undefined;
+    try {
+      this.calls++;
+      [result] = await this.backend.charge(shardOf(key), [{ key, limit, count: 0 }]);
+    } catch (e) {
+      throw this.failure(bucket, e, true);
+    }
+    if (!result || "error" in result) throw this.failure(bucket, result?.error ?? "no answer for this key", true);
+    if (result.remaining >= 1) return;
+    const at = this.now();
+    const retryAfterMs = Math.max(1, result.retryAfterMs);
+    this.deny.set(key, { until: at + retryAfterMs, limit, fullAt: at + result.fullInMs });
+    this.events.decision(bucket, false, "object");
+    throw deniedError(bucket, limit, retryAfterMs, result.fullInMs);
+  }
+
+  /**
    * Answers `charges` (keys of one shard, arrival order): each first from a lease of its key that
    * arrived while they waited, the rest with one call to the shard, one entry per key and limit.
    * Never rejects: a failure is an answer each.

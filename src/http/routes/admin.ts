@@ -102,7 +102,7 @@ const throttleGet = route({
   summary: "Read a channel's drop rate",
   security: ADMIN_ONLY,
   request: { params: ThrottleChannelPath },
-  responses: { 200: json(ThrottleView, "The rate, target and latest sample."), ...errors(400, 401, 500, 503) },
+  responses: { 200: json(ThrottleView, "The rate, target and latest sample."), ...errors(400, 401, 429, 500, 503) },
 });
 
 admin.get(documented(admin, throttleGet), async (c) => {
@@ -116,7 +116,7 @@ const throttlePut = route({
   description: "Other isolates see it within THROTTLE_RATE_CACHE_MS.",
   security: ADMIN_ONLY,
   request: { params: ThrottleChannelPath, body: { ...json(ThrottleBody, "The rate."), required: true } },
-  responses: { 200: json(ThrottleView, "The rate now stored."), ...errors(400, 401, 413, 500, 503) },
+  responses: { 200: json(ThrottleView, "The rate now stored."), ...errors(400, 401, 413, 429, 500, 503) },
 });
 
 admin.put(documented(admin, throttlePut), channelFirst(true), jsonBody(ThrottleBody, MAX_ADMIN_BODY), async (c) => {
@@ -134,7 +134,7 @@ const throttleDelete = route({
   summary: "Remove a channel's drop rate",
   security: ADMIN_ONLY,
   request: { params: ThrottleChannelPath },
-  responses: { 204: { description: "Removed." }, ...errors(400, 401, 500, 503) },
+  responses: { 204: { description: "Removed." }, ...errors(400, 401, 429, 500, 503) },
 });
 
 admin.delete(documented(admin, throttleDelete), channelFirst(true), async (c) => {
@@ -165,7 +165,7 @@ const sampleRoute = route({
         .openapi("SamplerReport"),
       "What the sampler decided, one entry per channel visited, sorted by name.",
     ),
-    ...errors(401, 500, 503),
+    ...errors(401, 429, 500, 503),
   },
 });
 
@@ -236,7 +236,10 @@ const targetGet = route({
   summary: "Read a channel's target",
   security: ADMIN_ONLY,
   request: { params: ChannelPath },
-  responses: { 200: json(TargetView, "The effective target and where it comes from."), ...errors(400, 401, 500, 503) },
+  responses: {
+    200: json(TargetView, "The effective target and where it comes from."),
+    ...errors(400, 401, 429, 500, 503),
+  },
 });
 
 admin.get(documented(admin, targetGet), async (c) => {
@@ -251,7 +254,7 @@ const targetPut = route({
   description: "Wins over THROTTLE_TARGET(S) and makes the sampler visit the channel every run.",
   security: ADMIN_ONLY,
   request: { params: ChannelPath, body: { ...json(TargetBody, "The target."), required: true } },
-  responses: { 200: json(TargetView, "The target now in force."), ...errors(400, 401, 413, 500, 503) },
+  responses: { 200: json(TargetView, "The target now in force."), ...errors(400, 401, 413, 429, 500, 503) },
 });
 
 admin.put(documented(admin, targetPut), channelFirst(false), jsonBody(TargetBody, MAX_ADMIN_BODY), async (c) => {
@@ -268,7 +271,7 @@ const targetDelete = route({
   summary: "Hand a channel back to the configured target",
   security: ADMIN_ONLY,
   request: { params: ChannelPath },
-  responses: { 204: { description: "Cleared." }, ...errors(400, 401, 500, 503) },
+  responses: { 204: { description: "Cleared." }, ...errors(400, 401, 429, 500, 503) },
 });
 
 admin.delete(documented(admin, targetDelete), async (c) => {
@@ -295,7 +298,7 @@ const exportRoute = route({
   },
   responses: {
     200: { description: "One frame per line.", content: { "application/x-ndjson": { schema: z.string() } } },
-    ...errors(400, 401, 500, 503),
+    ...errors(400, 401, 429, 500, 503),
   },
 });
 
@@ -323,7 +326,7 @@ const channelsRoute = route({
       z.object({ now: z.number().int(), channels: z.array(ChannelListEntry) }).openapi("ChannelList"),
       "At most 50 channels, newest first.",
     ),
-    ...errors(400, 401, 500, 503),
+    ...errors(400, 401, 429, 500, 503),
   },
 });
 

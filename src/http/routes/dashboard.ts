@@ -43,7 +43,7 @@ const overviewRoute = route({
         .openapi("Overview"),
       `At most ${OVERVIEW_MAX_CHANNELS} channels, the most recently seen first.`,
     ),
-    ...errors(400, 401, 500, 503),
+    ...errors(400, 401, 429, 500, 503),
   },
 });
 

@@ -32,6 +32,7 @@ export function manifest(config: Config) {
       subscribe: limitToJson(config.subscribe),
       token_issue: limitToJson(config.tokenIssue),
       read: limitToJson(config.read),
+      admin_auth: limitToJson(config.adminAuth),
       ...(publish.length ? { per_channel_publish: publish } : {}),
       ...(subscribe.length ? { per_channel_subscribe: subscribe } : {}),
     },
@@ -74,6 +75,7 @@ const Manifest = z
       subscribe: LimitSchema,
       token_issue: LimitSchema,
       read: LimitSchema,
+      admin_auth: LimitSchema.openapi({ description: "Failed admin authentications per client IP." }),
       per_channel_publish: PerChannelLimits.optional(),
       per_channel_subscribe: PerChannelLimits.optional(),
     }),
@@ -108,7 +110,7 @@ const metricsRoute = route({
       description: "Prometheus text format (docs/api.md, Operator routes, lists the series).",
       content: { "text/plain": { schema: z.string() } },
     },
-    ...errors(401, 500, 503),
+    ...errors(401, 429, 500, 503),
   },
 });
 
@@ -179,7 +181,7 @@ const statsRoute = route({
   request: { params: ChannelPath },
   responses: {
     200: json(ChannelStatsSchema, "The channel's view and its object's counts."),
-    ...errors(400, 401, 500, 503),
+    ...errors(400, 401, 429, 500, 503),
   },
 });
 

@@ -12,7 +12,7 @@ import { thinningFor } from "../../platform/config";
 import { publishBudget } from "../../rate-limit/budgets";
 import type { AppEnv } from "../app-env";
 import { parseJsonText, readBody } from "../body";
-import { invalidArgument, orUnavailable } from "../errors";
+import { invalidArgument, orUnavailable, permissionDenied } from "../errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
 import { channelParam } from "../params";
 
@@ -46,7 +46,7 @@ const publishRoute = route({
   path: "/{channel}",
   summary: "Publish a message",
   description:
-    "Checked in order: channel (400), token (401/403), Idempotency-Key (400), body (413, 400); nothing is " +
+    "Checked in order: channel (400; 403 for the analytics channel, which only Floodgate writes), token (401/403), Idempotency-Key (400), body (413, 400); nothing is " +
     "charged before these pass. Then the publish budget (429), the before-publish throttle (202, do not " +
     "retry it) and delivery (200). A repeat of an Idempotency-Key within 10 minutes answers the first result again.",
   security: ACCESS_TOKEN,
@@ -72,6 +72,10 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const svc = c.get("svc");
   const { config } = svc;
   const channel = channelParam(c.req.param("channel"));
+  // The record of dropped messages holds only what Floodgate copied there: no token may add to it.
+  if (channel.name === config.analyticsChannel.name) {
+    throw permissionDenied("the analytics channel is written by Floodgate only: its messages are copies of drops");
+  }
   const token = await authorise(c.env, bearer(c.req.raw), "publish", channel);
   const idemKey = idempotencyKey(c.req.header("idempotency-key"));
   // Parsed only to validate it: from here on the message is its text (a copy never keeps both).

@@ -7,6 +7,7 @@ import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
 import { adminAuth, tokenSecret } from "../../auth/authorise";
+import { whyNeverMatches } from "../../auth/grantable";
 import {
   MAX_TOKEN_LENGTH,
   SCOPES,
@@ -76,18 +77,23 @@ export const MintBody = bodyObject(
     channels: z
       .array(
         z.string({ error: "channels must be strings" }).superRefine((p, ctx) => {
+          let problem: string | null;
           try {
-            parsePattern(p);
+            problem = whyNeverMatches(parsePattern(p));
           } catch (e) {
             if (!(e instanceof GrammarError)) throw e;
-            ctx.addIssue(custom(`channels: ${p}: ${e.message}`, p));
+            problem = e.message;
           }
+          if (problem) ctx.addIssue(custom(`channels: ${p}: ${problem}`, p));
         }),
         { error: CHANNEL_LIST },
       )
       .min(1, { error: CHANNEL_LIST })
       .max(32, { error: CHANNEL_LIST })
-      .openapi({ description: "Channel patterns (docs/api.md, Channels).", example: ["public:live.reactions"] }),
+      .openapi({
+        description: "Channel patterns (docs/api.md, Channels); one that no channel name can match is refused.",
+        example: ["public:live.reactions"],
+      }),
     scopes: z
       .array(z.enum(SCOPES, { error: SCOPE_LIST }), { error: SCOPE_LIST })
       .optional()
