@@ -94,9 +94,16 @@ describe("retention", () => {
     await runInDurableObject(r.stub, (_o, state) => {
       state.storage.sql.exec("UPDATE messages SET dropped_at = dropped_at - ? WHERE seq <= 2500", 8 * DAY);
     });
-    // Never on the publish path: appending more expires nothing.
-    await append(r.stub, r.name, [copyOf(2600, "public:src.a", now)]);
-    expect(await recordStats(r)).toMatchObject({ copies_total: 2601, copies_kept: 2601, copies_expired_total: 0 });
+    // Never on the publish path: appending more expires nothing. The append sets the alarm for the
+    // oldest copy's expiry, now past, so the runtime would run it whenever it gets to it; it is moved
+    // on in the same call, so it runs when this test says (runDurableObjectAlarm), not in a race.
+    const counts = await runInDurableObject(r.stub, async (instance, state) => {
+      instance.appendCopies(r.name, [copyOf(2600, "public:src.a", now)], Date.now());
+      const c = instance.recordCounts();
+      await state.storage.setAlarm(Date.now() + 3_600_000);
+      return c;
+    });
+    expect(counts).toMatchObject({ copies_total: 2601, copies_kept: 2601, copies_expired_total: 0 });
 
     expect(await runDurableObjectAlarm(r.stub)).toBe(true);
     const { frames } = await pageAll(r);
