@@ -1,6 +1,6 @@
 /**
  * The sampler's control law and its guarantees, proved on a seeded simulation with one period of
- * actuation lag (functions/loop-simulation.ts), and the naive ratio law shown failing the same checks.
+ * actuation lag (test/loop-simulation.ts), and the naive ratio law shown failing the same checks.
  */
 import { describe, expect, it } from "vitest";
 import {
@@ -12,7 +12,7 @@ import {
   summariseTiming,
   timingScenarios,
   traces,
-} from "../functions/loop-simulation";
+} from "./loop-simulation";
 import {
   allowedMessageRate,
   feedForwardRate,
