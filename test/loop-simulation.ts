@@ -9,7 +9,13 @@
  * the period's counts and computes a new rate; with `lagPeriods` = L it is in force from period
  * k + 1 + L (L = 1 models a KV write that reaches the throttle a period late).
  */
-import { isMeaningfulChange, nextDropRate, type PeriodCounts, roundRate, type SamplerTarget } from "../functions/sampler";
+import {
+  isMeaningfulChange,
+  nextDropRate,
+  type PeriodCounts,
+  roundRate,
+  type SamplerTarget,
+} from "../functions/sampler";
 import { Thinning } from "../functions/thinning";
 
 export type Law = (counts: PeriodCounts, currentRate: number, target: SamplerTarget) => number;

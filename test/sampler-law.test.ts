@@ -4,16 +4,6 @@
  */
 import { describe, expect, it } from "vitest";
 import {
-  type Law,
-  PRODUCTION_TIMING,
-  simulate,
-  simulateTiming,
-  summarise,
-  summariseTiming,
-  timingScenarios,
-  traces,
-} from "./loop-simulation";
-import {
   allowedMessageRate,
   feedForwardRate,
   isMeaningfulChange,
@@ -23,6 +13,16 @@ import {
   type SamplerTarget,
 } from "../functions/sampler";
 import { Thinning } from "../functions/thinning";
+import {
+  type Law,
+  PRODUCTION_TIMING,
+  simulate,
+  simulateTiming,
+  summarise,
+  summariseTiming,
+  timingScenarios,
+  traces,
+} from "./loop-simulation";
 import { seededRandom } from "./seeded-random";
 
 const T = 20; // messages per second
