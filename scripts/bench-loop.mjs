@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm run bench:loop`: the sampler's control law against the naive ratio law, on the same seeded
-// simulation the tests use (functions/loop-simulation.ts): synthetic traces, one period of actuation
+// simulation the tests use (test/loop-simulation.ts): synthetic traces, one period of actuation
 // lag, random drops or deterministic thinning. Prints one table per trace, then the production-timing
 // table: today's Cron-only loop against the two-tier loop (Cron sweep + the channel's fast loop).
 // Options: --target N (msg/s, default 20), --period N (seconds, default 60), --lag N (periods, default 1),
@@ -21,7 +21,7 @@ const {
 });
 
 // The pack's own modules, bundled on the fly so the benchmark runs exactly the shipped law.
-const m = await importSource(`export * from "./functions/loop-simulation"; export * from "./functions/sampler";
+const m = await importSource(`export * from "./test/loop-simulation"; export * from "./functions/sampler";
 export { seededRandom } from "./test/seeded-random";`);
 
 const laws = [
@@ -63,7 +63,7 @@ for (const [name, { trace, stepAt }] of Object.entries(m.traces(TARGET))) {
   console.log("");
 }
 
-// Production timing (functions/loop-simulation.ts, simulateTiming): the Cron sweep every 60 s, KV
+// Production timing (test/loop-simulation.ts, simulateTiming): the Cron sweep every 60 s, KV
 // propagation 60 s, and in the two-tier loop the channel object's fast loop every 5 s, whose rate
 // reaches the isolates with their next answers (1 s here). Fluid model: timing only, no random draw.
 // Each row is over 12 phases of the surge against the periods: median, and worst in brackets.

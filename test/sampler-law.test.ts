@@ -1,18 +1,8 @@
 /**
  * The sampler's control law and its guarantees, proved on a seeded simulation with one period of
- * actuation lag (functions/loop-simulation.ts), and the naive ratio law shown failing the same checks.
+ * actuation lag (test/loop-simulation.ts), and the naive ratio law shown failing the same checks.
  */
 import { describe, expect, it } from "vitest";
-import {
-  type Law,
-  PRODUCTION_TIMING,
-  simulate,
-  simulateTiming,
-  summarise,
-  summariseTiming,
-  timingScenarios,
-  traces,
-} from "../functions/loop-simulation";
 import {
   allowedMessageRate,
   feedForwardRate,
@@ -23,6 +13,16 @@ import {
   type SamplerTarget,
 } from "../functions/sampler";
 import { Thinning } from "../functions/thinning";
+import {
+  type Law,
+  PRODUCTION_TIMING,
+  simulate,
+  simulateTiming,
+  summarise,
+  summariseTiming,
+  timingScenarios,
+  traces,
+} from "./loop-simulation";
 import { seededRandom } from "./seeded-random";
 
 const T = 20; // messages per second

@@ -1,6 +1,8 @@
 /**
  * One sampler run (docs/throttling.md): the Cron Trigger and `POST /v1/admin/sample` both call
- * {@link runSampler}. Platform glue around the pure law in functions/sampler.ts.
+ * {@link runSampler}. Platform glue: it reads, calls and writes; what a visit decides (which rate wins,
+ * whether KV is written, whether a channel fits the run or stays throttled) is the pure
+ * functions/sampler-visit.ts, on the law in functions/sampler.ts.
  *
  * 1. Ask the registry (ActiveChannels) which channels saw traffic since the last run or are still
  *    throttled — never a listing of every channel, and at most `SAMPLER_MAX_CHANNELS` of them,
@@ -9,15 +11,15 @@
  *    Durable Object, compute the new rate, write `throttleRate:<channel>` only when the rate it
  *    runs at changes meaningfully, and record the sample on the channel so stats and the admin API
  *    show it. A run never spends more than the platform's KV operations per invocation
- *    ({@link KV_OPERATIONS_PER_RUN}); a channel that would not fit waits for the next run
- *    (docs/operations.md, "Sampler limits per run").
+ *    (`KV_OPERATIONS_PER_RUN`, functions/sampler-visit.ts); a channel that would not fit waits for the
+ *    next run (docs/operations.md, "Sampler limits per run").
  *    A channel's own fast loop (src/throttle/channel-fast-loop.ts) decides with the same law every few seconds;
  *    when it has decided during the period, its rate is the one persisted, so the two never disagree.
  * 3. Tell the registry what was sampled (with each sample, for the dashboard's overview). A channel whose object or KV fails is reported with an
  *    error and keeps its mark for the next run; the others go on.
  */
 import { GLOBAL_RATE_KEY, parseStoredRate, rateKey } from "../../functions/before-publish";
-import { allowedMessageRate, isMeaningfulChange, nextDropRate, offeredRate, roundRate } from "../../functions/sampler";
+import { decideVisit, globalRunningRate, KvBudget, type SkipReason, visitTarget } from "../../functions/sampler-visit";
 import { type ChannelName, parseChannelName } from "../channel/names";
 import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson } from "../platform/config";
 import { countedChannelStub } from "../platform/services";
@@ -51,7 +53,7 @@ export interface ChannelSample {
 
 export interface SkippedChannel {
   channel: string;
-  skipped: "no target" | "analytics channel";
+  skipped: SkipReason;
 }
 
 export interface FailedChannel {
@@ -69,10 +71,6 @@ export interface SamplerReport {
 
 /** How many channels are visited at once. */
 const CONCURRENCY = 8;
-/** Workers KV operations one invocation may make (docs/operations.md, "Sampler limits per run"). */
-export const KV_OPERATIONS_PER_RUN = 1000;
-/** KV operations one channel's visit may take: a read of its key and perhaps a write. */
-const KV_OPERATIONS_PER_CHANNEL = 2;
 
 /** This isolate's drop-rate cache: a rate the sampler writes takes effect here at once. */
 export interface RateCache {
@@ -92,26 +90,28 @@ export async function runSampler(
   const finished: { channel: string; generation: number; throttled: boolean; sample?: ChannelSample }[] = [];
   const queue = [...start.channels];
   let deferred = start.deferred;
+  const kv = new KvBudget();
   // The rate a channel without its own key runs at: one read for the whole run.
-  let kvLeft = KV_OPERATIONS_PER_RUN - 1;
   const globalText = await env.THROTTLE_KV.get(GLOBAL_RATE_KEY);
-  const globalRate = (globalText === null ? null : parseStoredRate(globalText)) ?? config.throttleFallbackRate;
+  const globalRate = globalRunningRate(
+    globalText === null ? null : parseStoredRate(globalText),
+    config.throttleFallbackRate,
+  );
 
   async function worker(): Promise<void> {
     for (let next = queue.shift(); next; next = queue.shift()) {
       const { channel, generation } = next;
-      if (kvLeft < KV_OPERATIONS_PER_CHANNEL) {
+      if (!kv.reserveVisit()) {
         deferred++; // keeps its mark: the next run visits it
         continue;
       }
-      kvLeft -= KV_OPERATIONS_PER_CHANNEL;
       try {
-        const outcome = await sampleChannel(env, config, channel, now, runtimeTargets[channel], globalRate);
-        kvLeft += KV_OPERATIONS_PER_CHANNEL - kvOperations(outcome);
-        if ("written" in outcome && outcome.written) cache?.invalidate(channel);
-        results.push(outcome);
-        const sample = "new_rate" in outcome ? outcome : undefined;
-        finished.push({ channel, generation, throttled: (sample?.new_rate ?? 0) > 0, sample });
+        const visit = await sampleChannel(env, config, channel, now, runtimeTargets[channel], globalRate);
+        kv.settle(visit.outcome);
+        if ("written" in visit.outcome && visit.outcome.written) cache?.invalidate(channel);
+        results.push(visit.outcome);
+        const sample = "new_rate" in visit.outcome ? visit.outcome : undefined;
+        finished.push({ channel, generation, throttled: visit.throttled, sample });
       } catch (e) {
         // One failing channel never stops the run; its mark stays, so the next run tries again.
         console.error(`floodgate sampler: ${channel} failed`, e instanceof Error ? e.message : e);
@@ -125,11 +125,7 @@ export async function runSampler(
   return { ran_at: now, previous_run_at: start.previousRunAt, channels: results, deferred };
 }
 
-/** KV operations a visit made: none when skipped, a read, and a write when it wrote. */
-function kvOperations(outcome: ChannelSample | SkippedChannel): number {
-  return "written" in outcome ? (outcome.written ? 2 : 1) : 0;
-}
-
+/** One visit: reads the channel's counts and key, and writes what functions/sampler-visit.ts decides. */
 async function sampleChannel(
   env: Env,
   config: Config,
@@ -137,10 +133,14 @@ async function sampleChannel(
   now: number,
   runtimeTarget: unknown,
   globalRate: number,
-): Promise<ChannelSample | SkippedChannel> {
-  if (channel === config.analyticsChannel.name) return { channel, skipped: "analytics channel" };
-  const target = effectiveTarget(config, parseChannelName(channel), runtimeTarget);
-  if (!target) return { channel, skipped: "no target" };
+): Promise<{ outcome: ChannelSample | SkippedChannel; throttled: boolean }> {
+  const isAnalytics = channel === config.analyticsChannel.name;
+  const plan = visitTarget(
+    isAnalytics,
+    isAnalytics ? null : effectiveTarget(config, parseChannelName(channel), runtimeTarget),
+  );
+  if ("skipped" in plan) return { outcome: { channel, skipped: plan.skipped }, throttled: false };
+  const { target } = plan;
   const stub = countedChannelStub(env, channel);
   const [taken, storedText] = await Promise.all([
     stub.takePeriod(now, targetJson(target)),
@@ -148,18 +148,8 @@ async function sampleChannel(
   ]);
   const stored = storedText === null ? null : parseStoredRate(storedText);
   const period = taken.counts;
-  // Without its own key the channel runs at the global rate (or the fallback).
-  const current = stored ?? globalRate;
-  // The fast loop's rate when it decided during this period (finer and fresher, same law); else the
-  // law on this period's counts — a channel whose fast loop did not run, idle ones included.
-  const fast = taken.fastRate !== null && (taken.fastDecidedAt ?? 0) > taken.startedAt;
-  const next = fast ? roundRate(taken.fastRate ?? 0) : roundRate(nextDropRate(period, current, target));
-  // Only a meaningful change of the rate the channel runs at is written (KV: one write per second per
-  // key, each write billed, a run's operations capped). A new channel under its target that already
-  // runs at 0 gets no key; one that the global rate would throttle gets its own 0, so the global rate
-  // never throttles a channel under its target.
-  const written = stored === null ? next !== globalRate : isMeaningfulChange(stored, next);
-  if (written) await env.THROTTLE_KV.put(rateKey(channel), String(next));
+  const decision = decideVisit({ target, period: taken, storedRate: stored, globalRate });
+  if (decision.write) await env.THROTTLE_KV.put(rateKey(channel), String(decision.newRate));
   const sample: ChannelSample = {
     channel,
     sampled_at: now,
@@ -169,20 +159,15 @@ async function sampleChannel(
     dropped: period.dropped,
     elapsed_ms: period.elapsedMs,
     occupancy: period.occupancy,
-    offered_rate: round3(offeredRate(period)),
-    // Unlimited (a delivery budget with nobody subscribed) shows as null.
-    allowed_rate: round3(allowedMessageRate(target, period.occupancy)),
+    offered_rate: decision.offeredRate,
+    allowed_rate: decision.allowedRate,
     old_rate: stored,
-    new_rate: written ? next : current,
-    written,
-    decided_by: fast ? "fast loop" : "sweep",
+    new_rate: decision.newRate,
+    written: decision.write,
+    decided_by: decision.decidedBy,
   };
   await stub.recordSample(sample);
-  return sample;
-}
-
-function round3(n: number | null): number | null {
-  return n === null || !Number.isFinite(n) ? null : Math.round(n * 1000) / 1000;
+  return { outcome: sample, throttled: decision.throttled };
 }
 
 /**

@@ -1,15 +1,22 @@
 /**
  * A deterministic simulation of the throttle loop: synthetic traffic, the drop decision per message
  * (random or thinning, seeded), the sampler's law once per period, and actuation lag between the two.
- * Used by test/sampler-law.test.ts to assert the law's guarantees and by `npm run bench:loop`.
+ * Used by test/sampler-law.test.ts to assert the law's guarantees and by `npm run bench:loop`; a test
+ * and benchmark harness around the shipped law (functions/sampler.ts), not part of the pack.
  *
  * Model: period k lasts `periodS` seconds and offers `round(A_k · periodS)` messages, where A_k comes
  * from the trace. Each message is dropped with the rate in force. At the end of period k the law sees
  * the period's counts and computes a new rate; with `lagPeriods` = L it is in force from period
  * k + 1 + L (L = 1 models a KV write that reaches the throttle a period late).
  */
-import { isMeaningfulChange, nextDropRate, type PeriodCounts, roundRate, type SamplerTarget } from "./sampler";
-import { Thinning } from "./thinning";
+import {
+  isMeaningfulChange,
+  nextDropRate,
+  type PeriodCounts,
+  roundRate,
+  type SamplerTarget,
+} from "../functions/sampler";
+import { Thinning } from "../functions/thinning";
 
 export type Law = (counts: PeriodCounts, currentRate: number, target: SamplerTarget) => number;
 
