@@ -5,6 +5,7 @@
 import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { limiterShardStub } from "../src/platform/stubs";
 import type { BatchChargeResult } from "../src/rate-limit/bucket-charge";
 import { LIMITER_SHARDS, shardOf, shardStub } from "../src/rate-limit/limiter-shard";
 import type { Limit } from "../src/rate-limit/limits";
@@ -137,6 +138,31 @@ describe("limiter shards", () => {
     expect(await runDurableObjectAlarm(s)).toBe(true);
     expect(await s.peek(full)).toBeNull();
     expect((await s.peek(drained))?.tokens).toBeLessThan(0.01);
+  });
+
+  it("a charge sets the alarm for the earliest full bucket, never later, and the alarm sets itself again for the rest", async () => {
+    // A shard object of its own, so no other test's buckets move its alarm.
+    const s = limiterShardStub(env, `shard:test.${uniq()}`);
+    const fullAtOf = (key: string) =>
+      runInDurableObject(
+        s,
+        (_i, state) =>
+          state.storage.sql.exec<{ at: number }>("SELECT full_at AS at FROM bucket WHERE key = ?", key).one().at,
+      );
+    const alarm = () => runInDurableObject(s, (_i, state) => state.storage.getAlarm());
+    await s.decide([{ key: "soon", limit: { rate: 10, perMs: 60_000, burst: 10 }, count: 10 }]); // full in a minute
+    const soon = await fullAtOf("soon");
+    expect(await alarm()).toBe(soon);
+    await s.decide([{ key: "later", limit: hourly(10), count: 10 }]); // full in an hour: the alarm stays
+    expect(await alarm()).toBe(soon);
+    // "soon" is full and due; the alarm deletes it and is set again, for "later".
+    await runInDurableObject(s, (_i, state) => {
+      state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - 60000, full_at = 0 WHERE key = 'soon'");
+    });
+    await evictDurableObject(s);
+    expect(await runDurableObjectAlarm(s)).toBe(true);
+    expect(await s.peek("soon")).toBeNull();
+    expect(await alarm()).toBe(await fullAtOf("later"));
   });
 });
 
