@@ -11,7 +11,6 @@ export { ChannelObject } from "./channel/channel-object";
 export { Relay } from "./delivery/relay";
 export { MetricsStore } from "./platform/metrics";
 export { LimiterShard } from "./rate-limit/limiter-shard";
-export { RateLimiter } from "./rate-limit/rate-limiter";
 export { ActiveChannels } from "./throttle/active-channels";
 
 export default {

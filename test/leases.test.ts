@@ -6,7 +6,14 @@ import { evictDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { limiterShardStub } from "../src/platform/stubs";
-import { LEASE_SPEND_MS, LEASE_TTL_MS, SPARE_LEASE_MAX, SPARE_LEASE_SPEND_MS } from "../src/rate-limit/bucket-charge";
+import {
+  type BatchChargeResult,
+  LEASE_SPEND_MS,
+  LEASE_TTL_MS,
+  type LeaseRequest,
+  SPARE_LEASE_MAX,
+  SPARE_LEASE_SPEND_MS,
+} from "../src/rate-limit/bucket-charge";
 import { LEASE_MIN_DEMAND } from "../src/rate-limit/isolate-leases";
 import { type BucketBackend, LimiterGate } from "../src/rate-limit/limiter-gate";
 import { shardName, shardStub } from "../src/rate-limit/limiter-shard";
@@ -15,81 +22,88 @@ import { fullBucket, take } from "../src/rate-limit/token-bucket";
 import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, perKey, uniq } from "./helpers";
 import { seededRandom } from "./seeded-random";
 
-const stub = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key));
+/** `key`'s bucket in its shard, charged alone: `count` requests at `now`, asking for `lease`. */
+const bucket = (key: string) => ({
+  charge: async (limit: Limit, count: number, now: number, lease?: LeaseRequest) =>
+    (
+      await shardStub(env, key).decide([{ key, limit, count, ...(lease ? { lease } : {}) }], now)
+    )[0] as BatchChargeResult,
+  peek: () => shardStub(env, key).peek(key),
+});
 const hourly = (n: number): Limit => ({ rate: n, perMs: 3_600_000, burst: n }); // no refill in a test
 
-describe("RateLimiter leases", () => {
+describe("leases of a key's bucket", () => {
   it("are granted only when the whole batch is, at most half of what is left, and taken from the bucket", async () => {
-    const s = stub(`publish:${uniq()}`);
+    const s = bucket(`publish:${uniq()}`);
     const l = hourly(100);
-    const first = await s.chargeMany(l, 10, 0, { want: 80, settle: [] });
+    const first = await s.charge(l, 10, 0, { want: 80, settle: [] });
     expect(first).toMatchObject({ granted: 10, remaining: 45, lease: { tokens: 45 } });
     expect((await s.peek())?.tokens).toBeCloseTo(45, 6);
     // 50 asked, 45 left: 45 granted, no lease for a batch that was not granted in full.
-    const second = await s.chargeMany(l, 50, 0, { want: 80, settle: [] });
+    const second = await s.charge(l, 50, 0, { want: 80, settle: [] });
     expect(second.granted).toBe(45);
     expect(second.lease).toBeUndefined();
     // Without `want` nothing is leased.
-    const s2 = stub(`publish:${uniq()}`);
-    expect((await s2.chargeMany(l, 1, 0)).lease).toBeUndefined();
+    const s2 = bucket(`publish:${uniq()}`);
+    expect((await s2.charge(l, 1, 0)).lease).toBeUndefined();
   });
 
   it("leased tokens count as in the bucket until settled; unused ones come back once", async () => {
-    const s = stub(`publish:${uniq()}`);
+    const s = bucket(`publish:${uniq()}`);
     const l: Limit = { rate: 10, perMs: 1000, burst: 10 }; // 10/s
-    const { lease } = await s.chargeMany(l, 2, 0, { want: 8, settle: [] });
+    const { lease } = await s.charge(l, 2, 0, { want: 8, settle: [] });
     expect(lease?.tokens).toBe(4); // half of the 8 left
     // 1 s later the bucket alone would be full again; with 4 on lease it refills to 6 only.
-    const held = await s.chargeMany(l, 0, 1000, { want: 0, settle: [] });
+    const held = await s.charge(l, 0, 1000, { want: 0, settle: [] });
     expect(held.remaining).toBe(6);
     // The isolate used 1 of the 4: the 3 unused come back (to 9), and settling again changes nothing.
     const id = lease?.id ?? "";
-    expect((await s.chargeMany(l, 0, 1000, { want: 0, settle: [{ id, unused: 3 }] })).remaining).toBe(9);
-    expect((await s.chargeMany(l, 0, 1000, { want: 0, settle: [{ id, unused: 3 }] })).remaining).toBe(9);
+    expect((await s.charge(l, 0, 1000, { want: 0, settle: [{ id, unused: 3 }] })).remaining).toBe(9);
+    expect((await s.charge(l, 0, 1000, { want: 0, settle: [{ id, unused: 3 }] })).remaining).toBe(9);
     // A settle never returns more than the lease held.
-    const again = await s.chargeMany(l, 0, 1000, { want: 8, settle: [] });
+    const again = await s.charge(l, 0, 1000, { want: 8, settle: [] });
     const other = again.lease?.id ?? "";
-    const after = await s.chargeMany(l, 0, 1000, { want: 0, settle: [{ id: other, unused: 1000 }] });
+    const after = await s.charge(l, 0, 1000, { want: 0, settle: [{ id: other, unused: 1000 }] });
     expect(after.remaining).toBe(9);
   });
 
-  it("an evicted object still counts its open leases (a new instance reads them back)", async () => {
+  it("an evicted shard still counts a key's open leases (a new instance reads them back)", async () => {
     const key = `publish:${uniq()}`;
     const l: Limit = { rate: 10, perMs: 1000, burst: 10 };
-    const { lease } = await stub(key).chargeMany(l, 2, 0, { want: 8, settle: [] });
+    const { lease } = await bucket(key).charge(l, 2, 0, { want: 8, settle: [] });
     expect(lease?.tokens).toBe(4);
-    await evictDurableObject(stub(key));
+    await evictDurableObject(shardStub(env, key));
     // As before eviction: 1 s later the bucket refills to 6, not 10, while 4 are on lease.
-    expect((await stub(key).chargeMany(l, 0, 1000, { want: 0, settle: [] })).remaining).toBe(6);
+    expect((await bucket(key).charge(l, 0, 1000, { want: 0, settle: [] })).remaining).toBe(6);
     expect(
-      (await stub(key).chargeMany(l, 0, 1000, { want: 0, settle: [{ id: lease?.id ?? "", unused: 4 }] })).remaining,
+      (await bucket(key).charge(l, 0, 1000, { want: 0, settle: [{ id: lease?.id ?? "", unused: 4 }] })).remaining,
     ).toBe(10);
   });
 
   it("a lease nobody settles ends after LEASE_TTL_MS, its tokens counted as spent", async () => {
-    const s = stub(`publish:${uniq()}`);
+    const s = bucket(`publish:${uniq()}`);
     const l = hourly(100);
-    const { lease } = await s.chargeMany(l, 0, 0, { want: 30, settle: [] });
+    const { lease } = await s.charge(l, 0, 0, { want: 30, settle: [] });
     expect(lease?.tokens).toBe(30);
-    const later = await s.chargeMany(l, 0, LEASE_TTL_MS, { want: 0, settle: [{ id: lease?.id ?? "", unused: 30 }] });
+    const later = await s.charge(l, 0, LEASE_TTL_MS, { want: 0, settle: [{ id: lease?.id ?? "", unused: 30 }] });
     expect(later.remaining).toBe(70); // too late to settle: the 30 are gone
   });
 
   it("when every token is on lease, a denial's Retry-After waits for the first lease to end", async () => {
-    const s = stub(`publish:${uniq()}`);
+    const s = bucket(`publish:${uniq()}`);
     const l: Limit = { rate: 1, perMs: 1000, burst: 2 };
-    const { lease } = await s.chargeMany(l, 0, 0, { want: 1, settle: [] }); // 1 of 2
+    const { lease } = await s.charge(l, 0, 0, { want: 1, settle: [] }); // 1 of 2
     expect(lease?.tokens).toBe(1);
-    await s.chargeMany(l, 1, 0); // the other one
-    const denied = await s.chargeMany(l, 1, 100);
+    await s.charge(l, 1, 0); // the other one
+    const denied = await s.charge(l, 1, 100);
     expect(denied.granted).toBe(0);
     // Without the lease the next token would be back at 1,000 ms; with it the bucket caps at 1 token
     // and refills that one in time, so the wait is the refill, not the lease.
     expect(denied.retryAfterMs).toBe(900);
-    const all = stub(`publish:${uniq()}`);
+    const all = bucket(`publish:${uniq()}`);
     const tight: Limit = { rate: 1, perMs: 1000, burst: 1 };
-    await all.chargeMany(tight, 0, 0, { want: 1, settle: [] }); // nothing: half of 1 is 0
-    expect((await all.chargeMany(tight, 0, 0, { want: 1, settle: [] })).lease).toBeUndefined();
+    await all.charge(tight, 0, 0, { want: 1, settle: [] }); // nothing: half of 1 is 0
+    expect((await all.charge(tight, 0, 0, { want: 1, settle: [] })).lease).toBeUndefined();
   });
 
   it("many isolates spending leases never admit more than burst + rate × interval, in any interval", async () => {
@@ -206,7 +220,7 @@ describe("spare leases at low demand", () => {
     const peekOf = (key: string) => shardStub(env, key).peek(key);
     const lease = async (key: string, count: number, request?: typeof spare) => {
       const [r] = await shardStub(env, key).decide([{ key, limit: l, count, ...(request ? { lease: request } : {}) }]);
-      return r && !("error" in r) ? r : null;
+      return r ?? null;
     };
     const [a, b, c, d] = keysInOneShard(4);
     // 19 left after the charge: the 9 above the floor of 10 go on lease, 10 stay in the bucket.
@@ -226,7 +240,7 @@ describe("spare leases at low demand", () => {
     const [r] = await shardStub(env, big as string).decide([
       { key: big as string, limit: hourly(1000), count: 1, lease: spare },
     ]);
-    expect(r && !("error" in r) ? r.lease : null).toMatchObject({
+    expect(r?.lease ?? null).toMatchObject({
       tokens: SPARE_LEASE_MAX,
       spendMs: SPARE_LEASE_SPEND_MS,
     });

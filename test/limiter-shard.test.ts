@@ -1,19 +1,21 @@
 /**
- * Limiter shards: many keys' buckets in one object, decided strictly per key in batches, durable
- * across eviction, deleted per key when full, and the hand-over of buckets from the previous
- * release's per-key objects (RateLimiter) during and after a deploy.
+ * Limiter shards: many keys' buckets in one object, decided strictly per key in batches, refilled
+ * continuously, rescaled on a limit change, durable across eviction, deleted per key when full.
  */
 import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { type KeyResult, LIMITER_SHARDS, shardOf, shardStub } from "../src/rate-limit/limiter-shard";
+import { limiterShardStub } from "../src/platform/stubs";
+import type { BatchChargeResult } from "../src/rate-limit/bucket-charge";
+import { LIMITER_SHARDS, shardOf, shardStub } from "../src/rate-limit/limiter-shard";
 import type { Limit } from "../src/rate-limit/limits";
-import { EMPTY_HAND_OVER_MS, RateLimiter } from "../src/rate-limit/rate-limiter";
-import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, uniq, withFailing } from "./helpers";
+import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, uniq } from "./helpers";
 
 const hourly = (n: number): Limit => ({ rate: n, perMs: 3_600_000, burst: n }); // no refill in a test
-const legacy = (key: string) => env.RATE_LIMITER.get(env.RATE_LIMITER.idFromName(key));
-const granted = (r: KeyResult | undefined) => (r && !("error" in r) ? r.granted : -1);
+const granted = (r: BatchChargeResult | undefined) => r?.granted ?? -1;
+/** One key's charge of `count` through its shard, alone in its call. */
+const charge = async (key: string, limit: Limit, count = 1, now?: number) =>
+  (await shardStub(env, key).decide([{ key, limit, count }], now))[0] as BatchChargeResult;
 
 describe("limiter shards", () => {
   it("spread keys over every shard", () => {
@@ -59,6 +61,55 @@ describe("limiter shards", () => {
     expect(after?.tokens).toBeLessThan(0.01);
   });
 
+  it("200 concurrent single charges of one key of burst 50 admit exactly 50, the rest told when to retry", async () => {
+    const key = `publish:${uniq()}`;
+    const results = await Promise.all(Array.from({ length: 200 }, () => charge(key, hourly(50))));
+    expect(results.filter((r) => r.granted === 1)).toHaveLength(50);
+    const denied = results.filter((r) => r.granted === 0);
+    expect(denied).toHaveLength(150);
+    expect(denied.every((r) => r.remaining === 0 && r.retryAfterMs > 0)).toBe(true);
+  });
+
+  it("concurrent batches of one key grant exactly its burst in total, none more than it asked", async () => {
+    const key = `publish:${uniq()}`;
+    const counts = Array.from({ length: 20 }, (_, i) => 1 + (i % 7));
+    const results = await Promise.all(counts.map((n) => charge(key, hourly(50), n)));
+    expect(results.reduce((sum, r) => sum + r.granted, 0)).toBe(50);
+    results.forEach((r, i) => {
+      expect(r.granted).toBeLessThanOrEqual(counts[i] as number);
+    });
+    expect((await charge(key, hourly(50))).granted).toBe(0);
+  });
+
+  it("refill is continuous: half a period later, half the tokens are back, and the stored row agrees", async () => {
+    const key = `publish:${uniq()}`;
+    const limit: Limit = { rate: 10, perMs: 60_000, burst: 10 };
+    const t0 = 1_000_000;
+    expect((await charge(key, limit, 10, t0)).granted).toBe(10);
+    // The shard's clock is a parameter: half a period later without sleeping.
+    const results = [];
+    for (let i = 0; i < 8; i++) results.push((await charge(key, limit, 1, t0 + 30_000)).granted);
+    expect(results.filter((g) => g === 1)).toHaveLength(5);
+    // The row on disk, not the copy in memory the shard decided from.
+    await runInDurableObject(shardStub(env, key), (_i, state) => {
+      const row = state.storage.sql.exec<{ tokens: number }>("SELECT tokens FROM bucket WHERE key = ?", key).one();
+      expect(row.tokens).toBeCloseTo(0, 6);
+    });
+  });
+
+  it("a changed limit rescales a key's bucket instead of resetting it to full", async () => {
+    const small = hourly(10);
+    const bigger = hourly(100);
+    const empty = `publish:${uniq()}`;
+    expect((await charge(empty, small, 10)).granted).toBe(10);
+    expect((await charge(empty, bigger)).granted).toBe(0);
+    // Half full at 10 is half full at 100: 50 of 80 concurrent charges.
+    const half = `publish:${uniq()}`;
+    expect((await charge(half, small, 5)).granted).toBe(5);
+    const results = await Promise.all(Array.from({ length: 80 }, () => charge(half, bigger)));
+    expect(results.filter((r) => r.granted === 1)).toHaveLength(50);
+  });
+
   it("eviction or an abort does not refill any key of a shard", async () => {
     const keys = keysInOneShard(3);
     const limit = hourly(4);
@@ -87,6 +138,31 @@ describe("limiter shards", () => {
     expect(await runDurableObjectAlarm(s)).toBe(true);
     expect(await s.peek(full)).toBeNull();
     expect((await s.peek(drained))?.tokens).toBeLessThan(0.01);
+  });
+
+  it("a charge sets the alarm for the earliest full bucket, never later, and the alarm sets itself again for the rest", async () => {
+    // A shard object of its own, so no other test's buckets move its alarm.
+    const s = limiterShardStub(env, `shard:test.${uniq()}`);
+    const fullAtOf = (key: string) =>
+      runInDurableObject(
+        s,
+        (_i, state) =>
+          state.storage.sql.exec<{ at: number }>("SELECT full_at AS at FROM bucket WHERE key = ?", key).one().at,
+      );
+    const alarm = () => runInDurableObject(s, (_i, state) => state.storage.getAlarm());
+    await s.decide([{ key: "soon", limit: { rate: 10, perMs: 60_000, burst: 10 }, count: 10 }]); // full in a minute
+    const soon = await fullAtOf("soon");
+    expect(await alarm()).toBe(soon);
+    await s.decide([{ key: "later", limit: hourly(10), count: 10 }]); // full in an hour: the alarm stays
+    expect(await alarm()).toBe(soon);
+    // "soon" is full and due; the alarm deletes it and is set again, for "later".
+    await runInDurableObject(s, (_i, state) => {
+      state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - 60000, full_at = 0 WHERE key = 'soon'");
+    });
+    await evictDurableObject(s);
+    expect(await runDurableObjectAlarm(s)).toBe(true);
+    expect(await s.peek("soon")).toBeNull();
+    expect(await alarm()).toBe(await fullAtOf("later"));
   });
 });
 
@@ -123,139 +199,5 @@ describe("a crowd over HTTP", () => {
     expect(services(e).gate.calls - callsBefore).toBeLessThan(tokens.length);
     const metrics = await (await callAndWait("/metrics", { headers: adminHeaders() }, e)).text();
     expect(metrics).toMatch(/floodgate_rate_limit_decisions_total\{bucket="publish",result="allowed"\} \d+/);
-  });
-});
-
-describe("moving in from per-key objects", () => {
-  it("a key's old bucket carries over: the shard continues it strictly, and the old object forwards from then on", async () => {
-    const key = `publish:${uniq()}`;
-    const limit = hourly(10);
-    // The previous release charged 7 of 10 through the key's own object.
-    expect((await legacy(key).chargeMany(limit, 7)).granted).toBe(7);
-    // The new path: 3 left, not a fresh 10.
-    const [first] = await shardStub(env, key).decide([{ key, limit, count: 10 }]);
-    expect(granted(first)).toBe(3);
-    // The old object kept nothing of its own; an isolate on the old code asking it gets the shard's answer.
-    expect(await legacy(key).peek()).toBeNull();
-    expect((await legacy(key).chargeMany(limit, 5)).granted).toBe(0);
-    expect((await shardStub(env, key).peek(key))?.tokens).toBeLessThan(0.01);
-  });
-
-  it("old and new paths charging at once, during and after the hand-over, never admit more than the old bucket held", async () => {
-    const key = `publish:${uniq()}`;
-    const limit = hourly(30);
-    expect((await legacy(key).chargeMany(limit, 10)).granted).toBe(10); // 20 left
-    const both = (n: number) =>
-      Promise.all(
-        Array.from({ length: n }, (_, i) =>
-          i % 2 === 0
-            ? shardStub(env, key)
-                .decide([{ key, limit, count: 2 }])
-                .then((r) => granted(r[0]))
-            : legacy(key)
-                .chargeMany(limit, 2)
-                .then((r) => r.granted),
-        ),
-      );
-    // While the hand-over is under way, then once it is done: 20 tokens in all, whichever path asks.
-    const during = await both(10);
-    const after = await both(20);
-    const all = [...during, ...after];
-    expect(all.every((g) => g >= 0)).toBe(true);
-    expect(all.reduce((a, b) => a + b, 0)).toBe(20);
-  });
-
-  it("open leases of the old bucket still count after the hand-over, and can be settled through either path", async () => {
-    const key = `publish:${uniq()}`;
-    const limit: Limit = { rate: 10, perMs: 1000, burst: 10 };
-    const now = Date.now();
-    const { lease } = await legacy(key).chargeMany(limit, 2, now, { want: 8, settle: [] });
-    expect(lease?.tokens).toBe(4); // half of the 8 left
-    // A second later the bucket alone would be full; with 4 on lease it holds 6, in the shard too.
-    const [held] = await shardStub(env, key).decide([{ key, limit, count: 0 }], now + 1000);
-    expect(held).toMatchObject({ remaining: 6 });
-    // The old isolate settles its lease through the old object: the 3 unused come back once.
-    const settle = [{ id: lease?.id ?? "", unused: 3 }];
-    expect((await legacy(key).chargeMany(limit, 0, now + 1000, { want: 0, settle })).remaining).toBe(9);
-    expect((await legacy(key).chargeMany(limit, 0, now + 1000, { want: 0, settle })).remaining).toBe(9);
-  });
-
-  it("a shard that lost a key's row takes the same old state again, never a fresh bucket", async () => {
-    const key = `publish:${uniq()}`;
-    const limit = hourly(10);
-    expect((await legacy(key).chargeMany(limit, 8)).granted).toBe(8);
-    const s = shardStub(env, key);
-    expect(granted((await s.decide([{ key, limit, count: 0 }]))[0])).toBe(0);
-    // As if the shard restarted between taking the state and storing it.
-    await runInDurableObject(s, (_i, state) => {
-      state.storage.sql.exec("DELETE FROM bucket WHERE key = ?", key);
-    });
-    await evictDurableObject(s);
-    expect(granted((await s.decide([{ key, limit, count: 5 }]))[0])).toBe(2);
-  });
-
-  it("an old object that cannot hand over fails its key closed, and only its key", async () => {
-    const [stuck, other] = keysInOneShard(2) as [string, string];
-    const limit = hourly(5);
-    const stuckId = env.RATE_LIMITER.idFromName(stuck).toString();
-    // Like an object still running the previous code, which has no handOver: only `stuck`'s.
-    const results = await withFailing(
-      RateLimiter,
-      "handOver",
-      "old code: no such method",
-      () =>
-        shardStub(env, stuck).decide([
-          { key: stuck, limit, count: 1 },
-          { key: other, limit, count: 1 },
-        ]),
-      (i) => (i.ctx as DurableObjectState).id.toString() === stuckId,
-    );
-    expect(results[0]).toMatchObject({ error: expect.any(String) });
-    expect(granted(results[1])).toBe(1);
-    // Nothing was decided for it: once the old object answers, its bucket is whole.
-    expect(granted((await shardStub(env, stuck).decide([{ key: stuck, limit, count: 9 }]))[0])).toBe(5);
-  });
-
-  it("an old object that had nothing to hand over forwards for an hour, not a whole window", async () => {
-    const key = `publish:${uniq()}`;
-    const limit = hourly(10);
-    const before = Date.now();
-    expect(granted((await shardStub(env, key).decide([{ key, limit, count: 1 }]))[0])).toBe(1);
-    const until = await runInDurableObject(
-      legacy(key),
-      (_i, state) => state.storage.sql.exec<{ until: number }>("SELECT until FROM handed_over").one().until,
-    );
-    expect(until).toBeGreaterThanOrEqual(before + EMPTY_HAND_OVER_MS);
-    expect(until).toBeLessThan(Date.now() + EMPTY_HAND_OVER_MS + 1000);
-    // Meanwhile an isolate on the previous code asking it gets the shard's answer: 9 left, not 10.
-    expect((await legacy(key).chargeMany(limit, 20)).granted).toBe(9);
-  });
-
-  it("a handed-over object keeps what it handed over until its shard stops asking, then deletes everything", async () => {
-    const key = `publish:${uniq()}`;
-    const limit = hourly(10);
-    await legacy(key).chargeMany(limit, 4);
-    await shardStub(env, key).decide([{ key, limit, count: 1 }]);
-    const tables = () =>
-      runInDurableObject(
-        legacy(key),
-        (_i, state) => state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM handed_over").one().n,
-      );
-    expect(await runDurableObjectAlarm(legacy(key))).toBe(true);
-    expect(await tables()).toBe(1);
-    await runInDurableObject(legacy(key), (_i, state) => {
-      state.storage.sql.exec("UPDATE handed_over SET until = 0");
-    });
-    await evictDurableObject(legacy(key));
-    expect(await runDurableObjectAlarm(legacy(key))).toBe(true);
-    const left = await runInDurableObject(legacy(key), (_i, state) =>
-      state.storage.sql
-        .exec(
-          "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite%'",
-        )
-        .toArray(),
-    );
-    expect(left).toEqual([]);
-    expect(await legacy(key).peek()).toBeNull();
   });
 });

@@ -60,11 +60,3 @@ export function relayStub(env: Env, relay: string) {
 export function limiterShardStub(env: Env, shard: string) {
   return env.LIMITER_SHARD.get(objectId(env.LIMITER_SHARD, shard));
 }
-
-/**
- * A bucket key's `RateLimiter` object: where its bucket lived before the shards; it hands its state
- * over to the key's shard once and forwards to it afterwards (src/rate-limit/limiter-shard.ts).
- */
-export function rateLimiterStub(env: Env, bucketKey: string) {
-  return env.RATE_LIMITER.get(objectId(env.RATE_LIMITER, bucketKey));
-}

@@ -1,7 +1,7 @@
 /**
  * One charge of one bucket, leases included: what a limiter object decides for a key, pure, with the
  * stored state, the open leases and the clock as arguments. The shard objects (src/rate-limit/limiter-shard.ts)
- * and the per-key objects they replace (src/rate-limit/rate-limiter.ts) store the result; this decides it.
+ * store the result; this decides it.
  *
  * Leases: a hot isolate may take a few extra tokens with a charge and spend them itself, without a
  * round trip per request (src/rate-limit/limiter-gate.ts). A leased token is taken from the bucket when it is

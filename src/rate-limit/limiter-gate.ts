@@ -19,12 +19,12 @@ import type { BatchChargeResult, LeaseRequest } from "./bucket-charge";
 import { DenyCache } from "./deny-cache";
 import { type BucketName, deniedError, rateLimitHeaders } from "./headers";
 import { IsolateLeases } from "./isolate-leases";
-import { type KeyCharge, type KeyResult, shardOf } from "./limiter-shard";
+import { type KeyCharge, shardOf } from "./limiter-shard";
 import type { Limit } from "./limits";
 
 /** What a shard answers for a batch of keys' charges, in order; backed by `LimiterShard.decide`. */
 export interface BucketBackend {
-  charge(shard: number, charges: KeyCharge[]): Promise<KeyResult[]>;
+  charge(shard: number, charges: KeyCharge[]): Promise<BatchChargeResult[]>;
 }
 
 /** Who answered: the bucket's object, this isolate's deny cache, or a lease this isolate holds. */
@@ -183,7 +183,7 @@ export class LimiterGate {
         settleOnly: true,
       });
     }
-    let results: (KeyResult | { error: unknown })[];
+    let results: (BatchChargeResult | { error: unknown })[];
     try {
       this.calls++;
       results = await this.backend.charge(Number(shard), request);

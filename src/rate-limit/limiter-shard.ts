@@ -4,34 +4,28 @@
  * for many different keys: a crowd of subjects costs about what one subject costs
  * (docs/operations.md, "Rate-limit shards").
  *
- * Strict as one object per key was: `decide` is synchronous from reading the first bucket to writing
+ * Strict per key: `decide` is synchronous from reading the first bucket to writing
  * the last (SQLite calls are synchronous in a Durable Object), so concurrent batches are decided one
  * after another, each key's requests in arrival order, each key's tokens only its own; every
  * charge is written before the answer leaves, so eviction or a restart never refills a bucket early.
  * The object is each of its buckets' only writer, so after a key's first read it decides from a copy
  * in memory, written through on every charge.
  *
- * Moving in: the buckets of the previous release lived in one RateLimiter object per key. Before a
- * shard first decides a key it has no row for, it takes that key's state from its old object
- * (`RateLimiter.handOver`), which from then on forwards every charge here instead of deciding it
- * (an isolate still on the previous code can never get tokens twice). Concurrent batches for that
- * key wait for the same hand-over; no key is decided before its state is in. A shard asks for a
- * key's old state while {@link legacyWindowMs} has not passed since the shard was created.
- *
  * Storage is bounded by activity: a bucket whose row says it is full again (refilled, leases ended)
  * is deleted by the alarm, per key; a full bucket is exactly what a missing row means.
  */
 import { DurableObject } from "cloudflare:workers";
-import { limiterShardStub, rateLimiterStub } from "../platform/stubs";
+import { AlarmScheduler } from "../platform/alarm-scheduler";
+import { limiterShardStub } from "../platform/stubs";
 import { type BatchChargeResult, chargeBucket, fullAt, type LeaseRequest, type StoredBucket } from "./bucket-charge";
 import type { Limit } from "./limits";
-import type { LegacyState } from "./rate-limiter";
 import { type BucketState, endLeases, isFull, type OpenLease } from "./token-bucket";
 
 /**
  * How many shard objects hold the buckets. A key's shard is fixed by this number, so changing it
- * moves keys between shards and needs a hand-over like the one from per-key objects: do not change it
- * without one. See docs/operations.md, "Rate-limit shards", for how it was chosen.
+ * moves keys between shards, and every moved key would start full in its new shard: once deployed, do
+ * not change it without moving the buckets too. See docs/operations.md, "Rate-limit shards", for how
+ * it was chosen.
  */
 export const LIMITER_SHARDS = 8;
 
@@ -62,16 +56,6 @@ const ALARM_BATCH = 500;
 /** Most buckets kept in memory; past it the copy is dropped and read again as needed. */
 const MAX_CACHED = 50_000;
 
-/**
- * How long after a shard is created it still asks keys' old per-key objects for their state: a day,
- * or the time `limit` takes to refill from empty if that is longer. By then every old object's
- * bucket is full again (the previous release's isolates are long gone), which is what no state means.
- */
-export function legacyWindowMs(limit: Limit): number {
-  const refill = limit.rate > 0 ? (limit.burst * limit.perMs) / limit.rate : 0;
-  return Math.max(24 * 3_600_000, Math.ceil(refill) + 3_600_000);
-}
-
 /** One key's charge in a batch: `count` requests of `key` under `limit`, in arrival order. */
 export interface KeyCharge {
   key: string;
@@ -84,9 +68,6 @@ export interface KeyCharge {
    */
   settleOnly?: boolean;
 }
-
-/** A key's answer: its decision, or `error` when its state could not be read (the caller fails closed). */
-export type KeyResult = BatchChargeResult | { error: string };
 
 interface Row {
   [key: string]: SqlStorageValue;
@@ -104,12 +85,8 @@ export class LimiterShard extends DurableObject<Env> {
   private readonly rows = new Map<string, Row | null>();
   /** Keys with open lease rows, and how many; a key not here skips the lease table. */
   private readonly openLeases = new Map<string, number>();
-  /** Hand-overs from old per-key objects in flight, so concurrent batches wait for the same one. */
-  private readonly pulls = new Map<string, Promise<void>>();
-  /** When this shard was created (its first charge), for {@link legacyWindowMs}. */
-  private born: number;
-  /** When the alarm is set for (null: none), as this instance set or read it. */
-  private alarmAt: number | null = null;
+  /** The one alarm, set for the earliest time a bucket is due to be full. */
+  private readonly alarms: AlarmScheduler;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -121,101 +98,20 @@ export class LimiterShard extends DurableObject<Env> {
     sql.exec(`CREATE TABLE IF NOT EXISTS lease (
       id TEXT PRIMARY KEY, key TEXT NOT NULL, tokens INTEGER NOT NULL, expires_at INTEGER NOT NULL)`);
     sql.exec("CREATE INDEX IF NOT EXISTS lease_key ON lease (key)");
-    sql.exec("CREATE TABLE IF NOT EXISTS meta (id INTEGER PRIMARY KEY CHECK (id = 1), born INTEGER NOT NULL)");
-    const meta = sql.exec<{ born: number }>("SELECT born FROM meta WHERE id = 1").toArray()[0];
-    this.born = meta?.born ?? Date.now();
-    if (!meta) sql.exec("INSERT INTO meta (id, born) VALUES (1, ?)", this.born);
     for (const r of sql.exec<{ key: string; n: number }>("SELECT key, COUNT(*) AS n FROM lease GROUP BY key")) {
       this.openLeases.set(r.key, r.n);
     }
-    ctx.blockConcurrencyWhile(async () => {
-      this.alarmAt = await ctx.storage.getAlarm();
-    });
+    this.alarms = new AlarmScheduler(ctx.storage, "the limiter shard's alarm");
+    ctx.blockConcurrencyWhile(() => this.alarms.load());
   }
 
   /**
    * Decides a batch of charges for different keys (each key at most once, with its requests'
    * count), every key strictly against its own bucket. `now` defaults to this object's clock.
-   * `legacy`: a key's old state, sent by its old object when it forwards a charge.
    */
-  async decide(charges: KeyCharge[], now?: number, legacy?: { key: string; state: LegacyState }): Promise<KeyResult[]> {
-    if (legacy) this.adopt(legacy.key, legacy.state);
-    const failed = await this.moveIn(charges, now ?? Date.now(), legacy?.key);
+  decide(charges: KeyCharge[], now?: number): BatchChargeResult[] {
     const at = now ?? Date.now();
-    // From here to the end nothing awaits: the whole batch is decided as one step.
-    const results = charges.map((c): KeyResult => {
-      const error = failed.get(c.key);
-      if (error) return { error };
-      if (c.settleOnly) return this.settleKey(c, at);
-      return this.chargeKey(c, at);
-    });
-    return results;
-  }
-
-  /**
-   * Takes the old state of every key of the batch this shard has no row for, from its old per-key
-   * object. Returns the keys whose old object did not answer (their charges fail closed).
-   */
-  private async moveIn(charges: KeyCharge[], now: number, forwardedBy?: string): Promise<Map<string, string>> {
-    const waits: Promise<void>[] = [];
-    const keys: string[] = [];
-    for (const c of charges) {
-      const pending = this.pulls.get(c.key);
-      if (pending) {
-        waits.push(pending);
-        keys.push(c.key);
-        continue;
-      }
-      // A key forwarded by its old object has handed over already (`legacy` above); a settle-only
-      // entry needs no state (its leases were granted here, or have ended).
-      if (
-        c.settleOnly ||
-        c.key === forwardedBy ||
-        this.readRow(c.key) !== null ||
-        now >= this.born + legacyWindowMs(c.limit)
-      )
-        continue;
-      const pull = rateLimiterStub(this.env, c.key)
-        .handOver(c.key, c.limit)
-        .then((state) => this.adopt(c.key, state))
-        .finally(() => this.pulls.delete(c.key));
-      this.pulls.set(c.key, pull);
-      waits.push(pull);
-      keys.push(c.key);
-    }
-    const failed = new Map<string, string>();
-    if (waits.length === 0) return failed;
-    const settled = await Promise.allSettled(waits);
-    settled.forEach((s, i) => {
-      if (s.status === "rejected") {
-        const reason = s.reason instanceof Error ? s.reason.message : String(s.reason);
-        console.error("floodgate: a limiter key's old object did not hand over its state", reason);
-        failed.set(keys[i] as string, reason);
-      }
-    });
-    return failed;
-  }
-
-  /** Stores a key's state taken from its old object, unless this shard already holds the key. */
-  private adopt(key: string, old: LegacyState): void {
-    if (this.readRow(key) !== null) return;
-    const now = Date.now();
-    const sql = this.ctx.storage.sql;
-    const open = old.leases.filter((l) => l.expiresAt > now);
-    for (const l of open) {
-      sql.exec(
-        "INSERT OR IGNORE INTO lease (id, key, tokens, expires_at) VALUES (?, ?, ?, ?)",
-        l.id,
-        key,
-        l.tokens,
-        l.expiresAt,
-      );
-    }
-    if (open.length > 0) this.openLeases.set(key, (this.openLeases.get(key) ?? 0) + open.length);
-    if (old.bucket) {
-      const held = open.reduce((a, l) => a + l.tokens, 0);
-      this.writeRow(key, old.bucket.state, old.bucket.limit, now, held);
-    }
+    return charges.map((c) => (c.settleOnly ? this.settleKey(c, at) : this.chargeKey(c, at)));
   }
 
   private chargeKey(c: KeyCharge, now: number): BatchChargeResult {
@@ -251,7 +147,7 @@ export class LimiterShard extends DurableObject<Env> {
    * Settles leases of a key this call was not made for, under the limit its bucket is stored with (a
    * settle never rescales it); a key with no open lease here has none to settle.
    */
-  private settleKey(c: KeyCharge, now: number): KeyResult {
+  private settleKey(c: KeyCharge, now: number): BatchChargeResult {
     const row = this.openLeases.has(c.key) ? this.readRow(c.key) : null;
     if (!row) return { granted: 0, remaining: 0, retryAfterMs: 0, fullInMs: 0 };
     const limit: Limit = { rate: row.rate, perMs: row.per_ms, burst: row.burst };
@@ -307,17 +203,7 @@ export class LimiterShard extends DurableObject<Env> {
     this.remember(key, row);
     // The alarm judges on the real clock, so a charge made on another one (`now` is a parameter, for
     // tests) schedules nothing: the real clock would find its bucket full at once.
-    if (Math.abs(now - Date.now()) <= 1000) this.scheduleAt(row.full_at);
-  }
-
-  /** Sets the alarm for `at` unless it is set for earlier already: one that fires early looks again. */
-  private scheduleAt(at: number): void {
-    if (at >= Number.MAX_SAFE_INTEGER || (this.alarmAt !== null && this.alarmAt <= at)) return;
-    this.alarmAt = at;
-    this.ctx.storage.setAlarm(at).catch((e: unknown) => {
-      this.alarmAt = null;
-      console.error("floodgate: could not set the limiter shard's alarm", e instanceof Error ? e.message : e);
-    });
+    if (Math.abs(now - Date.now()) <= 1000) this.alarms.request(row.full_at);
   }
 
   /**
@@ -325,7 +211,7 @@ export class LimiterShard extends DurableObject<Env> {
    * with their expired leases ended and looked at again when they will be full.
    */
   override async alarm(): Promise<void> {
-    this.alarmAt = null;
+    this.alarms.fired();
     const now = Date.now();
     const sql = this.ctx.storage.sql;
     const due = sql
@@ -354,7 +240,7 @@ export class LimiterShard extends DurableObject<Env> {
       }
     }
     const next = sql.exec<{ at: number | null }>("SELECT MIN(full_at) AS at FROM bucket").one().at;
-    if (next !== null) this.scheduleAt(due.length === ALARM_BATCH ? now : Math.max(next, now));
+    if (next !== null) this.alarms.request(due.length === ALARM_BATCH ? now : Math.max(next, now));
   }
 
   /** A key's stored bucket, for tests and diagnostics. */
