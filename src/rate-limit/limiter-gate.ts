@@ -130,14 +130,14 @@ export class LimiterGate {
       this.events.decision(bucket, false, "deny_cache");
       throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
     }
-    let result: KeyResult | undefined;
+    let result: BatchChargeResult | undefined;
     try {
       this.calls++;
       [result] = await this.backend.charge(shardOf(key), [{ key, limit, count: 0 }]);
     } catch (e) {
       throw this.failure(bucket, e, true);
     }
-    if (!result || "error" in result) throw this.failure(bucket, result?.error ?? "no answer for this key", true);
+    if (!result) throw this.failure(bucket, "no answer for this key", true);
     if (result.remaining >= 1) return;
     const at = this.now();
     const retryAfterMs = Math.max(1, result.retryAfterMs);

@@ -32,7 +32,7 @@ export function fullBucket(limit: Limit, now: number): BucketState {
 /**
  * Tokens after refilling up to `now`. A clock that steps back refills nothing.
  *
- * `held`: tokens out on lease (see src/rate-limit/rate-limiter.ts). They still count as in the bucket, so the
+ * `held`: tokens out on lease (see src/rate-limit/limiter-shard.ts). They still count as in the bucket, so the
  * bucket itself refills only up to `burst − held`: tokens in the bucket plus tokens on lease never
  * exceed `burst`, exactly as if the leased ones had stayed in. Defaults to 0.
  */
@@ -98,7 +98,7 @@ export function take(state: BucketState, limit: Limit, now: number): BucketDecis
   return { allowed: granted === 1, ...rest };
 }
 
-/** A lease as its bucket's object stores it (see src/rate-limit/rate-limiter.ts, "Leases"). */
+/** A lease as its bucket's object stores it (see src/rate-limit/limiter-shard.ts). */
 export interface OpenLease {
   id: string;
   tokens: number;
