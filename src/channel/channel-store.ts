@@ -199,15 +199,15 @@ export class ChannelStore {
    */
   wipe(forget: () => void): Promise<boolean> {
     return this.exclusive(async () => {
+      // The alarm first: deleting it writes the platform's own table, which deleteAll then takes too.
+      await this.storage.deleteAlarm().catch(() => undefined);
       try {
         await this.storage.deleteAll();
       } catch (e) {
         console.error("floodgate: could not delete the channel's storage", e instanceof Error ? e.message : e);
+        this.scheduler.cleared(); // the alarm is gone: the caller's retry must set it again
         return false;
       }
-      // Storage is gone whatever follows; deleteAll deletes the alarm too under current compatibility
-      // dates, and this makes sure of it (its failure only means one more alarm, that finds nothing).
-      await this.storage.deleteAlarm().catch(() => undefined);
       this.wiped = true;
       this.scheduler.cleared();
       this.counters.clear();
