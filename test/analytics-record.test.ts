@@ -286,6 +286,70 @@ describe("export", () => {
     expect((await exportOf(r, `?from=${t0}&to=${t0}`)).lines).toEqual([]);
   });
 
+  it("a copy appended while an export runs, with a drop time the export has passed, is exported exactly once", async () => {
+    const r = await record();
+    const t0 = Date.now() - 10_000;
+    await append(
+      r.stub,
+      r.name,
+      Array.from({ length: 1500 }, (_, i) => copyOf(i, "public:src.s0", t0 + 1 + i)),
+    );
+    const ctx = createExecutionContext();
+    const res = await worker.fetch(
+      new Request(`${BASE}/v1/admin/analytics/export?from=${t0}&to=${t0 + 10_000}`, { headers: adminHeaders() }),
+      r.env,
+      ctx,
+    );
+    expect(res.status).toBe(200);
+    const reader = (res.body as ReadableStream<Uint8Array>).pipeThrough(new TextDecoderStream()).getReader();
+    const first = await reader.read();
+    // The first page (1,000 copies) is out; a late copy arrives, dropped before all of them.
+    expect((first.value as string).split("\n").filter(Boolean)).toHaveLength(1000);
+    await append(r.stub, r.name, [copyOf(9999, "public:src.s0", t0)]);
+    const chunks = [first.value as string];
+    for (let c = await reader.read(); !c.done; c = await reader.read()) chunks.push(c.value);
+    await waitOnExecutionContext(ctx);
+    const is = chunks
+      .join("")
+      .split("\n")
+      .filter(Boolean)
+      .map((l) => (JSON.parse(l) as CopyFrame).data.message.i);
+    expect(is.filter((i) => i === 9999)).toHaveLength(1);
+    expect(is).toHaveLength(1501);
+    expect(new Set(is).size).toBe(1501);
+    // The copies there when the export began come oldest drop first; the late one after them.
+    expect(is.slice(0, 1500)).toEqual(Array.from({ length: 1500 }, (_, i) => i));
+  });
+
+  it("a late copy exported with source_channel is there exactly once too, and a later export has it in drop order", async () => {
+    const r = await record();
+    const t0 = Date.now() - 10_000;
+    await append(
+      r.stub,
+      r.name,
+      Array.from({ length: 30 }, (_, i) => copyOf(i, `public:src.s${i % 2}`, t0 + 1 + i)),
+    );
+    // Straight to the object, 5 copies a page, as the Worker pages it.
+    const read = async (source: string | null, late?: CopyItem) => {
+      const lines: string[] = [];
+      let page = await r.stub.exportPage(t0, t0 + 10_000, source, null, 5);
+      lines.push(page.ndjson);
+      if (late) await append(r.stub, r.name, [late]);
+      while (page.next) {
+        page = await r.stub.exportPage(t0, t0 + 10_000, source, page.next, 5);
+        lines.push(page.ndjson);
+      }
+      return lines
+        .join("")
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => (JSON.parse(l) as CopyFrame).data.message.i);
+    };
+    const during = await read("public:src.s1", copyOf(999, "public:src.s1", t0));
+    expect(during).toEqual([...Array.from({ length: 15 }, (_, i) => 2 * i + 1), 999]);
+    expect(await read("public:src.s1")).toEqual([999, ...Array.from({ length: 15 }, (_, i) => 2 * i + 1)]);
+  });
+
   it("refuses missing or bad parameters with 400, and callers without the admin bearer with 401", async () => {
     const r = await record();
     for (const q of [

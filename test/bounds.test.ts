@@ -9,6 +9,7 @@ import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "c
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { ChannelObject } from "../src/channel/channel-object";
+import { UNUSED_CHANNEL_TTL_MS, WIPE_RETRY_MS } from "../src/channel/idle-expiry";
 import type { ChannelStats } from "../src/channel/types";
 import { relayName } from "../src/delivery/placement";
 import {
@@ -17,7 +18,7 @@ import {
   SUBSCRIBER_SPOKE_CLOSE,
 } from "../src/delivery/subscriber-bounds";
 import { shardStub } from "../src/rate-limit/limiter-shard";
-import { counter, withFailingAppend } from "./channel-internals";
+import { backdateIdle, counter, lapseReservations, withFailingAppend } from "./channel-internals";
 import {
   adminHeaders,
   call,
@@ -374,6 +375,113 @@ describe("storage is bounded by activity", () => {
     // And the bucket starts full again.
     const [r] = await stub.decide([{ key, limit: { rate: 1, perMs: 3_600_000, burst: 5 }, count: 1 }]);
     expect(r).toMatchObject({ granted: 1, remaining: 4 });
+  });
+});
+
+describe("made-up channels leave nothing", () => {
+  async function alarmOf(stub: DurableObjectStub): Promise<number | null> {
+    return runInDurableObject(stub, (_i, state) => state.storage.getAlarm());
+  }
+
+  /** Every table in the object's database, the platform's own included: 0 is an object that stores nothing. */
+  async function allTables(stub: DurableObjectStub): Promise<number> {
+    return runInDurableObject(
+      stub,
+      (_i, state) =>
+        state.storage.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table'").one().n,
+    );
+  }
+
+  it("a subscribe to a name with no messages, once closed, leaves no channel or relay storage a minute later", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    const stub = channelStub(ch);
+    const sub = await openSocket(ch);
+    await until(async () => (await runInDurableObject(stub, (i) => i.stats().occupancy)) === 1, "the relay's report");
+    expect(await storedTables(stub)).toMatchObject({ relays: 1 });
+    sub.ws.close();
+    await until(async () => (await runInDurableObject(stub, (i) => i.stats().occupancy)) === 0, "the leave's report");
+    // The relay, empty, deleted its storage once the channel told it to leave.
+    await until(async () => (await allTables(relayStub(ch))) === 0, "the relay's deletion");
+    expect(await alarmOf(relayStub(ch))).toBeNull();
+    // The channel's alarm comes within a minute of the leave, not HISTORY_TTL after the first use.
+    const left = Date.now();
+    const alarm = await alarmOf(stub);
+    expect(alarm).not.toBeNull();
+    expect(alarm as number).toBeLessThanOrEqual(left + UNUSED_CHANNEL_TTL_MS);
+    // Before the minute is up the channel is kept (a reconnect finds it as it was)...
+    await runDurableObjectAlarm(stub);
+    expect(await storedTables(stub)).toMatchObject({ counters: expect.any(Number) });
+    // ...and once it has passed, everything is gone, the alarm included.
+    await runInDurableObject(stub, (instance) => backdateIdle(instance, UNUSED_CHANNEL_TTL_MS + 1));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await allTables(stub)).toBe(0);
+    expect(await alarmOf(stub)).toBeNull();
+  });
+
+  it("a subscribe that never reached its relay (its reserved slot lapses) leaves nothing a minute later", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    const stub = channelStub(ch);
+    await stub.assignRelay(ch, "local", 1000, 100_000);
+    expect(await storedTables(stub)).toMatchObject({ meta: 1 });
+    expect((await alarmOf(stub)) as number).toBeLessThanOrEqual(Date.now() + UNUSED_CHANNEL_TTL_MS);
+    await runInDurableObject(stub, (instance) => {
+      lapseReservations(instance);
+      backdateIdle(instance, UNUSED_CHANNEL_TTL_MS + 1);
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await allTables(stub)).toBe(0);
+    expect(await alarmOf(stub)).toBeNull();
+  });
+
+  it("a channel with a message keeps it for HISTORY_TTL after its last subscriber left, not a minute", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    const stub = channelStub(ch);
+    const sub = await openSocket(ch);
+    expect((await publishTo(ch, await publisher(), 1)).status).toBe(200);
+    await sub.next(1);
+    sub.ws.close();
+    await until(async () => (await runInDurableObject(stub, (i) => i.stats().occupancy)) === 0, "the leave's report");
+    await runInDurableObject(stub, (instance) => backdateIdle(instance, UNUSED_CHANNEL_TTL_MS + 1));
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await storedTables(stub)).toMatchObject({ messages: 1 });
+  });
+
+  it("history and stats reads of a name nobody used store nothing and set no alarm", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    expect((await call(`/v1/history/${ch}?after=0`)).status).toBe(200);
+    expect(await channelStats(ch)).toMatchObject({ last_seq: 0, occupancy: 0 });
+    expect(await allTables(channelStub(ch))).toBe(0);
+    expect(await alarmOf(channelStub(ch))).toBeNull();
+  });
+});
+
+describe("an idle deletion that fails", () => {
+  it("leaves the channel as it was, not deleted, and the alarm tries again", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    expect((await publishTo(ch, await publisher(), 1)).status).toBe(200);
+    const stub = channelStub(ch);
+    const HISTORY_TTL_MS = 7 * 24 * 3600 * 1000;
+    const failedAt = Date.now();
+    await runInDurableObject(stub, async (instance, state) => {
+      backdateIdle(instance, HISTORY_TTL_MS + 1000);
+      const storage = state.storage as unknown as { deleteAll: () => Promise<void> };
+      storage.deleteAll = () => Promise.reject(new Error("storage unavailable"));
+      try {
+        await instance.alarm();
+      } finally {
+        delete (storage as Partial<typeof storage>).deleteAll;
+      }
+      // Not marked deleted: memory still holds what storage holds.
+      expect(counter(instance, "last_seq")).toBe(1);
+    });
+    expect(await storedTables(stub)).toMatchObject({ messages: 1 });
+    const retry = await runInDurableObject(stub, (_i, state) => state.storage.getAlarm());
+    expect(retry).not.toBeNull();
+    expect(retry as number).toBeLessThanOrEqual(Date.now() + WIPE_RETRY_MS);
+    expect(retry as number).toBeGreaterThanOrEqual(failedAt);
+    // The retry deletes it.
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await storedTables(stub)).toEqual({});
   });
 });
 

@@ -20,6 +20,7 @@ interface Parts {
   fastLoop: ChannelFastLoop;
   activity: ChannelActivity;
   relays: { relays: { entries: Map<string, { reservations: Map<string, number> }> } };
+  expiry: { lastLeftAt: number };
 }
 
 const parts = (instance: ChannelObject | Record<string, unknown>) => instance as unknown as Parts;
@@ -57,6 +58,21 @@ export function makeSeenReportDue(instance: ChannelObject): void {
 /** The reserved slots of every relay of the channel, by reservation id, with their expiry. */
 export function relayReservations(instance: ChannelObject): Map<string, number>[] {
   return [...parts(instance).relays.relays.entries.values()].map((e) => e.reservations);
+}
+
+/**
+ * Moves the idle expiry's clock `ms` back — the last publish (or first use) in storage and memory,
+ * and when the last subscriber left — as if that much time had passed.
+ */
+export function backdateIdle(instance: ChannelObject, ms: number): void {
+  const p = parts(instance);
+  p.store.set({ last_publish_at: p.store.counter("last_publish_at") - ms });
+  if (p.expiry.lastLeftAt) p.expiry.lastLeftAt -= ms;
+}
+
+/** Makes every slot reserved on the channel's relays lapse now. */
+export function lapseReservations(instance: ChannelObject): void {
+  for (const r of relayReservations(instance)) for (const id of r.keys()) r.set(id, Date.now() - 1);
 }
 
 /** Starts the channel's current sampling period `ms` ago, instead of waiting that long. */

@@ -66,7 +66,7 @@ export class ChannelObject extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     const scheduler = new AlarmScheduler(ctx.storage, "the channel's alarm");
-    const store = new ChannelStore(ctx.storage, scheduler);
+    const store = new ChannelStore(ctx.storage, scheduler, (fn) => ctx.blockConcurrencyWhile(fn));
     const record = new ChannelRecord(store, scheduler, env);
     const occupancy = () => this.relays.occupancy();
     const fastLoop = new ChannelFastLoop(store, scheduler, env, occupancy);
@@ -76,6 +76,10 @@ export class ChannelObject extends DurableObject<Env> {
     const expiry = new IdleExpiry(store, scheduler, env, {
       isAnalytics: () => record.isAnalytics(),
       occupancy,
+      subscribed: () => {
+        const { websockets, sse } = this.relays.totals(Date.now());
+        return websockets + sse;
+      },
       probeRelays: (now) => this.relays.probe(now, true),
       forget: () => {
         this.relays.forget();
@@ -249,7 +253,10 @@ export class ChannelObject extends DurableObject<Env> {
     if (this.store.wiped && empty) return { leave: true, head: 0 };
     this.store.revive();
     this.store.remember(channel);
-    return this.relays.report(report);
+    const answer = this.relays.report(report);
+    // Its last subscriber gone, with or without a slot still reserved on it: idle expiry takes over.
+    if (empty) this.expiry.subscriberLeft();
+    return answer;
   }
 
   /** Retained frames after `after` for a relay's repair or a joining subscriber's replay (src/delivery/channel-relays.ts). */

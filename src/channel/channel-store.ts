@@ -53,6 +53,8 @@ export class ChannelStore {
     private readonly storage: DurableObjectStorage,
     /** The object's one alarm: a rolled-back transaction restores its cached time. */
     private readonly scheduler: AlarmScheduler,
+    /** Runs `fn` with no other call delivered to the object meanwhile (its `blockConcurrencyWhile`). */
+    private readonly exclusive: <T>(fn: () => Promise<T>) => Promise<T>,
   ) {
     this.sql = storage.sql;
   }
@@ -189,16 +191,30 @@ export class ChannelStore {
   }
 
   /**
-   * Deletes everything stored, the alarm included. Issued and marked in one synchronous step:
-   * anything that runs while it settles recreates the tables instead of writing to ones that are gone.
+   * Deletes everything stored, the alarm included, and answers whether it did. No other call runs
+   * while the deletion settles (`blockConcurrencyWhile`), so none can write to tables about to go;
+   * memory forgets only once storage did (this store's, and the rest of the object's through
+   * `forget`, in the same step). A deletion that failed leaves storage and memory as they
+   * were — the channel not deleted — for the caller to try again.
    */
-  wipe(): Promise<unknown> {
-    const deleted = Promise.all([this.storage.deleteAlarm(), this.storage.deleteAll()]);
-    this.wiped = true;
-    this.scheduler.cleared();
-    this.counters.clear();
-    this.channel = null;
-    this.live = [];
-    return deleted;
+  wipe(forget: () => void): Promise<boolean> {
+    return this.exclusive(async () => {
+      // The alarm first: deleting it writes the platform's own table, which deleteAll then takes too.
+      await this.storage.deleteAlarm().catch(() => undefined);
+      try {
+        await this.storage.deleteAll();
+      } catch (e) {
+        console.error("floodgate: could not delete the channel's storage", e instanceof Error ? e.message : e);
+        this.scheduler.cleared(); // the alarm is gone: the caller's retry must set it again
+        return false;
+      }
+      this.wiped = true;
+      this.scheduler.cleared();
+      this.counters.clear();
+      this.channel = null;
+      this.live = [];
+      forget();
+      return true;
+    });
   }
 }

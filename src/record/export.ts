@@ -3,7 +3,8 @@
  * retained copy on the analytics channel dropped in [from, to), as NDJSON (one analytics frame per
  * line), oldest drop first. Streamed a page at a time: the next page is asked of the analytics
  * channel's object only when the client has read the last one, so a day of drops never sits in the
- * Worker's memory.
+ * Worker's memory. Copies that land while it runs come after the others, each exactly once
+ * (src/record/channel-record.ts, exportPage).
  */
 import type { ExportCursor } from "../channel/types";
 import { invalidArgument, orUnavailable } from "../http/errors";
