@@ -11,7 +11,8 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ChannelObject, type ChannelStats } from "../src/channel/channel-object";
+import { ChannelObject } from "../src/channel/channel-object";
+import type { ChannelStats } from "../src/channel/types";
 import { relayName } from "../src/delivery/placement";
 import type { Relay } from "../src/delivery/relay";
 import {

@@ -69,11 +69,13 @@ interface RelayIdentity {
 
 /**
  * Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live;
- * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous).
+ * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous); it is
+ * counted for `client` (src/delivery/client-cap.ts).
  */
 interface SocketAttachment {
   floor: number;
   expiresAt?: number | null;
+  client?: string;
 }
 
 export interface RelayCounts {
@@ -104,6 +106,11 @@ export class Relay extends DurableObject<Env> {
   private nextReport: Promise<RelayReportAnswer> | null = null;
   /** The counts the channel last heard (stored): after a restart a difference is reported. */
   private reported = { websockets: 0, sse: 0 };
+  /**
+   * A report failed and none has got through since: the alarm repeats it even when the totals match
+   * what the channel heard (one client's socket closed, another's opened: per-client counts differ).
+   */
+  private reportOwed = false;
   /** The `relay` table exists (it goes with deleteAll). */
   private tableReady = false;
   /** The one alarm: token expiries, the SSE heartbeat, a failed report's retry. */
@@ -167,6 +174,7 @@ export class Relay extends DurableObject<Env> {
     const floor = Math.min(Number(q.get("floor")), head);
     const expires = Number(q.get("expires") ?? Number.NaN);
     const expiresAt = Number.isFinite(expires) ? expires : null;
+    const owner = q.get("client") ?? "";
     if (!this.identity) {
       this.identity = {
         channel: q.get("channel") ?? "",
@@ -184,12 +192,12 @@ export class Relay extends DurableObject<Env> {
       const pair = new WebSocketPair();
       const [client, server] = [pair[0], pair[1]];
       this.ctx.acceptWebSocket(server);
-      server.serializeAttachment({ floor, expiresAt } satisfies SocketAttachment);
+      server.serializeAttachment({ floor, expiresAt, client: owner } satisfies SocketAttachment);
       this.joining.add(server);
       sub = { ws: server };
       response = new Response(null, { status: 101, webSocket: client });
     } else {
-      const opened = this.hub.connect(floor, expiresAt);
+      const opened = this.hub.connect(floor, expiresAt, owner);
       sub = { sse: opened.client };
       response = opened.response;
       this.scheduleHeartbeat(Date.now());
@@ -262,7 +270,8 @@ export class Relay extends DurableObject<Env> {
       this.nextHeartbeat = 0;
     }
     const counts = this.counts();
-    if (!this.reporting && (counts.websockets !== this.reported.websockets || counts.sse !== this.reported.sse)) {
+    const differs = counts.websockets !== this.reported.websockets || counts.sse !== this.reported.sse;
+    if (!this.reporting && (this.reportOwed || differs)) {
       this.countsChanged();
     }
     this.alarms.request(Math.min(earliest, this.hub.earliestExpiry() ?? Number.POSITIVE_INFINITY));
@@ -478,6 +487,15 @@ export class Relay extends DurableObject<Env> {
     return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
   }
 
+  /** Open subscriptions per client: the channel's per-client totals follow the relay's real sockets. */
+  private clientCounts(): [string, number][] {
+    const counts = new Map<string, number>();
+    const add = (key: string) => counts.set(key, (counts.get(key) ?? 0) + 1);
+    for (const ws of this.openSockets()) add((ws.deserializeAttachment() as SocketAttachment | null)?.client ?? "");
+    for (const c of this.hub.all) add(c.client);
+    return [...counts];
+  }
+
   private subscriberCount(): number {
     return this.openSockets().length + this.hub.size;
   }
@@ -497,6 +515,7 @@ export class Relay extends DurableObject<Env> {
       (e) => {
         console.error("floodgate relay: could not report counts", e instanceof Error ? e.message : e);
         // Tried again even if nothing else changes: a subscriber gone must stop counting.
+        this.reportOwed = true;
         this.alarms.request(Date.now() + REPORT_RETRY_MS);
       },
     );
@@ -546,10 +565,12 @@ export class Relay extends DurableObject<Env> {
         k: id.k,
         websockets: counts.websockets,
         sse: counts.sse,
+        clients: this.clientCounts(),
         joined,
         slowClosed,
       });
       this.reported = { websockets: counts.websockets, sse: counts.sse };
+      this.reportOwed = false;
       if (this.subscriberCount() > 0) this.store();
       return answer;
     } catch (e) {
@@ -567,6 +588,7 @@ export class Relay extends DurableObject<Env> {
     this.lastSeq = null;
     this.floors.clear();
     this.reported = { websockets: 0, sse: 0 };
+    this.reportOwed = false;
     this.tableReady = false;
     this.nextHeartbeat = 0;
     this.alarms.cleared(); // deleteAll deletes the alarm too

@@ -7,7 +7,8 @@
  * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
  * that does not verify), so nobody can spend or read another subject's budget → private channels
  * need that verified token with scope and channel → the channel reserves a slot on a relay of the
- * subscriber's placement group (`MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
+ * subscriber's placement group (the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` reached: 429;
+ * `MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
  * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
  */
 import { Hono } from "hono";
@@ -16,6 +17,7 @@ import { authorise, bearer, checkGrant, verifyAccess } from "../../auth/authoris
 import type { VerifiedToken } from "../../auth/tokens";
 import type { ChannelName } from "../../channel/names";
 import type { RelayAssignment } from "../../channel/types";
+import { clientCapError, clientKey } from "../../delivery/client-cap";
 import { placementGroup } from "../../delivery/placement";
 import { countedChannelStub } from "../../platform/services";
 import { relayStub } from "../../platform/stubs";
@@ -161,6 +163,8 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
     checkGrant(verified, "subscribe", channel);
   }
 
+  // Counted per token subject, or per IP (/64) for a subscriber without a verified token.
+  const client = clientKey(verified ? verified.claims.sub : null, clientIp(c.req.raw));
   const slot = await orUnavailable(
     "channel",
     async (): Promise<RelayAssignment> =>
@@ -169,8 +173,11 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         placementGroup(c.req.raw),
         svc.config.relayCapacity,
         svc.config.maxSubscribers,
+        client,
+        svc.config.maxSubscriptionsPerClient,
       ),
   );
+  if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
   if ("full" in slot) {
     throw new ApiError(
       "unavailable",
@@ -185,6 +192,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   target.searchParams.set("group", slot.group);
   target.searchParams.set("k", String(slot.k));
   target.searchParams.set("reservation", slot.reservation);
+  target.searchParams.set("client", client);
   target.searchParams.set("mode", upgrade ? "ws" : "sse");
   target.searchParams.set("head", String(slot.head));
   // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
