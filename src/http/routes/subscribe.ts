@@ -24,7 +24,7 @@ import { relayStub } from "../../platform/stubs";
 import { readBudget, subscribeBudget } from "../../rate-limit/budgets";
 import type { AppEnv } from "../app-env";
 import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../errors";
-import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
+import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../openapi";
 import { channelParam, clientIp, intParam, sourceChannelParam } from "../params";
 
 /**
@@ -89,6 +89,8 @@ const subscribeRoute = route({
     "one relay holds 32 MiB for its subscribers together; resume with `?after=`. A subscription opened with a " +
     "token ends at the token's `exp`: WebSocket close 4001 `token expired`, SSE `event: expired` then the end; " +
     "reconnect with a fresh token and `?after=`. SSE streams get a `: keepalive` comment line at least every 15 s. " +
+    "A client (its token's `sub`, else its IP, IPv6 per /64) holds at most `MAX_SUBSCRIPTIONS_PER_CLIENT` open " +
+    "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`. " +
     "Every refusal is a plain HTTP response before any upgrade.",
   security: [{}, ...ACCESS_TOKEN],
   request: {
@@ -124,6 +126,12 @@ const subscribeRoute = route({
       },
     },
     ...errors(400, 401, 403, 429, 500, 503),
+    429: json(
+      ErrorBody,
+      "`resource_exhausted` / `RATE_LIMITED` with `Retry-After`: bucket `subscribe` (the subject's budget) or " +
+        "`read` (the client IP's, without a verified token), with `RateLimit` headers; or bucket `subscriptions`: " +
+        "the client already holds `MAX_SUBSCRIPTIONS_PER_CLIENT` open subscriptions of this channel.",
+    ),
   },
 });
 
