@@ -129,7 +129,9 @@ describe("MAX_SUBSCRIPTIONS_PER_CLIENT", () => {
         () =>
           runInDurableObject(
             stub,
-            (relay) => relay.counts().sse === 0 && (relay as unknown as { reporting: unknown }).reporting === null,
+            (relay) =>
+              relay.counts().sse === 0 &&
+              (relay as unknown as { reporter: { reporting: unknown } }).reporter.reporting === null,
           ),
         "the relay's failed report",
       );

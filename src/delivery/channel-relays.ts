@@ -125,7 +125,7 @@ export class ChannelRelays {
   }
 
   /**
-   * A relay's counts after a change (src/delivery/relay.ts): joins confirm their reserved slots, and a relay
+   * A relay's counts after a change (src/delivery/relay-reporter.ts): joins confirm their reserved slots, and a relay
    * reported empty with no slot reserved leaves. Its first report puts it on the delivery list.
    */
   report(report: RelayReport): RelayReportAnswer {

@@ -36,7 +36,7 @@ export interface Reservation {
   client: string;
 }
 
-/** What a relay tells its channel (src/delivery/relay.ts). */
+/** What a relay tells its channel (src/delivery/relay-reporter.ts). */
 export interface RelayReport {
   relay: string;
   group: string;
