@@ -144,6 +144,17 @@ describe("MAX_SUBSCRIPTIONS_PER_CLIENT", () => {
     for (const h of held) await h.end();
   });
 
+  it("a client's subscriptions count over all the channel's relays together", async () => {
+    const ch = `public:cap.${uniq()}`;
+    const small = envWith({ SUBSCRIBE_BURST: "1000", MAX_SUBSCRIPTIONS_PER_CLIENT: "3", RELAY_CAPACITY: "2" });
+    const t = await token(uniq("spread"));
+    const held = [];
+    for (let i = 0; i < 3; i++) held.push(await open(ch, "ws", { token: t }, small));
+    expect(await stats(ch)).toMatchObject({ websockets: 3, relays: 2 });
+    await expectCapped(await subscribe(ch, "ws", { token: t }, small));
+    for (const h of held) await h.end();
+  });
+
   it("a channel that restarts still knows what each client holds", async () => {
     const ch = `public:cap.${uniq()}`;
     const t = await token(uniq("restart"));
