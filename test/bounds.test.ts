@@ -421,7 +421,7 @@ describe("made-up channels leave nothing", () => {
   it("a subscribe that never reached its relay (its reserved slot lapses) leaves nothing a minute later", async () => {
     const ch = `public:bounds.${uniq()}`;
     const stub = channelStub(ch);
-    await stub.assignRelay(ch, "local", 1000, 100_000);
+    await stub.assignRelay(ch, "local", 1000, 100_000, "ip:test", 20);
     expect(await storedTables(stub)).toMatchObject({ meta: 1 });
     expect((await alarmOf(stub)) as number).toBeLessThanOrEqual(Date.now() + UNUSED_CHANNEL_TTL_MS);
     await runInDurableObject(stub, (instance) => {

@@ -9,6 +9,7 @@ import { env } from "cloudflare:workers";
 import type { ChannelObject } from "../src/channel/channel-object";
 import type { ChannelStore, CounterName, CounterValues } from "../src/channel/channel-store";
 import { MessageLog } from "../src/channel/messages";
+import type { Reservation } from "../src/delivery/relay-registry";
 import { channelStub } from "../src/platform/stubs";
 import type { ChannelActivity } from "../src/throttle/channel-activity";
 import type { ChannelFastLoop } from "../src/throttle/channel-fast-loop";
@@ -19,7 +20,7 @@ interface Parts {
   store: ChannelStore;
   fastLoop: ChannelFastLoop;
   activity: ChannelActivity;
-  relays: { relays: { entries: Map<string, { reservations: Map<string, number> }> } };
+  relays: { relays: { entries: Map<string, { reservations: Map<string, Reservation> }> } };
   expiry: { lastLeftAt: number };
 }
 
@@ -55,8 +56,8 @@ export function makeSeenReportDue(instance: ChannelObject): void {
   (parts(instance).activity as unknown as { lastSeenReport: number }).lastSeenReport = 0;
 }
 
-/** The reserved slots of every relay of the channel, by reservation id, with their expiry. */
-export function relayReservations(instance: ChannelObject): Map<string, number>[] {
+/** The reserved slots of every relay of the channel, by reservation id, with their expiry and client. */
+export function relayReservations(instance: ChannelObject): Map<string, Reservation>[] {
   return [...parts(instance).relays.relays.entries.values()].map((e) => e.reservations);
 }
 
@@ -72,7 +73,7 @@ export function backdateIdle(instance: ChannelObject, ms: number): void {
 
 /** Makes every slot reserved on the channel's relays lapse now. */
 export function lapseReservations(instance: ChannelObject): void {
-  for (const r of relayReservations(instance)) for (const id of r.keys()) r.set(id, Date.now() - 1);
+  for (const r of relayReservations(instance)) for (const v of r.values()) v.until = Date.now() - 1;
 }
 
 /** Starts the channel's current sampling period `ms` ago, instead of waiting that long. */

@@ -397,12 +397,13 @@ describe("counts", () => {
     const t = await publisher();
     const a = await openSocket(ch, "", relayEnv);
     // A slot whose subscriber never reaches the relay (its client went away on the way there).
-    await channelStub(ch).assignRelay(ch, "local", CAPACITY, 100_000);
+    await channelStub(ch).assignRelay(ch, "local", CAPACITY, 100_000, "ip:test", 20);
     a.ws.close();
     await until(async () => (await stats(ch)).occupancy === 0, "the subscriber's leave to be counted");
     expect((await stats(ch)).relays).toBe(1); // kept while the slot is reserved
     await runInDurableObject(channelStub(ch), (o) => {
-      for (const reservations of relayReservations(o)) for (const id of reservations.keys()) reservations.set(id, 0);
+      for (const reservations of relayReservations(o))
+        for (const [id, r] of reservations) reservations.set(id, { ...r, until: 0 });
     });
     // The next batch finds the relay empty; its report is answered "leave".
     expect((await publishTo(ch, t, 1)).status).toBe(200);

@@ -165,7 +165,9 @@ describe("a subscriber that went away is gone", () => {
         () =>
           runInDurableObject(
             stub,
-            (relay) => relay.counts().sse === 1 && (relay as unknown as { reporting: unknown }).reporting === null,
+            (relay) =>
+              relay.counts().sse === 1 &&
+              (relay as unknown as { reporter: { reporting: unknown } }).reporter.reporting === null,
           ),
         "the relay's failed report",
       );

@@ -236,14 +236,22 @@ export class ChannelObject extends DurableObject<Env> {
   // ---- relays -------------------------------------------------------------------------------------
 
   /**
-   * A slot for one subscriber on a relay of its placement group (src/delivery/relay-registry.ts), or `full`
-   * past `maxSubscribers`. The Worker passes the capacities from its configuration.
+   * A slot for one subscriber of `client` on a relay of its placement group (src/delivery/relay-registry.ts),
+   * or `full` past `maxSubscribers`, or `clientFull` past `maxPerClient`. The Worker passes the
+   * capacities from its configuration.
    */
-  assignRelay(channel: string, group: string, capacity: number, maxSubscribers: number): RelayAssignment {
+  assignRelay(
+    channel: string,
+    group: string,
+    capacity: number,
+    maxSubscribers: number,
+    client: string,
+    maxPerClient: number,
+  ): RelayAssignment {
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();
-    return this.relays.assign(group, capacity, maxSubscribers);
+    return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient);
   }
 
   /** A relay's counts after a change (src/delivery/channel-relays.ts). */

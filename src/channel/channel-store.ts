@@ -4,6 +4,8 @@
  * activity"). Every other part of the channel's object (src/channel/channel-object.ts) reads and
  * writes through it.
  */
+
+import { addRelayClientsColumn } from "../delivery/client-cap";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { addRecordColumns } from "../record/record-schema";
 import type { MessageFields } from "./frames";
@@ -97,6 +99,7 @@ export class ChannelStore {
     this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)");
     this.sql.exec(`CREATE TABLE IF NOT EXISTS relays (
         name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, websockets INTEGER NOT NULL, sse INTEGER NOT NULL)`);
+    addRelayClientsColumn(this.sql);
   }
 
   /** Before any use of storage: the tables, if an idle expiry deleted them. */

@@ -91,7 +91,9 @@ export interface RelayReportAnswer {
 /** A slot on a relay for one subscriber, with the channel's head seq when it was taken. */
 export type RelayAssignment =
   | { relay: string; group: string; k: number; reservation: string; head: number }
-  | { full: true };
+  | { full: true }
+  /** The client holds MAX_SUBSCRIPTIONS_PER_CLIENT subscriptions of this channel already. */
+  | { clientFull: true };
 
 export interface ChannelStats {
   channel: string | null;

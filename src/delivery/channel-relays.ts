@@ -13,7 +13,7 @@ import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { relayStub } from "../platform/stubs";
 import { relayName } from "./placement";
 import { RelayPipe } from "./relay-pipe";
-import { type RelayEntry, RelayRegistry, type RelayReport } from "./relay-registry";
+import { clientCounts, type RelayEntry, RelayRegistry, type RelayReport } from "./relay-registry";
 import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "./subscriber-bounds";
 
 /** How soon after a fan-out the channel wakes to re-send the head, in case it was reset meanwhile. */
@@ -28,6 +28,7 @@ interface RelayRow {
   k: number;
   websockets: number;
   sse: number;
+  clients: string;
 }
 
 export class ChannelRelays {
@@ -67,9 +68,9 @@ export class ChannelRelays {
     if (this.store.wiped) return;
     this.relays.load(
       this.store.sql
-        .exec<RelayRow>("SELECT name, grp, k, websockets, sse FROM relays")
+        .exec<RelayRow>("SELECT name, grp, k, websockets, sse, clients FROM relays")
         .toArray()
-        .map((r) => ({ ...r, group: r.grp })),
+        .map((r) => ({ ...r, group: r.grp, clients: clientCounts(parseJson(r.clients), r.websockets + r.sse) })),
     );
     // A new instance (restart, eviction) does not know what its relays got: a batch that was on its
     // way when the old one went is lost on the line, so each relay hears the head and repairs. A
@@ -100,23 +101,31 @@ export class ChannelRelays {
   }
 
   /**
-   * A slot for one subscriber on a relay of its placement group, or `full` past `maxSubscribers`,
-   * with the head seq: the subscriber gets every message after it (or after its `?after=`, if lower).
+   * A slot for one subscriber of `client` (src/delivery/client-cap.ts) on a relay of its placement
+   * group, or `full` past `maxSubscribers`, or `clientFull` when the client holds `maxPerClient`
+   * here already; with the head seq: the subscriber gets every message after it (or after its
+   * `?after=`, if lower).
    */
-  assign(group: string, capacity: number, maxSubscribers: number): RelayAssignment {
+  assign(
+    group: string,
+    capacity: number,
+    maxSubscribers: number,
+    client: string,
+    maxPerClient: number,
+  ): RelayAssignment {
     const now = Date.now();
     this.relays.sweep(now);
-    const a = this.relays.assign(group, capacity, maxSubscribers, now);
+    const a = this.relays.assign(group, capacity, maxSubscribers, now, client, maxPerClient);
     // Refused, or a new relay opened: counts matter now, and a relay reset since its last report
     // (its WebSockets dropped) still counts them until something wakes it. Wake them all.
-    if ("full" in a || !this.relays.get(a.relay)?.active) this.probe(now);
-    if ("full" in a) return a;
+    if (!("relay" in a) || !this.relays.get(a.relay)?.active) this.probe(now);
+    if (!("relay" in a)) return a;
     const entry = this.relays.get(a.relay) as RelayEntry;
     return { ...a, group, k: entry.k, head: this.store.counter("last_seq") };
   }
 
   /**
-   * A relay's counts after a change (src/delivery/relay.ts): joins confirm their reserved slots, and a relay
+   * A relay's counts after a change (src/delivery/relay-reporter.ts): joins confirm their reserved slots, and a relay
    * reported empty with no slot reserved leaves. Its first report puts it on the delivery list.
    */
   report(report: RelayReport): RelayReportAnswer {
@@ -216,12 +225,13 @@ export class ChannelRelays {
   private save(e: RelayEntry): void {
     this.store.revive();
     this.store.sql.exec(
-      "INSERT OR REPLACE INTO relays (name, grp, k, websockets, sse) VALUES (?, ?, ?, ?, ?)",
+      "INSERT OR REPLACE INTO relays (name, grp, k, websockets, sse, clients) VALUES (?, ?, ?, ?, ?, ?)",
       e.name,
       e.group,
       e.k,
       e.websockets,
       e.sse,
+      JSON.stringify([...e.clients]),
     );
   }
 
@@ -231,5 +241,14 @@ export class ChannelRelays {
     this.pipes.clear();
     this.relays.clear();
     this.unsavedSends = 0;
+  }
+}
+
+/** A stored column's JSON, or null when it does not parse (then it counts as nothing). */
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
   }
 }

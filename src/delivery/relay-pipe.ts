@@ -8,7 +8,7 @@
  * takes longer gets bigger, fewer calls). The queue is bounded in bytes: past the bound the oldest
  * frames are let go, and a failed call's frames are not sent again. Neither is lost: every call
  * carries the channel's head seq, so the relay sees the hole and fetches it from the channel's
- * history before it sends anything newer (src/delivery/relay.ts, repair). A failed call is followed by
+ * history before it sends anything newer (src/delivery/relay-stream.ts, repair). A failed call is followed by
  * head-only calls with a growing backoff (capped at {@link PIPE_RETRY_MAX_MS}) until one succeeds or
  * the relay leaves, so a relay learns of a hole even if the channel goes quiet: the last message of
  * an event is not held back until a next publish that may never come.

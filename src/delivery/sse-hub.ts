@@ -17,6 +17,8 @@ export interface SseClient {
   floor: number;
   /** When the subscription's token expires (epoch ms), or null for an anonymous one. */
   expiresAt: number | null;
+  /** Whose subscription this is (src/delivery/client-cap.ts), for the relay's per-client counts. */
+  client: string;
 }
 
 /**
@@ -51,7 +53,7 @@ export class SseHub {
   }
 
   /** A new reader with the stream's greeting queued; not live until {@link goLive}. */
-  connect(floor: number, expiresAt: number | null): { client: SseClient; response: Response } {
+  connect(floor: number, expiresAt: number | null, key: string): { client: SseClient; response: Response } {
     let terminate = () => {};
     const stream = new TransformStream<Uint8Array, Uint8Array>(
       {
@@ -61,7 +63,14 @@ export class SseHub {
       },
       SSE_QUEUE,
     );
-    const client: SseClient = { writer: stream.writable.getWriter(), terminate, closed: false, floor, expiresAt };
+    const client: SseClient = {
+      writer: stream.writable.getWriter(),
+      terminate,
+      closed: false,
+      floor,
+      expiresAt,
+      client: key,
+    };
     this.all.add(client);
     client.writer.closed.then(
       () => this.drop(client),

@@ -73,6 +73,8 @@ export interface Config {
   relayCapacity: number;
   /** Most subscribers one channel serves over all its relays; past it a subscribe answers 503. */
   maxSubscribers: number;
+  /** Most open subscriptions one client (token `sub`, else IP or IPv6 /64) holds on one channel; past it 429. */
+  maxSubscriptionsPerClient: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults, {@link REQUIRED_BUDGETS} excepted). */
@@ -107,6 +109,7 @@ export const CONFIG_VARIABLES = [
   "SAMPLER_MAX_CHANNELS",
   "RELAY_CAPACITY",
   "MAX_SUBSCRIBERS",
+  "MAX_SUBSCRIPTIONS_PER_CLIENT",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -303,6 +306,7 @@ export function parseConfig(raw: RawConfig): Config {
     samplerMaxChannels: positiveInt("SAMPLER_MAX_CHANNELS", raw.SAMPLER_MAX_CHANNELS, 500),
     relayCapacity: relayCapacity(raw.RELAY_CAPACITY),
     maxSubscribers: positiveInt("MAX_SUBSCRIBERS", raw.MAX_SUBSCRIBERS, 100_000),
+    maxSubscriptionsPerClient: positiveInt("MAX_SUBSCRIPTIONS_PER_CLIENT", raw.MAX_SUBSCRIPTIONS_PER_CLIENT, 20),
   };
 }
 

@@ -7,7 +7,8 @@
  * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
  * that does not verify), so nobody can spend or read another subject's budget → private channels
  * need that verified token with scope and channel → the channel reserves a slot on a relay of the
- * subscriber's placement group (`MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
+ * subscriber's placement group (the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` reached: 429;
+ * `MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
  * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
  */
 import { Hono } from "hono";
@@ -16,13 +17,14 @@ import { authorise, bearer, checkGrant, verifyAccess } from "../../auth/authoris
 import type { VerifiedToken } from "../../auth/tokens";
 import type { ChannelName } from "../../channel/names";
 import type { RelayAssignment } from "../../channel/types";
+import { clientCapError, clientKey } from "../../delivery/client-cap";
 import { placementGroup } from "../../delivery/placement";
 import { countedChannelStub } from "../../platform/services";
 import { relayStub } from "../../platform/stubs";
 import { readBudget, subscribeBudget } from "../../rate-limit/budgets";
 import type { AppEnv } from "../app-env";
 import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../errors";
-import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
+import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../openapi";
 import { channelParam, clientIp, intParam, sourceChannelParam } from "../params";
 
 /**
@@ -87,6 +89,8 @@ const subscribeRoute = route({
     "one relay holds 32 MiB for its subscribers together; resume with `?after=`. A subscription opened with a " +
     "token ends at the token's `exp`: WebSocket close 4001 `token expired`, SSE `event: expired` then the end; " +
     "reconnect with a fresh token and `?after=`. SSE streams get a `: keepalive` comment line at least every 15 s. " +
+    "A client (its token's `sub`, else its IP, IPv6 per /64) holds at most `MAX_SUBSCRIPTIONS_PER_CLIENT` open " +
+    "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`. " +
     "Every refusal is a plain HTTP response before any upgrade.",
   security: [{}, ...ACCESS_TOKEN],
   request: {
@@ -122,6 +126,12 @@ const subscribeRoute = route({
       },
     },
     ...errors(400, 401, 403, 429, 500, 503),
+    429: json(
+      ErrorBody,
+      "`resource_exhausted` / `RATE_LIMITED` with `Retry-After`: bucket `subscribe` (the subject's budget) or " +
+        "`read` (the client IP's, without a verified token), with `RateLimit` headers; or bucket `subscriptions`: " +
+        "the client already holds `MAX_SUBSCRIPTIONS_PER_CLIENT` open subscriptions of this channel.",
+    ),
   },
 });
 
@@ -161,6 +171,8 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
     checkGrant(verified, "subscribe", channel);
   }
 
+  // Counted per token subject, or per IP (/64) for a subscriber without a verified token.
+  const client = clientKey(verified ? verified.claims.sub : null, clientIp(c.req.raw));
   const slot = await orUnavailable(
     "channel",
     async (): Promise<RelayAssignment> =>
@@ -169,8 +181,11 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         placementGroup(c.req.raw),
         svc.config.relayCapacity,
         svc.config.maxSubscribers,
+        client,
+        svc.config.maxSubscriptionsPerClient,
       ),
   );
+  if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
   if ("full" in slot) {
     throw new ApiError(
       "unavailable",
@@ -185,6 +200,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   target.searchParams.set("group", slot.group);
   target.searchParams.set("k", String(slot.k));
   target.searchParams.set("reservation", slot.reservation);
+  target.searchParams.set("client", client);
   target.searchParams.set("mode", upgrade ? "ws" : "sse");
   target.searchParams.set("head", String(slot.head));
   // Resumes after `after`; a subscriber that does not resume gets what follows its slot.

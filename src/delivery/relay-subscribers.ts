@@ -1,0 +1,142 @@
+/**
+ * A relay's subscribers (src/delivery/relay.ts): its hibernatable WebSockets, with what each keeps in
+ * its attachment so it survives hibernation, and its SSE streams (src/delivery/sse-hub.ts). Which are
+ * open, which are still being replayed to, which joined ahead of the relay's last seq, whose each
+ * is, and how each is closed.
+ */
+import { type SseClient, SseHub } from "./sse-hub";
+
+/** `WebSocket.OPEN`. */
+const OPEN = 1;
+
+/**
+ * Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live;
+ * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous); it is
+ * counted for `client` (src/delivery/client-cap.ts).
+ */
+export interface SocketAttachment {
+  floor: number;
+  expiresAt?: number | null;
+  client?: string;
+}
+
+/** A subscriber being replayed to or live. */
+export type Subscriber = { ws: WebSocket } | { sse: SseClient };
+
+export class RelaySubscribers {
+  readonly hub: SseHub;
+  /** WebSockets still being replayed to: not sent live messages until that is done. */
+  readonly joining = new Set<WebSocket>();
+  /** WebSockets that joined ahead of the relay's last seq (a resume past a batch still on its way). */
+  readonly floors = new Map<WebSocket, number>();
+
+  /** @param changed a subscriber went (or its count changed): the relay reports to its channel. */
+  constructor(
+    private readonly ctx: DurableObjectState,
+    private readonly changed: () => void,
+  ) {
+    this.hub = new SseHub(changed);
+  }
+
+  /** After a restart: sockets that joined ahead of `lastSeq` keep their floors. */
+  restore(lastSeq: number): void {
+    for (const ws of this.ctx.getWebSockets()) {
+      const a = attachment(ws);
+      if (a && a.floor > lastSeq) this.floors.set(ws, a.floor);
+    }
+  }
+
+  /** A new WebSocket subscriber, held by the relay (hibernatable), not live until its replay is done. */
+  acceptSocket(floor: number, expiresAt: number | null, client: string): { sub: Subscriber; response: Response } {
+    const pair = new WebSocketPair();
+    const [peer, server] = [pair[0], pair[1]];
+    this.ctx.acceptWebSocket(server);
+    server.serializeAttachment({ floor, expiresAt, client } satisfies SocketAttachment);
+    this.joining.add(server);
+    return { sub: { ws: server }, response: new Response(null, { status: 101, webSocket: peer }) };
+  }
+
+  /**
+   * Sockets still open: one this relay closed stays listed until its peer answers the close, which a
+   * stalled reader never does, so it must not count as a subscriber nor be sent to.
+   */
+  sockets(): WebSocket[] {
+    return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
+  }
+
+  get count(): number {
+    return this.sockets().length + this.hub.size;
+  }
+
+  /** Still there to be sent to (not closed meanwhile). */
+  isOpen(sub: Subscriber): boolean {
+    return "ws" in sub ? sub.ws.readyState === OPEN : !sub.sse.closed;
+  }
+
+  /** Open subscriptions per client: the channel's per-client totals follow the relay's real sockets. */
+  clientCounts(): [string, number][] {
+    const counts = new Map<string, number>();
+    const add = (key: string) => counts.set(key, (counts.get(key) ?? 0) + 1);
+    for (const ws of this.sockets()) add(attachment(ws)?.client ?? "");
+    for (const c of this.hub.all) add(c.client);
+    return [...counts];
+  }
+
+  /** Floors at or below `lastSeq` are passed: those sockets take every live frame from now on. */
+  passFloors(lastSeq: number): void {
+    if (this.floors.size > 0) for (const [ws, floor] of this.floors) if (floor <= lastSeq) this.floors.delete(ws);
+  }
+
+  /** Replayed: the subscriber is sent live messages from now on. */
+  goLive(sub: Subscriber, floor: number, upTo: number): void {
+    if ("ws" in sub) {
+      this.joining.delete(sub.ws);
+      if (floor > upTo) this.floors.set(sub.ws, floor);
+    } else {
+      this.hub.goLive(sub.sse);
+    }
+  }
+
+  leave(sub: Subscriber, code: number, reason: string): void {
+    if ("ws" in sub) this.closeSocket(sub.ws, code, reason);
+    else this.hub.end(sub.sse);
+  }
+
+  closeSocket(ws: WebSocket, code: number, reason: string): void {
+    this.joining.delete(ws);
+    this.floors.delete(ws);
+    try {
+      ws.close(code, reason);
+    } catch {
+      // already closed
+    }
+    this.changed();
+  }
+
+  /**
+   * Closes every subscriber (a hole the relay cannot send across). `closed` hears how many before the
+   * count report is asked for, so that report carries them.
+   */
+  closeAll(code: number, reason: string, closed: (n: number) => void): void {
+    let n = 0;
+    for (const ws of this.sockets()) {
+      n++;
+      this.joining.delete(ws);
+      try {
+        ws.close(code, reason);
+      } catch {
+        // already gone
+      }
+    }
+    for (const client of [...this.hub.all]) {
+      n++;
+      this.hub.end(client);
+    }
+    closed(n);
+    this.changed();
+  }
+}
+
+export function attachment(ws: WebSocket): SocketAttachment | null {
+  return ws.deserializeAttachment() as SocketAttachment | null;
+}
