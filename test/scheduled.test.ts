@@ -3,26 +3,21 @@
  * Targets come from test/vitest.config.ts: `public:sampled.**` → 10/s, `public:budget.*` →
  * {"deliveries":"40/s"}.
  */
-import {
-  createExecutionContext,
-  createScheduledController,
-  runInDurableObject,
-  waitOnExecutionContext,
-} from "cloudflare:test";
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import { ChannelObject } from "../src/channel/channel-object";
-import worker from "../src/index";
 import { activeChannelsStub, channelStub } from "../src/platform/stubs";
 import type { ChannelSample, SamplerReport } from "../src/throttle/sampler-run";
 import {
   adminHeaders,
   callAndWait,
+  cron,
   envWith,
-  mint,
   openSocket,
   publishAndWait,
+  publisher,
   SLOW_TEST_MS,
   uniq,
   withFailing,
@@ -30,16 +25,6 @@ import {
 
 const stubOf = (name: string) => channelStub(env, name);
 const registry = () => activeChannelsStub(env);
-
-async function cron(customEnv: Env = env): Promise<void> {
-  const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), customEnv, ctx);
-  await waitOnExecutionContext(ctx);
-}
-
-async function publisher(pattern: string): Promise<string> {
-  return (await mint({ sub: uniq("pub"), channels: [pattern], rl: "10000/s" })).access_token;
-}
 
 async function publishMany(channel: string, token: string, n: number): Promise<void> {
   for (let i = 0; i < n; i++) {
@@ -58,7 +43,7 @@ async function backdatePeriod(channel: string, ms: number): Promise<void> {
 describe("scheduled sampler", () => {
   it("writes the rate that holds the target after traffic, and records the sample", async () => {
     const ch = `public:sampled.${uniq()}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(ch, token, 40);
     expect((await registry().snapshot()).active).toContain(ch);
     // 40 messages over ~2 s is ~20/s offered against a 10/s target: drop about half.
@@ -82,7 +67,7 @@ describe("scheduled sampler", () => {
 
   it("releases an idle throttled channel to 0 at the next run, then forgets it", async () => {
     const ch = `public:sampled.${uniq()}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(ch, token, 40);
     await backdatePeriod(ch, 1000);
     await cron();
@@ -95,7 +80,7 @@ describe("scheduled sampler", () => {
 
   it("leaves channels without a target alone", async () => {
     const ch = `public:unsampled.${uniq()}`;
-    const token = await publisher("public:unsampled.*");
+    const token = await publisher("public:unsampled.*", "10000/s");
     await publishMany(ch, token, 10);
     expect((await registry().snapshot()).active).not.toContain(ch);
     await cron();
@@ -122,7 +107,7 @@ describe("scheduled sampler", () => {
   it("one channel's object failing does not stop the others, and the failed one is retried next run", async () => {
     const bad = `public:sampled.${uniq("bad")}`;
     const good = `public:sampled.${uniq("good")}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(bad, token, 30);
     await publishMany(good, token, 30);
     await backdatePeriod(good, 1000);
@@ -138,7 +123,7 @@ describe("scheduled sampler", () => {
 
   it("POST /v1/admin/sample runs the same sampler on demand and reports each decision, without backend text", async () => {
     const bad = `public:sampled.${uniq("bad")}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(bad, token, 5);
     const res = await withFailing(
       ChannelObject,
@@ -160,7 +145,7 @@ describe("scheduled sampler", () => {
 
   it("splits a delivery budget across the channel's subscribers", async () => {
     const ch = `public:budget.${uniq()}`;
-    const token = await publisher("public:budget.*");
+    const token = await publisher("public:budget.*", "10000/s");
     const sockets = await Promise.all([openSocket(ch), openSocket(ch), openSocket(ch), openSocket(ch)]);
     await publishMany(ch, token, 40);
     await backdatePeriod(ch, 1000);
@@ -180,7 +165,7 @@ describe("scheduled sampler", () => {
     timeout: SLOW_TEST_MS,
   }, async () => {
     const ch = `public:sampled.thin.${uniq()}`; // THROTTLE_THINNING covers public:sampled.thin.*
-    const token = await publisher("public:sampled.thin.*");
+    const token = await publisher("public:sampled.thin.*", "10000/s");
     await publishMany(ch, token, 40);
     await backdatePeriod(ch, 1000);
     await cron();
@@ -209,7 +194,7 @@ describe("scheduled sampler", () => {
 
   it("a channel idle through earlier runs starts its next period at the last run, not long before", async () => {
     const ch = `public:sampled.${uniq()}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     // A channel whose last period began an hour ago and that has been quiet since (not marked).
     await runInDurableObject(stubOf(ch), (instance) => {
       const o = instance as unknown as { remember(c: string): void; set(v: Record<string, number>): void };
