@@ -195,13 +195,24 @@ async function checkPolling(page) {
     `polls never overlap when the server is slower than the poll period (${busy.started} polls in 10 s, at most ${busy.most} at once)`,
   );
 
-  await page.waitForFunction(() => window.__polls.inFlight === 1, null, { timeout: 10_000 });
-  await page.evaluate(setHidden, true);
-  const hidden = await pollCounts(page);
+  // Hidden in the same page task that saw a poll in flight: waiting for it from here and hiding in a
+  // second call left a gap in which that poll could finish, and then nothing was aborted.
+  const hidden = await page.evaluate(async () => {
+    const end = Date.now() + 10_000;
+    while (window.__polls.inFlight !== 1) {
+      if (Date.now() > end) throw new Error("no overview poll in flight");
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    Object.defineProperty(document, "visibilityState", { value: "hidden", configurable: true });
+    Object.defineProperty(document, "hidden", { value: true, configurable: true });
+    const abortedBefore = window.__polls.aborted; // earlier polls were aborted by the rate set above
+    document.dispatchEvent(new Event("visibilitychange"));
+    return { ...window.__polls, abortedNow: window.__polls.aborted - abortedBefore };
+  });
   await page.waitForTimeout(5000);
   const later = await pollCounts(page);
   check(
-    hidden.inFlight === 0 && hidden.aborted >= 1 && later.started === hidden.started,
+    hidden.inFlight === 0 && hidden.abortedNow === 1 && later.started === hidden.started,
     `a hidden page aborts its poll and polls no more (${later.started - hidden.started} polls while hidden)`,
   );
   await page.unroute("**/v1/admin/overview*", slow);
@@ -362,7 +373,14 @@ try {
   await checkChannelLeaves(page, MANUAL);
 
   await page.setViewportSize({ width: 390, height: 844 });
-  await page.waitForTimeout(300);
+  // The charts shrink in their ResizeObserver's callback, which runs at the page's next rendering, not
+  // by a fixed time: wait until every chart is no wider than its card (a fixed 300 ms raced it).
+  await page.waitForFunction(
+    () =>
+      [...document.querySelectorAll(".chart")].every((c) => (c.firstElementChild?.clientWidth ?? 0) <= c.clientWidth),
+    null,
+    { timeout: 10_000 },
+  );
   const fits = await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
   check(fits, "at phone width (390 px) nothing scrolls sideways");
   await page.screenshot({ path: join(artifacts, "dashboard-phone.png"), fullPage: true });

@@ -26,6 +26,7 @@ import {
   type Frame,
   mint,
   openSocket,
+  publisher,
   publishTo,
   readSse,
   storedTables,
@@ -36,10 +37,6 @@ import {
 const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
 /** The channel's only relay (fewer subscribers than RELAY_CAPACITY; no colo locally). */
 const relayStub = (ch: string) => env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0)));
-
-async function publisher(sub = uniq("pub")): Promise<string> {
-  return (await mint({ sub, channels: ["public:bounds.*"], rl: "100000/s" })).access_token;
-}
 
 async function channelStats(ch: string): Promise<ChannelStats> {
   const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
@@ -82,7 +79,7 @@ async function fill(ch: string, count: number, bytes: number): Promise<void> {
 describe("subscribers do not talk", () => {
   it("ping is answered pong by the runtime; any other frame, however big, closes that socket with 1008", async () => {
     const ch = `public:bounds.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:bounds.*");
     const pinger = await rawSocket(ch);
     const talker = await rawSocket(ch);
     const giant = await rawSocket(ch);
@@ -209,7 +206,7 @@ function publishManyFailingMidway(ch: string, messages: unknown[]): Promise<stri
 describe("a batch that fails mid-way", () => {
   it("rolls back memory with storage: no ghost frames, no counted messages, seq continues where it was", async () => {
     const ch = `public:bounds.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:bounds.*");
     const sub = await openSocket(ch);
     expect((await publishTo(ch, t, "first")).status).toBe(200);
     await sub.next(1);
@@ -258,7 +255,7 @@ describe("storage is bounded by activity", () => {
 
   it("a channel nobody used for HISTORY_TTL is deleted whole by its alarm, and works again from scratch", async () => {
     const ch = `public:bounds.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:bounds.*");
     expect((await publishTo(ch, t, 1, { "idempotency-key": uniq("k") })).status).toBe(200);
     expect((await publishTo(ch, t, 2)).status).toBe(200);
     const stub = channelStub(ch);
@@ -278,7 +275,7 @@ describe("storage is bounded by activity", () => {
 
   it("a sampler visit to a deleted channel leaves nothing stored, and export of an unused record is empty", async () => {
     const ch = `public:bounds.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:bounds.*");
     expect((await publishTo(ch, t, 1)).status).toBe(200);
     await ageChannel(ch, HISTORY_TTL_MS + 1000);
     const stub = channelStub(ch);
@@ -296,7 +293,7 @@ describe("storage is bounded by activity", () => {
 
   it("a channel with a subscriber is kept however old its last publish; deleted once the subscriber leaves", async () => {
     const ch = `public:bounds.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:bounds.*");
     const sub = await openSocket(ch);
     expect((await publishTo(ch, t, 1)).status).toBe(200);
     await sub.next(1);
@@ -326,7 +323,7 @@ describe("storage is bounded by activity", () => {
 
   it("Idempotency-Keys are forgotten after 10 minutes by the alarm, without any further traffic", async () => {
     const ch = `public:bounds.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:bounds.*");
     expect((await publishTo(ch, t, 1, { "idempotency-key": uniq("k") })).status).toBe(200);
     const stub = channelStub(ch);
     expect(await storedTables(stub)).toMatchObject({ idempotency: 1, messages: 1 });
@@ -437,7 +434,7 @@ describe("made-up channels leave nothing", () => {
     const ch = `public:bounds.${uniq()}`;
     const stub = channelStub(ch);
     const sub = await openSocket(ch);
-    expect((await publishTo(ch, await publisher(), 1)).status).toBe(200);
+    expect((await publishTo(ch, await publisher("public:bounds.*"), 1)).status).toBe(200);
     await sub.next(1);
     sub.ws.close();
     await until(async () => (await runInDurableObject(stub, (i) => i.stats().occupancy)) === 0, "the leave's report");
@@ -458,7 +455,7 @@ describe("made-up channels leave nothing", () => {
 describe("an idle deletion that fails", () => {
   it("leaves the channel as it was, not deleted, and the alarm tries again", async () => {
     const ch = `public:bounds.${uniq()}`;
-    expect((await publishTo(ch, await publisher(), 1)).status).toBe(200);
+    expect((await publishTo(ch, await publisher("public:bounds.*"), 1)).status).toBe(200);
     const stub = channelStub(ch);
     const HISTORY_TTL_MS = 7 * 24 * 3600 * 1000;
     const failedAt = Date.now();
@@ -488,7 +485,7 @@ describe("an idle deletion that fails", () => {
 describe("memory is bounded by bytes", () => {
   it("publishes waiting in one isolate past the byte cap get 503 unavailable with Retry-After, counted; the rest are delivered", async () => {
     const ch = `public:bounds.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:bounds.*");
     // The channel's object stalls (a slow storage commit) until released, so publishes pile up.
     const proto = ChannelObject.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
     const original = proto.publishMany as (...a: unknown[]) => unknown;

@@ -3,26 +3,14 @@
  * deployment's totals), the list of recently active channels, and targets set at runtime (which the
  * sampler then follows, ahead of THROTTLE_TARGET(S)).
  */
-import {
-  createExecutionContext,
-  createScheduledController,
-  runInDurableObject,
-  waitOnExecutionContext,
-} from "cloudflare:test";
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import { OVERVIEW_MAX_CHANNELS } from "../src/http/routes/dashboard";
-import worker from "../src/index";
 import { activeChannelsStub } from "../src/platform/stubs";
 import { backdatePeriod, makeSeenReportDue } from "./channel-internals";
-import { adminHeaders, callAndWait, envWith, mint, openSocket, publishAndWait, uniq } from "./helpers";
-
-async function cron(): Promise<void> {
-  const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), env, ctx);
-  await waitOnExecutionContext(ctx);
-}
+import { adminHeaders, callAndWait, cron, envWith, mint, openSocket, publishAndWait, uniq } from "./helpers";
 
 const admin = (path: string, init: RequestInit = {}) => callAndWait(path, { ...init, headers: adminHeaders() });
 

@@ -142,7 +142,12 @@ export async function readSse(res: Response, n: number): Promise<{ id: string; d
 
 export { env };
 
-import { createExecutionContext, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
+import {
+  createExecutionContext,
+  createScheduledController,
+  runInDurableObject,
+  waitOnExecutionContext,
+} from "cloudflare:test";
 import worker from "../src/index";
 
 /**
@@ -154,6 +159,25 @@ export async function callAndWait(path: string, init: RequestInit = {}, customEn
   const res = await worker.fetch(new Request(BASE + path, init), customEnv, ctx);
   await waitOnExecutionContext(ctx);
   return res;
+}
+
+/**
+ * One run of the sampler's cron, through the Worker's real `scheduled` handler (with `customEnv`, a
+ * different configuration), and the background work it started.
+ */
+export async function cron(customEnv: Env = env): Promise<void> {
+  const ctx = createExecutionContext();
+  await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), customEnv, ctx);
+  await waitOnExecutionContext(ctx);
+}
+
+/**
+ * An access token (fresh subject) that may publish to `channels`, under a rate limit high enough that
+ * no test's publishes are refused for rate.
+ */
+export async function publisher(channels: string | string[], rl = "100000/s"): Promise<string> {
+  const patterns = typeof channels === "string" ? [channels] : channels;
+  return (await mint({ sub: uniq("pub"), channels: patterns, rl })).access_token;
 }
 
 /** Publishes and waits for the background work the publish started. */

@@ -14,18 +14,14 @@ import {
   call,
   callAndWait,
   historyOf,
-  mint,
   openSocket,
+  publisher,
   publishTo,
   readSse,
   uniq,
 } from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
-
-async function publisher(): Promise<string> {
-  return (await mint({ sub: uniq("pub"), channels: ["public:hostile.*"], rl: "100000/s" })).access_token;
-}
 
 /** The channel's stats, once the requests before have finished their background work. */
 async function channelStats(ch: string): Promise<ChannelStats> {
@@ -49,7 +45,7 @@ async function expectError(res: Response, status: number, code: string): Promise
 describe("hostile bodies and headers", () => {
   it("deeply nested JSON is delivered exactly or refused with 400, never a 500", async () => {
     const ch = `public:hostile.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:hostile.*");
     for (const depth of [1000, 16_000]) {
       const body = `${"[".repeat(depth)}${"]".repeat(depth)}`;
       const res = await call(`/v1/publish/${ch}`, {
@@ -64,7 +60,7 @@ describe("hostile bodies and headers", () => {
 
   it("a huge Authorization header or Idempotency-Key is a 401 / 400 and charges nothing", async () => {
     const ch = `public:hostile.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:hostile.*");
     const before = await lastSeq(ch);
     await expectError(
       await call(`/v1/publish/${ch}`, {
@@ -86,7 +82,7 @@ describe("hostile bodies and headers", () => {
 
   it("thousands of query parameters are handled, not a 500", async () => {
     const ch = `public:hostile.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:hostile.*");
     await publishTo(ch, t, { x: 1 });
     const junk = Array.from({ length: 5000 }, (_, i) => `p${i}=${i}`).join("&");
     const res = await call(`/v1/history/${ch}?${junk}&limit=10`);
@@ -99,7 +95,7 @@ describe("hostile bodies and headers", () => {
   });
 
   it("path traversal and encoded separators in channel names are 400s or 404s", async () => {
-    const t = await publisher();
+    const t = await publisher("public:hostile.*");
     for (const path of [
       "/v1/publish/public:hostile.%2e%2e",
       "/v1/publish/public:..%2F..%2Fadmin.x",
@@ -243,7 +239,7 @@ describe("SSE under a busy channel", () => {
 describe("state is unchanged by refused publishes", () => {
   it("history holds only the accepted message after a barrage of bad requests", async () => {
     const ch = `public:hostile.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:hostile.*");
     const bad: RequestInit[] = [
       { method: "POST", headers: { authorization: `Bearer ${t}` }, body: "{" },
       { method: "POST", headers: { authorization: `Bearer ${t}` }, body: "" },

@@ -22,8 +22,8 @@ import {
   envWith,
   type Frame,
   freshIp,
-  mint,
   openSocket,
+  publisher,
   publishTo,
   SLOW_TEST_MS,
   storedTables,
@@ -37,10 +37,6 @@ const relayEnv = envWith({ RELAY_CAPACITY: String(CAPACITY) });
 
 const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
 const relayStub = (ch: string, k: number) => env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", k)));
-
-async function publisher(): Promise<string> {
-  return (await mint({ sub: uniq("pub"), channels: ["public:relays.*"], rl: "100000/s" })).access_token;
-}
 
 interface Stats {
   occupancy: number;
@@ -106,7 +102,7 @@ describe("fan-out over relays", () => {
     timeout: SLOW_TEST_MS,
   }, async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const sockets: Awaited<ReturnType<typeof openSocket>>[] = [];
     const streams: Awaited<ReturnType<typeof openSse>>[] = [];
     for (let i = 0; i < 120; i++) {
@@ -159,7 +155,7 @@ describe("fan-out over relays", () => {
 describe("order and repair", () => {
   it("a relay evicted mid-stream continues without a gap: its WebSockets and last seq survive", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const subs = await openSockets(ch, 15);
     for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
     for (const s of subs) await s.next(3);
@@ -176,7 +172,7 @@ describe("order and repair", () => {
 
   it("a relay reset by an abort drops its sockets, and its subscribers resume elsewhere with no gap or repeat", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const subs = await openSockets(ch, 15);
     for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
     for (const s of subs) await s.next(3);
@@ -203,7 +199,7 @@ describe("order and repair", () => {
 
   it("calls to a relay that failed are repaired from history before anything newer, even if the channel goes quiet", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const subs = await openSockets(ch, 15);
     expect((await publishTo(ch, t, 1)).status).toBe(200);
     for (const s of subs) await s.next(1);
@@ -228,7 +224,7 @@ describe("order and repair", () => {
 
   it("a join whose report answer is overtaken by a delivery sends nothing twice to those already on the relay", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const first = await openSocket(ch, "", relayEnv);
     for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
     expect(seqs(await first.next(3))).toEqual(range(1, 3));
@@ -272,7 +268,7 @@ describe("order and repair", () => {
 
   it("a relay whose hole history no longer holds closes its subscribers with 4009 instead of skipping", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const sub = await openSocket(ch, "", relayEnv);
     const done = closed(sub.ws);
     expect((await publishTo(ch, t, 0)).status).toBe(200);
@@ -289,7 +285,7 @@ describe("order and repair", () => {
 
   it("a subscriber that resumes on a different relay gets exactly what it missed, then live", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const subs = await openSockets(ch, CAPACITY);
     const leaver = subs[0] as Awaited<ReturnType<typeof openSocket>>;
     for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
@@ -313,7 +309,7 @@ describe("order and repair", () => {
 describe("independence", () => {
   it("a relay that stalls holds up neither the publisher nor the other relays, and then catches up in order", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const subs = await openSockets(ch, 15);
     const proto = Relay.prototype as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
     const original = proto.deliver as (...a: unknown[]) => Promise<unknown>;
@@ -368,7 +364,7 @@ describe("independence", () => {
 describe("counts", () => {
   it("empty relays leave the registry and keep no storage", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const subs = await openSockets(ch, 15);
     const sse = await openSse(ch);
     expect((await publishTo(ch, t, 1)).status).toBe(200);
@@ -394,7 +390,7 @@ describe("counts", () => {
 
   it("a relay kept empty for a reserved slot whose subscriber never came leaves once the slot lapses", async () => {
     const ch = `public:relays.${uniq()}`;
-    const t = await publisher();
+    const t = await publisher("public:relays.*");
     const a = await openSocket(ch, "", relayEnv);
     // A slot whose subscriber never reaches the relay (its client went away on the way there).
     await channelStub(ch).assignRelay(ch, "local", CAPACITY, 100_000, "ip:test", 20);

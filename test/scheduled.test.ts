@@ -3,27 +3,22 @@
  * Targets come from test/vitest.config.ts: `public:sampled.**` → 10/s, `public:budget.*` →
  * {"deliveries":"40/s"}.
  */
-import {
-  createExecutionContext,
-  createScheduledController,
-  runInDurableObject,
-  waitOnExecutionContext,
-} from "cloudflare:test";
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import { ChannelObject } from "../src/channel/channel-object";
-import worker from "../src/index";
 import { activeChannelsStub, channelStub } from "../src/platform/stubs";
 import type { ChannelSample, SamplerReport } from "../src/throttle/sampler-run";
 import { backdatePeriod, channelOf, counter, rememberChannel, setCounters } from "./channel-internals";
 import {
   adminHeaders,
   callAndWait,
+  cron,
   envWith,
-  mint,
   openSocket,
   publishAndWait,
+  publisher,
   SLOW_TEST_MS,
   uniq,
   withFailing,
@@ -31,16 +26,6 @@ import {
 
 const stubOf = (name: string) => channelStub(env, name);
 const registry = () => activeChannelsStub(env);
-
-async function cron(customEnv: Env = env): Promise<void> {
-  const ctx = createExecutionContext();
-  await worker.scheduled(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), customEnv, ctx);
-  await waitOnExecutionContext(ctx);
-}
-
-async function publisher(pattern: string): Promise<string> {
-  return (await mint({ sub: uniq("pub"), channels: [pattern], rl: "10000/s" })).access_token;
-}
 
 async function publishMany(channel: string, token: string, n: number): Promise<void> {
   for (let i = 0; i < n; i++) {
@@ -52,7 +37,7 @@ async function publishMany(channel: string, token: string, n: number): Promise<v
 describe("scheduled sampler", () => {
   it("writes the rate that holds the target after traffic, and records the sample", async () => {
     const ch = `public:sampled.${uniq()}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(ch, token, 40);
     expect((await registry().snapshot()).active).toContain(ch);
     // 40 messages over ~2 s is ~20/s offered against a 10/s target: drop about half.
@@ -76,7 +61,7 @@ describe("scheduled sampler", () => {
 
   it("releases an idle throttled channel to 0 at the next run, then forgets it", async () => {
     const ch = `public:sampled.${uniq()}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(ch, token, 40);
     await backdatePeriod(ch, 1000);
     await cron();
@@ -89,7 +74,7 @@ describe("scheduled sampler", () => {
 
   it("leaves channels without a target alone", async () => {
     const ch = `public:unsampled.${uniq()}`;
-    const token = await publisher("public:unsampled.*");
+    const token = await publisher("public:unsampled.*", "10000/s");
     await publishMany(ch, token, 10);
     expect((await registry().snapshot()).active).not.toContain(ch);
     await cron();
@@ -116,7 +101,7 @@ describe("scheduled sampler", () => {
   it("one channel's object failing does not stop the others, and the failed one is retried next run", async () => {
     const bad = `public:sampled.${uniq("bad")}`;
     const good = `public:sampled.${uniq("good")}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(bad, token, 30);
     await publishMany(good, token, 30);
     await backdatePeriod(good, 1000);
@@ -132,7 +117,7 @@ describe("scheduled sampler", () => {
 
   it("POST /v1/admin/sample runs the same sampler on demand and reports each decision, without backend text", async () => {
     const bad = `public:sampled.${uniq("bad")}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(bad, token, 5);
     const res = await withFailing(
       ChannelObject,
@@ -154,7 +139,7 @@ describe("scheduled sampler", () => {
 
   it("splits a delivery budget across the channel's subscribers", async () => {
     const ch = `public:budget.${uniq()}`;
-    const token = await publisher("public:budget.*");
+    const token = await publisher("public:budget.*", "10000/s");
     const sockets = await Promise.all([openSocket(ch), openSocket(ch), openSocket(ch), openSocket(ch)]);
     await publishMany(ch, token, 40);
     await backdatePeriod(ch, 1000);
@@ -174,7 +159,7 @@ describe("scheduled sampler", () => {
     timeout: SLOW_TEST_MS,
   }, async () => {
     const ch = `public:sampled.thin.${uniq()}`; // THROTTLE_THINNING covers public:sampled.thin.*
-    const token = await publisher("public:sampled.thin.*");
+    const token = await publisher("public:sampled.thin.*", "10000/s");
     await publishMany(ch, token, 40);
     await backdatePeriod(ch, 1000);
     await cron();
@@ -203,7 +188,7 @@ describe("scheduled sampler", () => {
 
   it("a channel idle through earlier runs starts its next period at the last run, not long before", async () => {
     const ch = `public:sampled.${uniq()}`;
-    const token = await publisher("public:sampled.*");
+    const token = await publisher("public:sampled.*", "10000/s");
     // A channel whose last period began an hour ago and that has been quiet since (not marked).
     await runInDurableObject(stubOf(ch), (instance) => {
       rememberChannel(instance, ch);
