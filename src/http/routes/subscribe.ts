@@ -110,11 +110,14 @@ const subscribeRoute = route({
     query: z.object({
       after: z.string().optional().openapi({ description: "Replay retained messages with a higher seq first." }),
       token: z.string().optional().openapi({ description: "The fallback way to send a token (lands in logs)." }),
-      batch: z.enum(["0", "1"]).optional().openapi({
-        description:
-          "`1`: packed frames, each a JSON array of `Frame`s (WebSocket; SSE still sends one event per message). " +
-          "`0` or absent: one `Frame` per text frame. Any other value answers 400.",
-      }),
+      batch: z
+        .enum(["0", "1"])
+        .optional()
+        .openapi({
+          description:
+            "`1`: packed frames, each a JSON array of `Frame`s (WebSocket; SSE still sends one event per message). " +
+            "`0` or absent: one `Frame` per text frame. Any other value answers 400.",
+        }),
     }),
     headers: z.object({
       upgrade: z.string().optional().openapi({ example: "websocket" }),
