@@ -45,6 +45,8 @@ export interface StreamingRelay {
   maxBufferedBytes(): number;
   /** `FRAME_DELAY` in ms: how long frames for packed sockets may be held to pack more. */
   frameDelayMs(): number;
+  /** Most bytes of one packed frame ({@link FRAME_MAX_BYTES}; a test lowers it). */
+  maxFrameBytes(): number;
 }
 
 /** What one pass of sends found: sockets closed as slow, sockets whose send failed. */
@@ -148,7 +150,8 @@ export class RelayStream {
         return;
       }
       if ("ws" in sub) {
-        if (this.subs.isBatched(sub.ws)) for (const text of packFrames(page.frames, FRAME_MAX_BYTES)) sub.ws.send(text);
+        if (this.subs.isBatched(sub.ws))
+          for (const text of packFrames(page.frames, this.relay.maxFrameBytes())) sub.ws.send(text);
         else for (const f of page.frames) sub.ws.send(f.text);
       } else if (page.frames.length > 0) this.subs.hub.write(sub.sse, sseChunk(page.frames.map(sseEvent)));
       this.boundMemory();
@@ -170,7 +173,7 @@ export class RelayStream {
     if (frames.length === 0) return;
     const tally: SendTally = { slow: 0, closed: 0 };
     const hold = this.relay.frameDelayMs() > 0;
-    const packed = new PackedOnce(frames);
+    const packed = new PackedOnce(frames, this.relay.maxFrameBytes());
     for (const ws of sockets) {
       if (this.subs.joining.has(ws)) continue;
       if (this.subs.isBatched(ws)) {
@@ -201,7 +204,7 @@ export class RelayStream {
       this.held.push(f);
       this.heldBytes += utf8Length(f.text);
     }
-    if (this.heldBytes >= FRAME_MAX_BYTES) {
+    if (this.heldBytes >= this.relay.maxFrameBytes()) {
       this.flushHeld();
       return;
     }
@@ -224,7 +227,7 @@ export class RelayStream {
     this.held = [];
     this.heldBytes = 0;
     const tally: SendTally = { slow: 0, closed: 0 };
-    const packed = new PackedOnce(frames);
+    const packed = new PackedOnce(frames, this.relay.maxFrameBytes());
     for (const ws of this.subs.sockets()) {
       if (!this.subs.joining.has(ws) && this.subs.isBatched(ws)) this.sendPacked(ws, frames, packed, tally);
     }
@@ -241,7 +244,7 @@ export class RelayStream {
         ? packed.texts()
         : packFrames(
             frames.filter((f) => f.seq > floor),
-            FRAME_MAX_BYTES,
+            this.relay.maxFrameBytes(),
           );
     this.sendTo(ws, tally, () => {
       for (const text of texts) ws.send(text);
@@ -283,9 +286,12 @@ export class RelayStream {
 /** The packed texts of a set of frames, joined once for every socket that takes them all. */
 class PackedOnce {
   private packed: string[] | null = null;
-  constructor(private readonly frames: readonly LiveFrame[]) {}
+  constructor(
+    private readonly frames: readonly LiveFrame[],
+    private readonly maxBytes: number,
+  ) {}
   texts(): string[] {
-    this.packed ??= packFrames(this.frames, FRAME_MAX_BYTES);
+    this.packed ??= packFrames(this.frames, this.maxBytes);
     return this.packed;
   }
 }

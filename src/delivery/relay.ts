@@ -27,7 +27,12 @@ import { RelayLifetime } from "./relay-lifetime";
 import { type RelayIdentity, RelayReporter } from "./relay-reporter";
 import { RelayStream } from "./relay-stream";
 import { RelaySubscribers, type Subscriber } from "./relay-subscribers";
-import { RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "./subscriber-bounds";
+import {
+  FRAME_MAX_BYTES,
+  RELAY_MAX_BUFFERED_BYTES,
+  SUBSCRIBER_SPOKE_CLOSE,
+  SUBSCRIBER_SPOKE_REASON,
+} from "./subscriber-bounds";
 
 export interface RelayCounts {
   websockets: number;
@@ -54,6 +59,8 @@ export class Relay extends DurableObject<Env> {
    * gets here (the Worker answers 500 before any subscribe), so it falls back to no delay.
    */
   frameDelayMs: number;
+  /** Most bytes of one packed frame (a test lowers it). */
+  maxFrameBytes = FRAME_MAX_BYTES;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -79,6 +86,7 @@ export class Relay extends DurableObject<Env> {
         store: () => this.store(),
         maxBufferedBytes: () => this.maxBufferedBytes,
         frameDelayMs: () => this.frameDelayMs,
+        maxFrameBytes: () => this.maxFrameBytes,
       },
       this.subs,
       this.reporter,
