@@ -8,7 +8,7 @@
 // 8), each carrying its send time. Per size it prints deliveries/s (messages received over the time
 // from the first publish to the last frame), publish→receive p50/p99, lost frames (a delivered
 // publish's seq a subscriber never got) and duplicated ones, the channel object's sends per publish,
-// and workerd CPU per delivery (the workerd's own CPU time, as lib/workerd.mjs reads it, over frames
+// and workerd CPU per delivery (the workerd's own CPU time, as lib/workerd.mjs reads it, over messages
 // received).
 //
 // Channel-object sends per publish: when `GET /v1/channels/{channel}/stats` has `relays` and
