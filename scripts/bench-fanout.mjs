@@ -5,16 +5,21 @@
 // For each size (--sizes, default 100,1000,3000,5000) a fresh Floodgate starts in workerd through
 // Miniflare's API, straight to the Worker as for `npm run bench` (lib/workerd.mjs; no dev proxy), N
 // subscribers connect, and one publisher sends --rate publishes/s (default 20) for --seconds (default
-// 8), each carrying its send time. Per size it prints deliveries/s (frames received over the time
+// 8), each carrying its send time. Per size it prints deliveries/s (messages received over the time
 // from the first publish to the last frame), publish→receive p50/p99, lost frames (a delivered
 // publish's seq a subscriber never got) and duplicated ones, the channel object's sends per publish,
-// and workerd CPU per delivery (the workerd's own CPU time, as lib/workerd.mjs reads it, over frames
+// and workerd CPU per delivery (the workerd's own CPU time, as lib/workerd.mjs reads it, over messages
 // received).
 //
 // Channel-object sends per publish: when `GET /v1/channels/{channel}/stats` has `relays` and
 // `relay_sends_total` (the fan-out through relay objects), the channel's calls to its relays per
 // publish, Δrelay_sends_total ÷ delivered publishes; without them it prints "1 (no relays)": the
 // channel object itself is the one sender, writing every frame to every socket.
+//
+// --batch: the subscribers ask for packed frames (`?batch=1`, docs/api.md, "Packed frames"): each
+// text frame is an array of messages. Deliveries count messages either way; the table adds the
+// WebSocket sends (frames) per delivered message, 1 without --batch and less the more frames pack.
+// With --vars '{"FRAME_DELAY":"20ms"}' the relays also hold frames back to pack more.
 //
 // --vars '{"NAME":"value"}' sets Worker variables on top of the shipped [vars] and the budgets below
 // (e.g. '{"RELAY_CAPACITY":"500"}' for more relays per size).
@@ -23,7 +28,8 @@
 // - Subscribe budgets: the subscribers are anonymous, from one address, so each subscribe charges
 //   that address's read budget (READ_RATE, 20/s shipped), and a token would charge SUBSCRIBE_RATE.
 //   The bench Worker gets READ_RATE, SUBSCRIBE_RATE and PUBLISH_RATE set to "" (budget off) in its
-//   own vars; the product defaults are unchanged.
+//   own vars; the product defaults are unchanged. Being one client, they would also meet
+//   MAX_SUBSCRIPTIONS_PER_CLIENT (20 shipped): the bench Worker sets it to the size.
 // - File descriptors: each socket is one descriptor here and one in workerd. The script checks the
 //   soft limit (`ulimit -n`) against the largest size before starting, and says how to raise it.
 // - One Node thread cannot read 100,000 frames/s and still timestamp them on time, so subscribers
@@ -53,6 +59,7 @@ async function main() {
     clients: 0,
     settle: 60,
     vars: "{}",
+    batch: false,
   });
   let extraVars;
   try {
@@ -71,7 +78,7 @@ async function main() {
   checkDescriptors(Math.max(...SIZES));
 
   console.log(
-    `floodgate bench:fanout — one public channel, ${opts.rate} publishes/s for ${opts.seconds} s per size, Node ${process.version}, ${availableParallelism()} cores, load average ${loadAverage()}`,
+    `floodgate bench:fanout — one public channel, ${opts.rate} publishes/s for ${opts.seconds} s per size${opts.batch ? ", packed frames (batch=1)" : ""}, Node ${process.version}, ${availableParallelism()} cores, load average ${loadAverage()}`,
   );
   const rows = [];
   for (const size of SIZES) {
@@ -83,16 +90,16 @@ async function main() {
   }
 
   console.log(
-    "\n| subscribers | deliveries/s | publish→receive p50 | p99 | last frame after the last publish was sent | lost | duplicated | channel-object sends per publish | relays | workerd CPU per delivery | Node CPU per delivery (subscribers, publisher) | publishes (delivered / sent) | subscribers closed early |",
+    "\n| subscribers | deliveries/s | publish→receive p50 | p99 | last frame after the last publish was sent | lost | duplicated | channel-object sends per publish | relays | frames per delivered message | workerd CPU per delivery | Node CPU per delivery (subscribers, publisher) | publishes (delivered / sent) | subscribers closed early |",
   );
-  console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+  console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
   for (const r of rows) {
     console.log(
-      `| ${r.size.toLocaleString("en")} | ${Math.round(r.deliveriesPerS).toLocaleString("en")} | ${r.p50.toFixed(1)} ms | ${r.p99.toFixed(1)} ms | ${r.tailS.toFixed(1)} s | ${r.lost} | ${r.duplicated} | ${r.sendsPerPublish} | ${r.relays} | ${Number.isFinite(r.cpuPerDelivery) ? `${r.cpuPerDelivery.toFixed(1)} µs` : "–"} | ${r.clientCpuPerDelivery.toFixed(1)} µs | ${r.delivered} / ${r.sent} | ${r.closed} |`,
+      `| ${r.size.toLocaleString("en")} | ${Math.round(r.deliveriesPerS).toLocaleString("en")} | ${r.p50.toFixed(1)} ms | ${r.p99.toFixed(1)} ms | ${r.tailS.toFixed(1)} s | ${r.lost} | ${r.duplicated} | ${r.sendsPerPublish} | ${r.relays} | ${r.framesPerMessage.toFixed(3)} | ${Number.isFinite(r.cpuPerDelivery) ? `${r.cpuPerDelivery.toFixed(1)} µs` : "–"} | ${r.clientCpuPerDelivery.toFixed(1)} µs | ${r.delivered} / ${r.sent} | ${r.closed} |`,
     );
   }
   console.log(
-    "\ndeliveries/s: frames received ÷ time from the first publish to the last frame. lost: a delivered publish's seq that a subscriber never received; duplicated: a seq received twice. CPU per delivery: that process's CPU time over the publishing and the tail, ÷ frames received.",
+    "\ndeliveries/s: messages received ÷ time from the first publish to the last frame. lost: a delivered publish's seq that a subscriber never received; duplicated: a seq received twice. frames per delivered message: WebSocket text frames received ÷ messages received (1 without --batch). CPU per delivery: that process's CPU time over the publishing and the tail, ÷ messages received.",
   );
 
   /** One size: a fresh Worker, `size` subscribers, the publisher, the tally. */
@@ -102,10 +109,12 @@ async function main() {
       SUBSCRIBE_RATE: "",
       PUBLISH_RATE: "",
       PUBLISH_BURST: "",
+      // Every subscriber is the same client (one address, no token): the per-client cap must not bind.
+      MAX_SUBSCRIPTIONS_PER_CLIENT: String(size),
       ...extraVars,
     });
     const channel = `public:fanout.n${size}`;
-    const wsUrl = `${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}`;
+    const wsUrl = `${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}${opts.batch ? "?batch=1" : ""}`;
     const threads = Math.max(1, opts.clients || Math.min(4, Math.ceil(size / 1000)));
     const clients = [];
     try {
@@ -177,6 +186,7 @@ async function main() {
 
       const tallies = await Promise.all(clients.map((c) => c.ask("tally", delivered)));
       const frames = tallies.reduce((a, t) => a + t.frames, 0);
+      const messages = tallies.reduce((a, t) => a + t.messages, 0);
       const latencies = new Float64Array(tallies.reduce((a, t) => a + t.latencies.length, 0));
       let at = 0;
       for (const t of tallies) {
@@ -192,7 +202,7 @@ async function main() {
         size,
         sent: PUBLISHES,
         delivered: delivered.length,
-        deliveriesPerS: frames ? frames / ((lastFrameAt - firstAt) / 1000) : 0,
+        deliveriesPerS: messages ? messages / ((lastFrameAt - firstAt) / 1000) : 0,
         p50: pct(0.5),
         p99: pct(0.99),
         lost: `${tallies.reduce((a, t) => a + t.lost, 0)}${cutOff ? ` (frames still arriving after --settle ${opts.settle} s)` : ""}`,
@@ -204,8 +214,9 @@ async function main() {
         sendsPerPublish: hasRelays
           ? ((after.relay_sends_total - (before.relay_sends_total ?? 0)) / Math.max(1, delivered.length)).toFixed(2)
           : "1 (no relays)",
-        cpuPerDelivery: (cpu1 - cpu0) / frames,
-        clientCpuPerDelivery: (clientCpu.user + clientCpu.system) / frames,
+        framesPerMessage: messages ? frames / messages : Number.NaN,
+        cpuPerDelivery: (cpu1 - cpu0) / messages,
+        clientCpuPerDelivery: (clientCpu.user + clientCpu.system) / messages,
       };
     } finally {
       await Promise.all(clients.map((c) => c.stop()));
@@ -241,12 +252,14 @@ function startClient(data) {
 
 /**
  * One thread's subscribers: `n` WebSockets on `wsUrl`, each counting the seqs it receives (a byte
- * per seq up to `maxSeq`) and the time from each message's send (its `t`) to its arrival.
+ * per seq up to `maxSeq`) and the time from each message's send (its `t`) to its arrival. A frame is
+ * one message, or (packed frames) an array of them: `frames` counts text frames, `messages` messages.
  */
 async function subscriberThread({ wsUrl, n, maxSeq }) {
   const seen = [];
   const latencies = [];
   let frames = 0;
+  let messages = 0;
   let closed = 0;
   let lastFrameAt = 0;
   let stopping = false;
@@ -265,6 +278,7 @@ async function subscriberThread({ wsUrl, n, maxSeq }) {
         const parsed = JSON.parse(e.data);
         for (const m of Array.isArray(parsed) ? parsed : [parsed]) {
           if (m.type !== "message") continue;
+          messages++;
           if (Number.isInteger(m.seq) && m.seq > 0 && m.seq <= maxSeq) counts[m.seq]++;
           if (typeof m.data?.t === "number") latencies.push(at - m.data.t);
         }
@@ -284,7 +298,7 @@ async function subscriberThread({ wsUrl, n, maxSeq }) {
       }
       parentPort.postMessage({ failed });
     } else if (command === "count") {
-      parentPort.postMessage(frames);
+      parentPort.postMessage(messages);
     } else if (command === "tally") {
       let lost = 0;
       let duplicated = 0;
@@ -294,7 +308,7 @@ async function subscriberThread({ wsUrl, n, maxSeq }) {
       }
       stopping = true;
       const out = Float64Array.from(latencies);
-      parentPort.postMessage({ frames, lost, duplicated, closed, lastFrameAt, latencies: out }, [out.buffer]);
+      parentPort.postMessage({ frames, messages, lost, duplicated, closed, lastFrameAt, latencies: out }, [out.buffer]);
     }
   });
 }

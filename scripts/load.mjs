@@ -96,16 +96,22 @@ async function mint() {
 }
 
 const token = await mint();
-const counts = { sent: 0, delivered: 0, dropped: 0, limited: 0, errors: 0, behind: 0, frames: 0 };
+const counts = { sent: 0, delivered: 0, dropped: 0, limited: 0, errors: 0, behind: 0, frames: 0, messages: 0 };
 const window = { delivered: 0, dropped: 0, sent: 0 };
 let inFlight = 0;
 
 const sockets = [];
 for (let i = 0; i < subscriberCount; i++) {
-  // The token as a subprotocol, not in the URL (docs/api.md, "Subscriber tokens").
-  const ws = new WebSocket(`${base.replace(/^http/, "ws")}/v1/subscribe/${channel}`, ["floodgate", `bearer.${token}`]);
-  ws.onmessage = () => {
+  // The token as a subprotocol, not in the URL (docs/api.md, "Subscriber tokens"); packed frames
+  // (`?batch=1`, docs/api.md, "Packed frames"), as the client asks for them: each frame is an array.
+  const ws = new WebSocket(`${base.replace(/^http/, "ws")}/v1/subscribe/${channel}?batch=1`, [
+    "floodgate",
+    `bearer.${token}`,
+  ]);
+  ws.onmessage = (ev) => {
     counts.frames++;
+    const packed = JSON.parse(ev.data);
+    counts.messages += Array.isArray(packed) ? packed.length : 1;
   };
   ws.onerror = () => {};
   sockets.push(ws);
@@ -231,7 +237,7 @@ console.log(
 );
 if (subscriberCount > 0) {
   console.log(
-    `  subscribers ${subscriberCount}, ${counts.frames} frames (${(counts.frames / Math.max(1, subscriberCount)).toFixed(0)} each; delivered publishes: ${counts.delivered})`,
+    `  subscribers ${subscriberCount}, ${counts.messages} messages in ${counts.frames} frames (${(counts.messages / Math.max(1, subscriberCount)).toFixed(0)} each; delivered publishes: ${counts.delivered})`,
   );
 }
 if (stats) {

@@ -57,3 +57,26 @@ export function takeFrameBytes(frames: Iterable<LiveFrame>, maxBytes: number): {
   }
   return { frames: out, more: false };
 }
+
+/**
+ * Frames packed as JSON arrays (`[frame,frame,…]`, docs/api.md, "Packed frames"), in order, each array
+ * at most `maxBytes` (one frame alone may be more: every array holds at least one). The texts are
+ * joined, never parsed or encoded again.
+ */
+export function packFrames(frames: readonly LiveFrame[], maxBytes: number): string[] {
+  const out: string[] = [];
+  let part: string[] = [];
+  let bytes = 2; // the brackets
+  for (const f of frames) {
+    const n = utf8Length(f.text);
+    if (part.length > 0 && bytes + 1 + n > maxBytes) {
+      out.push(`[${part.join(",")}]`);
+      part = [];
+      bytes = 2;
+    }
+    bytes += (part.length > 0 ? 1 : 0) + n;
+    part.push(f.text);
+  }
+  if (part.length > 0) out.push(`[${part.join(",")}]`);
+  return out;
+}

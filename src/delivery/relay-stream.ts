@@ -12,13 +12,22 @@
  * **Joining.** A subscriber gets every message after its floor, replayed from the channel's history
  * up to `lastSeq`, then live — in the relay's one lane of work, so nothing between replay and live is
  * skipped or repeated, whichever relay it lands on.
+ *
+ * **Packed frames.** A socket that asked for them (`?batch=1`) gets what one call sends it (a batch,
+ * a repair with it, a replay) as JSON arrays of at most {@link FRAME_MAX_BYTES}, joined from the
+ * prebuilt texts. With `FRAME_DELAY` > 0 the frames for packed sockets are held (shared by all of
+ * them, at most one full frame) until the delay since the first of them ends, then sent as one; the
+ * others are sent at once. Held frames wait for the sockets live when they came: a replay sends what
+ * is held first, since the joiner's replay already covers it, and floors are not passed until the
+ * frames below them have gone out.
  */
 import type { ChannelObject } from "../channel/channel-object";
-import { type LiveFrame, sseChunk, sseEvent } from "../channel/frames";
+import { type LiveFrame, packFrames, sseChunk, sseEvent, utf8Length } from "../channel/frames";
 import { boundMemory } from "./relay-memory";
 import type { RelayReporter } from "./relay-reporter";
 import type { RelaySubscribers, Subscriber } from "./relay-subscribers";
 import {
+  FRAME_MAX_BYTES,
   HISTORY_GAP_CLOSE,
   HISTORY_GAP_REASON,
   PAGE_MAX_BYTES,
@@ -34,6 +43,16 @@ export interface StreamingRelay {
   store(): void;
   /** Bytes waiting for all subscribers together before the most behind are closed. */
   maxBufferedBytes(): number;
+  /** `FRAME_DELAY` in ms: how long frames for packed sockets may be held to pack more. */
+  frameDelayMs(): number;
+  /** Most bytes of one packed frame ({@link FRAME_MAX_BYTES}; a test lowers it). */
+  maxFrameBytes(): number;
+}
+
+/** What one pass of sends found: sockets closed as slow, sockets whose send failed. */
+interface SendTally {
+  slow: number;
+  closed: number;
 }
 
 export class RelayStream {
@@ -41,6 +60,10 @@ export class RelayStream {
   lastSeq: number | null = null;
   /** Deliveries and replays, one at a time in arrival order. */
   private lane: Promise<unknown> = Promise.resolve();
+  /** Frames held for packed sockets (`FRAME_DELAY` > 0), in seq order, and their bytes. */
+  private held: LiveFrame[] = [];
+  private heldBytes = 0;
+  private heldTimer: ReturnType<typeof setTimeout> | null = null;
 
   constructor(
     private readonly relay: StreamingRelay,
@@ -101,13 +124,21 @@ export class RelayStream {
    */
   private advance(seq: number, store: boolean): void {
     this.lastSeq = Math.max(this.lastSeq ?? 0, seq);
-    this.subs.passFloors(this.lastSeq);
+    this.passFloors();
     if (store) this.relay.store();
+  }
+
+  /** Floors below what was sent to every socket pass; those above held frames wait for their flush. */
+  private passFloors(): void {
+    const held = this.held[0];
+    this.subs.passFloors(held ? held.seq - 1 : (this.lastSeq ?? 0));
   }
 
   /** A joining subscriber's replay: messages after `floor` up to `lastSeq`, then live. */
   async replay(sub: Subscriber, floor: number): Promise<void> {
     if (!this.subs.isOpen(sub)) return;
+    // The replay covers what is held: it goes to those live before this joiner goes live too.
+    this.flushHeld();
     const upTo = this.lastSeq ?? 0;
     if (floor < upTo) {
       let page: { frames: LiveFrame[]; more: boolean };
@@ -118,8 +149,11 @@ export class RelayStream {
         this.subs.leave(sub, 1011, "replay failed; reconnect with ?after=<last seq received>");
         return;
       }
-      if ("ws" in sub) for (const f of page.frames) sub.ws.send(f.text);
-      else if (page.frames.length > 0) this.subs.hub.write(sub.sse, sseChunk(page.frames.map(sseEvent)));
+      if ("ws" in sub) {
+        if (this.subs.isBatched(sub.ws))
+          for (const text of packFrames(page.frames, this.relay.maxFrameBytes())) sub.ws.send(text);
+        else for (const f of page.frames) sub.ws.send(f.text);
+      } else if (page.frames.length > 0) this.subs.hub.write(sub.sse, sseChunk(page.frames.map(sseEvent)));
       this.boundMemory();
       if (page.more) {
         // A replay past the byte bound sends what fits, then closes like a slow subscriber.
@@ -131,31 +165,25 @@ export class RelayStream {
     this.subs.goLive(sub, floor, upTo);
   }
 
-  /** Sends frames to every live subscriber; one that falls 1 MiB behind is closed, never waited for. */
+  /**
+   * Sends frames to every live subscriber; one that falls 1 MiB behind is closed, never waited for.
+   * Packed sockets get them as packed frames, now or (`FRAME_DELAY` > 0) when the held frames go.
+   */
   private sendLive(frames: LiveFrame[], sockets: WebSocket[]): void {
     if (frames.length === 0) return;
-    let closed = 0;
-    let slow = 0;
+    const tally: SendTally = { slow: 0, closed: 0 };
+    const hold = this.relay.frameDelayMs() > 0;
+    const packed = new PackedOnce(frames, this.relay.maxFrameBytes());
     for (const ws of sockets) {
       if (this.subs.joining.has(ws)) continue;
-      const floor = this.subs.floors.get(ws);
-      try {
-        for (const f of frames) if (floor === undefined || f.seq > floor) ws.send(f.text);
-        // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
-        // most the bound plus one batch, and never slows the others (sends do not block).
-        if (ws.bufferedAmount > SUBSCRIBER_MAX_BEHIND_BYTES) {
-          slow++;
-          ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-        }
-      } catch {
-        // A socket whose send fails is dropped without disturbing the others.
-        closed++;
-        try {
-          ws.close(1011, "send failed");
-        } catch {
-          // already gone
-        }
+      if (this.subs.isBatched(ws)) {
+        if (!hold) this.sendPacked(ws, frames, packed, tally);
+        continue;
       }
+      const floor = this.subs.floors.get(ws);
+      this.sendTo(ws, tally, () => {
+        for (const f of frames) if (floor === undefined || f.seq > floor) ws.send(f.text);
+      });
     }
     const hub = this.subs.hub;
     if (hub.live.size > 0) {
@@ -163,15 +191,107 @@ export class RelayStream {
       const first = frames[0]?.seq ?? 0;
       for (const client of [...hub.live]) {
         const own = client.floor >= first ? sseChunk(frames.filter((f) => f.seq > client.floor).map(sseEvent)) : chunk;
-        if (own.byteLength > 0 && !hub.write(client, own)) slow++;
+        if (own.byteLength > 0 && !hub.write(client, own)) tally.slow++;
       }
     }
-    if (slow > 0) this.reporter.slow(slow);
-    if (slow > 0 || closed > 0) this.reporter.changed();
+    this.settle(tally);
+    if (hold) this.hold(frames);
+  }
+
+  /** Holds frames for packed sockets; sent when the delay since the first ends, or at once when a frame is full. */
+  private hold(frames: LiveFrame[]): void {
+    for (const f of frames) {
+      this.held.push(f);
+      this.heldBytes += utf8Length(f.text);
+    }
+    if (this.heldBytes >= this.relay.maxFrameBytes()) {
+      this.flushHeld();
+      return;
+    }
+    this.heldTimer ??= setTimeout(() => {
+      this.heldTimer = null;
+      this.flushHeld();
+    }, this.relay.frameDelayMs());
+  }
+
+  /**
+   * Sends what is held to the packed sockets live now (a joiner is still being replayed to, and its
+   * replay covers it). Runs outside the lane: sends are synchronous, and nothing is held while a
+   * replay awaits its page, since the replay flushed first and deliveries wait for it.
+   */
+  flushHeld(): void {
+    if (this.heldTimer) clearTimeout(this.heldTimer);
+    this.heldTimer = null;
+    const frames = this.held;
+    if (frames.length === 0) return;
+    this.held = [];
+    this.heldBytes = 0;
+    const tally: SendTally = { slow: 0, closed: 0 };
+    const packed = new PackedOnce(frames, this.relay.maxFrameBytes());
+    for (const ws of this.subs.sockets()) {
+      if (!this.subs.joining.has(ws) && this.subs.isBatched(ws)) this.sendPacked(ws, frames, packed, tally);
+    }
+    this.passFloors();
+    this.settle(tally);
+  }
+
+  /** Packed frames to one socket: shared by every socket without a floor, its own past one. */
+  private sendPacked(ws: WebSocket, frames: LiveFrame[], packed: PackedOnce, tally: SendTally): void {
+    const floor = this.subs.floors.get(ws);
+    const first = frames[0]?.seq ?? 0;
+    const texts =
+      floor === undefined || floor < first
+        ? packed.texts()
+        : packFrames(
+            frames.filter((f) => f.seq > floor),
+            this.relay.maxFrameBytes(),
+          );
+    this.sendTo(ws, tally, () => {
+      for (const text of texts) ws.send(text);
+    });
+  }
+
+  /** Runs one socket's sends; a socket past the byte bound is closed, one whose send fails is dropped. */
+  private sendTo(ws: WebSocket, tally: SendTally, send: () => void): void {
+    try {
+      send();
+      // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
+      // most the bound plus one batch, and never slows the others (sends do not block).
+      if (ws.bufferedAmount > SUBSCRIBER_MAX_BEHIND_BYTES) {
+        tally.slow++;
+        ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
+      }
+    } catch {
+      // A socket whose send fails is dropped without disturbing the others.
+      tally.closed++;
+      try {
+        ws.close(1011, "send failed");
+      } catch {
+        // already gone
+      }
+    }
+  }
+
+  private settle(tally: SendTally): void {
+    if (tally.slow > 0) this.reporter.slow(tally.slow);
+    if (tally.slow > 0 || tally.closed > 0) this.reporter.changed();
     this.boundMemory();
   }
 
   private boundMemory(): void {
     boundMemory(this.subs, this.relay.maxBufferedBytes(), () => this.reporter.slow());
+  }
+}
+
+/** The packed texts of a set of frames, joined once for every socket that takes them all. */
+class PackedOnce {
+  private packed: string[] | null = null;
+  constructor(
+    private readonly frames: readonly LiveFrame[],
+    private readonly maxBytes: number,
+  ) {}
+  texts(): string[] {
+    this.packed ??= packFrames(this.frames, this.maxBytes);
+    return this.packed;
   }
 }

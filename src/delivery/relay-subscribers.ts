@@ -12,12 +12,14 @@ const OPEN = 1;
 /**
  * Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live;
  * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous); it is
- * counted for `client` (src/delivery/client-cap.ts).
+ * counted for `client` (src/delivery/client-cap.ts); with `batch` it asked for packed frames
+ * (`?batch=1`, docs/api.md, "Packed frames").
  */
 export interface SocketAttachment {
   floor: number;
   expiresAt?: number | null;
   client?: string;
+  batch?: boolean;
 }
 
 /** A subscriber being replayed to or live. */
@@ -29,6 +31,8 @@ export class RelaySubscribers {
   readonly joining = new Set<WebSocket>();
   /** WebSockets that joined ahead of the relay's last seq (a resume past a batch still on its way). */
   readonly floors = new Map<WebSocket, number>();
+  /** Whether each socket asked for packed frames, read once from its attachment (kept there through hibernation). */
+  private readonly batchedSockets = new WeakMap<WebSocket, boolean>();
 
   /** @param changed a subscriber went (or its count changed): the relay reports to its channel. */
   constructor(
@@ -47,11 +51,17 @@ export class RelaySubscribers {
   }
 
   /** A new WebSocket subscriber, held by the relay (hibernatable), not live until its replay is done. */
-  acceptSocket(floor: number, expiresAt: number | null, client: string): { sub: Subscriber; response: Response } {
+  acceptSocket(
+    floor: number,
+    expiresAt: number | null,
+    client: string,
+    batch: boolean,
+  ): { sub: Subscriber; response: Response } {
     const pair = new WebSocketPair();
     const [peer, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server);
-    server.serializeAttachment({ floor, expiresAt, client } satisfies SocketAttachment);
+    server.serializeAttachment({ floor, expiresAt, client, batch } satisfies SocketAttachment);
+    this.batchedSockets.set(server, batch);
     this.joining.add(server);
     return { sub: { ws: server }, response: new Response(null, { status: 101, webSocket: peer }) };
   }
@@ -62,6 +72,16 @@ export class RelaySubscribers {
    */
   sockets(): WebSocket[] {
     return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
+  }
+
+  /** The socket asked for packed frames (`?batch=1`). */
+  isBatched(ws: WebSocket): boolean {
+    let batch = this.batchedSockets.get(ws);
+    if (batch === undefined) {
+      batch = attachment(ws)?.batch === true;
+      this.batchedSockets.set(ws, batch);
+    }
+    return batch;
   }
 
   get count(): number {

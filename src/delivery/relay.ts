@@ -21,12 +21,18 @@ import type { LiveFrame } from "../channel/frames";
 import type { RelayReportAnswer } from "../channel/types";
 import { ApiError } from "../http/errors";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
+import { getConfig } from "../platform/config";
 import { channelStub } from "../platform/stubs";
 import { RelayLifetime } from "./relay-lifetime";
 import { type RelayIdentity, RelayReporter } from "./relay-reporter";
 import { RelayStream } from "./relay-stream";
 import { RelaySubscribers, type Subscriber } from "./relay-subscribers";
-import { RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "./subscriber-bounds";
+import {
+  FRAME_MAX_BYTES,
+  RELAY_MAX_BUFFERED_BYTES,
+  SUBSCRIBER_SPOKE_CLOSE,
+  SUBSCRIBER_SPOKE_REASON,
+} from "./subscriber-bounds";
 
 export interface RelayCounts {
   websockets: number;
@@ -48,11 +54,19 @@ export class Relay extends DurableObject<Env> {
   private readonly lifetime: RelayLifetime;
   /** Bytes waiting for all subscribers together before the most behind are closed (a test lowers it). */
   maxBufferedBytes = RELAY_MAX_BUFFERED_BYTES;
+  /**
+   * `FRAME_DELAY` in ms (docs/api.md, "Packed frames"); a test sets its own. Bad configuration never
+   * gets here (the Worker answers 500 before any subscribe), so it falls back to no delay.
+   */
+  frameDelayMs: number;
+  /** Most bytes of one packed frame (a test lowers it). */
+  maxFrameBytes = FRAME_MAX_BYTES;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
+    this.frameDelayMs = configuredFrameDelay(env);
     this.subs = new RelaySubscribers(ctx, () => this.reporter.changed());
     this.reporter = new RelayReporter(
       {
@@ -67,7 +81,13 @@ export class Relay extends DurableObject<Env> {
       this.alarms,
     );
     this.stream = new RelayStream(
-      { channel: () => this.channel(), store: () => this.store(), maxBufferedBytes: () => this.maxBufferedBytes },
+      {
+        channel: () => this.channel(),
+        store: () => this.store(),
+        maxBufferedBytes: () => this.maxBufferedBytes,
+        frameDelayMs: () => this.frameDelayMs,
+        maxFrameBytes: () => this.maxFrameBytes,
+      },
       this.subs,
       this.reporter,
     );
@@ -111,9 +131,10 @@ export class Relay extends DurableObject<Env> {
   // ---- subscribe (fetch from the Worker) -------------------------------------------------------------
 
   /**
-   * `GET /subscribe?channel&relay&group&k&mode=ws|sse&floor&head&reservation&client[&expires]`, already
-   * authorised by the Worker, which took the slot from the channel (`floor`: the resume point, at most
-   * `head`; `client`: whose subscription it is, src/delivery/client-cap.ts).
+   * `GET /subscribe?channel&relay&group&k&mode=ws|sse&floor&head&reservation&client[&expires][&batch=1]`,
+   * already authorised by the Worker, which took the slot from the channel (`floor`: the resume point,
+   * at most `head`; `client`: whose subscription it is, src/delivery/client-cap.ts; `batch=1`: a
+   * WebSocket that asked for packed frames).
    */
   override async fetch(request: Request): Promise<Response> {
     const q = new URL(request.url).searchParams;
@@ -136,7 +157,7 @@ export class Relay extends DurableObject<Env> {
     let sub: Subscriber;
     let response: Response;
     if (q.get("mode") === "ws") {
-      ({ sub, response } = this.subs.acceptSocket(floor, expiresAt, owner));
+      ({ sub, response } = this.subs.acceptSocket(floor, expiresAt, owner, q.get("batch") === "1"));
     } else {
       const opened = this.subs.hub.connect(floor, expiresAt, owner);
       sub = { sse: opened.client };
@@ -243,6 +264,14 @@ export class Relay extends DurableObject<Env> {
       this.reporter.reported.websockets,
       this.reporter.reported.sse,
     );
+  }
+}
+
+function configuredFrameDelay(env: Env): number {
+  try {
+    return getConfig(env).frameDelayMs;
+  } catch {
+    return 0;
   }
 }
 

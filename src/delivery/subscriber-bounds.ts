@@ -9,6 +9,12 @@
  * ends): 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md, "Slow subscribers").
  */
 export const SUBSCRIBER_MAX_BEHIND_BYTES = 1024 * 1024;
+/**
+ * Most bytes one packed frame carries (a subscriber with `?batch=1`, docs/api.md, "Packed frames"):
+ * what is pending past it goes in the next frame. Also what a relay holds back for `FRAME_DELAY`
+ * at most: a full frame is sent at once.
+ */
+export const FRAME_MAX_BYTES = 1024 * 1024;
 /** The close code for a WebSocket subscriber that fell too far behind; it may resume with `?after=`. */
 export const SLOW_CONSUMER_CLOSE = 4008;
 export const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?after=<last seq received>";

@@ -75,6 +75,8 @@ export interface Config {
   maxSubscribers: number;
   /** Most open subscriptions one client (token `sub`, else IP or IPv6 /64) holds on one channel; past it 429. */
   maxSubscriptionsPerClient: number;
+  /** Longest a relay holds a packed frame back to pack more into it, in ms (docs/api.md, "Packed frames"). */
+  frameDelayMs: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults, {@link REQUIRED_BUDGETS} excepted). */
@@ -110,6 +112,7 @@ export const CONFIG_VARIABLES = [
   "RELAY_CAPACITY",
   "MAX_SUBSCRIBERS",
   "MAX_SUBSCRIPTIONS_PER_CLIENT",
+  "FRAME_DELAY",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -262,6 +265,17 @@ function fastPeriod(text: string | undefined): number {
   return ms;
 }
 
+/** The longest `FRAME_DELAY`: a subscriber asked for packed frames, not for messages a second late. */
+export const MAX_FRAME_DELAY_MS = 1000;
+
+/** `FRAME_DELAY`: a duration from 0 (`0ms`, nothing waits) to {@link MAX_FRAME_DELAY_MS}. */
+function frameDelay(text: string | undefined): number {
+  const t = (text ?? "").trim() || "0ms";
+  const ms = wrap("FRAME_DELAY", () => parseDuration(t));
+  if (!(ms >= 0 && ms <= MAX_FRAME_DELAY_MS)) throw new ConfigError("FRAME_DELAY", `"${t}" must be from 0ms to 1s`);
+  return ms;
+}
+
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
 export function parseConfig(raw: RawConfig): Config {
   const fallbackText = (raw.THROTTLE_FALLBACK_RATE ?? "").trim() || "0";
@@ -307,6 +321,7 @@ export function parseConfig(raw: RawConfig): Config {
     relayCapacity: relayCapacity(raw.RELAY_CAPACITY),
     maxSubscribers: positiveInt("MAX_SUBSCRIBERS", raw.MAX_SUBSCRIBERS, 100_000),
     maxSubscriptionsPerClient: positiveInt("MAX_SUBSCRIPTIONS_PER_CLIENT", raw.MAX_SUBSCRIPTIONS_PER_CLIENT, 20),
+    frameDelayMs: frameDelay(raw.FRAME_DELAY),
   };
 }
 

@@ -14,7 +14,8 @@
  *   backoff, and never retries a 202: a dropped message is an answer, not a failure.
  * - `subscribe` uses a WebSocket, reconnects with backoff and resumes from the last seq it saw
  *   (`?after=`), dropping anything at or below it, so there are no gaps and no repeats; it falls back
- *   to Server-Sent Events when WebSockets are unavailable or keep failing.
+ *   to Server-Sent Events when WebSockets are unavailable or keep failing. Its WebSocket asks for
+ *   packed frames (`?batch=1`, many messages per frame); messages still reach `onMessage` one by one.
  * - Tokens are refreshed shortly before the access token expires (and once after a 401). A
  *   subscription the server ends because its token expired (WebSocket close 4001, SSE
  *   `event: expired`) is refreshed and resumed at once, without telling `onError`.
@@ -228,17 +229,24 @@ export class FloodgateClient {
     let current: { close(): void } | null = null;
     let attempt = 0;
 
-    const deliver = (text: string) => {
-      let m: Message;
-      try {
-        m = JSON.parse(text) as Message;
-      } catch {
-        return;
-      }
+    const deliverOne = (m: Message) => {
+      if (closed || m === null || typeof m !== "object") return;
       if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
       lastSeq = m.seq;
       attempt = 0;
       onMessage(m);
+    };
+    // A text frame is one message, or (packed frames, `?batch=1`) an array of them in seq order,
+    // handed to the application one by one.
+    const deliver = (text: string) => {
+      let parsed: Message | Message[];
+      try {
+        parsed = JSON.parse(text) as Message | Message[];
+      } catch {
+        return;
+      }
+      if (Array.isArray(parsed)) for (const m of parsed) deliverOne(m);
+      else deliverOne(parsed);
     };
 
     const reconnect = (error: unknown) => {
@@ -268,6 +276,9 @@ export class FloodgateClient {
       // Resume from the last seq; with an explicit `after` (even 0) the first connect replays too.
       if (lastSeq > 0 || options.after !== undefined) query.set("after", String(lastSeq));
       const qs = query.toString() ? `?${query}` : "";
+      // WebSockets ask for packed frames: fewer sends per message for the relay, same messages here.
+      const wsQuery = new URLSearchParams(query);
+      wsQuery.set("batch", "1");
       // The token goes in a header or subprotocol, never the URL (URLs land in request logs). With a
       // token the subscribe is charged to its subject's budget, else to this client's IP.
       const token = this.accessToken;
@@ -275,7 +286,7 @@ export class FloodgateClient {
         const open = this.opts.openWebSocket ?? defaultOpenWebSocket;
         try {
           const ws = await open(
-            `${this.baseUrl.replace(/^http/, "ws")}/v1/subscribe/${channel}${qs}`,
+            `${this.baseUrl.replace(/^http/, "ws")}/v1/subscribe/${channel}?${wsQuery}`,
             token ? [WS_PROTOCOL, `${WS_BEARER_PREFIX}${token}`] : [WS_PROTOCOL],
           );
           wsFailures = 0;

@@ -63,6 +63,16 @@ function presentedToken(request: Request, query: string | undefined, protocols: 
 /** `Retry-After` of a subscribe refused at `MAX_SUBSCRIBERS`: subscribers come and go by the second. */
 export const FULL_RETRY_AFTER_S = 5;
 
+/**
+ * `?batch`: `1` asks for packed frames (docs/api.md, "Packed frames"); `0` or absent, one message
+ * per frame. Checked on SSE too, which sends one event per message either way.
+ */
+function batchParam(value: string | undefined): boolean {
+  if (value === undefined || value === "0") return false;
+  if (value === "1") return true;
+  throw invalidArgument("batch must be 0 or 1");
+}
+
 export const subscribe = new Hono<AppEnv>();
 
 /** One message as subscribers and history see it (docs/api.md, GET /v1/subscribe). */
@@ -83,7 +93,9 @@ const subscribeRoute = route({
   summary: "Subscribe over WebSocket or SSE",
   description:
     "WebSocket when the request upgrades (`Upgrade: websocket`), SSE with `Accept: text/event-stream`, otherwise 400. " +
-    "Each message is one JSON text frame (a `Frame`; SSE: `id: <seq>`, `event: message`). `public:` channels need no " +
+    "Each message is one JSON text frame (a `Frame`; SSE: `id: <seq>`, `event: message`); with `?batch=1` every " +
+    "WebSocket text frame is a JSON array of one or more `Frame`s in seq order, at most 1 MiB (what the relay has " +
+    "pending for the socket, held at most `FRAME_DELAY`). `public:` channels need no " +
     "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
     "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends), and so are the most-behind when " +
     "one relay holds 32 MiB for its subscribers together; resume with `?after=`. A subscription opened with a " +
@@ -98,6 +110,14 @@ const subscribeRoute = route({
     query: z.object({
       after: z.string().optional().openapi({ description: "Replay retained messages with a higher seq first." }),
       token: z.string().optional().openapi({ description: "The fallback way to send a token (lands in logs)." }),
+      batch: z
+        .enum(["0", "1"])
+        .optional()
+        .openapi({
+          description:
+            "`1`: packed frames, each a JSON array of `Frame`s (WebSocket; SSE still sends one event per message). " +
+            "`0` or absent: one `Frame` per text frame. Any other value answers 400.",
+        }),
     }),
     headers: z.object({
       upgrade: z.string().optional().openapi({ example: "websocket" }),
@@ -143,6 +163,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   if (!upgrade && !sse) {
     throw invalidArgument("subscribe needs a WebSocket upgrade or Accept: text/event-stream");
   }
+  const batch = batchParam(c.req.query("batch"));
   let after = intParam(c.req.query("after"), "after");
   if (after === null && !upgrade) after = intParam(c.req.header("last-event-id"), "Last-Event-ID");
   const protocols = upgrade ? offeredProtocols(c.req.raw) : [];
@@ -202,6 +223,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   target.searchParams.set("reservation", slot.reservation);
   target.searchParams.set("client", client);
   target.searchParams.set("mode", upgrade ? "ws" : "sse");
+  if (upgrade && batch) target.searchParams.set("batch", "1");
   target.searchParams.set("head", String(slot.head));
   // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
   target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
