@@ -1,5 +1,6 @@
 /**
- * Ships copies of dropped messages to the analytics channel in batches, off the publish path.
+ * Ships copies of dropped messages to the record (the sink: in the Worker, the drops queue) in
+ * batches, off the publish path.
  *
  * Each publish that drops a message enqueues its copy and hands the returned promise to
  * `ctx.waitUntil`, so the response does not wait for it. Copies travel in batches of at most
@@ -103,8 +104,11 @@ export class CopyTally {
 }
 
 export interface DropCopySink {
-  /** Sends one batch. Throwing means none of the batch reached the analytics channel. */
-  send(batch: QueuedCopy[]): Promise<void>;
+  /**
+   * Sends one batch. Throwing means none of the batch was taken; answering copies means those were
+   * not (a part the sink refused), and are reported as failed like a thrown batch.
+   */
+  send(batch: QueuedCopy[]): Promise<QueuedCopy[] | undefined | void>;
 }
 
 export interface DropCopyQueueOptions {
@@ -153,7 +157,8 @@ export class DropCopyQueue {
     this.batches = new Coalescer<QueuedCopy, void>(
       async (_lane, items) => {
         try {
-          await sink.send(items);
+          const refused = await sink.send(items);
+          if (refused && refused.length > 0) await this.onFailure(CopyTally.of(refused), "send failed");
         } catch (e) {
           await this.onFailure(CopyTally.of(items), "send failed", e);
         } finally {
