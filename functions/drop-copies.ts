@@ -108,6 +108,7 @@ export interface DropCopySink {
    * Sends one batch. Throwing means none of the batch was taken; answering copies means those were
    * not (a part the sink refused), and are reported as failed like a thrown batch.
    */
+  // biome-ignore lint/suspicious/noConfusingVoidType: a sink that takes every copy answers nothing
   send(batch: QueuedCopy[]): Promise<QueuedCopy[] | undefined | void>;
 }
 
