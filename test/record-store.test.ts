@@ -357,6 +357,20 @@ describe("export from the record", () => {
   });
 });
 
+describe("configuration", () => {
+  it("the manifest shows RECORD_RETENTION and ANALYTICS_RETENTION, defaults 30d and 1d, and a bad one fails closed", async () => {
+    const m = (await (await callAndWait("/v1/manifest")).json()) as { record: unknown };
+    expect(m.record).toEqual({ retention: "720h", analytics_retention: "24h" });
+    const custom = (await (await callAndWait("/v1/manifest", {}, envWith({ RECORD_RETENTION: "90m" }))).json()) as {
+      record: unknown;
+    };
+    expect(custom.record).toEqual({ retention: "1h30m", analytics_retention: "24h" });
+    const bad = await callAndWait("/v1/manifest", {}, envWith({ RECORD_RETENTION: "soon" }));
+    expect(bad.status).toBe(500);
+    expect(await bad.json()).toMatchObject({ meta: { variable: "RECORD_RETENTION" } });
+  });
+});
+
 describe("reconciliation", () => {
   it("the analytics channel's stats show the record's counts, and dropped = recorded + failed", async () => {
     const res = await callAndWait(`/v1/channels/private:floodgate.analytics.dropped/stats`, {

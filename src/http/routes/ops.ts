@@ -47,6 +47,12 @@ export function manifest(config: Config) {
       rate_cache_ms: config.rateCacheMs,
       fast_period: formatDuration(config.samplerFastPeriodMs),
     },
+    // The record of dropped messages: how long the bucket keeps a copy (and the longest export), and
+    // how long the analytics channel pages them.
+    record: {
+      retention: formatDuration(config.recordRetentionMs),
+      analytics_retention: formatDuration(config.analyticsRetentionMs),
+    },
   };
 }
 
@@ -87,6 +93,12 @@ const Manifest = z
       analytics_channel: z.string(),
       rate_cache_ms: z.number().int(),
       fast_period: z.string(),
+    }),
+    record: z.object({
+      retention: z.string().openapi({ description: "RECORD_RETENTION: how long the record keeps a copy." }),
+      analytics_retention: z
+        .string()
+        .openapi({ description: "ANALYTICS_RETENTION: how long the analytics channel pages copies." }),
     }),
   })
   .openapi("Manifest");
