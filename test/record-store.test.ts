@@ -9,7 +9,7 @@
  * random from years no other test uses, and the flood test filters by its own source channel.
  */
 import { createExecutionContext, createMessageBatch, getQueueResult, waitOnExecutionContext } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { HOUR_MS, hourPrefix, type RecordBatch, type RecordCopy } from "../functions/record-batch";
 import { ChannelObject } from "../src/channel/channel-object";
 import worker from "../src/index";
@@ -185,6 +185,45 @@ describe("the path of a copy", () => {
       await callAndWait(`/v1/channels/${source}/stats`, { headers: adminHeaders() })
     ).json()) as Record<string, number>;
     expect(src).toMatchObject({ dropped_total: 5, analytics_copy_failures_total: 5 });
+  });
+});
+
+describe("a copy too large for a queue message", () => {
+  it("is counted as failed with its source channel and id, and the copies beside it are recorded", async () => {
+    const source = `public:recbig.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq("pub"), channels: ["public:recbig.*"], rl: "100000/s" });
+    await setRate(source, 1);
+    // MAX_MESSAGE_BYTES past the queue's 128 KB, so a copy can be too large for any queue message.
+    const e = envWith({ MAX_MESSAGE_BYTES: "200000" });
+    const before = await metrics(e);
+    const logged = vi.spyOn(console, "error");
+    let lines: string[];
+    try {
+      const publish = (body: string) =>
+        callAndWait(
+          `/v1/publish/${source}`,
+          {
+            method: "POST",
+            headers: { authorization: `Bearer ${access_token}`, "content-type": "application/json" },
+            body,
+          },
+          e,
+        );
+      const [big, small] = await Promise.all([
+        publish(JSON.stringify({ pad: "x".repeat(150_000) })),
+        publish(JSON.stringify({ small: true })),
+      ]);
+      expect([big.status, small.status]).toEqual([202, 202]);
+    } finally {
+      lines = logged.mock.calls.map((args) => args.join(" "));
+      logged.mockRestore();
+    }
+    await until(async () => {
+      const d = await delta(before, e);
+      return d.recorded + d.failed >= 2;
+    }, "both copies settled");
+    expect(await delta(before, e)).toMatchObject({ dropped: 2, recorded: 1, failed: 1 });
+    expect(lines.some((l) => l.includes("too large for a queue message") && l.includes(source))).toBe(true);
   });
 });
 
