@@ -8,7 +8,13 @@
  * The bucket is shared by the file's tests: each test's copies sit in an hour of their own, picked at
  * random from years no other test uses, and the flood test filters by its own source channel.
  */
-import { createExecutionContext, createMessageBatch, getQueueResult, waitOnExecutionContext } from "cloudflare:test";
+import {
+  createExecutionContext,
+  createMessageBatch,
+  createScheduledController,
+  getQueueResult,
+  waitOnExecutionContext,
+} from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
 import { HOUR_MS, hourPrefix, type RecordBatch, type RecordCopy } from "../functions/record-batch";
 import { ChannelObject } from "../src/channel/channel-object";
@@ -351,6 +357,18 @@ describe("retention", () => {
     expect(await sweepRecord(env, svc, now, 2)).toEqual({ deleted: 0, copies: 0 });
     expect(await objectsOf(h + 3 * HOUR_MS)).toHaveLength(1);
     expect((await delta(before)).expired).toBe(6);
+  });
+});
+
+describe("the Cron sweep", () => {
+  it("runs the record's retention beside the sampler", async () => {
+    const h = Date.UTC(2002, 0, 1) + Math.floor(Math.random() * 1000) * HOUR_MS;
+    await deliver(QUEUE, [batchOf(copiesAt(`public:reccron.${uniq()}`, [h + 1]))]);
+    expect(await objectsOf(h)).toHaveLength(1);
+    const ctx = createExecutionContext();
+    await worker.scheduled?.(createScheduledController({ scheduledTime: Date.now(), cron: "* * * * *" }), env, ctx);
+    await waitOnExecutionContext(ctx);
+    expect(await objectsOf(h)).toEqual([]);
   });
 });
 
