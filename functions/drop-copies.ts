@@ -46,7 +46,9 @@ export interface QueuedCopy {
 }
 
 /** A copy as JSON text (the analytics channel's message), the original message text spliced in. */
-export function serialiseCopy(c: QueuedCopy): string {
+export function serialiseCopy(
+  c: Pick<QueuedCopy, "source_channel" | "message" | "publisher" | "drop_rate" | "dropped_at">,
+): string {
   return `{"source_channel":${JSON.stringify(c.source_channel)},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
 }
 
@@ -58,14 +60,14 @@ export function copyBytes(c: QueuedCopy): number {
   return 2 * (c.message.length + c.source_channel.length + c.publisher.length + c.id.length) + COPY_OVERHEAD_BYTES;
 }
 
-/** Why copies did not reach the analytics channel. */
+/** Why copies did not reach the sink. */
 export type FailureCause = "send failed" | "queue full";
 
 /** Message ids a failure log names per source channel; the rest are counted. */
 const IDS_NAMED = 3;
 
 /**
- * Copies that did not reach the analytics channel, counted per source channel, with the first few
+ * Copies that did not reach the sink, counted per source channel, with the first few
  * message ids of each for the log (no message kept).
  */
 export class CopyTally {
@@ -114,12 +116,12 @@ export interface DropCopySink {
 
 export interface DropCopyQueueOptions {
   sink: DropCopySink;
-  /** Called for copies that did not reach the analytics channel: a failed batch, or a full queue. */
+  /** Called for copies that did not reach the sink: a failed or refused batch, or a full queue. */
   onFailure: (failed: CopyTally, cause: FailureCause, error?: unknown) => void | Promise<void>;
   /**
    * Called for a batch whose send did not settle within {@link AHEAD_PATIENCE_MS}: the request that
    * carried it was most likely cut off (workerd ends `waitUntil` work after a limit), so its copies
-   * either reached the analytics channel or were lost, and nothing in this isolate can tell which.
+   * either reached the sink or were lost, and nothing in this isolate can tell which.
    * They are not failures (that would break dropped = copies + failures when the send did land); the
    * record's own count says which. Default: nothing.
    */
@@ -134,7 +136,7 @@ export interface DropCopyQueueOptions {
   wait?: (ms: number) => Promise<void>;
 }
 
-/** The one lane of copies: they all go to the analytics channel, one batch at a time. */
+/** The one lane of copies: they all go to the one sink, one batch at a time. */
 const LANE = "analytics";
 
 export class DropCopyQueue {

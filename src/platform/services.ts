@@ -1,7 +1,7 @@
 /**
  * Per-isolate services built once from `env`: the parsed config, the drop-rate reader, the batch
- * queue for analytics copies, the limiter gate and the metrics buffer. Routes reach them through
- * the Hono context (`c.get("svc")`).
+ * queue of copies of dropped messages (sent on to the drops queue), the limiter gate and the
+ * metrics buffer. Routes reach them through the Hono context (`c.get("svc")`).
  */
 import { DropRateReader } from "../../functions/before-publish";
 import { CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy } from "../../functions/drop-copies";
@@ -38,7 +38,7 @@ export function countedChannelStub(env: Env, channel: string): DurableObjectStub
 }
 
 /**
- * The isolate's queue of analytics copies holds at most `MAX_MESSAGE_BYTES` × this many bytes: 16 MiB
+ * The isolate's queue of copies of dropped messages holds at most `MAX_MESSAGE_BYTES` × this many bytes: 16 MiB
  * at the default 32 KiB, an eighth of the 128 MB an isolate may use. Counted at 2 bytes a character
  * (see functions/drop-copies.ts, copyBytes), that is 256 copies of the largest message: the batch in
  * flight and the one filling (100 each) with room to spare, so a sustained flood of 30 KB drops at

@@ -10,7 +10,7 @@
  * settled: a copy is recorded when its object is first written, failed when the queue refuses it,
  * when it is too large for a queue message, or when its dead letter finds its object missing.
  */
-import type { QueuedCopy } from "../../functions/drop-copies";
+import { type QueuedCopy, serialiseCopy } from "../../functions/drop-copies";
 import {
   isBatchId,
   packCopies,
@@ -82,11 +82,6 @@ export function parseBatch(body: unknown): RecordBatch | null {
   return ok ? (b as RecordBatch) : null;
 }
 
-/** The analytics channel's frame data for a copy: the original message text spliced in. */
-function frameData(c: RecordCopy): string {
-  return `{"source_channel":${JSON.stringify(c.source_channel)},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
-}
-
 async function appendToAnalytics(env: Env, batch: RecordBatch): Promise<void> {
   // In drop-time order, as the record holds them.
   const copies = splitByHour(batch.batch, batch.copies).flatMap((p) => p.copies);
@@ -94,7 +89,7 @@ async function appendToAnalytics(env: Env, batch: RecordBatch): Promise<void> {
     batch.analytics,
     copies.map((c) => ({
       id: c.id,
-      data: frameData(c),
+      data: serialiseCopy(c),
       publisher: c.publisher,
       source_channel: c.source_channel,
       dropped_at: c.dropped_at,
