@@ -1,5 +1,6 @@
 /**
- * Ships copies of dropped messages to the analytics channel in batches, off the publish path.
+ * Ships copies of dropped messages to the record (the sink: in the Worker, the drops queue) in
+ * batches, off the publish path.
  *
  * Each publish that drops a message enqueues its copy and hands the returned promise to
  * `ctx.waitUntil`, so the response does not wait for it. Copies travel in batches of at most
@@ -45,7 +46,9 @@ export interface QueuedCopy {
 }
 
 /** A copy as JSON text (the analytics channel's message), the original message text spliced in. */
-export function serialiseCopy(c: QueuedCopy): string {
+export function serialiseCopy(
+  c: Pick<QueuedCopy, "source_channel" | "message" | "publisher" | "drop_rate" | "dropped_at">,
+): string {
   return `{"source_channel":${JSON.stringify(c.source_channel)},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
 }
 
@@ -57,14 +60,14 @@ export function copyBytes(c: QueuedCopy): number {
   return 2 * (c.message.length + c.source_channel.length + c.publisher.length + c.id.length) + COPY_OVERHEAD_BYTES;
 }
 
-/** Why copies did not reach the analytics channel. */
+/** Why copies did not reach the sink. */
 export type FailureCause = "send failed" | "queue full";
 
 /** Message ids a failure log names per source channel; the rest are counted. */
 const IDS_NAMED = 3;
 
 /**
- * Copies that did not reach the analytics channel, counted per source channel, with the first few
+ * Copies that did not reach the sink, counted per source channel, with the first few
  * message ids of each for the log (no message kept).
  */
 export class CopyTally {
@@ -103,18 +106,22 @@ export class CopyTally {
 }
 
 export interface DropCopySink {
-  /** Sends one batch. Throwing means none of the batch reached the analytics channel. */
-  send(batch: QueuedCopy[]): Promise<void>;
+  /**
+   * Sends one batch. Throwing means none of the batch was taken; answering copies means those were
+   * not (a part the sink refused), and are reported as failed like a thrown batch.
+   */
+  // biome-ignore lint/suspicious/noConfusingVoidType: a sink that takes every copy answers nothing
+  send(batch: QueuedCopy[]): Promise<QueuedCopy[] | undefined | void>;
 }
 
 export interface DropCopyQueueOptions {
   sink: DropCopySink;
-  /** Called for copies that did not reach the analytics channel: a failed batch, or a full queue. */
+  /** Called for copies that did not reach the sink: a failed or refused batch, or a full queue. */
   onFailure: (failed: CopyTally, cause: FailureCause, error?: unknown) => void | Promise<void>;
   /**
    * Called for a batch whose send did not settle within {@link AHEAD_PATIENCE_MS}: the request that
    * carried it was most likely cut off (workerd ends `waitUntil` work after a limit), so its copies
-   * either reached the analytics channel or were lost, and nothing in this isolate can tell which.
+   * either reached the sink or were lost, and nothing in this isolate can tell which.
    * They are not failures (that would break dropped = copies + failures when the send did land); the
    * record's own count says which. Default: nothing.
    */
@@ -129,7 +136,7 @@ export interface DropCopyQueueOptions {
   wait?: (ms: number) => Promise<void>;
 }
 
-/** The one lane of copies: they all go to the analytics channel, one batch at a time. */
+/** The one lane of copies: they all go to the one sink, one batch at a time. */
 const LANE = "analytics";
 
 export class DropCopyQueue {
@@ -153,7 +160,8 @@ export class DropCopyQueue {
     this.batches = new Coalescer<QueuedCopy, void>(
       async (_lane, items) => {
         try {
-          await sink.send(items);
+          const refused = await sink.send(items);
+          if (refused && refused.length > 0) await this.onFailure(CopyTally.of(refused), "send failed");
         } catch (e) {
           await this.onFailure(CopyTally.of(items), "send failed", e);
         } finally {

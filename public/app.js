@@ -13,8 +13,9 @@ const TOKEN_KEY = "floodgate.admin";
  *   delivered: number, dropped: number, elapsed_ms: number, new_rate: number, written: boolean }} Sample
  * @typedef {{ channel: string, last_seen_at: number, drop_rate: number, drop_mode: string,
  *   target: TargetJson, target_rate: number | null, occupancy: number | null, last_sample: Sample | null }} Channel
+ * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals
  * @typedef {{ now: number, channels: Channel[], messages: { delivered: number, dropped: number },
- *   rate_limits: Record<string, { allowed: number, denied: number }> }} Overview
+ *   rate_limits: Record<string, { allowed: number, denied: number }>, record?: RecordTotals }} Overview
  * @typedef {{ channels: { written?: boolean }[] }} SamplerReport
  * @typedef {(number | null)[]} Series
  * @typedef {[number[], Series, Series, Series, Series]} ChartData x (seconds), offered, delivered, dropped, target
@@ -46,6 +47,8 @@ const state = {
   channels: new Map(),
   /** @type {{ at: number, messages: Overview["messages"], denied: Record<string, number> } | null} */
   totals: null,
+  /** @type {{ at: number, record: RecordTotals } | null} The record's totals at the previous poll. */
+  record: null,
 };
 
 class HttpError extends Error {
@@ -158,6 +161,7 @@ $("#logout").addEventListener("click", () => {
   stopPolling();
   for (const name of [...state.channels.keys()]) removeCard(name);
   state.totals = null;
+  state.record = null;
   show("#app", false);
   show("#toolbar", false);
   show("#login", true);
@@ -260,6 +264,26 @@ function render(overview) {
   // A channel that left the list (no traffic within the window) takes its card and chart with it.
   for (const name of [...state.channels.keys()]) if (!listed.has(name)) removeCard(name);
   for (const c of overview.channels) renderChannel(c);
+  renderRecord(overview);
+}
+
+/**
+ * On the analytics channel's card: copies recorded per second since the previous poll, and the
+ * record's failures (a failed copy is a drop the record will never hold).
+ * @param {Overview} overview
+ */
+function renderRecord({ now, record }) {
+  if (!record) return;
+  const prev = state.record;
+  state.record = { at: now, record };
+  const view = state.channels.get(record.channel);
+  if (!view || !prev) return;
+  const secs = Math.max(0.001, (now - prev.at) / 1000);
+  const perSecond = Math.max(0, (record.copies - prev.record.copies) / secs).toFixed(1);
+  const line = $(".record", view.el);
+  line.textContent = `Recorded ${perSecond} copies/s; ${record.failures} failed copies in all`;
+  line.classList.toggle("dropping", record.failures > prev.record.failures);
+  line.hidden = false;
 }
 
 /**

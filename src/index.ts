@@ -4,6 +4,8 @@
  */
 import { app } from "./http/app";
 import { services } from "./platform/services";
+import { consumeDeadLetters, consumeDrops, DEAD_LETTER_QUEUE } from "./record/record-queue";
+import { sweepRecord } from "./record/record-retention";
 import { runSampler } from "./throttle/sampler-run";
 
 export { RefreshLedger } from "./auth/refresh-ledger";
@@ -15,6 +17,15 @@ export { ActiveChannels } from "./throttle/active-channels";
 
 export default {
   fetch: app.fetch,
+
+  /**
+   * The drops queue and its dead-letter queue (wrangler.toml), both consumed here: the record of
+   * dropped messages (src/record/record-queue.ts).
+   */
+  async queue(batch, env, ctx) {
+    if (batch.queue === DEAD_LETTER_QUEUE) await consumeDeadLetters(batch, env, ctx);
+    else await consumeDrops(batch, env, ctx);
+  },
 
   /**
    * The sampler (docs/throttling.md): every minute in production; see wrangler.toml `[triggers]`. It measures
@@ -31,7 +42,16 @@ export default {
         `floodgate sampler: ${report.channels.length} channels visited, ${changed} rates written, ${failed} failed, ${report.deferred} left for the next run`,
       );
     });
+    // The record's retention is a step of its own: neither waits on nor fails with the other.
+    const sweep = sweepRecord(env, svc, Date.now()).then(
+      (r) => {
+        if (r.deleted > 0) console.log(`floodgate record: ${r.deleted} expired objects deleted (${r.copies} copies)`);
+      },
+      (e) => console.error("floodgate record: retention sweep failed", e instanceof Error ? e.message : e),
+    );
     ctx.waitUntil(run);
+    ctx.waitUntil(sweep);
+    await Promise.allSettled([run, sweep]);
     await run;
   },
 } satisfies ExportedHandler<Env>;

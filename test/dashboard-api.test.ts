@@ -31,6 +31,7 @@ interface Overview {
   channels: OverviewChannel[];
   messages: { delivered: number; dropped: number };
   rate_limits: Record<string, { allowed: number; denied: number }>;
+  record: { channel: string; copies: number; failures: number };
 }
 
 async function overview(query = ""): Promise<Overview> {
@@ -120,6 +121,11 @@ describe("GET /v1/admin/overview", () => {
     expect(totals.messages).toEqual({
       delivered: metric('floodgate_messages_total{result="delivered"}'),
       dropped: metric('floodgate_messages_total{result="dropped"}'),
+    });
+    expect(totals.record).toEqual({
+      channel: "private:floodgate.analytics.dropped",
+      copies: metric("floodgate_record_copies_total"),
+      failures: metric("floodgate_record_failures_total"),
     });
     for (const [bucket, counts] of Object.entries(totals.rate_limits)) {
       expect(counts).toEqual({

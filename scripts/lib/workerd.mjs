@@ -159,6 +159,21 @@ export async function startFloodgate(vars = {}, entry = { entryPoints: [join(roo
     modules: [{ type: "ESModule", path: "index.mjs", contents: await bundle(entry) }],
     kvNamespaces: config.kv_namespaces.map((kv) => kv.binding),
     durableObjects: DURABLE_OBJECTS,
+    // The record of dropped messages: the drops queue (consumed by the Worker itself, with its
+    // dead-letter queue) and the bucket, as wrangler.toml declares them.
+    queueProducers: Object.fromEntries((config.queues?.producers ?? []).map((q) => [q.binding, q.queue])),
+    queueConsumers: Object.fromEntries(
+      (config.queues?.consumers ?? []).map((q) => [
+        q.queue,
+        {
+          maxBatchSize: q.max_batch_size,
+          maxBatchTimeout: q.max_batch_timeout,
+          maxRetries: q.max_retries,
+          deadLetterQueue: q.dead_letter_queue,
+        },
+      ]),
+    ),
+    r2Buckets: (config.r2_buckets ?? []).map((b) => b.binding),
     bindings: { ...config.vars, TOKEN_SECRET: "bench-token-secret-0123456789abcdef", ADMIN_TOKEN: ADMIN, ...vars },
   });
   return { ...worker, admin: ADMIN, spreadMintAddresses: true };

@@ -42,7 +42,6 @@ import type {
   ChannelRate,
   ChannelStats,
   CopyItem,
-  ExportCursor,
   PublishCommand,
   PublishManyResult,
   PublishOutcome,
@@ -179,17 +178,6 @@ export class ChannelObject extends DurableObject<Env> {
   /** Retained messages as JSON frames (src/channel/messages.ts). */
   history(after: number | null, limit: number, sourceChannel: string | null = null): string[] {
     return this.messages.history(after, limit, sourceChannel);
-  }
-
-  /** One page of the record's export (src/record/channel-record.ts). */
-  exportPage(
-    from: number,
-    to: number,
-    sourceChannel: string | null,
-    cursor: ExportCursor | null,
-    maxRows: number,
-  ): { ndjson: string; next: ExportCursor | null } {
-    return this.record.exportPage(from, to, sourceChannel, cursor, maxRows);
   }
 
   stats(): ChannelStats {

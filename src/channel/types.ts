@@ -42,20 +42,6 @@ export interface CopyItem {
   dropped_at: number;
 }
 
-/** Where an export page ends: the next page starts after this (drop time, seq). */
-/**
- * Where an export stands (src/record/channel-record.ts): the copies there when it began (seq up to
- * `upTo`) go out by drop time, after (`dropped_at`, `seq`); then, `tail`, the copies appended while it
- * ran, by seq, after `seq`.
- */
-export interface ExportCursor {
-  dropped_at: number;
-  seq: number;
-  upTo: number;
-  tail?: boolean;
-}
-
-/** The analytics channel's reconciliation counts (stats and /metrics). */
 export interface RecordCounts {
   /** Copies ever appended. */
   copies_total: number;

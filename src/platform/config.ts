@@ -65,6 +65,8 @@ export interface Config {
   sessionTtlSeconds: number;
   /** How long the analytics channel keeps each copy, in ms, counted from its `dropped_at`. */
   analyticsRetentionMs: number;
+  /** How long the record (RECORD_BUCKET) keeps each copy, in ms, by its `dropped_at`; also the longest export. */
+  recordRetentionMs: number;
   /** How long an idle channel keeps its history after its last publish, in ms (docs/operations.md). */
   historyTtlMs: number;
   /** Most channels one sampler run visits, busiest first (docs/operations.md). */
@@ -107,6 +109,7 @@ export const CONFIG_VARIABLES = [
   "HISTORY_LIMIT",
   "SESSION_TTL",
   "ANALYTICS_RETENTION",
+  "RECORD_RETENTION",
   "HISTORY_TTL",
   "SAMPLER_MAX_CHANNELS",
   "RELAY_CAPACITY",
@@ -227,7 +230,7 @@ function positiveInt(variable: string, text: string | undefined, fallback: numbe
 
 /**
  * A duration variable with days allowed (`30d`, `36h`), at least one second: `SESSION_TTL`,
- * `ANALYTICS_RETENTION`, `HISTORY_TTL`. Returns milliseconds.
+ * `ANALYTICS_RETENTION`, `RECORD_RETENTION`, `HISTORY_TTL`. Returns milliseconds.
  */
 function longDuration(variable: string, text: string | undefined, fallback: string): number {
   const t = (text ?? "").trim() || fallback;
@@ -315,7 +318,8 @@ export function parseConfig(raw: RawConfig): Config {
     maxMessageBytes: positiveInt("MAX_MESSAGE_BYTES", raw.MAX_MESSAGE_BYTES, 32768),
     historyLimit: positiveInt("HISTORY_LIMIT", raw.HISTORY_LIMIT, 100),
     sessionTtlSeconds: Math.floor(longDuration("SESSION_TTL", raw.SESSION_TTL, "30d") / 1000),
-    analyticsRetentionMs: longDuration("ANALYTICS_RETENTION", raw.ANALYTICS_RETENTION, "7d"),
+    analyticsRetentionMs: longDuration("ANALYTICS_RETENTION", raw.ANALYTICS_RETENTION, "1d"),
+    recordRetentionMs: longDuration("RECORD_RETENTION", raw.RECORD_RETENTION, "30d"),
     historyTtlMs: longDuration("HISTORY_TTL", raw.HISTORY_TTL, "7d"),
     samplerMaxChannels: positiveInt("SAMPLER_MAX_CHANNELS", raw.SAMPLER_MAX_CHANNELS, 500),
     relayCapacity: relayCapacity(raw.RELAY_CAPACITY),

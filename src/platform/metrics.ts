@@ -17,11 +17,17 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_rate_limit_lease_hits_total:
     "Admissions paid from tokens an isolate holds on lease, without a limiter object call, by bucket.",
   floodgate_messages_total: "Published messages by result (delivered or dropped by the throttle).",
-  floodgate_analytics_copy_failures_total: "Copies of dropped messages that did not reach the analytics channel.",
+  floodgate_record_copies_total:
+    "Copies of dropped messages written to the record (RECORD_BUCKET), each once (dropped = record copies + record failures).",
+  floodgate_record_failures_total:
+    "Copies of dropped messages not recorded: refused by the drops queue, too large for a queue message, or given up after the queue's retries.",
+  floodgate_record_expired_total: "Copies in record objects deleted by RECORD_RETENTION (the Cron sweep).",
+  floodgate_analytics_copy_failures_total:
+    "Copies of dropped messages that did not reach the analytics channel (the record's live view) after the queue's retries.",
   floodgate_analytics_copies_unsettled_total:
-    "Copies of dropped messages in a send that did not settle within 5 s (its request was cut off): each reached the analytics channel or was lost.",
+    "Copies of dropped messages in a send that did not settle within 5 s (its request was cut off): each reached the drops queue or was lost.",
   floodgate_analytics_copies_total:
-    "Copies of dropped messages appended to the analytics channel (dropped = copies + copy failures).",
+    "Copies of dropped messages appended to the analytics channel by the queue's consumer (at least once).",
   floodgate_analytics_expired_total:
     "Copies on the analytics channel deleted by ANALYTICS_RETENTION (counted by its object, read at scrape time).",
   floodgate_object_calls_total:
@@ -45,6 +51,9 @@ export function renderPrometheus(series: Record<string, number>): string {
   const all: Record<string, number> = {
     [seriesKey("floodgate_messages_total", { result: "delivered" })]: 0,
     [seriesKey("floodgate_messages_total", { result: "dropped" })]: 0,
+    floodgate_record_copies_total: 0,
+    floodgate_record_failures_total: 0,
+    floodgate_record_expired_total: 0,
     floodgate_analytics_copy_failures_total: 0,
     floodgate_analytics_copies_unsettled_total: 0,
     floodgate_analytics_copies_total: 0,

@@ -1,15 +1,16 @@
 /**
  * Per-isolate services built once from `env`: the parsed config, the drop-rate reader, the batch
- * queue for analytics copies, the limiter gate and the metrics buffer. Routes reach them through
- * the Hono context (`c.get("svc")`).
+ * queue of copies of dropped messages (sent on to the drops queue), the limiter gate and the
+ * metrics buffer. Routes reach them through the Hono context (`c.get("svc")`).
  */
 import { DropRateReader } from "../../functions/before-publish";
-import { CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy, serialiseCopy } from "../../functions/drop-copies";
+import { CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy } from "../../functions/drop-copies";
 import { Thinning } from "../../functions/thinning";
 import type { ChannelObject } from "../channel/channel-object";
 import { PublishBatcher } from "../channel/publish-batcher";
 import { LimiterGate } from "../rate-limit/limiter-gate";
 import { shardName } from "../rate-limit/limiter-shard";
+import { sendToQueue } from "../record/record-queue";
 import { type Config, getConfig } from "./config";
 import { MetricsBuffer } from "./metrics";
 import { channelStub, limiterShardStub, metricsStub } from "./stubs";
@@ -37,12 +38,12 @@ export function countedChannelStub(env: Env, channel: string): DurableObjectStub
 }
 
 /**
- * The isolate's queue of analytics copies holds at most `MAX_MESSAGE_BYTES` × this many bytes: 16 MiB
+ * The isolate's queue of copies of dropped messages holds at most `MAX_MESSAGE_BYTES` × this many bytes: 16 MiB
  * at the default 32 KiB, an eighth of the 128 MB an isolate may use. Counted at 2 bytes a character
  * (see functions/drop-copies.ts, copyBytes), that is 256 copies of the largest message: the batch in
  * flight and the one filling (100 each) with room to spare, so a sustained flood of 30 KB drops at
  * the rate one isolate can take keeps every copy (docs/operations.md, "The record of dropped
- * messages"), and only a stalled analytics channel makes copies overflow.
+ * messages"), and only a stalled drops queue makes copies overflow.
  */
 export const COPY_QUEUE_MESSAGE_BYTES = 512;
 
@@ -94,15 +95,15 @@ export function services(env: Env): Services {
     ),
     reader,
     drops: new DropCopyQueue({
-      sink: { send: (batch) => sendCopies(env, config, metrics, reader, batch) },
+      sink: { send: (batch) => sendCopies(env, config, reader, batch) },
       maxBytes: config.maxMessageBytes * COPY_QUEUE_MESSAGE_BYTES,
       onFailure: (failed, cause, error) => {
-        // Counted first, so the identity dropped = copies + failures holds whatever happens next.
-        metrics.inc("floodgate_analytics_copy_failures_total", {}, failed.total);
+        // Counted first, so the identity dropped = recorded + failed holds whatever happens next.
+        metrics.inc("floodgate_record_failures_total", {}, failed.total);
         if (cause === "queue full") overflowLog.note(failed);
         else
           console.error(
-            `floodgate analytics: ${failed.total} dropped-message copies did not reach ${config.analyticsChannel.name} (source channels: ${failed.describe()})`,
+            `floodgate record: ${failed.total} dropped-message copies did not reach the drops queue (source channels: ${failed.describe()})`,
             error instanceof Error ? error.message : error,
           );
         // The messages stay dropped; their drops and the failed copies are still counted. Returned so
@@ -110,7 +111,7 @@ export function services(env: Env): Services {
         return countDrops(env, reader, failed);
       },
       // Copies in a send that never settled (its request was cut off): counted apart from failures,
-      // since each may still have landed (docs/operations.md, "The record of dropped messages").
+      // since each may still have reached the queue (docs/operations.md, "The record of dropped messages").
       onUnsettled: (copies) => metrics.inc("floodgate_analytics_copies_unsettled_total", {}, copies.total),
     }),
     gate: new LimiterGate(
@@ -136,34 +137,23 @@ export function services(env: Env): Services {
 }
 
 /**
- * One call to the analytics channel per batch and, alongside it rather than after it, one drop count
- * per source channel: a channel's fast loop measures its offered rate from these counts, so they do
- * not wait on the analytics channel (nor fail with it).
+ * One batch to the drops queue (src/record/record-queue.ts) and, alongside it rather than after it,
+ * one drop count per source channel: a channel's fast loop measures its offered rate from these
+ * counts, so they do not wait on the queue (nor fail with it). Answers the copies the queue refused.
  */
 async function sendCopies(
   env: Env,
   config: Config,
-  metrics: MetricsBuffer,
   reader: DropRateReader,
   batch: QueuedCopy[],
-): Promise<void> {
+): Promise<QueuedCopy[]> {
   // Settled both ways before a failed copy is reported, so the failure report sees what was counted.
-  const [copied] = await Promise.allSettled([
-    countedChannelStub(env, config.analyticsChannel.name).appendCopies(
-      config.analyticsChannel.name,
-      batch.map((q) => ({
-        id: q.id,
-        data: serialiseCopy(q),
-        publisher: q.publisher,
-        source_channel: q.source_channel,
-        dropped_at: q.dropped_at,
-      })),
-      Date.now(),
-    ),
+  const [sent] = await Promise.allSettled([
+    sendToQueue(env.DROPS_QUEUE, config.analyticsChannel.name, batch),
     countUncounted(env, reader, batch),
   ]);
-  if (copied.status === "rejected") throw copied.reason;
-  metrics.inc("floodgate_analytics_copies_total", {}, batch.length);
+  if (sent.status === "rejected") throw sent.reason;
+  return sent.value;
 }
 
 /** Tells each source channel the drops of `batch` it has not counted, and marks them counted. */

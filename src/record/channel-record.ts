@@ -1,13 +1,12 @@
 /**
- * The record of dropped messages (docs/operations.md): the analytics channel's object keeps every
- * copy for `ANALYTICS_RETENTION` instead of `HISTORY_LIMIT`, indexed by source channel and by drop
- * time (src/record/record-schema.ts) for history filters and exports, and its alarm deletes expired
- * copies in batches.
+ * The record's live view (docs/operations.md): the analytics channel's object keeps every copy the
+ * queue's consumer hands it (src/record/record-queue.ts) for `ANALYTICS_RETENTION` instead of
+ * `HISTORY_LIMIT`, indexed by source channel and by drop time (src/record/record-schema.ts) for
+ * history filters and retention, and its alarm deletes expired copies in batches. The record itself
+ * is in RECORD_BUCKET.
  */
 import type { ChannelStore } from "../channel/channel-store";
-import { frame } from "../channel/frames";
-import { type MessageRow, takeBytes } from "../channel/messages";
-import type { ExportCursor, RecordCounts } from "../channel/types";
+import type { RecordCounts } from "../channel/types";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { getConfig } from "../platform/config";
 
@@ -62,113 +61,6 @@ export class ChannelRecord {
     this.store.putMeta("record", "1");
     // Messages kept before this object knew it was the record expire by their own time.
     this.store.sql.exec("UPDATE messages SET dropped_at = published_at WHERE dropped_at IS NULL");
-  }
-
-  /**
-   * One page of the export: copies with `dropped_at` in [from, to) (of one source channel, if given)
-   * after `cursor`, one frame per line; at most `maxRows` copies and about `PAGE_MAX_BYTES`. `next`
-   * is null on the last page.
-   *
-   * Copies keep arriving while an export runs, late ones with a drop time the export has passed. So
-   * the export takes the copies there when it began (seq up to the first page's last seq) in drop
-   * time order, through an index; then the copies appended since, in append order (seq, the primary
-   * key: only those are scanned), until a page finds no more. Every copy in the window appended before
-   * the export's last page was read goes out exactly once.
-   */
-  exportPage(
-    from: number,
-    to: number,
-    sourceChannel: string | null,
-    cursor: ExportCursor | null,
-    maxRows: number,
-  ): { ndjson: string; next: ExportCursor | null } {
-    if (this.store.wiped) return { ndjson: "", next: null };
-    const at = cursor ?? { dropped_at: from, seq: -1, upTo: this.store.counter("last_seq") };
-    const limit = maxRows + 1;
-    const self = this;
-    // One row more than a page was asked for, to know whether another page follows.
-    function* copies(): Generator<MessageRow> {
-      let n = 0;
-      if (!at.tail) {
-        for (const r of self.byDropTime(from, to, sourceChannel, at, limit)) {
-          n++;
-          yield r;
-        }
-      }
-      // The copies there at the start are all out: then those appended since.
-      if (n < limit) yield* self.byAppend(from, to, sourceChannel, at.tail ? at.seq : at.upTo, limit - n);
-    }
-    const { rows, cut } = takeBytes(copies());
-    const more = cut || rows.length > maxRows;
-    const page = rows.slice(0, maxRows);
-    const last = page[page.length - 1];
-    let next: ExportCursor | null = null;
-    if (more && last) {
-      next =
-        last.seq > at.upTo
-          ? { dropped_at: to, seq: last.seq, upTo: at.upTo, tail: true }
-          : { dropped_at: last.dropped_at as number, seq: last.seq, upTo: at.upTo };
-    }
-    const channel = this.store.channel ?? "";
-    return { ndjson: page.map((r) => `${frame(channel, r)}\n`).join(""), next };
-  }
-
-  /** Copies there when the export began (seq ≤ `upTo`) after (`dropped_at`, `seq`), by drop time, through an index. */
-  private byDropTime(
-    from: number,
-    to: number,
-    sourceChannel: string | null,
-    after: ExportCursor,
-    limit: number,
-  ): Iterable<MessageRow> {
-    const start = Math.max(from, after.dropped_at);
-    const sql = this.store.sql;
-    return sourceChannel === null
-      ? sql.exec<MessageRow>(
-          `SELECT * FROM messages INDEXED BY messages_by_drop_time
-           WHERE dropped_at >= ? AND dropped_at < ? AND (dropped_at, seq) > (?, ?) AND seq <= ?
-           ORDER BY dropped_at, seq LIMIT ?`,
-          start,
-          to,
-          after.dropped_at,
-          after.seq,
-          after.upTo,
-          limit,
-        )
-      : sql.exec<MessageRow>(
-          `SELECT * FROM messages INDEXED BY messages_by_source_time
-           WHERE source_channel = ? AND dropped_at >= ? AND dropped_at < ? AND (dropped_at, seq) > (?, ?) AND seq <= ?
-           ORDER BY dropped_at, seq LIMIT ?`,
-          sourceChannel,
-          start,
-          to,
-          after.dropped_at,
-          after.seq,
-          after.upTo,
-          limit,
-        );
-  }
-
-  /** Copies in the window appended after seq `after`, in append order. */
-  private byAppend(from: number, to: number, sourceChannel: string | null, after: number, limit: number) {
-    const sql = this.store.sql;
-    return sourceChannel === null
-      ? sql.exec<MessageRow>(
-          `SELECT * FROM messages WHERE seq > ? AND dropped_at >= ? AND dropped_at < ? ORDER BY seq LIMIT ?`,
-          after,
-          from,
-          to,
-          limit,
-        )
-      : sql.exec<MessageRow>(
-          `SELECT * FROM messages INDEXED BY messages_by_source
-           WHERE source_channel = ? AND seq > ? AND dropped_at >= ? AND dropped_at < ? ORDER BY seq LIMIT ?`,
-          sourceChannel,
-          after,
-          from,
-          to,
-          limit,
-        );
   }
 
   /** The analytics channel's copies: appended, kept and expired (all zero on any other channel). */

@@ -286,18 +286,20 @@ const exportRoute = route({
   path: "/analytics/export",
   summary: "Export dropped-message copies as NDJSON",
   description:
-    "Every retained copy on the analytics channel whose `dropped_at` is in [`from`, `to`), one analytics frame " +
-    "per line, ordered by `dropped_at`, then `seq`. Streamed; if it fails mid-stream the response ends early.",
+    "Every copy in the record (RECORD_BUCKET) whose `dropped_at` is in [`from`, `to`), exactly once, one record " +
+    "line per line as stored (`id`, `source_channel`, `message`, `publisher`, `drop_rate`, `dropped_at`), hours " +
+    "in order and lines in `dropped_at` order within an hour. Streamed an hour at a time; if it fails mid-stream " +
+    "the response ends early. A range longer than RECORD_RETENTION, or with `to` ≤ `from`, answers 400.",
   security: ADMIN_ONLY,
   request: {
     query: z.object({
       from: z.string().openapi({ description: "Epoch milliseconds, required." }),
-      to: z.string().openapi({ description: "Epoch milliseconds, required, at least `from`." }),
+      to: z.string().openapi({ description: "Epoch milliseconds, required, later than `from`." }),
       source_channel: z.string().optional().openapi({ description: "Only copies of drops from this channel." }),
     }),
   },
   responses: {
-    200: { description: "One frame per line.", content: { "application/x-ndjson": { schema: z.string() } } },
+    200: { description: "One copy per line.", content: { "application/x-ndjson": { schema: z.string() } } },
     ...errors(400, 401, 429, 500, 503),
   },
 });

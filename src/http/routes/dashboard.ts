@@ -88,5 +88,11 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
       dropped: count("floodgate_messages_total", { result: "dropped" }),
     },
     rate_limits: Object.fromEntries(RATE_LIMIT_BUCKETS.map((b) => [b, decisions(b)])),
+    // The record of dropped messages, for the analytics channel's card: copies recorded and failed.
+    record: {
+      channel: config.analyticsChannel.name,
+      copies: count("floodgate_record_copies_total", {}),
+      failures: count("floodgate_record_failures_total", {}),
+    },
   });
 });

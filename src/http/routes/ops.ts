@@ -47,6 +47,12 @@ export function manifest(config: Config) {
       rate_cache_ms: config.rateCacheMs,
       fast_period: formatDuration(config.samplerFastPeriodMs),
     },
+    // The record of dropped messages: how long the bucket keeps a copy (and the longest export), and
+    // how long the analytics channel pages them.
+    record: {
+      retention: formatDuration(config.recordRetentionMs),
+      analytics_retention: formatDuration(config.analyticsRetentionMs),
+    },
   };
 }
 
@@ -87,6 +93,12 @@ const Manifest = z
       analytics_channel: z.string(),
       rate_cache_ms: z.number().int(),
       fast_period: z.string(),
+    }),
+    record: z.object({
+      retention: z.string().openapi({ description: "RECORD_RETENTION: how long the record keeps a copy." }),
+      analytics_retention: z
+        .string()
+        .openapi({ description: "ANALYTICS_RETENTION: how long the analytics channel pages copies." }),
     }),
   })
   .openapi("Manifest");
@@ -146,13 +158,14 @@ async function expiredCopies(env: Env, config: Config): Promise<number | null> {
 
 const AnalyticsRecord = z
   .object({
-    retention: z.string(),
-    copies_total: z.number().int(),
-    copies_kept: z.number().int(),
-    copies_expired_total: z.number().int(),
-    oldest_dropped_at: z.number().int().nullable(),
-    copy_failures_total: z.number().int(),
+    retention: z.string().openapi({ description: "RECORD_RETENTION." }),
+    copies_total: z.number().int().openapi({ description: "Copies written to the record (RECORD_BUCKET)." }),
+    copy_failures_total: z.number().int().openapi({ description: "Copies the record failed to take." }),
+    copies_expired_total: z.number().int().openapi({ description: "Copies deleted by RECORD_RETENTION." }),
     dropped_total: z.number().int(),
+    analytics_retention: z.string().openapi({ description: "ANALYTICS_RETENTION: how long the channel pages copies." }),
+    copies_kept: z.number().int().openapi({ description: "Copies the analytics channel keeps for paging." }),
+    oldest_dropped_at: z.number().int().nullable().openapi({ description: "Oldest copy the channel keeps." }),
   })
   .openapi("AnalyticsRecord");
 
@@ -210,19 +223,23 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
 });
 
 /**
- * The analytics channel's reconciliation: copies kept, expired and ever appended (its object's own
- * counts), beside the deployment's dropped messages and failed copies (the metrics), so that
+ * The record's reconciliation: copies recorded, failed and expired (the metrics the queue's consumer
+ * and the retention sweep count), beside the deployment's dropped messages, so that
  * `dropped_total = copies_total + copy_failures_total` can be checked by anyone once copies in
- * flight have landed.
+ * flight have landed; and what the analytics channel (the live view) keeps for paging.
  */
 async function recordView(env: Env, svc: Services, stats: ChannelStats) {
   await svc.metrics.flushNow();
   const series = await orUnavailable("metrics", () => metricsSeries(env));
   const counts = stats.record ?? { copies_total: 0, copies_kept: 0, copies_expired_total: 0, oldest_dropped_at: null };
   return {
-    retention: formatDuration(svc.config.analyticsRetentionMs),
-    ...counts,
-    copy_failures_total: series.floodgate_analytics_copy_failures_total ?? 0,
+    retention: formatDuration(svc.config.recordRetentionMs),
+    copies_total: series.floodgate_record_copies_total ?? 0,
+    copy_failures_total: series.floodgate_record_failures_total ?? 0,
+    copies_expired_total: series.floodgate_record_expired_total ?? 0,
     dropped_total: series[seriesKey("floodgate_messages_total", { result: "dropped" })] ?? 0,
+    analytics_retention: formatDuration(svc.config.analyticsRetentionMs),
+    copies_kept: counts.copies_kept,
+    oldest_dropped_at: counts.oldest_dropped_at,
   };
 }
