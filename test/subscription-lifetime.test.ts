@@ -66,10 +66,7 @@ async function publish(ch: string, n: number): Promise<void> {
 
 /** The relay's last seq once it has caught up with the channel's head. */
 const relayAt = (ch: string, seq: number) =>
-  until(
-    () => runInDurableObject(relayStub(ch), (relay) => relay.counts().last_seq === seq),
-    `the relay at seq ${seq}`,
-  );
+  until(() => runInDurableObject(relayStub(ch), (relay) => relay.counts().last_seq === seq), `the relay at seq ${seq}`);
 
 const expiredAt = (seq: number) => ({ type: "expired", reason: TOKEN_EXPIRED_REASON, seq });
 
