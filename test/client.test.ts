@@ -265,6 +265,62 @@ describe("client subscribe across a token's expiry", () => {
       sub.close();
     });
   }
+
+  for (const transport of ["websocket", "sse"] as const) {
+    it(`${transport}: on a quiet channel, a message published while it renews is still delivered, once`, async () => {
+      const ch = `public:client.${uniq()}`;
+      const pub = (await mint({ sub: uniq(), channels: ["public:client.*"] })).access_token;
+      for (let i = 1; i <= 2; i++) await publishTo(ch, pub, { before: i }); // the head it joins at: 2
+      const pair = await mint({ sub: uniq("quiet"), channels: ["public:client.*"] });
+      const ws = socketOpener();
+      const errors: unknown[] = [];
+      const opened: string[] = [];
+      // The refresh waits until the test lets it go: the window between the close and the new
+      // subscribe, in which the message is published.
+      let refreshAsked = false;
+      let letRefresh = () => {};
+      const refreshGate = new Promise<void>((r) => {
+        letRefresh = r;
+      });
+      const fg = new FloodgateClient({
+        baseUrl: BASE,
+        accessToken: pair.access_token,
+        refreshToken: pair.refresh_token,
+        openWebSocket: (url, protocols) => {
+          opened.push(url);
+          return ws.open(url, protocols);
+        },
+        fetch: async (i, init) => {
+          if (i.includes("/v1/subscribe/")) opened.push(i);
+          if (i.includes("/v1/tokens/refresh")) {
+            refreshAsked = true;
+            await refreshGate;
+          }
+          return workerFetch(i, init);
+        },
+        sleep: async () => {},
+      });
+      const got: Message[] = [];
+      const sub = fg.subscribe(ch, (m) => got.push(m), { transport, onError: (e) => errors.push(e) });
+      await until(async () => (await statsOf(ch)) === 1, "the subscription counted");
+      expect(opened[0]).not.toContain("after=");
+      await relayTick(ch, pair.expires_at * 1000);
+      await until(() => refreshAsked, "the refresh after the expiry");
+      await until(async () => (await statsOf(ch)) === 0, "away: nobody to send it to live");
+      await publishTo(ch, pub, { away: true });
+      letRefresh();
+      await until(() => opened.length === 2, "the second connection");
+      expect(opened[1]).toContain("after=2");
+      await until(() => got.length === 1, "the message published while away");
+      await publishTo(ch, pub, { back: true });
+      await until(() => got.length === 2, "the next message");
+      expect(got.map((m) => m.seq)).toEqual([3, 4]);
+      expect(got.map((m) => m.data)).toEqual([{ away: true }, { back: true }]);
+      expect(sub.lastSeq).toBe(4);
+      expect(errors).toEqual([]);
+      sub.close();
+    });
+  }
 });
 
 /** Subscribers of the channel, every relay together. */

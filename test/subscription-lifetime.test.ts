@@ -1,7 +1,7 @@
 /**
  * How long a subscription lasts, the relay's side (docs/api.md, "Subscribing"; docs/security.md): one
  * opened with a token ends at the token's `exp` (WebSocket 4001, SSE `event: expired`), hibernated or
- * not; SSE streams get a comment line on the relay's alarm; a subscriber gone stops counting within
+ * not, its last frame saying the seq it stands at (so a quiet subscriber resumes without a loss); SSE streams get a comment line on the relay's alarm; a subscriber gone stops counting within
  * the bound even when the report of its leaving is lost (inside workerd an aborted stream's cancel
  * reaches the relay at once; over a network only a write finds it, which is the heartbeat's other
  * job); the relay's memory for waiting bytes is bounded, the most-behind closed first.
@@ -38,20 +38,37 @@ async function channelStats(ch: string): Promise<ChannelStats> {
   return (await res.json()) as ChannelStats;
 }
 
-/** A WebSocket subscription (with a token when given) that records its close. */
-async function socket(ch: string, token?: string) {
+/** A WebSocket subscription (with a token when given) that records its frames (parsed) and its close. */
+async function socket(ch: string, token?: string, query = "") {
   const headers: Record<string, string> = { upgrade: "websocket" };
   if (token) headers.authorization = `Bearer ${token}`;
-  const res = await call(`/v1/subscribe/${ch}`, { headers });
+  const res = await call(`/v1/subscribe/${ch}${query}`, { headers });
   const ws = res.webSocket;
   if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status}`);
   let close: { code: number; reason: string } | null = null;
+  const frames: unknown[] = [];
+  ws.addEventListener("message", (ev) => frames.push(JSON.parse(ev.data as string)));
   ws.addEventListener("close", (ev) => {
     close = { code: ev.code, reason: ev.reason };
   });
   ws.accept();
-  return { ws, closed: (): { code: number; reason: string } | null => close };
+  return { ws, frames, closed: (): { code: number; reason: string } | null => close };
 }
+
+/** Publishes `n` messages straight to the channel object (no rate limits in the way). */
+async function publish(ch: string, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    await channelStub(ch).publishMany([
+      { channel: ch, data: JSON.stringify({ i }), publisher: "p", action: "deliver", now: Date.now() },
+    ]);
+  }
+}
+
+/** The relay's last seq once it has caught up with the channel's head. */
+const relayAt = (ch: string, seq: number) =>
+  until(() => runInDurableObject(relayStub(ch), (relay) => relay.counts().last_seq === seq), `the relay at seq ${seq}`);
+
+const expiredAt = (seq: number) => ({ type: "expired", reason: TOKEN_EXPIRED_REASON, seq });
 
 /** An SSE subscription whose raw text is collected (comments included) until it ends. */
 async function sse(ch: string, token?: string) {
@@ -132,6 +149,68 @@ describe("a subscription ends with its token", () => {
     expect(anon.state.text).not.toContain("expired");
     await until(async () => (await channelStats(ch)).sse === 1, "the count without the expired stream");
     await anon.cancel();
+  });
+});
+
+describe("the expired frame says where the subscriber stands", () => {
+  it("a WebSocket on a quiet channel is sent `expired` with its resume floor (the head it joined at), then 4001", async () => {
+    const ch = `public:life.${uniq()}`;
+    await publish(ch, 3);
+    const { token, exp } = await subscriber();
+    const quiet = await socket(ch, token);
+    await until(async () => (await channelStats(ch)).websockets === 1, "the socket counted");
+    await tickAt(ch, exp);
+    await until(() => quiet.closed() !== null, "the expired socket's close");
+    // Nothing since it connected: the seq is the head it joined at, so `?after=3` misses nothing.
+    expect(quiet.frames).toEqual([expiredAt(3)]);
+    expect(quiet.closed()).toMatchObject({ code: TOKEN_EXPIRED_CLOSE });
+  });
+
+  it("a WebSocket that resumed and was sent messages is at the last seq it was sent", async () => {
+    const ch = `public:life.${uniq()}`;
+    await publish(ch, 2);
+    const { token, exp } = await subscriber();
+    const resumed = await socket(ch, token, "?after=1");
+    await until(() => resumed.frames.length === 1, "the replay of seq 2");
+    await publish(ch, 2);
+    await until(() => resumed.frames.length === 3, "the live seqs 3 and 4");
+    await tickAt(ch, exp);
+    await until(() => resumed.closed() !== null, "the expired socket's close");
+    expect(resumed.frames.map((f) => (f as { seq: number }).seq)).toEqual([2, 3, 4, 4]);
+    expect(resumed.frames.at(-1)).toEqual(expiredAt(4));
+  });
+
+  it("a packed socket (`?batch=1`) gets it in an array, after what FRAME_DELAY still held for it", async () => {
+    const ch = `public:life.${uniq()}`;
+    await publish(ch, 2);
+    const { token, exp } = await subscriber();
+    const packed = await socket(ch, token, "?batch=1");
+    await until(async () => (await channelStats(ch)).websockets === 1, "the socket counted");
+    await runInDurableObject(relayStub(ch), (relay) => {
+      relay.frameDelayMs = 3_600_000; // held until something else sends it
+    });
+    await publish(ch, 1);
+    await relayAt(ch, 3);
+    expect(packed.frames).toEqual([]); // seq 3 is held
+    await tickAt(ch, exp);
+    await until(() => packed.closed() !== null, "the expired socket's close");
+    expect(packed.frames).toHaveLength(2);
+    expect((packed.frames[0] as { seq: number }[]).map((f) => f.seq)).toEqual([3]);
+    expect(packed.frames[1]).toEqual([expiredAt(3)]);
+  });
+
+  it("an SSE stream on a quiet channel ends with `event: expired` carrying its resume floor as seq and id", async () => {
+    const ch = `public:life.${uniq()}`;
+    await publish(ch, 2);
+    const { token, exp } = await subscriber();
+    const quiet = await sse(ch, token);
+    await until(async () => (await channelStats(ch)).sse === 1, "the stream counted");
+    await tickAt(ch, exp);
+    await until(() => quiet.state.ended, "the expired stream's end");
+    const last = /id: (\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(quiet.state.text);
+    expect(last?.[1]).toBe("2");
+    expect(JSON.parse(last?.[2] ?? "null")).toEqual(expiredAt(2));
+    expect(quiet.state.text).not.toContain("event: message");
   });
 });
 

@@ -25,7 +25,7 @@ import type { ChannelObject } from "../channel/channel-object";
 import { type LiveFrame, packFrames, sseChunk, sseEvent, utf8Length } from "../channel/frames";
 import { boundMemory } from "./relay-memory";
 import type { RelayReporter } from "./relay-reporter";
-import type { RelaySubscribers, Subscriber } from "./relay-subscribers";
+import { attachment, type RelaySubscribers, type Subscriber } from "./relay-subscribers";
 import {
   FRAME_MAX_BYTES,
   HISTORY_GAP_CLOSE,
@@ -233,6 +233,27 @@ export class RelayStream {
     }
     this.passFloors();
     this.settle(tally);
+  }
+
+  /**
+   * The last seq a subscriber has been sent or is past (the `seq` of its `expired` frame): one still
+   * being replayed to has been sent nothing past its floor; a live one everything up to `lastSeq`
+   * (or its floor, when it joined ahead), except frames held for packed sockets — the caller flushes
+   * those first ({@link flushHeld}), and a packed socket's position stops below any still held.
+   */
+  positionOf(sub: Subscriber): number {
+    if ("sse" in sub) {
+      const live = this.subs.hub.live.has(sub.sse);
+      return live ? Math.max(sub.sse.floor, this.lastSeq ?? 0) : sub.sse.floor;
+    }
+    const ws = sub.ws;
+    const floor = attachment(ws)?.floor ?? 0;
+    if (this.subs.joining.has(ws)) return floor;
+    const ahead = this.subs.floors.get(ws);
+    let sent = this.lastSeq ?? 0;
+    const held = this.held[0];
+    if (held && this.subs.isBatched(ws)) sent = Math.min(sent, held.seq - 1);
+    return Math.max(floor, ahead ?? 0, sent);
   }
 
   /** Packed frames to one socket: shared by every socket without a floor, its own past one. */

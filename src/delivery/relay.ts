@@ -91,7 +91,7 @@ export class Relay extends DurableObject<Env> {
       this.subs,
       this.reporter,
     );
-    this.lifetime = new RelayLifetime(this.subs, this.alarms);
+    this.lifetime = new RelayLifetime(this.subs, this.alarms, this.stream);
     // `ping` is answered by the runtime without waking the relay, so an idle relay stays asleep.
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     ctx.blockConcurrencyWhile(async () => {

@@ -6,6 +6,7 @@
  * not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
  * one opened with a token ends with `event: expired` when the token does ({@link SseHub.expire}).
  */
+import { expiredFrame } from "./expired-frame";
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./subscriber-bounds";
 
 export interface SseClient {
@@ -35,8 +36,6 @@ const encoder = new TextEncoder();
 const SSE_HELLO = encoder.encode(": subscribed\nretry: 1000\n\n");
 /** A comment line: ignored by every reader, and a write that finds a reader gone. */
 const SSE_KEEPALIVE = encoder.encode(": keepalive\n\n");
-/** The last event of a subscription whose token expired: the client reconnects with a fresh token. */
-const SSE_EXPIRED = encoder.encode('event: expired\ndata: {"type":"expired","reason":"token expired"}\n\n');
 
 export class SseHub {
   /** Live readers (a reader still being replayed to is not here yet). */
@@ -107,14 +106,19 @@ export class SseHub {
     for (const client of [...this.all]) this.write(client, SSE_KEEPALIVE);
   }
 
-  /** Ends, with `event: expired`, every stream whose token expired by `now`; answers how many. */
-  expire(now: number): number {
+  /**
+   * Ends, with `event: expired`, every stream whose token expired by `now`; answers how many. The
+   * event carries the reader's position (`position`: the last seq it was sent or is past) as its
+   * `seq` and `id`, so the client resumes with `?after=` from there even when it was sent nothing.
+   */
+  expire(now: number, position: (client: SseClient) => number): number {
     let n = 0;
     for (const client of [...this.all]) {
       if (client.expiresAt === null || client.expiresAt > now) continue;
       n++;
+      const seq = position(client);
       // Written whatever the backlog: it is the reader's last event, and the stream ends after it.
-      client.writer.write(SSE_EXPIRED).catch(() => {});
+      client.writer.write(encoder.encode(`id: ${seq}\nevent: expired\ndata: ${expiredFrame(seq)}\n\n`)).catch(() => {});
       this.end(client);
     }
     return n;

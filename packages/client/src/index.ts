@@ -18,7 +18,8 @@
  *   packed frames (`?batch=1`, many messages per frame); messages still reach `onMessage` one by one.
  * - Tokens are refreshed shortly before the access token expires (and once after a 401). A
  *   subscription the server ends because its token expired (WebSocket close 4001, SSE
- *   `event: expired`) is refreshed and resumed at once, without telling `onError`.
+ *   `event: expired`) is refreshed and resumed at once, without telling `onError`, from the
+ *   position that last frame gives (so a quiet subscription misses nothing published meanwhile).
  * - Errors are typed after the contract's codes: {@link FloodgateError} with `code`, `metaCode`,
  *   `status`; {@link RateLimitedError} carries `retryAfterMs`.
  */
@@ -223,14 +224,23 @@ export class FloodgateClient {
   /** Subscribes; `onMessage` gets every message once, in seq order, across reconnects. */
   subscribe(channel: string, onMessage: (m: Message) => void, options: SubscribeOptions = {}): Subscription {
     let lastSeq = options.after ?? 0;
+    // Where the server said this subscription stood when its token expired (the `expired` frame's
+    // `seq`): on a quiet channel it was sent nothing, and resuming from there (not from the new head)
+    // keeps what is published while it renews. Null until the server says.
+    let position: number | null = null;
     let closed = false;
     let transport: "websocket" | "sse" = options.transport === "sse" ? "sse" : "websocket";
     let wsFailures = 0;
     let current: { close(): void } | null = null;
     let attempt = 0;
 
-    const deliverOne = (m: Message) => {
+    const expiredAt = (m: { seq?: unknown }) => {
+      if (typeof m.seq === "number" && Number.isSafeInteger(m.seq) && m.seq >= 0)
+        position = Math.max(position ?? 0, m.seq);
+    };
+    const deliverOne = (m: Message | { type: "expired"; seq?: unknown }) => {
       if (closed || m === null || typeof m !== "object") return;
+      if (m.type === "expired") return expiredAt(m);
       if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
       lastSeq = m.seq;
       attempt = 0;
@@ -273,8 +283,11 @@ export class FloodgateClient {
       if (closed) return;
       await this.freshToken().catch(() => {});
       const query = new URLSearchParams();
-      // Resume from the last seq; with an explicit `after` (even 0) the first connect replays too.
-      if (lastSeq > 0 || options.after !== undefined) query.set("after", String(lastSeq));
+      // Resume from the last seq (or the position the server gave, when further); with an explicit
+      // `after` (even 0) the first connect replays too.
+      const resume = lastSeq > 0 || options.after !== undefined || position !== null;
+      const after = Math.max(lastSeq, position ?? 0);
+      if (resume) query.set("after", String(after));
       const qs = query.toString() ? `?${query}` : "";
       // WebSockets ask for packed frames: fewer sends per message for the relay, same messages here.
       const wsQuery = new URLSearchParams(query);
@@ -318,7 +331,7 @@ export class FloodgateClient {
           headers: {
             accept: "text/event-stream",
             ...(token ? { authorization: `Bearer ${token}` } : {}),
-            ...(lastSeq > 0 || options.after !== undefined ? { "last-event-id": String(lastSeq) } : {}),
+            ...(resume ? { "last-event-id": String(after) } : {}),
           },
           signal: abort.signal,
         });
@@ -327,6 +340,7 @@ export class FloodgateClient {
         await readSse(res.body, (event) => {
           if (event.event === "expired") {
             expired = true;
+            deliver(event.data); // its `seq`: where to resume
             return false;
           }
           deliver(event.data);

@@ -99,8 +99,11 @@ const subscribeRoute = route({
     "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
     "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends), and so are the most-behind when " +
     "one relay holds 32 MiB for its subscribers together; resume with `?after=`. A subscription opened with a " +
-    "token ends at the token's `exp`: WebSocket close 4001 `token expired`, SSE `event: expired` then the end; " +
-    "reconnect with a fresh token and `?after=`. SSE streams get a `: keepalive` comment line at least every 15 s. " +
+    'token ends at the token\'s `exp`: a last WebSocket frame `{"type":"expired","reason":"token expired",' +
+    '"seq":N}` (with `?batch=1` inside an array) then close 4001 `token expired`; SSE `id: N`, `event: expired` ' +
+    "with that frame as data, then the end. N is the last seq the subscription was sent or is past (its resume " +
+    "point when it was sent nothing): reconnect with a fresh token and `?after=` the larger of N and the last seq " +
+    "received. SSE streams get a `: keepalive` comment line at least every 15 s. " +
     "A client (its token's `sub`, else its IP, IPv6 per /64) holds at most `MAX_SUBSCRIPTIONS_PER_CLIENT` open " +
     "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`. " +
     "Every refusal is a plain HTTP response before any upgrade.",
@@ -139,7 +142,8 @@ const subscribeRoute = route({
         "text/event-stream": {
           schema: z.string().openapi({
             description:
-              "`id: <seq>`, `event: message`, `data: <Frame>`; `event: expired` (then the end) when the token " +
+              "`id: <seq>`, `event: message`, `data: <Frame>`; `id: <seq>`, `event: expired`, " +
+              '`data: {"type":"expired","reason":"token expired","seq":<seq>}` (then the end) when the token ' +
               "expires; `: keepalive` comment lines.",
           }),
         },
