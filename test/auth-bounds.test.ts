@@ -67,6 +67,34 @@ describe("guessing the admin token is budgeted (admin-auth:<ip>, burst 20)", () 
     expect(bucket?.tokens ?? 20).toBeLessThan(1);
   });
 
+  it("100 bearers at once, one in five the right one: at most the burst of 20 is compared, every other one 429", async () => {
+    const ip = freshIp();
+    // Only a compared bearer can answer 200 or 401, so a right one among them shows whether it was
+    // compared; a look at the bucket that holds nothing lets every one of them through.
+    const answers = await Promise.all(
+      Array.from({ length: 100 }, (_, i) => adminCall("/metrics", ip, i % 5 === 4 ? ADMIN : `concurrent-guess-${i}-x`)),
+    );
+    const statuses = answers.map((r) => r.status);
+    await Promise.all(answers.map((r) => r.body?.cancel()));
+    const count = (status: number) => statuses.filter((s) => s === status).length;
+    expect(count(200) + count(401) + count(429)).toBe(100);
+    expect(count(401)).toBeLessThanOrEqual(20);
+    expect(count(200) + count(401)).toBeLessThanOrEqual(20);
+    expect(count(429)).toBeGreaterThanOrEqual(80);
+    // The right bearers that got through gave their tokens back; the wrong ones kept theirs.
+    const bucket = await peekBucket(`admin-auth:${ip.replace("::1", "::/64")}`);
+    expect(bucket?.tokens).toBeCloseTo(20 - count(401), 2);
+  });
+
+  it("the right bearer when the bucket is empty answers 429 and gives nothing back", async () => {
+    const ip = freshIp();
+    for (let i = 0; i < 20; i++) expect((await adminCall("/metrics", ip, `wrong-guess-${i}-padding`)).status).toBe(401);
+    forgetDenials();
+    expect((await adminCall("/metrics", ip, ADMIN)).status).toBe(429);
+    const bucket = await peekBucket(`admin-auth:${ip.replace("::1", "::/64")}`);
+    expect(bucket?.tokens ?? 20).toBeLessThan(1);
+  });
+
   it("once exhausted, even the right bearer answers 429: it is refused before it is compared", async () => {
     const ip = freshIp();
     for (let i = 0; i < 20; i++) expect((await adminCall("/metrics", ip, null)).status).toBe(401);

@@ -49,6 +49,22 @@ describe("limiter shards", () => {
     expect(untouched).toMatchObject({ granted: 0, remaining: 5 });
   });
 
+  it("a refund gives a charged token back, strictly in order with the charges, capped at the burst", async () => {
+    const [key] = keysInOneShard(1) as [string];
+    const s = shardStub(env, key);
+    const limit = hourly(3);
+    expect(granted((await s.decide([{ key, limit, count: 5 }]))[0])).toBe(3);
+    // One back, then a charge of two in the same call: the refund comes first, so one is admitted.
+    const [back] = await s.decide([{ key, limit, count: 0, refund: 1 }]);
+    expect(back).toMatchObject({ granted: 0, remaining: 1 });
+    expect(granted((await s.decide([{ key, limit, count: 2 }]))[0])).toBe(1);
+    expect(granted((await s.decide([{ key, limit, count: 1, refund: 1 }]))[0])).toBe(1);
+    // More back than was ever taken fills the bucket and no more.
+    await s.decide([{ key, limit, count: 0, refund: 50 }]);
+    expect((await s.peek(key))?.tokens).toBe(3);
+    expect(granted((await s.decide([{ key, limit, count: 10 }]))[0])).toBe(3);
+  });
+
   it("a denied charge consumes nothing", async () => {
     const [key] = keysInOneShard(1) as [string];
     const s = shardStub(env, key);

@@ -91,11 +91,12 @@ describe("metrics", () => {
     expect(d('floodgate_messages_total{result="delivered"}')).toBe(2);
     expect(d('floodgate_messages_total{result="dropped"}')).toBe(0);
     // Object calls: one limiter call for each of the first three (the 3rd was denied by the object),
-    // none for the two denied from the deny cache, and the second scrape's uncharged look at its
-    // admin-auth bucket (before its bearer is compared); one channel call per delivered publish. The two that
+    // none for the two denied from the deny cache, and the second scrape's two admin-auth calls (its
+    // charge before its bearer is compared, and the refund once it was right: both are made before
+    // the scrape reads the counters); one channel call per delivered publish. The two that
     // got through read their channel's key each, and the global key once between them (it is cached
     // for all channels); denials never reach the throttle.
-    expect(d('floodgate_object_calls_total{object="limiter"}')).toBe(4);
+    expect(d('floodgate_object_calls_total{object="limiter"}')).toBe(5);
     expect(d('floodgate_object_calls_total{object="channel"}')).toBe(2);
     expect(d('floodgate_object_calls_total{object="analytics"}')).toBe(0);
     expect(d("floodgate_kv_reads_total")).toBe(3);

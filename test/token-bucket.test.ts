@@ -1,7 +1,7 @@
 /** The token bucket with a fake clock. */
 import { describe, expect, it } from "vitest";
 import type { Limit } from "../src/rate-limit/limits";
-import { type BucketState, fullBucket, refill, rescale, take, takeMany } from "../src/rate-limit/token-bucket";
+import { type BucketState, fullBucket, refill, refund, rescale, take, takeMany } from "../src/rate-limit/token-bucket";
 import { seededRandom } from "./seeded-random";
 
 const limit: Limit = { rate: 10, perMs: 1000, burst: 10 }; // 10/s, one token per 100 ms
@@ -61,6 +61,20 @@ describe("token bucket", () => {
     const d = takeMany({ tokens: 6, updatedAt: 0 }, limit, 0, 10, 4);
     expect(d.granted).toBe(6);
     expect(d.fullInMs).toBe(600); // back to burst − held = 6 tokens at 100 ms each
+  });
+
+  it("a refund puts whole tokens back, refilled first and never past burst (less what is on lease)", () => {
+    const drained = drain(fullBucket(limit, 0), limit, 0, 10);
+    expect(refund(drained, limit, 0, 1)).toEqual({ tokens: 1, updatedAt: 0 });
+    expect(takeMany(refund(drained, limit, 0, 3), limit, 0, 5).granted).toBe(3);
+    // 250 ms refilled 2.5 tokens; 3 more make 5.5, not 3 capped again.
+    expect(refund(drained, limit, 250, 3).tokens).toBeCloseTo(5.5, 9);
+    // Capped at the burst, and at burst − held with tokens on lease.
+    expect(refund({ tokens: 9.5, updatedAt: 0 }, limit, 0, 5).tokens).toBe(10);
+    expect(refund(fullBucket(limit, 0), limit, 0, 1).tokens).toBe(10);
+    expect(refund({ tokens: 5, updatedAt: 0 }, limit, 0, 5, 3).tokens).toBe(7);
+    // Nothing to give back for a count that is not a positive whole number.
+    for (const n of [0, -2, 1.5, Number.NaN]) expect(refund(drained, limit, 0, n)).toBe(drained);
   });
 
   it("tells exactly when the next token is back, and when the bucket is full", () => {

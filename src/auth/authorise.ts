@@ -3,7 +3,6 @@
  * the admin bearer middleware (docs/api.md, Tokens and Operator routes; docs/security.md). Each
  * failure is an ApiError in the contract's shape.
  */
-import type { Context } from "hono";
 import { bearerAuth } from "hono/bearer-auth";
 import { createMiddleware } from "hono/factory";
 import { anyPatternMatches, type ChannelName } from "../channel/names";
@@ -71,41 +70,34 @@ export async function authorise(
 }
 
 /**
- * Every admin refusal, whatever was wrong with the header: the contract's 401, after the failure is
- * charged to the client's `admin-auth` budget; the 429 instead when that charge finds it empty.
- */
-async function adminRefused(c: Context<AppEnv>): Promise<Response> {
-  const budget = adminAuthBudget(c.var.svc.config, clientIp(c.req.raw));
-  let headers: Record<string, string>;
-  try {
-    headers = await c.var.svc.gate.check("admin-auth", budget.key, budget.limit, c.var.defer);
-  } catch (e) {
-    if (e instanceof ApiError) return e.toResponse();
-    throw e;
-  }
-  const res = unauthenticated("admin bearer token required").toResponse();
-  for (const [k, v] of Object.entries(headers)) res.headers.set(k, v);
-  return res;
-}
-
-/**
  * The admin bearer (docs/api.md, Operator routes): Hono's `bearerAuth`, which compares in constant
  * time, answering the contract's 401 for a missing, malformed or wrong token. Fails closed first:
  * with `ADMIN_TOKEN` unset or weak every admin route answers 500 naming it, whatever was sent.
- * Then the client's `admin-auth` budget (docs/security.md, "Guessing the admin token"): each failed
- * attempt takes a token, and once the bucket is empty every request from that client answers 429
- * before its bearer is compared, so a right guess cannot be told from a wrong one. A good bearer
- * takes nothing.
+ * Then the client's `admin-auth` budget (docs/security.md, "Guessing the admin token"): every request
+ * takes a token before its bearer is compared, through the gate like any charge, so the bucket is
+ * strict however many guesses arrive at once; an empty bucket answers 429 before the comparison, so
+ * a right guess cannot be told from a wrong one. A wrong bearer keeps its token spent (the 401 carries
+ * the bucket's headers); a right one gives it back off the response path, so good requests end up
+ * uncharged.
  */
 export const adminAuth = createMiddleware<AppEnv>(async (c, next) => {
   const token = requiredSecret(c.env, "ADMIN_TOKEN");
-  const budget = adminAuthBudget(c.var.svc.config, clientIp(c.req.raw));
-  await c.var.svc.gate.refuseIfEmpty("admin-auth", budget.key, budget.limit);
+  const { gate, config } = c.var.svc;
+  const budget = adminAuthBudget(config, clientIp(c.req.raw));
+  const headers = await gate.check("admin-auth", budget.key, budget.limit, c.var.defer);
+  const refused = () => {
+    const res = unauthenticated("admin bearer token required").toResponse();
+    for (const [k, v] of Object.entries(headers)) res.headers.set(k, v);
+    return res;
+  };
   const check = bearerAuth<AppEnv>({
     token,
-    noAuthenticationHeader: { message: adminRefused },
-    invalidAuthenticationHeader: { message: adminRefused },
-    invalidToken: { message: adminRefused },
+    noAuthenticationHeader: { message: refused },
+    invalidAuthenticationHeader: { message: refused },
+    invalidToken: { message: refused },
   });
-  return check(c, next);
+  return check(c, async () => {
+    c.var.defer(gate.refund("admin-auth", budget.key, budget.limit));
+    await next();
+  });
 });

@@ -27,6 +27,7 @@ import {
   endLeases,
   fullBucket,
   type OpenLease,
+  refund,
   rescale,
   takeMany,
 } from "./token-bucket";
@@ -96,8 +97,9 @@ export interface ChargeOutcome {
 /**
  * Decides `count` requests of one key that reached one isolate together, in order: the first
  * `granted` are admitted, the rest denied and charged nothing. First takes back the unused tokens of
- * settled leases, then, if all `count` were granted, may grant a lease of extra tokens. `count` may
- * be 0 (a lease alone). A stored bucket under another limit is rescaled, never reset.
+ * settled leases and the `refunded` tokens of earlier requests that turned out not to owe them, then,
+ * if all `count` were granted, may grant a lease of extra tokens. `count` may be 0 (a lease or a
+ * refund alone). A stored bucket under another limit is rescaled, never reset.
  */
 export function chargeBucket(
   stored: StoredBucket | null,
@@ -106,13 +108,15 @@ export function chargeBucket(
   count: number,
   open: OpenLease[],
   lease?: LeaseRequest,
+  refunded = 0,
 ): ChargeOutcome {
   let state: BucketState;
   if (!stored) state = fullBucket(limit, now);
   else state = sameLimit(stored.limit, limit) ? stored.state : rescale(stored.state, stored.limit, limit, now);
   const leases = endLeases(state, limit, now, open, lease?.settle ?? [], LEASE_TTL_MS);
+  const back = refund(leases.state, limit, now, Math.min(refunded, MAX_COUNT), leases.held);
   const n = Number.isInteger(count) && count >= 0 ? Math.min(count, MAX_COUNT) : 1;
-  const { state: next, ...decision } = takeMany(leases.state, limit, now, n, leases.held);
+  const { state: next, ...decision } = takeMany(back, limit, now, n, leases.held);
   let granted: OpenLease | undefined;
   let spendMs: number | undefined;
   const want = Math.min(MAX_LEASE, Math.floor(lease?.want ?? 0));

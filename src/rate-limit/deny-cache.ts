@@ -32,6 +32,11 @@ export class DenyCache {
     this.denied.set(key, denial);
   }
 
+  /** Forgets `key`'s denial: its bucket got a token back. */
+  forget(key: string): void {
+    this.denied.delete(key);
+  }
+
   /** Forgets every denial (tests move time behind the cache's back). */
   clear(): void {
     this.denied.clear();

@@ -47,6 +47,14 @@ export const LIMITER_BATCHING: CoalescerOptions = {
   patienceMs: 2000,
 };
 
+/**
+ * The buckets whose charges may be given back ({@link LimiterGate.refund}): the admin-auth budget,
+ * whose token a right bearer returns. They take no leases: a refund goes to the shard, where a
+ * token spent from a lease would come back capped under that lease's hold and be lost.
+ */
+export type RefundableBucket = "admin-auth";
+const REFUNDABLE: ReadonlySet<BucketName> = new Set<RefundableBucket>(["admin-auth"]);
+
 /** `ctx.waitUntil`, so a batch's call outlives a leader whose client went away. */
 export type Defer = (p: Promise<unknown>) => void;
 
@@ -117,33 +125,21 @@ export class LimiterGate {
   }
 
   /**
-   * Whether `key`'s bucket is empty, without taking a token: @throws ApiError 429 when it holds less
-   * than one (this isolate's deny cache first, else one uncharged call to the bucket's shard), 500
-   * when the limiter fails. For budgets charged only after the request turned out bad (a wrong admin
-   * bearer), so an empty bucket stops the request before anything in it is checked.
+   * Gives back the token {@link check} took from the shard (a refundable bucket takes no lease) for
+   * a request that turned out not to owe it (the right admin bearer): one call to `key`'s shard, not batched, meant to run off the response path. A
+   * denial this isolate cached for the key is forgotten, since a token is back (the cache may only
+   * deny what the bucket would). Never rejects: a refund that fails is logged and counted as a
+   * limiter error, and leaves the token spent, which can only under-admit.
    */
-  async refuseIfEmpty(bucket: BucketName, key: string, limit: Limit | null): Promise<void> {
+  async refund(bucket: RefundableBucket, key: string, limit: Limit | null): Promise<void> {
     if (!limit) return;
-    const now = this.now();
-    const cached = this.deny.get(key, limit, now);
-    if (cached) {
-      this.events.decision(bucket, false, "deny_cache");
-      throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
-    }
-    let result: BatchChargeResult | undefined;
     try {
       this.calls++;
-      [result] = await this.backend.charge(shardOf(key), [{ key, limit, count: 0 }]);
+      await this.backend.charge(shardOf(key), [{ key, limit, count: 0, refund: 1 }]);
+      this.deny.forget(key);
     } catch (e) {
-      throw this.failure(bucket, e, true);
+      this.failure(bucket, e, true);
     }
-    if (!result) throw this.failure(bucket, "no answer for this key", true);
-    if (result.remaining >= 1) return;
-    const at = this.now();
-    const retryAfterMs = Math.max(1, result.retryAfterMs);
-    this.deny.set(key, { until: at + retryAfterMs, limit, fullAt: at + result.fullInMs });
-    this.events.decision(bucket, false, "object");
-    throw deniedError(bucket, limit, retryAfterMs, result.fullInMs);
   }
 
   /**
@@ -168,7 +164,9 @@ export class LimiterGate {
     if (entries.size === 0) return answers;
     const sent = [...entries.values()];
     const request: KeyCharge[] = sent.map((e) => {
-      const lease = this.leases.request(e.first.bucketId, sentAt, e.first.bucket === "publish");
+      const lease = REFUNDABLE.has(e.first.bucket)
+        ? { want: 0, settle: [] }
+        : this.leases.request(e.first.bucketId, sentAt, e.first.bucket === "publish");
       e.settle = lease.settle;
       return { key: e.first.key, limit: e.first.limit, count: e.at.length, lease };
     });

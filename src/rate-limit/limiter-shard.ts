@@ -63,6 +63,11 @@ export interface KeyCharge {
   count: number;
   lease?: LeaseRequest;
   /**
+   * Tokens given back before `count` is charged: earlier requests of this key were charged and
+   * turned out not to owe theirs (the right admin bearer). Capped at the burst, less what is on lease.
+   */
+  refund?: number;
+  /**
    * Only settles `lease.settle` (carried by a call made for other keys): charges nothing, grants no
    * lease, and does nothing for a key this shard holds no bucket for (its leases have ended).
    */
@@ -122,7 +127,7 @@ export class LimiterShard extends DurableObject<Env> {
           limit: { rate: row.rate, perMs: row.per_ms, burst: row.burst },
         }
       : null;
-    const outcome = chargeBucket(stored, c.limit, now, c.count, this.leasesOf(c.key), c.lease);
+    const outcome = chargeBucket(stored, c.limit, now, c.count, this.leasesOf(c.key), c.lease, c.refund);
     const sql = this.ctx.storage.sql;
     for (const id of outcome.ended) sql.exec("DELETE FROM lease WHERE id = ?", id);
     let leases = (this.openLeases.get(c.key) ?? 0) - outcome.ended.length;

@@ -98,6 +98,21 @@ export function take(state: BucketState, limit: Limit, now: number): BucketDecis
   return { allowed: granted === 1, ...rest };
 }
 
+/**
+ * Puts `n` whole tokens back: requests that were charged and turned out not to owe their token (the
+ * right admin bearer). Refilled first, so the returned tokens are not capped twice, like a settled
+ * lease's unused ones; never past `burst − held`, so a refund can never make room for more than the
+ * bucket would have held had the charge not been made. Pure.
+ */
+export function refund(state: BucketState, limit: Limit, now: number, n: number, held = 0): BucketState {
+  if (!Number.isInteger(n) || n <= 0) return state;
+  const tokens = refill(state, limit, now, held);
+  return {
+    tokens: Math.max(tokens, Math.min(limit.burst - held, tokens + n)),
+    updatedAt: Math.max(now, state.updatedAt),
+  };
+}
+
 /** A lease as its bucket's object stores it (see src/rate-limit/limiter-shard.ts). */
 export interface OpenLease {
   id: string;
