@@ -204,11 +204,14 @@ export function envWith(vars: Record<string, unknown>): Env {
   return { ...env, ...vars } as Env;
 }
 
+/**
+ * A channel's history page. Each read comes from a fresh client IP: tests poll history until a copy
+ * lands, and the read budget (`read:<ip>`, tested on its own) must not turn their polling into 429s.
+ */
 export async function historyOf(channel: string, token: string | null, query = ""): Promise<Frame[]> {
-  const res = await call(
-    `/v1/history/${channel}${query}`,
-    token ? { headers: { authorization: `Bearer ${token}` } } : {},
-  );
+  const headers: Record<string, string> = { "cf-connecting-ip": freshIp() };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const res = await call(`/v1/history/${channel}${query}`, { headers });
   if (res.status !== 200) throw new Error(`history failed: ${res.status} ${await res.text()}`);
   return ((await res.json()) as { messages: Frame[] }).messages;
 }
