@@ -385,13 +385,13 @@ for (let round = 1; round <= ROUNDS; round++) {
 }
 
 /**
- * Waits (up to 30 s) until every drop since `before` is a copy or a counted copy failure, or their
- * sum stops moving for 2 s: a flood of large copies takes longer to land than the usual settle time.
+ * Waits (up to 60 s) until every drop since `before` is a copy or a counted copy failure, or their
+ * sum stops moving for 10 s (the drops queue delivers in batches): a flood of large copies takes longer to land than the usual settle time.
  */
 async function copiesSettled(worker, before) {
   let last = Number.NaN;
   let stableSince = Date.now();
-  for (const start = Date.now(); Date.now() - start < 30_000; ) {
+  for (const start = Date.now(); Date.now() - start < 60_000; ) {
     const m = await metrics(worker);
     const d = (k) => (m[COUNTERS[k]] ?? 0) - (before[COUNTERS[k]] ?? 0);
     const landed = d("copies") + d("failures");
@@ -399,7 +399,7 @@ async function copiesSettled(worker, before) {
     if (landed !== last) {
       last = landed;
       stableSince = Date.now();
-    } else if (Date.now() - stableSince > 2000) return;
+    } else if (Date.now() - stableSince > 10_000) return;
     await new Promise((res) => setTimeout(res, 250));
   }
 }
