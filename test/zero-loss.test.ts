@@ -29,12 +29,13 @@ import {
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
 
-async function messageCounts(): Promise<{ delivered: number; dropped: number }> {
+async function messageCounts(): Promise<{ delivered: number; dropped: number; recorded: number }> {
   const text = await (await callAndWait("/metrics", { headers: adminHeaders() })).text();
   const value = (series: string) => Number(text.match(new RegExp(`^${series} (\\d+)$`, "m"))?.[1] ?? 0);
   return {
     delivered: value('floodgate_messages_total\\{result="delivered"\\}'),
     dropped: value('floodgate_messages_total\\{result="dropped"\\}'),
+    recorded: value("floodgate_record_copies_total"),
   };
 }
 
@@ -135,6 +136,14 @@ describe.each([
     const metricsAfter = await messageCounts();
     expect(metricsAfter.delivered - metricsBefore.delivered).toBe(delivered.size);
     expect(metricsAfter.dropped - metricsBefore.dropped).toBe(dropped.size);
+    // Every drop is in the record too. Waiting for it also ends the test only once the drops queue's
+    // consumer has finished with this test's copies (the live view gets them before it acknowledges),
+    // so none of its work is left running when the file's environment is torn down.
+    await until(
+      async () => (await messageCounts()).recorded - metricsBefore.recorded >= dropped.size,
+      "every drop in the record",
+    );
+    expect((await messageCounts()).recorded - metricsBefore.recorded).toBe(dropped.size);
 
     for (const s of [wsA, wsB, analytics]) s.ws.close();
     await sse.close();
