@@ -24,23 +24,15 @@
  * Platform-neutral: the sink and the wait are arguments.
  */
 import { Coalescer } from "./coalescer";
+import type { RecordCopy } from "./record-batch";
 
 /**
- * A copy of a dropped message waiting to be sent. The message is kept only as the text the publisher
- * sent (never parsed again, and never also as a parsed value: that would double its memory).
+ * A copy of a dropped message waiting to be sent: the record's copy (its id made when the message is
+ * dropped, the id its frame gets on the analytics channel and the one a failure log names). The
+ * message is kept only as the text the publisher sent (never parsed again, and never also as a parsed
+ * value: that would double its memory).
  */
-export interface QueuedCopy {
-  /**
-   * The copy's message id, made when the message is dropped: the id its frame gets on the analytics
-   * channel, and the id a failure log names when the copy never gets there.
-   */
-  id: string;
-  source_channel: string;
-  /** The message as the publisher sent it (JSON text), so no digit is lost on the way. */
-  message: string;
-  publisher: string;
-  drop_rate: number;
-  dropped_at: number;
+export interface QueuedCopy extends RecordCopy {
   /** True when the channel's own object already counted this drop (idempotent publishes). */
   counted: boolean;
 }
