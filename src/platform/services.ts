@@ -10,7 +10,7 @@ import type { ChannelObject } from "../channel/channel-object";
 import { PublishBatcher } from "../channel/publish-batcher";
 import { LimiterGate } from "../rate-limit/limiter-gate";
 import { shardName } from "../rate-limit/limiter-shard";
-import { sendToQueue } from "../record/record-queue";
+import { sendToQueue } from "../record/record-producer";
 import { type Config, getConfig } from "./config";
 import { MetricsBuffer } from "./metrics";
 import { channelStub, limiterShardStub, metricsStub } from "./stubs";
@@ -137,7 +137,7 @@ export function services(env: Env): Services {
 }
 
 /**
- * One batch to the drops queue (src/record/record-queue.ts) and, alongside it rather than after it,
+ * One batch to the drops queue (src/record/record-producer.ts) and, alongside it rather than after it,
  * one drop count per source channel: a channel's fast loop measures its offered rate from these
  * counts, so they do not wait on the queue (nor fail with it). Answers the copies the queue refused.
  */

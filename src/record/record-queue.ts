@@ -1,7 +1,7 @@
 /**
  * The path of a copy of a dropped message (docs/operations.md, "The record of dropped messages"):
  * the isolate's batches (functions/drop-copies.ts) go to `DROPS_QUEUE`, many copies to a queue
- * message; this Worker consumes the queue, writes each message to RECORD_BUCKET (src/record/record-objects.ts)
+ * message (src/record/record-producer.ts); this Worker consumes the queue, writes each message to RECORD_BUCKET (src/record/record-objects.ts)
  * and then hands its copies to the analytics channel, the record's live view. A message the
  * consumer could not finish after the queue's retries reaches the dead-letter queue, whose consumer
  * counts each copy that is not in the bucket as failed.
@@ -10,58 +10,13 @@
  * settled: a copy is recorded when its object is first written, failed when the queue refuses it,
  * when it is too large for a queue message, or when its dead letter finds its object missing.
  */
-import { type QueuedCopy, serialiseCopy } from "../../functions/drop-copies";
-import {
-  isBatchId,
-  packCopies,
-  type RecordBatch,
-  type RecordCopy,
-  sendGroups,
-  splitByHour,
-} from "../../functions/record-batch";
+import { serialiseCopy } from "../../functions/drop-copies";
+import { isBatchId, type RecordBatch, type RecordCopy, splitByHour } from "../../functions/record-batch";
 import { countedChannelStub, type Services, services } from "../platform/services";
 import { recordedParts, writeBatch } from "./record-objects";
 
 /** The queue's dead-letter queue (wrangler.toml): its batches are counted, never written. */
 export const DEAD_LETTER_QUEUE = "floodgate-drops-dlq";
-
-const plain = (c: RecordCopy): RecordCopy => ({
-  id: c.id,
-  source_channel: c.source_channel,
-  message: c.message,
-  publisher: c.publisher,
-  drop_rate: c.drop_rate,
-  dropped_at: c.dropped_at,
-});
-
-/**
- * Sends one isolate batch to the queue: packed into messages below the queue's 128 KB, at most a
- * `sendBatch` call's 100 messages and 256 KB per call, the calls in parallel. Answers the copies not
- * taken: those of a refused call, and any copy too large for a message of its own.
- */
-export async function sendToQueue(queue: Queue, analytics: string, copies: QueuedCopy[]): Promise<QueuedCopy[]> {
-  const { messages, tooLarge } = packCopies(copies);
-  if (tooLarge.length > 0)
-    console.error(
-      `floodgate record: ${tooLarge.length} copies too large for a queue message (first: ${tooLarge[0]?.source_channel} ${tooLarge[0]?.id})`,
-    );
-  const refused: QueuedCopy[] = [...tooLarge];
-  await Promise.all(
-    sendGroups(messages).map(async (group) => {
-      try {
-        await queue.sendBatch(
-          group.map((m) => ({
-            body: { batch: crypto.randomUUID(), analytics, copies: m.copies.map(plain) } satisfies RecordBatch,
-          })),
-        );
-      } catch (e) {
-        console.error("floodgate record: the drops queue refused a send", e instanceof Error ? e.message : e);
-        for (const m of group) refused.push(...m.copies);
-      }
-    }),
-  );
-  return refused;
-}
 
 /** A queue message's body as a batch, or null when it is not one (nothing to record from it). */
 export function parseBatch(body: unknown): RecordBatch | null {
