@@ -148,6 +148,28 @@ export function recordLine(c: RecordCopy): string {
   return `{"id":${JSON.stringify(c.id)},"source_channel":${JSON.stringify(c.source_channel)},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
 }
 
+/**
+ * A batch's id: the earliest `dropped_at` of its copies as 13 digits, `-`, then `unique` (a random
+ * id). Object keys end with it, so listing an hour yields its objects in the order of their earliest
+ * drop, which lets the export merge them in drop order holding only the objects that overlap
+ * (functions/record-merge.ts). Made once by the producer, so a redelivery names the same objects.
+ */
+export function batchId(copies: readonly { dropped_at: number }[], unique: string): string {
+  let first = Number.POSITIVE_INFINITY;
+  for (const c of copies) if (c.dropped_at < first) first = c.dropped_at;
+  const t = Number.isFinite(first) ? Math.max(0, Math.floor(first)) : 0;
+  return `${String(t).padStart(13, "0")}-${unique}`;
+}
+
+/**
+ * The earliest drop an object may hold, from its key (see {@link batchId}); a key without it (not
+ * written by this producer) may hold any drop of its hour: the hour's start.
+ */
+export function firstDropOfKey(key: string, hour: number): number {
+  const m = /\/(\d{13})-[^/]*$/.exec(key);
+  return m ? Number(m[1]) : hour;
+}
+
 /** A batch id that is safe in a key: letters, digits, `-` and `_` only. */
 export function isBatchId(s: unknown): s is string {
   return typeof s === "string" && /^[A-Za-z0-9_-]{1,64}$/.test(s);

@@ -1,9 +1,19 @@
 #!/usr/bin/env node
-import { load } from "./lib/bench.mjs";
+import { load, metrics, publishOpts, setRate } from "./lib/bench.mjs";
 import { options } from "./lib/options.mjs";
-// `npm run bench:analytics`: how many copies of dropped messages per second one analytics channel
-// object appends, with the Worker's batching (100 copies per call), for small and large messages.
+// `npm run bench:analytics`: the record of dropped messages under a flood, then the live view's
+// append rate.
 //
+// **Record floods** (docs/benchmarks.md, "The record under a flood"): the whole Worker, its drops
+// queue and bucket (local), publishes at drop rate 1: a 30 KB flood from 100 connections for
+// --flood-seconds (default 10), and 1 KB drops paced at --pace-rate per second (default 2,000) for
+// --pace-seconds (default 60). After each, it waits until every drop is recorded or a counted
+// failure (or nothing moved for 30 s), then prints dropped, recorded, failed, unaccounted (must be 0),
+// queue messages and R2 writes per 1,000 drops, and how long the queue took to drain after the load.
+// --floods-only / --append-only run one part.
+//
+// **Append rate**: how many copies of dropped messages per second one analytics channel
+// object appends, with the Worker's batching (100 copies per call), for small and large messages.
 // The Worker under test is Floodgate's own Durable Object classes behind a one-route entry that
 // builds a batch of copies and hands it to the analytics channel's object (`appendCopies`, the call
 // the Worker's copy queue makes); autocannon keeps --connections such calls in flight, so the object
@@ -11,9 +21,20 @@ import { options } from "./lib/options.mjs";
 // `npm run bench` (lib/workerd.mjs). Options: --seconds N (default 5), --connections N (default 8),
 // --batch N (default 100), --sizes a,b (message bytes, default 200,30000).
 import { root } from "./lib/root.mjs";
+import { mintToken } from "./lib/tokens.mjs";
 import { cpuMicros, startFloodgate } from "./lib/workerd.mjs";
 
-const opts = options("bench:analytics", { seconds: 5, connections: 8, batch: 100, sizes: "200,30000" });
+const opts = options("bench:analytics", {
+  seconds: 5,
+  connections: 8,
+  batch: 100,
+  sizes: "200,30000",
+  "flood-seconds": 10,
+  "pace-rate": 2000,
+  "pace-seconds": 60,
+  "floods-only": false,
+  "append-only": false,
+});
 const SECONDS = opts.seconds;
 const CONNECTIONS = opts.connections;
 const BATCH = opts.batch;
@@ -43,6 +64,69 @@ export default {
     loader: "js",
   },
 };
+
+const COUNTERS = {
+  dropped: 'floodgate_messages_total{result="dropped"}',
+  recorded: "floodgate_record_copies_total",
+  failed: "floodgate_record_failures_total",
+  unsettled: "floodgate_analytics_copies_unsettled_total",
+  messages: "floodgate_record_queue_messages_total",
+  writes: "floodgate_record_objects_written_total",
+};
+
+async function counts(fg) {
+  const m = await metrics(fg);
+  return Object.fromEntries(Object.entries(COUNTERS).map(([k, series]) => [k, m[series] ?? 0]));
+}
+
+/** One flood at drop rate 1, then the wait until the record has settled; a row of the table. */
+async function flood(fg, token, label, channel, bytes, loadOptions) {
+  await setRate(fg, channel, 1);
+  const { path, ...publish } = publishOpts(token, channel);
+  const body = JSON.stringify({ pad: "x".repeat(bytes) });
+  const before = await counts(fg);
+  const r = await load(fg.base + path, { ...publish, body, ...loadOptions.extra }, loadOptions);
+  const loadEnd = Date.now();
+  let d;
+  let last = -1;
+  let movedAt = Date.now();
+  for (;;) {
+    const now = await counts(fg);
+    d = Object.fromEntries(Object.keys(COUNTERS).map((k) => [k, now[k] - before[k]]));
+    const landed = d.recorded + d.failed;
+    if (landed === d.dropped) break;
+    if (landed !== last) {
+      last = landed;
+      movedAt = Date.now();
+    } else if (Date.now() - movedAt > 30_000) break;
+    await new Promise((res) => setTimeout(res, 500));
+  }
+  const per1k = (n) => ((1000 * n) / Math.max(1, d.dropped)).toFixed(1);
+  console.log(
+    `| ${label} | ${Math.round(d.dropped / loadOptions.seconds)} | ${d.dropped} | ${d.recorded} | ${d.failed} | ${d.dropped - d.recorded - d.failed} | ${d.unsettled} | ${per1k(d.messages)} | ${per1k(d.writes)} | ${((Date.now() - loadEnd) / 1000).toFixed(1)} | ${JSON.stringify(r.statuses)} |`,
+  );
+}
+
+if (!opts["append-only"]) {
+  const fg = await startFloodgate();
+  const token = await mintToken(fg, { sub: "bench-record", channels: ["public:bench.*"], rl: "1000000/s" });
+  console.log(`record floods at drop rate 1 (whole Worker, local queue and bucket), Node ${process.version}`);
+  console.log(
+    "| flood | drops/s | dropped | recorded | failed | unaccounted | unsettled | queue messages /1k drops | R2 writes /1k drops | drained after load (s) | statuses |",
+  );
+  console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+  await flood(fg, token, "30 KB, 100 connections", "public:bench.record30k", 30_000, {
+    seconds: opts["flood-seconds"],
+    connections: 100,
+  });
+  await flood(fg, token, `1 KB paced at ${opts["pace-rate"]}/s`, "public:bench.record1k", 1_000, {
+    seconds: opts["pace-seconds"],
+    connections: 50,
+    extra: { overallRate: opts["pace-rate"] },
+  });
+  await fg.stop();
+}
+if (opts["floods-only"]) process.exit(0);
 
 console.log(
   `analytics object append rate — batches of ${BATCH}, ${CONNECTIONS} calls in flight, ${SECONDS}s per size, Node ${process.version}`,

@@ -16,7 +16,7 @@ import {
   waitOnExecutionContext,
 } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { HOUR_MS, hourPrefix, type RecordBatch, type RecordCopy } from "../functions/record-batch";
+import { batchId, HOUR_MS, hourPrefix, type RecordBatch, type RecordCopy } from "../functions/record-batch";
 import { ChannelObject } from "../src/channel/channel-object";
 import worker from "../src/index";
 import { services } from "../src/platform/services";
@@ -44,8 +44,9 @@ function copiesAt(source: string, times: number[]): RecordCopy[] {
   }));
 }
 
+/** A batch as the producer makes it: its id starts with its earliest drop (functions/record-batch.ts). */
 function batchOf(copies: RecordCopy[], analytics = `private:rec.${uniq()}.dropped`): RecordBatch {
-  return { batch: uniq("b"), analytics, copies };
+  return { batch: batchId(copies, uniq("b")), analytics, copies };
 }
 
 /** Delivers queue messages to the Worker's consumer, as the queue does, and answers their ack state. */
@@ -70,6 +71,8 @@ async function metrics(e: Env = env) {
     failed: v("floodgate_record_failures_total"),
     expired: v("floodgate_record_expired_total"),
     analyticsFailed: v("floodgate_analytics_copy_failures_total"),
+    queueMessages: v("floodgate_record_queue_messages_total"),
+    objectsWritten: v("floodgate_record_objects_written_total"),
   };
 }
 
@@ -82,6 +85,8 @@ async function delta(before: Awaited<ReturnType<typeof metrics>>, e: Env = env) 
     failed: now.failed - before.failed,
     expired: now.expired - before.expired,
     analyticsFailed: now.analyticsFailed - before.analyticsFailed,
+    queueMessages: now.queueMessages - before.queueMessages,
+    objectsWritten: now.objectsWritten - before.objectsWritten,
   };
 }
 
@@ -154,6 +159,10 @@ describe("the path of a copy", () => {
     await until(async () => (await delta(before)).recorded >= 300, "the consumer recording 300 copies", 30_000);
     const d = await delta(before);
     expect(d).toMatchObject({ dropped: 300, recorded: 300, failed: 0 });
+    // Many copies to a queue message (at most 4 of 30 KB fit in one), an object per message and hour.
+    expect(d.queueMessages).toBeGreaterThanOrEqual(75);
+    expect(d.queueMessages).toBeLessThan(300);
+    expect(d.objectsWritten).toBeGreaterThanOrEqual(d.queueMessages);
     const { status, lines } = await exportLines(`?from=${t0}&to=${Date.now() + 1}&source_channel=${source}`);
     expect(status).toBe(200);
     expect(lines).toHaveLength(300);

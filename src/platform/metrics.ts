@@ -21,6 +21,10 @@ export const METRIC_HELP: Record<string, string> = {
     "Copies of dropped messages written to the record (RECORD_BUCKET), each once (dropped = record copies + record failures).",
   floodgate_record_failures_total:
     "Copies of dropped messages not recorded: refused by the drops queue, too large for a queue message, or given up after the queue's retries.",
+  floodgate_record_queue_messages_total:
+    "Messages sent to the drops queue (DROPS_QUEUE), each carrying many copies of dropped messages.",
+  floodgate_record_objects_written_total:
+    "Objects written to the record (RECORD_BUCKET) by the drops queue's consumer, redeliveries included.",
   floodgate_record_expired_total: "Copies in record objects deleted by RECORD_RETENTION (the Cron sweep).",
   floodgate_analytics_copy_failures_total:
     "Copies of dropped messages that did not reach the analytics channel (the record's live view) after the queue's retries.",
@@ -53,6 +57,8 @@ export function renderPrometheus(series: Record<string, number>): string {
     [seriesKey("floodgate_messages_total", { result: "dropped" })]: 0,
     floodgate_record_copies_total: 0,
     floodgate_record_failures_total: 0,
+    floodgate_record_queue_messages_total: 0,
+    floodgate_record_objects_written_total: 0,
     floodgate_record_expired_total: 0,
     floodgate_analytics_copy_failures_total: 0,
     floodgate_analytics_copies_unsettled_total: 0,

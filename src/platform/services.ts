@@ -95,7 +95,7 @@ export function services(env: Env): Services {
     ),
     reader,
     drops: new DropCopyQueue({
-      sink: { send: (batch) => sendCopies(env, config, reader, batch) },
+      sink: { send: (batch) => sendCopies(env, config, reader, metrics, batch) },
       maxBytes: config.maxMessageBytes * COPY_QUEUE_MESSAGE_BYTES,
       onFailure: (failed, cause, error) => {
         // Counted first, so the identity dropped = recorded + failed holds whatever happens next.
@@ -145,11 +145,14 @@ async function sendCopies(
   env: Env,
   config: Config,
   reader: DropRateReader,
+  metrics: MetricsBuffer,
   batch: QueuedCopy[],
 ): Promise<QueuedCopy[]> {
   // Settled both ways before a failed copy is reported, so the failure report sees what was counted.
   const [sent] = await Promise.allSettled([
-    sendToQueue(env.DROPS_QUEUE, config.analyticsChannel.name, batch),
+    sendToQueue(env.DROPS_QUEUE, config.analyticsChannel.name, batch, (n) =>
+      metrics.inc("floodgate_record_queue_messages_total", {}, n),
+    ),
     countUncounted(env, reader, batch),
   ]);
   if (sent.status === "rejected") throw sent.reason;

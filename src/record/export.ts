@@ -1,24 +1,29 @@
 /**
  * `GET /v1/admin/analytics/export?from=<ms>&to=<ms>[&source_channel=<channel>]` (docs/api.md): every
  * copy in the record (RECORD_BUCKET) dropped in [from, to), one record line per line as stored,
- * hours in order and lines in `dropped_at` order within an hour. Streamed an hour at a time: the
- * next hour is listed and read only when the client has taken the last one, so memory is one hour's
- * matching copies whatever the range ({@link HOUR_MAX_BYTES} bounds it). A copy is in exactly one
+ * hours in order and lines in `dropped_at` order within an hour. Streamed with constant memory: each
+ * hour's objects are listed in the order of their earliest drop (their keys start with it) and merged
+ * (functions/record-merge.ts), each object read as a stream, opened only when the merge reaches its
+ * earliest drop; the stream is pulled only as fast as the client reads. A copy is in exactly one
  * object (a redelivered batch overwrites its own), so each goes out once.
  */
-import { HOUR_MS, hourOf, hourPrefix } from "../../functions/record-batch";
+import { firstDropOfKey, HOUR_MS, hourOf, hourPrefix } from "../../functions/record-batch";
+import { type MergeSource, mergeByDropTime, type TimedLine, TooManyOpen } from "../../functions/record-merge";
 import { ApiError, invalidArgument, orUnavailable } from "../http/errors";
 import { intParam, sourceChannelParam } from "../http/params";
 import type { Config } from "../platform/config";
 import { formatDuration } from "../platform/durations";
-import { gunzipText } from "./record-objects";
 
 /**
- * Most bytes of matching lines one hour may hold for the export to sort it in memory. An hour past
- * it ends the export with an error (logged), before any line of that hour; query such an hour in
- * place instead (docs/operations.md, "Querying the record in place").
+ * Most record objects of one hour open at once: those whose drop times overlap one moment (about one
+ * per isolate batch in flight then). Each holds one read chunk, so this bounds the export's memory;
+ * past it the export ends with an error (logged): query such an hour in place (docs/operations.md,
+ * "Querying the record in place").
  */
-export const HOUR_MAX_BYTES = 32 * 1024 * 1024;
+export const EXPORT_MAX_OPEN_OBJECTS = 256;
+
+/** Bytes of lines gathered into one chunk of the response. */
+const CHUNK_BYTES = 64 * 1024;
 
 export interface ExportQuery {
   from: number;
@@ -41,91 +46,104 @@ export function exportQuery(query: (name: string) => string | undefined, config:
   return { from, to, sourceChannel: source?.name ?? null };
 }
 
-interface Line {
-  text: string;
-  dropped_at: number;
-  id: string;
-}
-
-/** The matching lines of one hour, every object read, in `dropped_at` order (then id). */
-async function readHour(bucket: R2Bucket, hour: number, q: ExportQuery): Promise<string> {
-  const lines: Line[] = [];
-  let bytes = 0;
+/** The objects of one hour, listed page by page, in key order (= the order of their earliest drop). */
+async function* hourObjects(bucket: R2Bucket, hour: number, q: ExportQuery): AsyncGenerator<MergeSource> {
   let cursor: string | undefined;
   do {
     const page = await bucket.list({ prefix: hourPrefix(hour), cursor });
     for (const entry of page.objects) {
-      const obj = await bucket.get(entry.key);
-      if (!obj) continue; // deleted by retention since the listing
-      for (const text of (await gunzipText(obj.body)).split("\n")) {
-        if (!text) continue;
-        const c = JSON.parse(text) as { id: string; source_channel: string; dropped_at: number };
-        if (c.dropped_at < q.from || c.dropped_at >= q.to) continue;
-        if (q.sourceChannel !== null && c.source_channel !== q.sourceChannel) continue;
-        bytes += text.length + 1;
-        if (bytes > HOUR_MAX_BYTES) throw new HourTooLarge(hour);
-        lines.push({ text, dropped_at: c.dropped_at, id: c.id });
-      }
+      const key = entry.key;
+      yield { first: firstDropOfKey(key, hour), open: () => objectLines(bucket, key, q) };
     }
     cursor = page.truncated ? page.cursor : undefined;
   } while (cursor);
-  lines.sort((a, b) => a.dropped_at - b.dropped_at || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return lines.map((l) => `${l.text}\n`).join("");
 }
 
-class HourTooLarge extends Error {
-  constructor(hour: number) {
-    super(`the hour ${new Date(hour).toISOString()} holds more than ${HOUR_MAX_BYTES} bytes of matching copies`);
+/** One object's matching lines, read and decompressed as a stream (one chunk at a time). */
+async function* objectLines(bucket: R2Bucket, key: string, q: ExportQuery): AsyncGenerator<TimedLine> {
+  const obj = await bucket.get(key);
+  if (!obj) return; // deleted by retention since the listing
+  const reader = obj.body.pipeThrough(new DecompressionStream("gzip")).pipeThrough(new TextDecoderStream()).getReader();
+  let rest = "";
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      rest += value;
+      let nl = rest.indexOf("\n");
+      while (nl >= 0) {
+        const line = matching(rest.slice(0, nl), q);
+        rest = rest.slice(nl + 1);
+        if (line) yield line;
+        nl = rest.indexOf("\n");
+      }
+    }
+    const line = matching(rest, q);
+    if (line) yield line;
+  } finally {
+    reader.cancel().catch(() => {});
   }
+}
+
+function matching(text: string, q: ExportQuery): TimedLine | null {
+  if (!text) return null;
+  const c = JSON.parse(text) as { id: string; source_channel: string; dropped_at: number };
+  if (c.dropped_at < q.from || c.dropped_at >= q.to) return null;
+  if (q.sourceChannel !== null && c.source_channel !== q.sourceChannel) return null;
+  return { text, dropped_at: c.dropped_at, id: c.id };
+}
+
+/** Every matching line of the range: hours in order, each hour merged in drop order. */
+async function* rangeLines(bucket: R2Bucket, q: ExportQuery): AsyncGenerator<TimedLine> {
+  for (let hour = hourOf(q.from); hour <= hourOf(q.to - 1); hour += HOUR_MS)
+    yield* mergeByDropTime(hourObjects(bucket, hour, q), EXPORT_MAX_OPEN_OBJECTS);
 }
 
 const encoder = new TextEncoder();
 
 /**
- * The export as a streamed NDJSON response. Hours up to the first with a matching copy are read
- * before answering, so a bucket that fails then answers 503; later failures end the stream early
- * (without its last newline-terminated line).
+ * The export as a streamed NDJSON response. The range is read up to its first matching line before
+ * answering, so a bucket that fails then answers 503; later failures end the stream early (without
+ * its last newline-terminated line).
  */
 export async function exportResponse(env: Env, _config: Config, q: ExportQuery): Promise<Response> {
-  const bucket = env.RECORD_BUCKET;
-  let hour = hourOf(q.from);
-  const last = hourOf(q.to - 1);
-  /** The next hour's lines that are not empty, or null when every hour was read. */
-  const next = async (): Promise<string | null> => {
-    while (hour <= last) {
-      const text = await readHour(bucket, hour, q);
-      hour += HOUR_MS;
-      if (text) return text;
+  const lines = rangeLines(env.RECORD_BUCKET, q);
+  const tooDense = (e: unknown): never => {
+    if (e instanceof TooManyOpen) {
+      console.error(`floodgate: analytics export refused: ${e.message}`);
+      throw new ApiError("unavailable", "an hour of the range is too dense to export; query the record in place");
     }
-    return null;
+    throw e;
   };
-  const first = await orUnavailable("record", async () => {
-    try {
-      return await next();
-    } catch (e) {
-      if (e instanceof HourTooLarge) {
-        console.error(`floodgate: analytics export refused: ${e.message}`);
-        throw new ApiError("unavailable", "an hour of the range is too large to export; query the record in place");
-      }
-      throw e;
+  const first = await orUnavailable("record", () => lines.next().catch(tooDense));
+  /** The next chunk of lines, or null when every line was sent. */
+  const chunk = async (): Promise<string | null> => {
+    let text = "";
+    for (let r = await lines.next(); !r.done; r = await lines.next()) {
+      text += `${r.value.text}\n`;
+      if (text.length >= CHUNK_BYTES) return text;
     }
-  });
+    return text || null;
+  };
   const body = new ReadableStream<Uint8Array>(
     {
       start(controller) {
-        if (first === null) controller.close();
-        else controller.enqueue(encoder.encode(first));
+        if (first.done) controller.close();
+        else controller.enqueue(encoder.encode(`${first.value.text}\n`));
       },
-      // Called only when the client has taken what was there (high-water mark 0): one hour at a time.
+      // Called only when the client has taken what was there (high-water mark 0).
       async pull(controller) {
         try {
-          const text = await next();
+          const text = await chunk();
           if (text === null) controller.close();
           else controller.enqueue(encoder.encode(text));
         } catch (e) {
           console.error("floodgate: analytics export interrupted", e instanceof Error ? e.message : e);
           controller.error(new Error("analytics export interrupted"));
         }
+      },
+      cancel() {
+        void lines.return(undefined);
       },
     },
     { highWaterMark: 0 },

@@ -26,10 +26,15 @@ export function copiesIn(obj: { customMetadata?: Record<string, string> }): numb
  * Writes one batch, an object per hour it spans, and tells `recorded` the copies of each object newly
  * written, as soon as it is: an object already there was written by an earlier delivery of the same
  * batch (at least once), with the same copies, and was counted then; it is overwritten with the same
- * bytes and not counted again.
+ * bytes and not counted again. `written` hears each object put (redeliveries included: what R2 bills).
  * @throws when the bucket fails; the objects written before stay, counted (a retry overwrites them).
  */
-export async function writeBatch(bucket: R2Bucket, batch: RecordBatch, recorded: (n: number) => void): Promise<void> {
+export async function writeBatch(
+  bucket: R2Bucket,
+  batch: RecordBatch,
+  recorded: (n: number) => void,
+  written: () => void = () => {},
+): Promise<void> {
   for (const part of splitByHour(batch.batch, batch.copies)) {
     const existed = (await bucket.head(part.key)) !== null;
     const body = await gzip(part.copies.map((c) => `${recordLine(c)}\n`).join(""));
@@ -37,6 +42,7 @@ export async function writeBatch(bucket: R2Bucket, batch: RecordBatch, recorded:
       httpMetadata: { contentType: "application/gzip" },
       customMetadata: { copies: String(part.copies.length) },
     });
+    written();
     if (!existed) recorded(part.copies.length);
   }
 }

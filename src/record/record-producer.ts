@@ -5,7 +5,7 @@
  * this, so one module holding both would import itself in a circle.
  */
 import type { QueuedCopy } from "../../functions/drop-copies";
-import { packCopies, type RecordBatch, type RecordCopy, sendGroups } from "../../functions/record-batch";
+import { batchId, packCopies, type RecordBatch, type RecordCopy, sendGroups } from "../../functions/record-batch";
 
 const plain = (c: RecordCopy): RecordCopy => ({
   id: c.id,
@@ -19,9 +19,15 @@ const plain = (c: RecordCopy): RecordCopy => ({
 /**
  * Sends one isolate batch to the queue: packed into messages below the queue's 128 KB, at most a
  * `sendBatch` call's 100 messages and 256 KB per call, the calls in parallel. Answers the copies not
- * taken: those of a refused call, and any copy too large for a message of its own.
+ * taken: those of a refused call, and any copy too large for a message of its own. `sent` hears the
+ * queue messages of each call the queue took.
  */
-export async function sendToQueue(queue: Queue, analytics: string, copies: QueuedCopy[]): Promise<QueuedCopy[]> {
+export async function sendToQueue(
+  queue: Queue,
+  analytics: string,
+  copies: QueuedCopy[],
+  sent: (messages: number) => void = () => {},
+): Promise<QueuedCopy[]> {
   const { messages, tooLarge } = packCopies(copies);
   if (tooLarge.length > 0)
     console.error(
@@ -33,9 +39,14 @@ export async function sendToQueue(queue: Queue, analytics: string, copies: Queue
       try {
         await queue.sendBatch(
           group.map((m) => ({
-            body: { batch: crypto.randomUUID(), analytics, copies: m.copies.map(plain) } satisfies RecordBatch,
+            body: {
+              batch: batchId(m.copies, crypto.randomUUID()),
+              analytics,
+              copies: m.copies.map(plain),
+            } satisfies RecordBatch,
           })),
         );
+        sent(group.length);
       } catch (e) {
         console.error("floodgate record: the drops queue refused a send", e instanceof Error ? e.message : e);
         for (const m of group) refused.push(...m.copies);

@@ -73,7 +73,12 @@ async function consumeOne(svc: Services, env: Env, msg: Message<unknown>): Promi
     return;
   }
   try {
-    await writeBatch(env.RECORD_BUCKET, body, (n) => svc.metrics.inc("floodgate_record_copies_total", {}, n));
+    await writeBatch(
+      env.RECORD_BUCKET,
+      body,
+      (n) => svc.metrics.inc("floodgate_record_copies_total", {}, n),
+      () => svc.metrics.inc("floodgate_record_objects_written_total"),
+    );
   } catch (e) {
     console.error(
       `floodgate record: could not write batch ${body.batch} (${body.copies.length} copies, attempt ${msg.attempts}); retrying`,
