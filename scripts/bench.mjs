@@ -596,20 +596,17 @@ const FINE_PATHS = {
     const worker = await startFloodgate(NO_DEFAULT_LIMITS, undefined, { tree });
     const sub = await subscribers("public:bench.crowd", 1, worker.base);
     let generation = 0;
-    const path = {
+    return {
       ...many(worker, [], () => "public:bench.crowd"),
       countLimiter: true,
       amount: SPREAD * COLD_PUBLISHES,
-      prepare: async () => {
-        const tokens = await mintCrowd(worker, `cold${generation++}-`);
-        Object.assign(path, { opts: many(worker, tokens, () => "public:bench.crowd").opts });
-      },
+      // The next slice's load options: a crowd of its own.
+      prepare: async () => many(worker, await mintCrowd(worker, `cold${generation++}-`), () => "public:bench.crowd").opts,
       dispose: async () => {
         sub.close();
         await worker.stop();
       },
     };
-    return path;
   },
   crowd: async (tree) => {
     const worker = await startFloodgate(NO_DEFAULT_LIMITS, undefined, { tree });
@@ -665,7 +662,7 @@ async function fineCheck() {
   const slice = { seconds: FINE_SECONDS, connections: CONNECTIONS };
   for (const p of paths) {
     await p.warm?.();
-    await p.prepare?.();
+    if (p.prepare) p.opts = await p.prepare();
     await load(p.url, p.opts, p.amount ? { amount: p.amount, connections: CONNECTIONS } : slice); // warm-up: compile, first limiter call
     p.drivenAt = Date.now();
   }
@@ -675,7 +672,7 @@ async function fineCheck() {
       // Local workerd evicts an object idle for about 10 s (see touchAll): a round on a busy machine
       // can take that long, so the crowd's objects are touched again once its last slice is 5 s old.
       if (p.warm && Date.now() - p.drivenAt > 5000) await p.warm();
-      await p.prepare?.();
+      if (p.prepare) p.opts = await p.prepare();
       const before = p.countLimiter ? await metrics(p.worker) : null;
       const r = await measured(p, 0, p.amount ? { amount: p.amount, connections: CONNECTIONS } : slice);
       p.drivenAt = Date.now();
@@ -693,6 +690,7 @@ async function fineCheck() {
     throughput: (id, ref) => against(id, ref, (r) => r.rate),
     cpu: (id, ref) => against(id, ref, (r) => r.cpuPerRequest),
     limiterPer1000: (id) => median(slices.get(id).map((r) => (1000 * r.limiterCalls) / r.requests)),
+    statuses: (id) => sumStatuses(slices.get(id)),
   };
 }
 
@@ -713,11 +711,11 @@ if (fine) {
   console.log(
     `\nfine check (${FINE} rounds of ${FINE_SECONDS} s slices, each path in its own workerd; median ratio to the bare slices of the same round):`,
   );
-  console.log("| path | throughput / bare POST | CPU per request × bare POST | throughput / bare GET |");
-  console.log("|---|---:|---:|---:|");
-  for (const id of fine.ids)
+  console.log("| path | throughput / bare POST | CPU per request × bare POST | throughput / bare GET | statuses |");
+  console.log("|---|---:|---:|---:|---|");
+  for (const id of [...fine.ids, ...fine.compared.map((id) => `${id}@ref`)])
     console.log(
-      `| ${id === "bare" ? "bare GET" : id} | ${fine.throughput(id, "post").toFixed(2)} | ${fmt(fine.cpu(id, "post"))} | ${id === "bare" ? "1.00" : fine.throughput(id, "bare").toFixed(2)} |`,
+      `| ${id === "bare" ? "bare GET" : id} | ${fine.throughput(id, "post").toFixed(2)} | ${fmt(fine.cpu(id, "post"))} | ${id === "bare" ? "1.00" : fine.throughput(id, "bare").toFixed(2)} | ${JSON.stringify(fine.statuses(id))} |`,
     );
   if (fine.compared.length) {
     console.log(
