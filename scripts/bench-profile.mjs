@@ -194,6 +194,7 @@ function summarise(profile, fileOf) {
   }
   const byFunction = new Map();
   const byFile = new Map();
+  const byArea = new Map();
   let busy = 0;
   for (const n of profile.nodes) {
     const t = self.get(n.id);
@@ -208,14 +209,58 @@ function summarise(profile, fileOf) {
     const name = native ? functionName || "(native, unnamed)" : functionName || "(anonymous)";
     // Functions by name and the file they are in; files move between commits (src/http.ts became
     // src/http/body.ts), so the per-function table keys on the name and the dependency or "src".
-    const key = native ? `${name} (runtime)` : `${name} ${file.includes("(dependency)") ? file : "(own)"}`;
+    // An anonymous function is told apart by its file only.
+    const key = native
+      ? `${name} (runtime)`
+      : `${name} ${file.includes("(dependency)") || name === "(anonymous)" ? file : "(own)"}`;
     byFunction.set(key, (byFunction.get(key) ?? 0) + t);
     const fileKey = native ? `${name} (runtime)` : file;
     byFile.set(fileKey, (byFile.get(fileKey) ?? 0) + t);
     (files.get(key) ?? files.set(key, new Set()).get(key)).add(native ? "" : file);
+    const area = native ? `${name} (runtime)` : areaOf(file);
+    byArea.set(area, (byArea.get(area) ?? 0) + t);
   }
-  return { byFunction, byFile, busy };
+  return { byFunction, byFile, byArea, busy };
 }
+/**
+ * The part of the Worker a file belongs to (docs/contributing.md's layout: src/<area>/, functions/),
+ * so commits from before the layout (flat src/*.ts) compare area by area.
+ */
+function areaOf(file) {
+  if (file.includes("(dependency)")) return file;
+  const m = /^src\/(auth|channel|delivery|http|platform|rate-limit|record|throttle)\//.exec(file);
+  if (m) return `src/${m[1]}/`;
+  if (file.startsWith("functions/")) return "functions/";
+  const flat = /^src\/(?:routes\/)?([\w-]+)\.ts$/.exec(file)?.[1];
+  const FLAT = {
+    http: "http",
+    errors: "http",
+    app: "http",
+    "app-env": "http",
+    publish: "http",
+    subscribe: "http",
+    operator: "http",
+    tokens: file.includes("routes/") ? "http" : "auth",
+    "refresh-ledger": "auth",
+    "channel-object": "channel",
+    channels: "channel",
+    "publish-batcher": "channel",
+    "limiter-gate": "rate-limit",
+    "rate-limiter": "rate-limit",
+    "token-bucket": "rate-limit",
+    limits: "rate-limit",
+    budgets: "rate-limit",
+    services: "platform",
+    metrics: "platform",
+    config: "platform",
+    coalescer: "platform",
+    durations: "platform",
+    "active-channels": "throttle",
+    "sampler-run": "throttle",
+  };
+  return flat && FLAT[flat] ? `src/${FLAT[flat]}/` : file;
+}
+
 /** Every function key's source files, over all profiles (for the table's labels). */
 const files = new Map();
 
@@ -258,7 +303,8 @@ const labels = trees.map((t) => t.label);
 console.log(
   `\nbench:profile ${opts.scenario}, ${opts.seconds} s × ${opts.against ? 2 : 1} per tree, ${opts.connections} connections, sampling every ${opts.interval} µs`,
 );
-for (const field of ["byFile", "byFunction"]) {
+const TITLES = { byArea: "area (src/<area>/, functions/)", byFile: "source file", byFunction: "function (file)" };
+for (const field of ["byArea", "byFile", "byFunction"]) {
   const m = new Map(labels.map((l) => [l, merged(l, field)]));
   const first = m.get(labels[0]);
   // Ranked by the largest self time per request on either side, so what grew and what vanished show.
@@ -267,10 +313,10 @@ for (const field of ["byFile", "byFunction"]) {
       Math.max(...labels.map((l) => m.get(l).perRequest(b))) - Math.max(...labels.map((l) => m.get(l).perRequest(a))),
   );
   console.log(
-    `\n| ${field === "byFile" ? "source file" : "function (file)"} | ${labels.map((l) => `${l} µs/req | ${l} share`).join(" | ")}${labels.length > 1 ? " | Δ µs/req |" : ""}`,
+    `\n| ${TITLES[field]} | ${labels.map((l) => `${l} µs/req | ${l} share`).join(" | ")}${labels.length > 1 ? " | Δ µs/req |" : ""}`,
   );
   console.log(`|---|${labels.map(() => "---:|---:").join("|")}|${labels.length > 1 ? "---:|" : ""}`);
-  for (const k of keys.slice(0, field === "byFile" ? Math.max(opts.top, 20) : opts.top)) {
+  for (const k of keys.slice(0, field === "byFunction" ? opts.top : Math.max(opts.top, 20))) {
     const cells = labels.map((l) => `${fmt(m.get(l).perRequest(k), 2)} | ${fmt(100 * m.get(l).share(k))}%`);
     const delta =
       labels.length > 1 ? ` ${fmt(m.get(labels[0]).perRequest(k) - m.get(labels[1]).perRequest(k), 2)} |` : "";

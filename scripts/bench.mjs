@@ -601,7 +601,8 @@ const FINE_PATHS = {
       countLimiter: true,
       amount: SPREAD * COLD_PUBLISHES,
       // The next slice's load options: a crowd of its own.
-      prepare: async () => many(worker, await mintCrowd(worker, `cold${generation++}-`), () => "public:bench.crowd").opts,
+      prepare: async () =>
+        many(worker, await mintCrowd(worker, `cold${generation++}-`), () => "public:bench.crowd").opts,
       dispose: async () => {
         sub.close();
         await worker.stop();
