@@ -40,10 +40,9 @@ async function probeHeaders(): Promise<[string, string][]> {
   return pairs;
 }
 
-/** The headers, once read (the first request reads them); null until then. */
+/** The headers, once read (the first requests read them); null until then. */
 let pairs: [string, string][] | null = null;
 let template: Headers | null = null;
-let reading: Promise<void> | null = null;
 
 /** Answers built with the headers already in them: the middleware does not set them again. */
 const secured = new WeakSet<Response>();
@@ -54,11 +53,11 @@ const secured = new WeakSet<Response>();
  */
 export const securityHeaders = createMiddleware(async (c, next) => {
   if (!pairs) {
-    reading ??= probeHeaders().then((p) => {
-      pairs = p;
-      template = new Headers(p);
-    });
-    await reading;
+    // Each request reads them itself until one has: a promise shared with another request would
+    // resume this one in that request's context (see docs/benchmarks.md, "Where the time goes").
+    const read = await probeHeaders();
+    pairs ??= read;
+    template ??= new Headers(read);
   }
   await next();
   if (secured.has(c.res)) return;
