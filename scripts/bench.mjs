@@ -25,8 +25,15 @@
 // flood always uses 100),
 // --subscribers N (default 100), --spread N (default 500), --only id,id (just those scenarios; the
 // fine check adds the references their targets need), --fine N (rounds of the fine check at the end,
-// default 12; 0 skips it).
+// default 12; 0 skips it), --against <ref> (the fine check also runs each Floodgate path on that older
+// commit, in the same rounds, and prints current / ref per route: a regression shows as a ratio below
+// 1; see lib/bench-ref.mjs), --rounds 0 (skip the 2 s rounds and their table: the fine check only).
+//
+// The fine check also measures the crowd cold (crowdcold): fresh subjects every slice, each publishing
+// COLD_PUBLISHES times, so every subject's first contact with the limiter is in the measurement —
+// next to the warm crowd, whose subjects are touched before each slice.
 import { load, median, metrics, publishOpts, setRate, startBare, startRecipe, sumStatuses } from "./lib/bench.mjs";
+import { refTree } from "./lib/bench-ref.mjs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
 import { cpuMicros, startFloodgate } from "./lib/workerd.mjs";
@@ -39,6 +46,7 @@ const opts = options("bench", {
   spread: 500,
   only: "",
   fine: 12,
+  against: "",
 });
 const SECONDS = opts.seconds;
 const ROUNDS = opts.rounds;
@@ -51,6 +59,13 @@ const wanted = (id) => !ONLY || ONLY.split(",").includes(id);
 // --fine N: rounds of the fine check of the targets at the end (0 skips it).
 const FINE = opts.fine;
 const FINE_SECONDS = 0.6;
+// --against <ref>: the older commit every Floodgate path of the fine check is also run on.
+const REF = opts.against ? refTree(opts.against) : null;
+// The routes compared with it by default (the ones a change to the publish path can move): a
+// delivered publish with 10 subscribers, drop rate 0.5 with 10, the deny flood, the crowd warm and cold.
+const AGAINST_ROUTES = ["pub10", "drop50", "deny", "crowd", "crowdcold"];
+// Publishes per subject of the cold crowd's slice: its first, and a few after it.
+const COLD_PUBLISHES = 3;
 // Subscribers of the publish channel Floodgate and the literal recipe are compared on (pub10, recipe10).
 const RECIPE_SUBSCRIBERS = 10;
 const run = { seconds: SECONDS, connections: CONNECTIONS };
@@ -440,66 +455,68 @@ const per1000 = (id, key) => {
   const n = list.reduce((a, r) => a + (r.counts?.[key] ?? 0), 0);
   return publishes ? ((1000 * n) / publishes).toFixed(0) : "–";
 };
-console.log(
-  "\n| scenario | req/s | p50 ms | p99 ms | deliveries/s | ratio to bare GET | ratio to bare POST | workerd CPU µs/req | CPU × bare POST | channel calls /1k | analytics calls /1k | limiter calls /1k | KV reads /1k | statuses |",
-);
-console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
-for (const s of scenarios) {
-  const isBare = s.id === "bare" || s.reference;
+if (ROUNDS > 0) {
   console.log(
-    `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${s.id === "post" ? "1.00" : (isBare && !s.postShaped) || !has("post") ? "–" : ratioPost(s.id).toFixed(2)} | ${fmt(
-      med(s.id, (r) => r.cpuPerRequest),
-      0,
-    )} | ${has("post") ? fmt(cpuPost(s.id)) : "–"} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
+    "\n| scenario | req/s | p50 ms | p99 ms | deliveries/s | ratio to bare GET | ratio to bare POST | workerd CPU µs/req | CPU × bare POST | channel calls /1k | analytics calls /1k | limiter calls /1k | KV reads /1k | statuses |",
   );
-}
-console.log(`\nbare route: ${Math.round(bareRps)} req/s (median)`);
-if (has("post")) console.log(`bare POST with a publish's body: ${ratio("post").toFixed(2)} of the bare GET`);
-if (has("rpc2") && has("rpc2w") && has("pub1"))
-  console.log(
-    `floors: two no-op object calls run at ${ratio("rpc2").toFixed(2)} of bare, two writing calls at ${ratio("rpc2w").toFixed(2)}; a limited, delivered publish runs at ${median(runs.get("pub1").map((r, i) => r.rps / runs.get("rpc2w")[i].rps)).toFixed(2)} of the writing floor`,
-  );
-/** Median over rounds of `a`'s throughput against `b`'s in the same round (the 2 s runs). */
-const roundRatio = (a, b) => median(runs.get(a).map((r, i) => r.rps / runs.get(b)[i].rps));
-if (has("pub1") && has("write1"))
-  console.log(
-    `one-write floor: ${ratio("write1").toFixed(2)} of bare; a delivered publish (1 subscriber) runs at ${roundRatio("pub1", "write1").toFixed(2)} of it`,
-  );
-if (has("pub10") && has("recipe10"))
-  console.log(
-    `literal recipe (${RECIPE_SUBSCRIBERS} subscribers): ${ratio("recipe10").toFixed(2)} of bare; Floodgate's publish with ${RECIPE_SUBSCRIBERS} subscribers runs at ${roundRatio("pub10", "recipe10").toFixed(2)}× it`,
-  );
-console.log("(2 s runs; the targets are judged by the fine check below)");
-const dropped = has("drop90") ? runs.get("drop90").reduce((a, r) => a + r.counts.dropped, 0) : 0;
-const analyticsCalls = has("drop90") ? runs.get("drop90").reduce((a, r) => a + r.counts.analytics, 0) : 0;
-if (has("drop90"))
-  console.log(
-    `analytics batching at drop rate 0.9: ${dropped} drops, ${analyticsCalls} analytics-object calls → ${((1000 * analyticsCalls) / Math.max(1, dropped)).toFixed(0)} per 1,000 drops (target ≤ 100)`,
-  );
-if (has("flood30k")) {
-  const sum = (k) => runs.get("flood30k").reduce((a, r) => a + r.counts[k], 0);
-  const [dropped, copies, failures, calls, unsettled, live] = [
-    "dropped",
-    "copies",
-    "failures",
-    "analytics",
-    "unsettled",
-    "live",
-  ].map(sum);
-  console.log(
-    `drop flood (30 KB, drop rate 1, ${FLOOD_CONNECTIONS} connections): dropped ${dropped}, copies ${copies}, failures ${failures}, unaccounted ${dropped - copies - failures} (must be 0; unsettled sends ${unsettled}, handed to the live view ${live}); ${((1000 * calls) / Math.max(1, dropped)).toFixed(0)} analytics-object calls per 1,000 drops`,
-  );
-}
-// Nothing accepted is lost under load: every drop of the run (all scenarios) is a copy in the record
-// or a counted failure.
-{
-  const m = await metrics(fg);
-  const allDropped = m['floodgate_messages_total{result="dropped"}'] ?? 0;
-  const recorded = m.floodgate_record_copies_total ?? 0;
-  const failures = m.floodgate_record_failures_total ?? 0;
-  console.log(
-    `record: ${recorded} copies recorded + ${failures} counted failures for ${allDropped} drops in the whole run${recorded + failures === allDropped ? " (all accounted for)" : " — MISMATCH"}`,
-  );
+  console.log("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+  for (const s of scenarios) {
+    const isBare = s.id === "bare" || s.reference;
+    console.log(
+      `| ${s.title} | ${Math.round(med(s.id, (r) => r.rps))} | ${med(s.id, (r) => r.p50)} | ${med(s.id, (r) => r.p99)} | ${s.subs ? Math.round(med(s.id, (r) => r.deliveries)) : "–"} | ${s.id === "bare" ? "1.00" : ratio(s.id).toFixed(2)} | ${s.id === "post" ? "1.00" : (isBare && !s.postShaped) || !has("post") ? "–" : ratioPost(s.id).toFixed(2)} | ${fmt(
+        med(s.id, (r) => r.cpuPerRequest),
+        0,
+      )} | ${has("post") ? fmt(cpuPost(s.id)) : "–"} | ${isBare ? "–" : per1000(s.id, "channel")} | ${isBare ? "–" : per1000(s.id, "analytics")} | ${isBare ? "–" : per1000(s.id, "limiter")} | ${isBare ? "–" : per1000(s.id, "kv")} | ${JSON.stringify(sumStatuses(runs.get(s.id)))} |`,
+    );
+  }
+  console.log(`\nbare route: ${Math.round(bareRps)} req/s (median)`);
+  if (has("post")) console.log(`bare POST with a publish's body: ${ratio("post").toFixed(2)} of the bare GET`);
+  if (has("rpc2") && has("rpc2w") && has("pub1"))
+    console.log(
+      `floors: two no-op object calls run at ${ratio("rpc2").toFixed(2)} of bare, two writing calls at ${ratio("rpc2w").toFixed(2)}; a limited, delivered publish runs at ${median(runs.get("pub1").map((r, i) => r.rps / runs.get("rpc2w")[i].rps)).toFixed(2)} of the writing floor`,
+    );
+  /** Median over rounds of `a`'s throughput against `b`'s in the same round (the 2 s runs). */
+  const roundRatio = (a, b) => median(runs.get(a).map((r, i) => r.rps / runs.get(b)[i].rps));
+  if (has("pub1") && has("write1"))
+    console.log(
+      `one-write floor: ${ratio("write1").toFixed(2)} of bare; a delivered publish (1 subscriber) runs at ${roundRatio("pub1", "write1").toFixed(2)} of it`,
+    );
+  if (has("pub10") && has("recipe10"))
+    console.log(
+      `literal recipe (${RECIPE_SUBSCRIBERS} subscribers): ${ratio("recipe10").toFixed(2)} of bare; Floodgate's publish with ${RECIPE_SUBSCRIBERS} subscribers runs at ${roundRatio("pub10", "recipe10").toFixed(2)}× it`,
+    );
+  console.log("(2 s runs; the targets are judged by the fine check below)");
+  const dropped = has("drop90") ? runs.get("drop90").reduce((a, r) => a + r.counts.dropped, 0) : 0;
+  const analyticsCalls = has("drop90") ? runs.get("drop90").reduce((a, r) => a + r.counts.analytics, 0) : 0;
+  if (has("drop90"))
+    console.log(
+      `analytics batching at drop rate 0.9: ${dropped} drops, ${analyticsCalls} analytics-object calls → ${((1000 * analyticsCalls) / Math.max(1, dropped)).toFixed(0)} per 1,000 drops (target ≤ 100)`,
+    );
+  if (has("flood30k")) {
+    const sum = (k) => runs.get("flood30k").reduce((a, r) => a + r.counts[k], 0);
+    const [dropped, copies, failures, calls, unsettled, live] = [
+      "dropped",
+      "copies",
+      "failures",
+      "analytics",
+      "unsettled",
+      "live",
+    ].map(sum);
+    console.log(
+      `drop flood (30 KB, drop rate 1, ${FLOOD_CONNECTIONS} connections): dropped ${dropped}, copies ${copies}, failures ${failures}, unaccounted ${dropped - copies - failures} (must be 0; unsettled sends ${unsettled}, handed to the live view ${live}); ${((1000 * calls) / Math.max(1, dropped)).toFixed(0)} analytics-object calls per 1,000 drops`,
+    );
+  }
+  // Nothing accepted is lost under load: every drop of the run (all scenarios) is a copy in the record
+  // or a counted failure.
+  {
+    const m = await metrics(fg);
+    const allDropped = m['floodgate_messages_total{result="dropped"}'] ?? 0;
+    const recorded = m.floodgate_record_copies_total ?? 0;
+    const failures = m.floodgate_record_failures_total ?? 0;
+    console.log(
+      `record: ${recorded} copies recorded + ${failures} counted failures for ${allDropped} drops in the whole run${recorded + failures === allDropped ? " (all accounted for)" : " — MISMATCH"}`,
+    );
+  }
 }
 for (const s of Object.values(subs)) s.close();
 await fg.stop();
@@ -516,6 +533,13 @@ await recipe?.stop();
 const TARGETS = [
   { id: "crowd", against: "pub1", title: `crowd (${SPREAD} subjects) / single-subject delivered publish`, min: 0.8 },
   { id: "crowd", limiterCalls: true, title: "crowd limiter calls per 1,000 publishes", max: 100 },
+  {
+    id: "crowdcold",
+    against: "pub1",
+    title: `cold crowd (${SPREAD} new subjects × ${COLD_PUBLISHES}) / single-subject delivered publish`,
+    min: 0.8,
+  },
+  { id: "crowdcold", limiterCalls: true, title: "cold crowd limiter calls per 1,000 publishes", max: 100 },
   { id: "pub1", against: "write1", title: "delivered publish, 1 subscriber / one-write floor", min: 0.8 },
   { id: "deny", against: "post", title: "deny path / bare POST", min: 0.75 },
   {
@@ -524,11 +548,16 @@ const TARGETS = [
     title: `delivered publish, ${RECIPE_SUBSCRIBERS} subscribers / literal recipe`,
     min: 2.5,
   },
-].filter((t) => has(t.id));
+].filter((t) => has(t.id) || (t.id === "crowdcold" && coldWanted()));
+
+/** The cold crowd runs in the fine check beside the warm one, or when named (`--only crowdcold`). */
+function coldWanted() {
+  return has("crowd") || ONLY.split(",").includes("crowdcold") || (REF !== null && wanted("crowdcold"));
+}
 
 /** A Floodgate of its own with `n` WebSocket subscribers on `channel`, publishing as one subject. */
-async function floodgatePath(channel, { n = 1, rl = generous, rate = 0 } = {}) {
-  const worker = await startFloodgate(NO_DEFAULT_LIMITS);
+async function floodgatePath(channel, { n = 1, rl = generous, rate = 0, tree } = {}) {
+  const worker = await startFloodgate(NO_DEFAULT_LIMITS, undefined, { tree });
   if (rate) await setRate(worker, channel, rate);
   const sub = n ? await subscribers(channel, n, worker.base) : null;
   const { path, ...opts } = publishOpts(await mintToken(worker, { sub: `fine-${channel}`, channels, rl }), channel);
@@ -543,17 +572,56 @@ async function floodgatePath(channel, { n = 1, rl = generous, rate = 0 } = {}) {
   };
 }
 
-/** The fine check's paths: how to set each up (the bare ones share the reference Worker). */
+/**
+ * Tokens for `SPREAD` new subjects named `<prefix><k>`, minted 25 at a time (the cold crowd mints a
+ * crowd per slice, between slices).
+ */
+async function mintCrowd(worker, prefix) {
+  const tokens = [];
+  for (let k = 0; k < SPREAD; k += 25) {
+    const batch = Array.from({ length: Math.min(25, SPREAD - k) }, (_, j) =>
+      mintToken(worker, { sub: `${prefix}${k + j}`, channels, rl: generous }),
+    );
+    tokens.push(...(await Promise.all(batch)));
+  }
+  return tokens;
+}
+
+/**
+ * The fine check's paths: how to set each up (the bare ones share the reference Worker). A Floodgate
+ * path takes the source tree to start (undefined: this one; `--against`: the older commit's).
+ */
 const FINE_PATHS = {
   bare: async () => ({ url: bareScenario.url, pid: bare.pid, opts: bareScenario.opts }),
   post: async () => barePost,
   write1: async () => bareWrite1,
-  deny: () => floodgatePath("public:bench.flood", { n: 0, rl: "1/h" }),
-  pub1: () => floodgatePath("public:bench.one"),
-  pub10: () => floodgatePath("public:bench.ten", { n: RECIPE_SUBSCRIBERS }),
-  drop90: () => floodgatePath("public:bench.ninety", { rate: 0.9 }),
-  crowd: async () => {
-    const worker = await startFloodgate(NO_DEFAULT_LIMITS);
+  deny: (tree) => floodgatePath("public:bench.flood", { n: 0, rl: "1/h", tree }),
+  pub1: (tree) => floodgatePath("public:bench.one", { tree }),
+  pub10: (tree) => floodgatePath("public:bench.ten", { n: RECIPE_SUBSCRIBERS, tree }),
+  drop50: (tree) => floodgatePath("public:bench.half", { n: RECIPE_SUBSCRIBERS, rate: 0.5, tree }),
+  drop90: (tree) => floodgatePath("public:bench.ninety", { rate: 0.9, tree }),
+  // The crowd cold: every slice a crowd of new subjects, each publishing COLD_PUBLISHES times in
+  // turn (subject k's first publish is request k), run to that count rather than for a duration, so
+  // first contacts are a fixed share of the slice. Their throughput is requests over the slice's time.
+  crowdcold: async (tree) => {
+    const worker = await startFloodgate(NO_DEFAULT_LIMITS, undefined, { tree });
+    const sub = await subscribers("public:bench.crowd", 1, worker.base);
+    let generation = 0;
+    return {
+      ...many(worker, [], () => "public:bench.crowd"),
+      countLimiter: true,
+      amount: SPREAD * COLD_PUBLISHES,
+      // The next slice's load options: a crowd of its own.
+      prepare: async () =>
+        many(worker, await mintCrowd(worker, `cold${generation++}-`), () => "public:bench.crowd").opts,
+      dispose: async () => {
+        sub.close();
+        await worker.stop();
+      },
+    };
+  },
+  crowd: async (tree) => {
+    const worker = await startFloodgate(NO_DEFAULT_LIMITS, undefined, { tree });
     const tokens = await mintMany(worker);
     const sub = await subscribers("public:bench.crowd", 1, worker.base);
     return {
@@ -596,13 +664,18 @@ async function fineCheck() {
     ids.add(t.id);
     if (t.against) ids.add(t.against);
   }
+  // With --against: the compared routes (those --only names, or all of them), each also on the ref.
+  const compared = REF ? AGAINST_ROUTES.filter((id) => wanted(id)) : [];
+  for (const id of compared) ids.add(id);
   if (!FINE || ids.size === 2) return null;
   const paths = [];
   for (const id of ids) paths.push({ id, ...(await FINE_PATHS[id]()) });
+  for (const id of compared) paths.push({ id: `${id}@ref`, ...(await FINE_PATHS[id](REF.tree)) });
   const slice = { seconds: FINE_SECONDS, connections: CONNECTIONS };
   for (const p of paths) {
     await p.warm?.();
-    await load(p.url, p.opts, slice); // warm-up: compile, first limiter call
+    if (p.prepare) p.opts = await p.prepare();
+    await load(p.url, p.opts, p.amount ? { amount: p.amount, connections: CONNECTIONS } : slice); // warm-up: compile, first limiter call
     p.drivenAt = Date.now();
   }
   const slices = new Map(paths.map((p) => [p.id, []]));
@@ -611,8 +684,9 @@ async function fineCheck() {
       // Local workerd evicts an object idle for about 10 s (see touchAll): a round on a busy machine
       // can take that long, so the crowd's objects are touched again once its last slice is 5 s old.
       if (p.warm && Date.now() - p.drivenAt > 5000) await p.warm();
+      if (p.prepare) p.opts = await p.prepare();
       const before = p.countLimiter ? await metrics(p.worker) : null;
-      const r = await measured(p, 0, slice);
+      const r = await measured(p, 0, p.amount ? { amount: p.amount, connections: CONNECTIONS } : slice);
       p.drivenAt = Date.now();
       if (before) r.limiterCalls = (await metrics(p.worker))[COUNTERS.limiter] - (before[COUNTERS.limiter] ?? 0);
       slices.get(p.id).push(r);
@@ -622,11 +696,26 @@ async function fineCheck() {
   const against = (id, ref, f) => median(slices.get(id).map((r, i) => f(r) / f(slices.get(ref)[i])));
   return {
     ids: [...ids],
-    throughput: (id, ref) => against(id, ref, (r) => r.requests),
+    compared,
+    // Requests per second of the slice (a duration's slices all take FINE_SECONDS; the cold crowd's
+    // runs to a count of requests and takes what it takes).
+    throughput: (id, ref) => against(id, ref, (r) => r.rate),
     cpu: (id, ref) => against(id, ref, (r) => r.cpuPerRequest),
     limiterPer1000: (id) => median(slices.get(id).map((r) => (1000 * r.limiterCalls) / r.requests)),
+    statuses: (id) => sumStatuses(slices.get(id)),
   };
 }
+
+/** The routes --against compares, as its table names them (the issue's columns). */
+const ROUTE_TITLES = {
+  pub10: `publish, drop rate 0, delivered (${RECIPE_SUBSCRIBERS} subscribers)`,
+  drop50: `publish, drop rate 0.5 (${RECIPE_SUBSCRIBERS} subscribers)`,
+  deny: "flood of denied publishes (429)",
+  crowd: `publish, ${SPREAD} subjects cycled (warm: touched before each slice)`,
+  crowdcold: `publish, ${SPREAD} new subjects × ${COLD_PUBLISHES} (cold: first contact measured)`,
+};
+/** The paths whose limiter calls the fine check counts. */
+const FINE_PATHS_COUNT_LIMITER = new Set(["crowd", "crowdcold"]);
 
 const fine = await fineCheck();
 await bare.stop();
@@ -634,12 +723,27 @@ if (fine) {
   console.log(
     `\nfine check (${FINE} rounds of ${FINE_SECONDS} s slices, each path in its own workerd; median ratio to the bare slices of the same round):`,
   );
-  console.log("| path | throughput / bare POST | CPU per request × bare POST | throughput / bare GET |");
-  console.log("|---|---:|---:|---:|");
-  for (const id of fine.ids)
+  console.log("| path | throughput / bare POST | CPU per request × bare POST | throughput / bare GET | statuses |");
+  console.log("|---|---:|---:|---:|---|");
+  for (const id of [...fine.ids, ...fine.compared.map((id) => `${id}@ref`)])
     console.log(
-      `| ${id === "bare" ? "bare GET" : id} | ${fine.throughput(id, "post").toFixed(2)} | ${fmt(fine.cpu(id, "post"))} | ${id === "bare" ? "1.00" : fine.throughput(id, "bare").toFixed(2)} |`,
+      `| ${id === "bare" ? "bare GET" : id} | ${fine.throughput(id, "post").toFixed(2)} | ${fmt(fine.cpu(id, "post"))} | ${id === "bare" ? "1.00" : fine.throughput(id, "bare").toFixed(2)} | ${JSON.stringify(fine.statuses(id))} |`,
     );
+  if (fine.compared.length) {
+    console.log(
+      `\nagainst ${REF.short} (${opts.against}), same rounds (each route's current and ${REF.short} slices are next to each other; below 1: slower than ${REF.short}):`,
+    );
+    console.log(
+      `| route | current / bare GET | ${REF.short} / bare GET | current / ${REF.short} | CPU per request, current × ${REF.short} | limiter calls /1k, current | limiter calls /1k, ${REF.short} |`,
+    );
+    console.log("|---|---:|---:|---:|---:|---:|---:|");
+    for (const id of fine.compared) {
+      const limiter = (x) => (FINE_PATHS_COUNT_LIMITER.has(id) ? fine.limiterPer1000(x).toFixed(0) : "–");
+      console.log(
+        `| ${ROUTE_TITLES[id]} | ${fine.throughput(id, "bare").toFixed(2)} | ${fine.throughput(`${id}@ref`, "bare").toFixed(2)} | ${fine.throughput(id, `${id}@ref`).toFixed(2)} | ${fmt(fine.cpu(id, `${id}@ref`))} | ${limiter(id)} | ${limiter(`${id}@ref`)} |`,
+      );
+    }
+  }
   console.log(
     "\ntargets (fine check: median over rounds of the path's slice against its reference's slice of the same round):",
   );

@@ -3,7 +3,7 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { callAndWait, freshIp, uniq } from "./helpers";
+import { callAndWait, freshIp, mint, uniq } from "./helpers";
 import { closeQuietly, sse, ws } from "./raw-requests";
 
 describe("security headers", () => {
@@ -27,5 +27,35 @@ describe("security headers", () => {
       expect(res.headers.get("x-frame-options")).toBe("DENY");
       closeQuietly(res);
     }
+  });
+
+  it("a flood's 429s carry every security header other answers carry, from the shard and from the deny cache", async () => {
+    const ch = `public:bound.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq("flood"), channels: [ch], rl: "1/h" });
+    const publish = () =>
+      callAndWait(`/v1/publish/${ch}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${access_token}`, "content-type": "application/json" },
+        body: "{}",
+      });
+    expect((await publish()).status).toBe(200);
+    // The first denial comes from the bucket's shard, the next from this isolate's deny cache.
+    const denied = [await publish(), await publish()];
+    const reference = await callAndWait("/no/such/route");
+    const own = new Set(["content-type", "content-length", "retry-after", "ratelimit", "ratelimit-policy"]);
+    const security = (res: Response) => Object.fromEntries([...res.headers].filter(([name]) => !own.has(name)));
+    expect(Object.keys(security(reference)).length).toBeGreaterThanOrEqual(10);
+    for (const res of denied) {
+      expect(res.status).toBe(429);
+      expect(security(res)).toEqual(security(reference));
+      expect(res.headers.get("content-type")).toBe(reference.headers.get("content-type"));
+      expect(res.headers.get("x-powered-by")).toBeNull();
+      expect(await res.json()).toMatchObject({
+        code: "resource_exhausted",
+        msg: "publish rate limit exceeded",
+        meta: { code: "RATE_LIMITED", bucket: "publish", retry_after_ms: expect.stringMatching(/^\d+$/) },
+      });
+    }
+    await reference.body?.cancel();
   });
 });

@@ -90,8 +90,11 @@ export async function startRecipe() {
   });
 }
 
-/** One autocannon run: { rps, p50, p99, statuses }. */
-export async function load(url, opts, { seconds, connections }) {
+/**
+ * One autocannon run for `seconds`, or until `amount` requests are done: { rps (autocannon's mean of
+ * its per-second counts), rate (requests completed over the run's wall time), p50, p99, statuses }.
+ */
+export async function load(url, opts, { seconds, connections, amount }) {
   let shown = 0;
   const debug = process.env.BENCH_DEBUG_500
     ? {
@@ -105,9 +108,12 @@ export async function load(url, opts, { seconds, connections }) {
         ],
       }
     : {};
-  const r = await autocannon({ url, connections, duration: seconds, ...opts, ...debug });
+  const started = performance.now();
+  const r = await autocannon({ url, connections, ...(amount ? { amount } : { duration: seconds }), ...opts, ...debug });
+  const elapsed = (performance.now() - started) / 1000;
   const statuses = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, v]) => [code, v.count]));
-  return { rps: r.requests.average, p50: r.latency.p50, p99: r.latency.p99, statuses };
+  const completed = Object.values(statuses).reduce((a, n) => a + n, 0);
+  return { rps: r.requests.average, rate: completed / elapsed, p50: r.latency.p50, p99: r.latency.p99, statuses };
 }
 
 export function publishOpts(token, channel) {

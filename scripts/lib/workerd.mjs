@@ -3,7 +3,8 @@
 // (scripts/lib/dev-server.mjs starts it the way `npm start` does instead, for scripts that check
 // what a developer sees). Debugging aids: BENCH_DEBUG_500=1 (scripts/lib/bench.mjs) prints the body
 // of the first 5xx answers of each run; INSPECT=1 opens workerd's inspector on port 9229 (attach
-// Chrome DevTools or send Profiler.* over CDP).
+// Chrome DevTools or send Profiler.* over CDP); `startWorker({ inspectorPort })` opens it on a port
+// of the caller's choosing (scripts/bench-profile.mjs records CPU profiles through it).
 import { existsSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { build } from "esbuild";
@@ -14,7 +15,15 @@ import { root } from "./root.mjs";
 /** The admin bearer of every Floodgate started here ({@link startFloodgate}); also its handle's `admin`. */
 const ADMIN = "bench-admin-token";
 
-const config = unstable_readConfig({ config: join(root, "wrangler.toml") }, { hideWarnings: true });
+/** A source tree's wrangler.toml, read once per tree (another tree: an older commit, see bench-ref.mjs). */
+const configs = new Map();
+function readConfig(tree) {
+  if (!configs.has(tree)) {
+    configs.set(tree, unstable_readConfig({ config: join(tree, "wrangler.toml") }, { hideWarnings: true }));
+  }
+  return configs.get(tree);
+}
+const config = readConfig(root);
 /** The analytics channel of the shipped `[vars]`, where the Worker under test copies its drops. */
 export const ANALYTICS_CHANNEL = config.vars.ANALYTICS_CHANNEL;
 
@@ -41,7 +50,7 @@ export async function bundle(entry) {
  * its `cf` object), which cost about 250 µs of workerd CPU per request here, more than a bare route
  * itself, and would flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead.
  */
-export async function startWorker(worker) {
+export async function startWorker({ inspectorPort, config: workerConfig = config, ...worker }) {
   const direct = !process.env.BENCH_VIA_ENTRY;
   const storage = storageDir();
   // Miniflare 5 takes a new option shape; convertV4MiniflareOptions accepts the long-documented v4 one.
@@ -49,13 +58,13 @@ export async function startWorker(worker) {
     convertV4MiniflareOptions({
       host: "127.0.0.1",
       ...(storage ? { resourcePersistencePath: storage } : {}),
-      inspectorPort: process.env.INSPECT ? 9229 : undefined,
+      inspectorPort: inspectorPort ?? (process.env.INSPECT ? 9229 : undefined),
       port: 0,
       log: new Log(LogLevel.WARN),
       workers: [
         {
-          compatibilityDate: config.compatibility_date,
-          compatibilityFlags: config.compatibility_flags,
+          compatibilityDate: workerConfig.compatibility_date,
+          compatibilityFlags: workerConfig.compatibility_flags,
           ...(direct ? { unsafeDirectSockets: [{ host: "127.0.0.1", port: 0 }] } : {}),
           ...worker,
         },
@@ -134,36 +143,46 @@ function storageDir() {
 /** The storage directories of every Worker started, removed when the process exits. */
 const storageDirs = new Set();
 
-/** wrangler.toml's SQLite-backed classes: every `new_sqlite_classes` of its migrations. */
-const SQLITE_CLASSES = new Set(config.migrations.flatMap((m) => m.new_sqlite_classes ?? []));
 /**
- * The Worker's Durable Object bindings as wrangler.toml declares them, so a class added there (a new
- * object kind) is bound here too without editing the bench.
+ * The Worker's Durable Object bindings as a tree's wrangler.toml declares them (SQLite-backed: every
+ * `new_sqlite_classes` of its migrations), so a class added there (a new object kind) is bound here
+ * too without editing the bench, and an older commit gets the classes it had.
  */
-const DURABLE_OBJECTS = Object.fromEntries(
-  config.durable_objects.bindings.map((b) => [
-    b.name,
-    { className: b.class_name, useSQLite: SQLITE_CLASSES.has(b.class_name) },
-  ]),
-);
+function durableObjects(treeConfig) {
+  const sqlite = new Set(treeConfig.migrations.flatMap((m) => m.new_sqlite_classes ?? []));
+  return Object.fromEntries(
+    treeConfig.durable_objects.bindings.map((b) => [
+      b.name,
+      { className: b.class_name, useSQLite: sqlite.has(b.class_name) },
+    ]),
+  );
+}
 
 /**
  * Floodgate in workerd with the shipped [vars] plus `vars`. Returns { base, admin, pid, stop,
  * spreadMintAddresses } (for scripts/lib/tokens.mjs: no edge sets a client address here). `entry`
  * (esbuild options, as for {@link bundle}) swaps the Worker entry for one that exports the same
- * Durable Object classes, to drive an object directly.
+ * Durable Object classes, to drive an object directly. `tree` is the source tree to start (default
+ * this one; `--against` passes an older commit's, scripts/lib/bench-ref.mjs): its src/index.ts, its
+ * wrangler.toml's [vars], bindings, compatibility date and flags. `inspectorPort` opens workerd's
+ * inspector there; the handle's `source` is the bundle it runs (a CPU profile's line numbers are
+ * that text's).
  */
-export async function startFloodgate(vars = {}, entry = { entryPoints: [join(root, "src/index.ts")] }) {
+export async function startFloodgate(vars = {}, entry, { tree = root, inspectorPort } = {}) {
+  const treeConfig = readConfig(tree);
+  const source = await bundle(entry ?? { entryPoints: [join(tree, "src/index.ts")], absWorkingDir: tree });
   const worker = await startWorker({
     name: "floodgate",
-    modules: [{ type: "ESModule", path: "index.mjs", contents: await bundle(entry) }],
-    kvNamespaces: config.kv_namespaces.map((kv) => kv.binding),
-    durableObjects: DURABLE_OBJECTS,
+    config: treeConfig,
+    inspectorPort,
+    modules: [{ type: "ESModule", path: "index.mjs", contents: source }],
+    kvNamespaces: treeConfig.kv_namespaces.map((kv) => kv.binding),
+    durableObjects: durableObjects(treeConfig),
     // The record of dropped messages: the drops queue (consumed by the Worker itself, with its
     // dead-letter queue) and the bucket, as wrangler.toml declares them.
-    queueProducers: Object.fromEntries((config.queues?.producers ?? []).map((q) => [q.binding, q.queue])),
+    queueProducers: Object.fromEntries((treeConfig.queues?.producers ?? []).map((q) => [q.binding, q.queue])),
     queueConsumers: Object.fromEntries(
-      (config.queues?.consumers ?? []).map((q) => [
+      (treeConfig.queues?.consumers ?? []).map((q) => [
         q.queue,
         {
           maxBatchSize: q.max_batch_size,
@@ -173,8 +192,8 @@ export async function startFloodgate(vars = {}, entry = { entryPoints: [join(roo
         },
       ]),
     ),
-    r2Buckets: (config.r2_buckets ?? []).map((b) => b.binding),
-    bindings: { ...config.vars, TOKEN_SECRET: "bench-token-secret-0123456789abcdef", ADMIN_TOKEN: ADMIN, ...vars },
+    r2Buckets: (treeConfig.r2_buckets ?? []).map((b) => b.binding),
+    bindings: { ...treeConfig.vars, TOKEN_SECRET: "bench-token-secret-0123456789abcdef", ADMIN_TOKEN: ADMIN, ...vars },
   });
-  return { ...worker, admin: ADMIN, spreadMintAddresses: true };
+  return { ...worker, admin: ADMIN, spreadMintAddresses: true, source };
 }

@@ -4,7 +4,6 @@
  */
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
-import { secureHeaders } from "hono/secure-headers";
 import * as z from "zod";
 import { ConfigError } from "../platform/config";
 import { type Services, services } from "../platform/services";
@@ -17,27 +16,12 @@ import { ops } from "./routes/ops";
 import { publish } from "./routes/publish";
 import { history, subscribe } from "./routes/subscribe";
 import { tokens } from "./routes/tokens";
+import { securityHeaders } from "./security-headers";
 
 export const app = new Hono<AppEnv>();
 
-/**
- * Security headers on every API answer, errors included (docs/security.md, "Headers"). The API only
- * serves JSON, event streams and WebSockets, so its CSP allows nothing to load and no page to frame it.
- * The dashboard's files are served by the assets layer before the Worker runs; their headers are in
- * public/_headers. Cross-Origin-Resource-Policy is left out: it would block other sites' no-cors reads
- * and adds nothing to CORS-mode fetches of the JSON API.
- */
-app.use(
-  "*",
-  secureHeaders({
-    contentSecurityPolicy: { defaultSrc: ["'none'"], frameAncestors: ["'none'"] },
-    xFrameOptions: "DENY",
-    // A year, the same as public/_headers gives the dashboard: a browser that once reached this
-    // origin over HTTPS never sends a token or the admin bearer to it in clear text.
-    strictTransportSecurity: "max-age=31536000; includeSubDomains",
-    crossOriginResourcePolicy: false,
-  }),
-);
+/** Security headers on every API answer, errors included (src/http/security-headers.ts). */
+app.use("*", securityHeaders);
 
 /**
  * Per-isolate services (config checked) and `defer` for every request. Fail closed: a config typo

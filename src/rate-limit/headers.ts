@@ -2,7 +2,8 @@
  * What a rate-limited response says (docs/api.md, "Rate limits"): the `RateLimit-Policy` and
  * `RateLimit` fields of an allowed response, and the 429 of a denial with its `Retry-After`.
  */
-import { ApiError } from "../http/errors";
+import { ApiError, ERROR_KINDS } from "../http/errors";
+import { securedJson } from "../http/security-headers";
 import type { Limit } from "./limits";
 
 export type BucketName = "publish" | "subscribe" | "token-issue" | "read" | "admin-auth";
@@ -29,13 +30,40 @@ export function rateLimitHeaders(
   };
 }
 
-/** The 429 for a denial. */
-export function deniedError(bucket: BucketName, limit: Limit, retryAfterMs: number, fullInMs: number): ApiError {
+/** A denial: the bucket, its limit, when a token is due again and when the bucket is full, in ms from now. */
+export interface Denial {
+  bucket: BucketName;
+  limit: Limit;
+  retryAfterMs: number;
+  fullInMs: number;
+}
+
+/** The 429's parts, one place for both ways of answering it. */
+function denialParts({ bucket, limit, retryAfterMs, fullInMs }: Denial) {
   const retry = Math.max(1, Math.ceil(retryAfterMs));
-  return new ApiError(
-    "rate_limited",
-    MESSAGES[bucket],
-    { bucket, retry_after_ms: String(retry) },
-    { "Retry-After": String(Math.max(1, Math.ceil(retry / 1000))), ...rateLimitHeaders(bucket, limit, 0, fullInMs) },
-  );
+  return {
+    message: MESSAGES[bucket],
+    meta: { bucket, retry_after_ms: String(retry) },
+    headers: {
+      "Retry-After": String(Math.max(1, Math.ceil(retry / 1000))),
+      ...rateLimitHeaders(bucket, limit, 0, fullInMs),
+    },
+  };
+}
+
+/** The 429 for a denial, to throw. */
+export function deniedError(denial: Denial): ApiError {
+  const { message, meta, headers } = denialParts(denial);
+  return new ApiError("rate_limited", message, meta, headers);
+}
+
+/**
+ * The same 429 as {@link deniedError}'s `toResponse()`, built directly with the security headers
+ * (src/http/security-headers.ts): the answer of a flood's every request, so it makes no Error object
+ * and sets no header twice.
+ */
+export function deniedResponse(denial: Denial): Response {
+  const { message, meta, headers } = denialParts(denial);
+  const kind = ERROR_KINDS.rate_limited;
+  return securedJson({ code: kind.code, msg: message, meta: { code: kind.metaCode, ...meta } }, kind.status, headers);
 }

@@ -17,7 +17,7 @@ import { ApiError } from "../http/errors";
 import { Coalescer, type CoalescerOptions, LOST } from "../platform/coalescer";
 import type { BatchChargeResult, LeaseRequest } from "./bucket-charge";
 import { DenyCache } from "./deny-cache";
-import { type BucketName, deniedError, rateLimitHeaders } from "./headers";
+import { type BucketName, type Denial, deniedError, rateLimitHeaders } from "./headers";
 import { IsolateLeases } from "./isolate-leases";
 import { type KeyCharge, shardOf } from "./limiter-shard";
 import type { Limit } from "./limits";
@@ -77,8 +77,13 @@ interface Entry {
 
 interface Answer {
   headers?: Record<string, string>;
+  /** Denied: what the 429 says (kept as data: a flood's denials need no Error object each). */
+  denial?: Denial;
   error?: unknown;
 }
+
+/** What {@link LimiterGate.charge} answers: the allowed response's headers, or the denial. */
+export type Charged = { headers: Record<string, string>; denial?: undefined } | { denial: Denial };
 
 export class LimiterGate {
   private readonly deny = new DenyCache();
@@ -102,17 +107,29 @@ export class LimiterGate {
    * disabled). @throws ApiError 429 when denied, 500 when the limiter fails (fail closed).
    */
   async check(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Record<string, string>> {
-    if (!limit) return {};
+    const charged = await this.charge(bucket, key, limit, defer);
+    if (charged.denial) throw deniedError(charged.denial);
+    return charged.headers;
+  }
+
+  /**
+   * {@link check} for a route that answers a denial itself (the publish route, whose deny path is
+   * a flood's): the same decision, with a denial returned as data instead of thrown as an ApiError,
+   * so a denied request builds no Error and unwinds no handler. @throws ApiError 500 when the
+   * limiter fails (fail closed).
+   */
+  async charge(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Charged> {
+    if (!limit) return { headers: {} };
     const now = this.now();
     const bucketId = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
     this.leases.note(bucketId, now);
     // Tokens already taken from the bucket are spent first, even past a cached denial.
     const leased = this.spendLease(bucket, limit, bucketId, now);
-    if (leased) return leased;
+    if (leased) return { headers: leased };
     const cached = this.deny.get(key, limit, now);
     if (cached) {
       this.events.decision(bucket, false, "deny_cache");
-      throw deniedError(bucket, limit, cached.until - now, cached.fullAt - now);
+      return { denial: { bucket, limit, retryAfterMs: cached.until - now, fullInMs: cached.fullAt - now } };
     }
 
     const charge: Charge = { bucket, key, limit, bucketId };
@@ -121,7 +138,8 @@ export class LimiterGate {
     // A batch that never answered (its leader went away): ask the shard alone.
     const answer = batched === LOST ? ((await this.chargeBatch([charge], shard))[0] as Answer) : batched;
     if (answer.error) throw answer.error;
-    return answer.headers ?? {};
+    if (answer.denial) return { denial: answer.denial };
+    return { headers: answer.headers ?? {} };
   }
 
   /**
@@ -252,7 +270,7 @@ export class LimiterGate {
               result.fullInMs,
             ),
           }
-        : { error: deniedError(bucket, limit, result.retryAfterMs, result.fullInMs) };
+        : { denial: { bucket, limit, retryAfterMs: result.retryAfterMs, fullInMs: result.fullInMs } };
     });
   }
 }

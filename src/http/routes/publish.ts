@@ -10,6 +10,7 @@ import { authorise, bearer } from "../../auth/authorise";
 import type { PublishOutcome } from "../../channel/types";
 import { thinningFor } from "../../platform/config";
 import { publishBudget } from "../../rate-limit/budgets";
+import { deniedResponse } from "../../rate-limit/headers";
 import type { AppEnv } from "../app-env";
 import { parseJsonText, readBody } from "../body";
 import { invalidArgument, orUnavailable, permissionDenied } from "../errors";
@@ -83,8 +84,10 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const sub = token.claims.sub;
 
   const budget = publishBudget(config, channel, sub, token.claims.rl);
-  const limitHeaders = await svc.gate.check("publish", budget.key, budget.limit, c.var.defer);
-  for (const [k, v] of Object.entries(limitHeaders)) c.header(k, v);
+  // A denial is answered here rather than thrown: a flood's every request ends on this line.
+  const charged = await svc.gate.charge("publish", budget.key, budget.limit, c.var.defer);
+  if (charged.denial) return deniedResponse(charged.denial);
+  for (const [k, v] of Object.entries(charged.headers)) c.header(k, v);
 
   const decision = await beforePublish(channel.name, {
     reader: svc.reader,
