@@ -38,10 +38,17 @@ export class BoundedMap<K, V> {
   get(key: K): V | undefined {
     const value = this.entries.get(key);
     if (value === undefined && !this.entries.has(key)) return undefined;
-    this.entries.delete(key);
-    this.entries.set(key, value as V);
+    // Already the newest (a hot key read again and again): nothing to move.
+    if (key !== this.newest) {
+      this.entries.delete(key);
+      this.entries.set(key, value as V);
+      this.newest = key;
+    }
     return value;
   }
+
+  /** The most recently used key, while it is still in the map (cleared by anything that may remove it). */
+  private newest: K | undefined = undefined;
 
   /** The value for `key` without marking it as used. */
   peek(key: K): V | undefined {
@@ -56,6 +63,7 @@ export class BoundedMap<K, V> {
       if (!oldest.done) this.entries.delete(oldest.value);
     }
     this.entries.set(key, value);
+    this.newest = key;
     return this;
   }
 
@@ -68,10 +76,12 @@ export class BoundedMap<K, V> {
   }
 
   delete(key: K): boolean {
+    if (key === this.newest) this.newest = undefined;
     return this.entries.delete(key);
   }
 
   clear(): void {
+    this.newest = undefined;
     this.entries.clear();
   }
 }

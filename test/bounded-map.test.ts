@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { BoundedMap } from "../functions/bounded-map";
 
@@ -70,5 +71,40 @@ describe("bounded map", () => {
   it("refuses a cap below one", () => {
     expect(() => new BoundedMap(0)).toThrow(RangeError);
     expect(() => new BoundedMap(1.5)).toThrow(RangeError);
+  });
+
+  it("keeps exactly the entries a reference LRU keeps, whatever the operations (property)", () => {
+    const op = fc.oneof(
+      fc.record({ kind: fc.constant("get" as const), key: fc.integer({ min: 0, max: 6 }) }),
+      fc.record({ kind: fc.constant("peek" as const), key: fc.integer({ min: 0, max: 6 }) }),
+      fc.record({ kind: fc.constant("set" as const), key: fc.integer({ min: 0, max: 6 }) }),
+      fc.record({ kind: fc.constant("delete" as const), key: fc.integer({ min: 0, max: 6 }) }),
+    );
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 4 }), fc.array(op, { maxLength: 60 }), (max, ops) => {
+        const m = new BoundedMap<number, number>(max);
+        // The reference: an array, oldest first.
+        let ref: [number, number][] = [];
+        ops.forEach((o, n) => {
+          const at = ref.findIndex(([k]) => k === o.key);
+          if (o.kind === "get") {
+            expect(m.get(o.key)).toBe(at >= 0 ? ref[at]?.[1] : undefined);
+            if (at >= 0) ref.push(...ref.splice(at, 1));
+          } else if (o.kind === "peek") {
+            expect(m.peek(o.key)).toBe(at >= 0 ? ref[at]?.[1] : undefined);
+          } else if (o.kind === "set") {
+            m.set(o.key, n);
+            if (at >= 0) ref.splice(at, 1);
+            else if (ref.length >= max) ref.shift();
+            ref.push([o.key, n]);
+          } else {
+            m.delete(o.key);
+            ref = ref.filter(([k]) => k !== o.key);
+          }
+          expect(m.size).toBe(ref.length);
+        });
+        for (const [k, v] of ref) expect(m.peek(k)).toBe(v);
+      }),
+    );
   });
 });

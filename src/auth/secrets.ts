@@ -23,6 +23,18 @@ const BEARER_TOKEN = /^[A-Za-z0-9._~+/-]+=*$/;
 
 /** What is wrong with a secret's value, or null when it is usable. */
 export function secretProblem(name: SecretName, value: unknown): string | null {
+  // Asked on every request with the same value: the answer for the last value seen is kept (a
+  // rotated secret is a new value and is checked again).
+  const last = lastChecked.get(name);
+  if (last && last.value === value) return last.problem;
+  const problem = checkSecret(name, value);
+  lastChecked.set(name, { value, problem });
+  return problem;
+}
+
+const lastChecked = new Map<SecretName, { value: unknown; problem: string | null }>();
+
+function checkSecret(name: SecretName, value: unknown): string | null {
   if (typeof value !== "string" || value.length === 0) return `${name} is not set`;
   const min = SECRET_MIN[name];
   const length = name === "TOKEN_SECRET" ? encoder.encode(value).byteLength : value.length;
