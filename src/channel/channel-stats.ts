@@ -21,6 +21,7 @@ export function channelStats(
     last_seq: store.counter("last_seq"),
     delivered_total: store.counter("delivered_total"),
     dropped_total: store.counter("dropped_total"),
+    priority_total: store.counter("priority_total"),
     analytics_copy_failures_total: store.counter("copy_failures_total"),
     slow_consumers_closed: store.counter("slow_consumers_closed"),
     last_sample: lastSample,
