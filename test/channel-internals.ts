@@ -8,6 +8,7 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import type { ChannelObject } from "../src/channel/channel-object";
 import type { ChannelStore, CounterName, CounterValues } from "../src/channel/channel-store";
+import type { SideFrame } from "../src/channel/frames";
 import { MessageLog } from "../src/channel/messages";
 import type { Reservation } from "../src/delivery/relay-registry";
 import { channelStub } from "../src/platform/stubs";
@@ -20,7 +21,10 @@ interface Parts {
   store: ChannelStore;
   fastLoop: ChannelFastLoop;
   activity: ChannelActivity;
-  relays: { relays: { entries: Map<string, { reservations: Map<string, Reservation> }> } };
+  relays: {
+    relays: { entries: Map<string, { reservations: Map<string, Reservation> }> };
+    sendSide(frames: SideFrame[]): void;
+  };
   expiry: { lastLeftAt: number };
 }
 
@@ -44,6 +48,11 @@ export function rememberChannel(instance: ChannelObject, channel: string): void 
 /** The channel's name as the object knows it (also for `withFailing`'s instance filter). */
 export function channelOf(instance: ChannelObject | Record<string, unknown>): string | null {
   return parts(instance).store.channel;
+}
+
+/** Side frames to every relay of the channel, as the channel's summaries and presence send them. */
+export function sendSide(instance: ChannelObject, frames: SideFrame[]): void {
+  parts(instance).relays.sendSide(frames);
 }
 
 /** The rate the channel's fast loop holds now. */

@@ -5,12 +5,13 @@
  * after a growing, capped backoff (fake timers) until one gets through, however long that takes.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { LiveFrame } from "../src/channel/frames";
+import type { LiveFrame, SideFrame } from "../src/channel/frames";
 import {
   PIPE_QUICK_GAP_MS,
   PIPE_QUICK_RETRIES,
   PIPE_RETRY_BASE_MS,
   PIPE_RETRY_MAX_MS,
+  PIPE_SIDE_MAX_BYTES,
   RelayPipe,
 } from "../src/delivery/relay-pipe";
 
@@ -18,12 +19,13 @@ const f = (seq: number, text = `m${seq}`): LiveFrame => ({ seq, text });
 
 /** A send that records each call and stays in flight until settled by the test. */
 function recorder() {
-  const calls: { seqs: number[]; head: number; settle: (ok: boolean) => void }[] = [];
-  const send = (frames: LiveFrame[], head: number) =>
+  const calls: { seqs: number[]; head: number; side: string[]; settle: (ok: boolean) => void }[] = [];
+  const send = (frames: LiveFrame[], head: number, side: SideFrame[] = []) =>
     new Promise<void>((resolve, reject) => {
       calls.push({
         seqs: frames.map((x) => x.seq),
         head,
+        side: side.map((x) => x.text),
         settle: (ok) => (ok ? resolve() : reject(new Error("relay failed"))),
       });
     });
@@ -145,5 +147,30 @@ describe("relay pipe", () => {
     await vi.advanceTimersByTimeAsync(60_000);
     pipe.push([f(2)], 2);
     expect(calls).toHaveLength(1);
+  });
+
+  it("side frames ride the line after the frames queued before them, bounded in bytes, and a failed call's are not sent again", async () => {
+    const { calls, send } = recorder();
+    const pipe = new RelayPipe(send, 1024);
+    const side = (text: string): SideFrame => ({ event: "summary", text });
+    pipe.pushSide([side("s0")]);
+    expect(calls.map((c) => [c.seqs, c.side])).toEqual([[[], ["s0"]]]);
+    pipe.push([f(1)], 1);
+    pipe.pushSide([side("s1")]);
+    calls[0]?.settle(true);
+    await turn();
+    // What queued behind the call goes as one: the message, then the side frame.
+    expect(calls[1]).toMatchObject({ seqs: [1], side: ["s1"] });
+    // Past the bound the oldest side frames go, the newest stays.
+    const big = "x".repeat(PIPE_SIDE_MAX_BYTES / 2);
+    pipe.pushSide([side(`a${big}`), side(`b${big}`), side(`c${big}`)]);
+    calls[1]?.settle(false);
+    await turn();
+    vi.advanceTimersByTime(PIPE_RETRY_BASE_MS);
+    // The failed call's side frames are not sent again; the queued ones (bounded) are.
+    expect(calls[2]?.side.map((t) => t[0])).toEqual(["c"]);
+    calls[2]?.settle(true);
+    await turn();
+    expect(calls).toHaveLength(3);
   });
 });

@@ -19,6 +19,21 @@ export interface LiveFrame {
   text: string;
 }
 
+/**
+ * Which subscribers a side frame is for: `summary` goes to every subscriber, `presence` to those
+ * that asked for it (`?presence=1`). Also the frame's SSE event name.
+ */
+export type SideEvent = "summary" | "presence";
+
+/**
+ * A frame outside the message order (docs/api.md, "Side frames"): it carries no seq, is never stored
+ * in history and never replayed on resume. Built once by the channel as text, like a message frame.
+ */
+export interface SideFrame {
+  event: SideEvent;
+  text: string;
+}
+
 /** The wire frame, built as text so the payload is never parsed again. */
 export function frame(channel: string, m: MessageFields): string {
   return `{"type":"message","channel":${JSON.stringify(channel)},"seq":${m.seq},"id":${JSON.stringify(m.id)},"data":${m.data},"published_at":${m.published_at}}`;
@@ -30,6 +45,11 @@ export function sseEvent(f: LiveFrame): string {
 }
 
 const encoder = new TextEncoder();
+
+/** One SSE side event: no `id`, so a reader's `Last-Event-ID` stays the last message's seq. */
+export function sideSseEvent(f: SideFrame): string {
+  return `event: ${f.event}\ndata: ${f.text}\n\n`;
+}
 
 /** Events as one chunk for every SSE reader (read-only once written). */
 export function sseChunk(events: string[]): Uint8Array {
@@ -63,7 +83,7 @@ export function takeFrameBytes(frames: Iterable<LiveFrame>, maxBytes: number): {
  * at most `maxBytes` (one frame alone may be more: every array holds at least one). The texts are
  * joined, never parsed or encoded again.
  */
-export function packFrames(frames: readonly LiveFrame[], maxBytes: number): string[] {
+export function packFrames(frames: readonly { text: string }[], maxBytes: number): string[] {
   const out: string[] = [];
   let part: string[] = [];
   let bytes = 2; // the brackets

@@ -6,7 +6,7 @@
  * report their counts and to fetch what they missed.
  */
 import type { ChannelStore } from "../channel/channel-store";
-import { frame, type LiveFrame, takeFrameBytes } from "../channel/frames";
+import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../channel/frames";
 import type { MessageRow } from "../channel/messages";
 import type { RelayAssignment, RelayReportAnswer } from "../channel/types";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
@@ -175,6 +175,15 @@ export class ChannelRelays {
   }
 
   /**
+   * Side frames (summaries, presence: docs/api.md, "Side frames") to every active relay, on each
+   * relay's line after the messages sent before them. Best effort: never stored, never repaired.
+   */
+  sendSide(frames: SideFrame[]): void {
+    if (frames.length === 0) return;
+    for (const e of this.relays.active()) this.pipeTo(e.name).pushSide(frames);
+  }
+
+  /**
    * Every active relay hears the head (at most once per {@link RELAY_PROBE_MS} unless `force`): each
    * wakes, and one reset since its last report reports its true counts from its constructor, while
    * an empty one is told to leave (src/delivery/relay.ts).
@@ -198,9 +207,9 @@ export class ChannelRelays {
   private pipeTo(name: string): RelayPipe {
     let pipe = this.pipes.get(name);
     if (!pipe) {
-      pipe = new RelayPipe((frames, head) => {
+      pipe = new RelayPipe((frames, head, side) => {
         this.unsavedSends++;
-        return relayStub(this.env, name).deliver(frames, head);
+        return relayStub(this.env, name).deliver(frames, head, side);
       }, SUBSCRIBER_MAX_BEHIND_BYTES);
       this.pipes.set(name, pipe);
     }

@@ -12,12 +12,20 @@
  * head-only calls with a growing backoff (capped at {@link PIPE_RETRY_MAX_MS}) until one succeeds or
  * the relay leaves, so a relay learns of a hole even if the channel goes quiet: the last message of
  * an event is not held back until a next publish that may never come.
+ *
+ * Side frames (summaries, presence: docs/api.md, "Side frames") ride the same line, after the message
+ * frames queued before them. They have no seq, so nothing repairs them: past their own bound
+ * ({@link PIPE_SIDE_MAX_BYTES}) the oldest are let go, and a failed call's side frames are lost. Each
+ * kind is a periodic report whose next frame supersedes it, so a lost one is corrected by the next.
  */
-import type { LiveFrame } from "../channel/frames";
+import type { LiveFrame, SideFrame } from "../channel/frames";
 import { utf8Length } from "../channel/frames";
 
-/** Sends frames (possibly none) and the channel's head seq to the relay. */
-export type RelaySend = (frames: LiveFrame[], head: number) => Promise<unknown>;
+/** Sends frames (possibly none), the channel's head seq and side frames (possibly none) to the relay. */
+export type RelaySend = (frames: LiveFrame[], head: number, side: SideFrame[]) => Promise<unknown>;
+
+/** Most bytes of side frames queued on one line while a call is in flight or retried. */
+export const PIPE_SIDE_MAX_BYTES = 256 * 1024;
 
 /**
  * Retries after which a new batch no longer waits out the whole backoff: it is sent at once (carrying
@@ -36,6 +44,8 @@ export const PIPE_RETRY_MAX_MS = 30_000;
 export class RelayPipe {
   private queue: LiveFrame[] = [];
   private queuedBytes = 0;
+  private side: SideFrame[] = [];
+  private sideBytes = 0;
   private inFlight = false;
   /** The relay must be told the head even with no frames: a call failed or frames were let go. */
   private needsHead = false;
@@ -73,6 +83,20 @@ export class RelayPipe {
     this.pump();
   }
 
+  /** Queues side frames behind what is queued; sent with the next call. */
+  pushSide(frames: SideFrame[]): void {
+    if (this.stopped) return;
+    for (const f of frames) {
+      this.side.push(f);
+      this.sideBytes += utf8Length(f.text);
+    }
+    while (this.sideBytes > PIPE_SIDE_MAX_BYTES && this.side.length > 1) {
+      const gone = this.side.shift() as SideFrame;
+      this.sideBytes -= utf8Length(gone.text);
+    }
+    this.pump();
+  }
+
   /** Tells the relay the head without frames (after the channel restarted, say). */
   sync(head: number): void {
     if (this.stopped) return;
@@ -91,21 +115,26 @@ export class RelayPipe {
     this.stopped = true;
     this.queue = [];
     this.queuedBytes = 0;
+    this.side = [];
+    this.sideBytes = 0;
     if (this.retry) clearTimeout(this.retry);
     this.retry = null;
   }
 
   private pump(): void {
     if (this.stopped || this.inFlight || this.retry) return;
-    if (this.queue.length === 0 && !this.needsHead) return;
+    if (this.queue.length === 0 && this.side.length === 0 && !this.needsHead) return;
     const frames = this.queue;
+    const side = this.side;
     this.queue = [];
     this.queuedBytes = 0;
+    this.side = [];
+    this.sideBytes = 0;
     this.needsHead = false;
     this.inFlight = true;
     this.lastCallAt = Date.now();
     this.sent++;
-    this.send(frames, this.head).then(
+    this.send(frames, this.head, side).then(
       () => {
         this.inFlight = false;
         this.failures = 0;
@@ -114,7 +143,8 @@ export class RelayPipe {
       () => {
         this.inFlight = false;
         if (this.stopped) return;
-        // The frames are not sent again: the relay repairs them from history once it hears the head.
+        // The frames are not sent again: the relay repairs them from history once it hears the head
+        // (side frames are lost: the next of their kind supersedes them).
         this.needsHead = true;
         this.failures++;
         this.retry = setTimeout(

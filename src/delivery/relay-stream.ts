@@ -20,12 +20,27 @@
  * others are sent at once. Held frames wait for the sockets live when they came: a replay sends what
  * is held first, since the joiner's replay already covers it, and floors are not passed until the
  * frames below them have gone out.
+ *
+ * **Side frames** (summaries, presence: docs/api.md, "Side frames") come with a call after its
+ * messages and go to the live subscribers that take them ({@link RelaySubscribers.wantsSide}), packed
+ * with the messages for packed sockets (and held with them under `FRAME_DELAY`); they carry no seq,
+ * so they never touch order, repair, replay or floors.
  */
 import type { ChannelObject } from "../channel/channel-object";
-import { type LiveFrame, packFrames, sseChunk, sseEvent, utf8Length } from "../channel/frames";
+import {
+  type LiveFrame,
+  packFrames,
+  type SideEvent,
+  type SideFrame,
+  sideSseEvent,
+  sseChunk,
+  sseEvent,
+  utf8Length,
+} from "../channel/frames";
 import { boundMemory } from "./relay-memory";
 import type { RelayReporter } from "./relay-reporter";
 import { attachment, type RelaySubscribers, type Subscriber } from "./relay-subscribers";
+import type { SseClient } from "./sse-hub";
 import {
   FRAME_MAX_BYTES,
   HISTORY_GAP_CLOSE,
@@ -62,6 +77,8 @@ export class RelayStream {
   private lane: Promise<unknown> = Promise.resolve();
   /** Frames held for packed sockets (`FRAME_DELAY` > 0), in seq order, and their bytes. */
   private held: LiveFrame[] = [];
+  /** Side frames held with them, sent after them. */
+  private heldSide: SideFrame[] = [];
   private heldBytes = 0;
   private heldTimer: ReturnType<typeof setTimeout> | null = null;
 
@@ -80,9 +97,9 @@ export class RelayStream {
 
   /**
    * Sends what follows `lastSeq`: `frames`, after the hole before them (or up to `head`) is fetched
-   * from the channel's history.
+   * from the channel's history; then `side`.
    */
-  async apply(frames: LiveFrame[], head: number): Promise<void> {
+  async apply(frames: LiveFrame[], head: number, side: readonly SideFrame[] = []): Promise<void> {
     const end = Math.max(head, frames.at(-1)?.seq ?? 0);
     let sockets = this.subs.sockets();
     if (sockets.length + this.subs.hub.size === 0) {
@@ -114,7 +131,7 @@ export class RelayStream {
       fresh = [...page.frames, ...fresh];
       sockets = this.subs.sockets(); // subscribers may have come or gone while it waited
     }
-    this.sendLive(fresh, sockets);
+    this.sendLive(fresh, sockets, side);
     this.advance(end, true);
   }
 
@@ -166,14 +183,16 @@ export class RelayStream {
   }
 
   /**
-   * Sends frames to every live subscriber; one that falls 1 MiB behind is closed, never waited for.
-   * Packed sockets get them as packed frames, now or (`FRAME_DELAY` > 0) when the held frames go.
+   * Sends frames, then side frames, to every live subscriber; one that falls 1 MiB behind is closed,
+   * never waited for. Packed sockets get them as packed frames, now or (`FRAME_DELAY` > 0) when the
+   * held frames go.
    */
-  private sendLive(frames: LiveFrame[], sockets: WebSocket[]): void {
-    if (frames.length === 0) return;
+  private sendLive(frames: LiveFrame[], sockets: WebSocket[], side: readonly SideFrame[] = []): void {
+    if (frames.length === 0 && side.length === 0) return;
     const tally: SendTally = { slow: 0, closed: 0 };
     const hold = this.relay.frameDelayMs() > 0;
-    const packed = new PackedOnce(frames, this.relay.maxFrameBytes());
+    const cut = new SideCut(side, this.subs);
+    const packed = new PackedOnce(frames, cut, this.relay.maxFrameBytes());
     for (const ws of sockets) {
       if (this.subs.joining.has(ws)) continue;
       if (this.subs.isBatched(ws)) {
@@ -181,27 +200,43 @@ export class RelayStream {
         continue;
       }
       const floor = this.subs.floors.get(ws);
+      const own = cut.framesFor(ws);
       this.sendTo(ws, tally, () => {
         for (const f of frames) if (floor === undefined || f.seq > floor) ws.send(f.text);
+        for (const f of own) ws.send(f.text);
       });
     }
     const hub = this.subs.hub;
     if (hub.live.size > 0) {
-      const chunk = sseChunk(frames.map(sseEvent)); // written to every reader; counted per reader
+      // One chunk per set of side frames, written to every reader that takes it; counted per reader.
+      const events = frames.map(sseEvent);
+      const shared = new Map<number, Uint8Array>();
       const first = frames[0]?.seq ?? 0;
       for (const client of [...hub.live]) {
-        const own = client.floor >= first ? sseChunk(frames.filter((f) => f.seq > client.floor).map(sseEvent)) : chunk;
+        const mask = cut.mask(client);
+        let own: Uint8Array;
+        if (frames.length > 0 && client.floor >= first) {
+          const mine = frames.filter((f) => f.seq > client.floor).map(sseEvent);
+          own = sseChunk([...mine, ...cut.frames(mask).map(sideSseEvent)]);
+        } else {
+          own = shared.get(mask) ?? sseChunk([...events, ...cut.frames(mask).map(sideSseEvent)]);
+          shared.set(mask, own);
+        }
         if (own.byteLength > 0 && !hub.write(client, own)) tally.slow++;
       }
     }
     this.settle(tally);
-    if (hold) this.hold(frames);
+    if (hold) this.hold(frames, side);
   }
 
   /** Holds frames for packed sockets; sent when the delay since the first ends, or at once when a frame is full. */
-  private hold(frames: LiveFrame[]): void {
+  private hold(frames: LiveFrame[], side: readonly SideFrame[]): void {
     for (const f of frames) {
       this.held.push(f);
+      this.heldBytes += utf8Length(f.text);
+    }
+    for (const f of side) {
+      this.heldSide.push(f);
       this.heldBytes += utf8Length(f.text);
     }
     if (this.heldBytes >= this.relay.maxFrameBytes()) {
@@ -223,11 +258,13 @@ export class RelayStream {
     if (this.heldTimer) clearTimeout(this.heldTimer);
     this.heldTimer = null;
     const frames = this.held;
-    if (frames.length === 0) return;
+    const side = this.heldSide;
+    if (frames.length === 0 && side.length === 0) return;
     this.held = [];
+    this.heldSide = [];
     this.heldBytes = 0;
     const tally: SendTally = { slow: 0, closed: 0 };
-    const packed = new PackedOnce(frames, this.relay.maxFrameBytes());
+    const packed = new PackedOnce(frames, new SideCut(side, this.subs), this.relay.maxFrameBytes());
     for (const ws of this.subs.sockets()) {
       if (!this.subs.joining.has(ws) && this.subs.isBatched(ws)) this.sendPacked(ws, frames, packed, tally);
     }
@@ -256,17 +293,19 @@ export class RelayStream {
     return Math.max(floor, ahead ?? 0, sent);
   }
 
-  /** Packed frames to one socket: shared by every socket without a floor, its own past one. */
+  /**
+   * Packed frames (and the side frames it takes) to one socket: shared by every socket without a
+   * floor that takes the same side frames, its own past one.
+   */
   private sendPacked(ws: WebSocket, frames: LiveFrame[], packed: PackedOnce, tally: SendTally): void {
     const floor = this.subs.floors.get(ws);
     const first = frames[0]?.seq ?? 0;
+    const mask = packed.cut.mask(ws);
     const texts =
       floor === undefined || floor < first
-        ? packed.texts()
-        : packFrames(
-            frames.filter((f) => f.seq > floor),
-            this.relay.maxFrameBytes(),
-          );
+        ? packed.texts(mask)
+        : packFrames([...frames.filter((f) => f.seq > floor), ...packed.cut.frames(mask)], this.relay.maxFrameBytes());
+    if (texts.length === 0) return;
     this.sendTo(ws, tally, () => {
       for (const text of texts) ws.send(text);
     });
@@ -304,15 +343,57 @@ export class RelayStream {
   }
 }
 
-/** The packed texts of a set of frames, joined once for every socket that takes them all. */
+/** The kinds of side frame, in the order of their bits in a {@link SideCut} mask. */
+const SIDE_EVENTS: readonly SideEvent[] = ["summary", "presence"];
+
+/**
+ * Which of a call's side frames each subscriber takes, as a mask over their kinds: subscribers that
+ * take the same kinds share one list, one packing and one SSE chunk.
+ */
+class SideCut {
+  private readonly byMask = new Map<number, readonly SideFrame[]>();
+  constructor(
+    private readonly side: readonly SideFrame[],
+    private readonly subs: RelaySubscribers,
+  ) {}
+
+  mask(sub: WebSocket | SseClient): number {
+    if (this.side.length === 0) return 0;
+    let m = 0;
+    for (let i = 0; i < SIDE_EVENTS.length; i++) if (this.subs.wantsSide(sub, SIDE_EVENTS[i] as SideEvent)) m |= 1 << i;
+    return m;
+  }
+
+  frames(mask: number): readonly SideFrame[] {
+    if (mask === 0) return [];
+    let list = this.byMask.get(mask);
+    if (!list) {
+      list = this.side.filter((f) => (mask & (1 << SIDE_EVENTS.indexOf(f.event))) !== 0);
+      this.byMask.set(mask, list);
+    }
+    return list;
+  }
+
+  framesFor(sub: WebSocket | SseClient): readonly SideFrame[] {
+    return this.frames(this.mask(sub));
+  }
+}
+
+/** The packed texts of a call's frames and side frames, joined once per set of side frames. */
 class PackedOnce {
-  private packed: string[] | null = null;
+  private readonly packed = new Map<number, string[]>();
   constructor(
     private readonly frames: readonly LiveFrame[],
+    readonly cut: SideCut,
     private readonly maxBytes: number,
   ) {}
-  texts(): string[] {
-    this.packed ??= packFrames(this.frames, this.maxBytes);
-    return this.packed;
+  texts(mask: number): string[] {
+    let texts = this.packed.get(mask);
+    if (!texts) {
+      const side = this.cut.frames(mask);
+      texts = packFrames(side.length > 0 ? [...this.frames, ...side] : this.frames, this.maxBytes);
+      this.packed.set(mask, texts);
+    }
+    return texts;
   }
 }

@@ -4,6 +4,7 @@
  * open, which are still being replayed to, which joined ahead of the relay's last seq, whose each
  * is, and how each is closed.
  */
+import type { SideEvent } from "../channel/frames";
 import { type SseClient, SseHub } from "./sse-hub";
 
 /** `WebSocket.OPEN`. */
@@ -82,6 +83,14 @@ export class RelaySubscribers {
       this.batchedSockets.set(ws, batch);
     }
     return batch;
+  }
+
+  /**
+   * Whether a subscriber takes side frames of this kind (docs/api.md, "Side frames"): a summary goes
+   * to every subscriber.
+   */
+  wantsSide(_sub: WebSocket | SseClient, event: SideEvent): boolean {
+    return event === "summary";
   }
 
   get count(): number {

@@ -17,7 +17,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { ChannelObject } from "../channel/channel-object";
-import type { LiveFrame } from "../channel/frames";
+import type { LiveFrame, SideFrame } from "../channel/frames";
 import type { RelayReportAnswer } from "../channel/types";
 import { ApiError } from "../http/errors";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
@@ -118,10 +118,11 @@ export class Relay extends DurableObject<Env> {
 
   /**
    * A batch from the channel (possibly none: a head-only call after a failure), with the channel's
-   * head seq. Answers once it is sent, so the channel's line to this relay stays in order.
+   * head seq and side frames sent after it (summaries, presence). Answers once it is sent, so the
+   * channel's line to this relay stays in order.
    */
-  deliver(frames: LiveFrame[], head: number): Promise<void> {
-    return this.stream.inLane(() => this.stream.apply(frames, head));
+  deliver(frames: LiveFrame[], head: number, side: SideFrame[] = []): Promise<void> {
+    return this.stream.inLane(() => this.stream.apply(frames, head, side));
   }
 
   counts(): RelayCounts {
