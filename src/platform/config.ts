@@ -298,7 +298,7 @@ function frameDelay(text: string | undefined): number {
 
 /** A `THROTTLE_SUMMARY` value: a JSON Pointer (RFC 6901) as a string. @throws PointerError */
 function summaryRule(value: unknown): SummaryRule {
-  if (typeof value !== "string") throw new PointerError("the value must be a JSON Pointer string such as \"/emoji\"");
+  if (typeof value !== "string") throw new PointerError('the value must be a JSON Pointer string such as "/emoji"');
   return { pointer: value, tokens: parsePointer(value) };
 }
 

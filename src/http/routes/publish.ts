@@ -5,11 +5,11 @@
 import { Hono } from "hono";
 import * as z from "zod";
 import { beforePublish } from "../../../functions/before-publish";
-import { messageKey } from "../../../functions/drop-summary";
 import type { QueuedCopy } from "../../../functions/drop-copies";
+import { messageKey } from "../../../functions/drop-summary";
 import { authorise, bearer } from "../../auth/authorise";
-import type { PublishOutcome } from "../../channel/types";
 import type { VerifiedToken } from "../../auth/tokens";
+import type { PublishOutcome } from "../../channel/types";
 import { type SummaryRule, summaryFor, thinningFor } from "../../platform/config";
 import { publishBudget } from "../../rate-limit/budgets";
 import type { AppEnv } from "../app-env";

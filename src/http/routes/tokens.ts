@@ -9,8 +9,8 @@ import * as z from "zod";
 import { adminAuth, tokenSecret } from "../../auth/authorise";
 import { whyNeverMatches } from "../../auth/grantable";
 import {
-  MAX_TOKEN_LENGTH,
   DEFAULT_SCOPES,
+  MAX_TOKEN_LENGTH,
   SCOPES,
   type Scope,
   signToken,
