@@ -22,9 +22,15 @@ import type { ChannelStore } from "./channel-store";
 import type { SideFrame } from "./frames";
 import { parseChannelName } from "./names";
 
+interface OpenInterval {
+  from: number;
+  due: number;
+  tally: KeyTally;
+}
+
 export class DropSummaries {
-  /** The interval being summed: when it opened (epoch ms) and its counts; null: none is open. */
-  private open: { from: number; tally: KeyTally } | null = null;
+  /** The interval being summed: when it opened and is due to end (epoch ms), its counts; null: none is open. */
+  private open: OpenInterval | null = null;
   /** The channel's summary rule; undefined until computed (config is per isolate, fixed for the object's life). */
   private ruleCache: SummaryRule | null | undefined = undefined;
 
@@ -69,9 +75,8 @@ export class DropSummaries {
   tick(now: number): void {
     const open = this.open;
     if (!open) return;
-    const due = open.from + getConfig(this.env).summaryIntervalMs;
-    if (now < due) {
-      this.scheduler.request(due); // woken early for another job
+    if (now < open.due) {
+      this.scheduler.request(open.due); // woken early for another job
       return;
     }
     this.open = null;
@@ -80,10 +85,11 @@ export class DropSummaries {
     this.send([{ event: "summary", text: summaryFrame(channel, open.from, now, open.tally) }]);
   }
 
-  private openAt(now: number): { from: number; tally: KeyTally } {
+  private openAt(now: number): OpenInterval {
     if (this.open) return this.open;
-    this.open = { from: now, tally: new KeyTally() };
-    this.scheduler.request(now + getConfig(this.env).summaryIntervalMs);
+    const due = now + getConfig(this.env).summaryIntervalMs;
+    this.open = { from: now, due, tally: new KeyTally() };
+    this.scheduler.request(due);
     return this.open;
   }
 
