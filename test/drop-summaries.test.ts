@@ -67,9 +67,9 @@ async function endInterval(ch: string): Promise<boolean> {
   return true;
 }
 
-async function stats(ch: string): Promise<{ dropped_total: number; relays: number }> {
+async function stats(ch: string): Promise<{ dropped_total: number; relays: number; last_summary: unknown }> {
   const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return (await res.json()) as { dropped_total: number; relays: number };
+  return (await res.json()) as { dropped_total: number; relays: number; last_summary: unknown };
 }
 
 const summariesIn = (frames: { type: string }[]) => frames.filter((f) => f.type === "summary") as unknown as Summary[];
@@ -117,6 +117,19 @@ describe("summaries of drops", () => {
     const event = sseText.text.slice(sseText.text.indexOf("event: summary"));
     expect(event).toMatch(/^event: summary\ndata: \{"type":"summary".*\n\n/);
     expect(sseText.text).not.toMatch(/id: [^\n]*\nevent: summary/);
+
+    // The channel's stats show it, and the dashboard's overview (from the sampler's registry) too.
+    const sent = summariesIn(sockets[0]?.frames.flat() ?? [])[0];
+    expect((await stats(ch)).last_summary).toEqual(sent);
+    await until(async () => {
+      const res = await callAndWait("/v1/admin/overview?within=1h", { headers: adminHeaders() });
+      const body = (await res.json()) as { channels: { channel: string; last_summary: unknown }[] };
+      const card = body.channels.find((c) => c.channel === ch);
+      return (
+        JSON.stringify(card?.last_summary) ===
+        JSON.stringify({ from: sent?.from, to: sent?.to, dropped: 8, by_key: expected })
+      );
+    }, "the summary on the dashboard's overview");
 
     // The next interval starts empty and adds up on its own.
     await publishAll(ch, token, [{ emoji: "🔥" }, { emoji: "x" }], isolateA, 202);
@@ -268,7 +281,7 @@ describe("summary configuration", () => {
 });
 
 /** A subscribe straight through the Worker with the small relays, from a fresh client IP. */
-function subscribeVia(path: string, headers: Record<string, string>): Promise<Response> {
+async function subscribeVia(path: string, headers: Record<string, string>): Promise<Response> {
   return worker.fetch(
     new Request(BASE + path, { headers: { "cf-connecting-ip": freshIp(), ...headers } }),
     relayEnv,

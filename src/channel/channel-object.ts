@@ -198,7 +198,7 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   stats(): ChannelStats {
-    return channelStats(this.store, this.relays, this.record, this.sampling.lastSample);
+    return channelStats(this.store, this.relays, this.record, this.sampling.lastSample, this.summaries.last);
   }
 
   /** The analytics channel's copies: appended, kept and expired (all zero on any other channel). */

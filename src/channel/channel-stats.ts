@@ -9,6 +9,7 @@ export function channelStats(
   relays: ChannelRelays,
   record: ChannelRecord,
   lastSample: unknown,
+  lastSummary: string | null,
 ): ChannelStats {
   const { websockets, sse } = relays.totals(Date.now());
   return {
@@ -25,6 +26,7 @@ export function channelStats(
     analytics_copy_failures_total: store.counter("copy_failures_total"),
     slow_consumers_closed: store.counter("slow_consumers_closed"),
     last_sample: lastSample,
+    last_summary: lastSummary === null ? null : (JSON.parse(lastSummary) as unknown),
     record: record.isRecord() ? record.counts() : null,
   };
 }

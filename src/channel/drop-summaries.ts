@@ -18,6 +18,8 @@
 import { KeyTally, OTHER_KEY, summaryFrame } from "../../functions/drop-summary";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { getConfig, type SummaryRule, summaryFor } from "../platform/config";
+import { activeChannelsStub } from "../platform/stubs";
+import { SUMMARY_REPORT_MS } from "../throttle/active-channels";
 import type { ChannelStore } from "./channel-store";
 import type { SideFrame } from "./frames";
 import { parseChannelName } from "./names";
@@ -33,6 +35,10 @@ export class DropSummaries {
   private open: OpenInterval | null = null;
   /** The channel's summary rule; undefined until computed (config is per isolate, fixed for the object's life). */
   private ruleCache: SummaryRule | null | undefined = undefined;
+  /** The last summary sent (JSON text), for stats; null: none since the object started. */
+  last: string | null = null;
+  /** When a summary was last reported to the sampler's registry for the dashboard (epoch ms). */
+  private reportedAt = 0;
 
   /** @param send side frames to every relay of the channel (src/delivery/channel-relays.ts). */
   constructor(
@@ -46,6 +52,8 @@ export class DropSummaries {
   reset(): void {
     this.open = null;
     this.ruleCache = undefined;
+    this.last = null;
+    this.reportedAt = 0;
   }
 
   /**
@@ -82,7 +90,25 @@ export class DropSummaries {
     this.open = null;
     const channel = this.store.channel;
     if (!channel || this.store.wiped || open.tally.total === 0) return;
-    this.send([{ event: "summary", text: summaryFrame(channel, open.from, now, open.tally) }]);
+    const text = summaryFrame(channel, open.from, now, open.tally);
+    this.last = text;
+    this.send([{ event: "summary", text }]);
+    this.report(channel, text, now);
+  }
+
+  /**
+   * The dashboard's card shows a channel's latest summary from the sampler's registry (its overview
+   * calls no channel object): reported at most once per {@link SUMMARY_REPORT_MS}, best effort.
+   */
+  private report(channel: string, text: string, now: number): void {
+    if (now - this.reportedAt < SUMMARY_REPORT_MS) return;
+    this.reportedAt = now;
+    activeChannelsStub(this.env)
+      .noteSummary(channel, text, now)
+      .catch((e: unknown) => {
+        this.reportedAt = 0; // the next summary tries again
+        console.error("floodgate: could not report a summary to the dashboard", e instanceof Error ? e.message : e);
+      });
   }
 
   private openAt(now: number): OpenInterval {

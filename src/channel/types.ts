@@ -104,6 +104,8 @@ export interface ChannelStats {
   /** Subscribers disconnected for falling too far behind (WebSocket and SSE). */
   slow_consumers_closed: number;
   last_sample: unknown;
+  /** The last summary of drops this channel sent (docs/api.md, "Summaries of drops"), or null. */
+  last_summary: unknown;
   /** Set on the analytics channel only. */
   record: RecordCounts | null;
 }

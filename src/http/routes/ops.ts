@@ -181,6 +181,16 @@ const ChannelStatsSchema = ChannelViewSchema.extend({
     .int()
     .openapi({ description: "Channel-to-relay delivery calls made (each carries a batch of messages)." }),
   last_seq: z.number().int(),
+  priority_total: z
+    .number()
+    .int()
+    .openapi({
+      description: "Priority messages delivered (Floodgate-Priority: high), counted in delivered_total too.",
+    }),
+  last_summary: z
+    .looseObject({})
+    .nullable()
+    .openapi({ description: "The last summary frame of drops the channel sent, or null." }),
   analytics_copy_failures_total: z.number().int(),
   slow_consumers_closed: z.number().int(),
   record: AnalyticsRecord.optional().openapi({ description: "On the analytics channel only." }),
@@ -215,9 +225,11 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
     last_seq: stats.last_seq,
     delivered_total,
     dropped_total,
+    priority_total: stats.priority_total,
     analytics_copy_failures_total: stats.analytics_copy_failures_total,
     slow_consumers_closed: stats.slow_consumers_closed,
     ...rates,
+    last_summary: stats.last_summary,
     ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
   });
 });
