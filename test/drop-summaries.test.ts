@@ -269,6 +269,19 @@ describe("summary configuration", () => {
     });
   });
 
+  it("the manifest shows the interval and the rules, most specific first", async () => {
+    const res = await callAndWait("/v1/manifest", {}, envWith({ SUMMARY_INTERVAL: "1500ms" }));
+    expect(((await res.json()) as { summaries: unknown }).summaries).toEqual({
+      interval: "1.5s",
+      rules: [
+        { pattern: "public:summary.deep.*", pointer: "/a/b/0" },
+        { pattern: "public:summary.**", pointer: "/emoji" },
+      ],
+    });
+    const none = await callAndWait("/v1/manifest", {}, envWith({ THROTTLE_SUMMARY: "{}", SUMMARY_INTERVAL: "" }));
+    expect(((await none.json()) as { summaries: unknown }).summaries).toEqual({ interval: "1s" });
+  });
+
   it("SUMMARY_INTERVAL is a duration from 250ms to 1h", async () => {
     for (const bad of ["abc", "10ms", "0s", "2h", "5"]) {
       const { status, body } = await health({ SUMMARY_INTERVAL: bad });
