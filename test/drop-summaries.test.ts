@@ -8,6 +8,8 @@
  * a test makes the open interval due now and runs the channel's alarm.
  */
 import { createExecutionContext, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { exports } from "cloudflare:workers";
+import { type Summary as ClientSummary, FloodgateClient, type Message, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import { OTHER_KEY } from "../functions/drop-summary";
 import worker from "../src/index";
@@ -67,9 +69,16 @@ async function endInterval(ch: string): Promise<boolean> {
   return true;
 }
 
-async function stats(ch: string): Promise<{ dropped_total: number; relays: number; last_summary: unknown }> {
+interface Stats {
+  dropped_total: number;
+  relays: number;
+  occupancy: number;
+  last_summary: unknown;
+}
+
+async function stats(ch: string): Promise<Stats> {
   const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return (await res.json()) as { dropped_total: number; relays: number; last_summary: unknown };
+  return (await res.json()) as Stats;
 }
 
 const summariesIn = (frames: { type: string }[]) => frames.filter((f) => f.type === "summary") as unknown as Summary[];
@@ -232,6 +241,53 @@ describe("summaries of drops", () => {
     expect(resumed.frames.every((f) => f.type === "message")).toBe(true);
     sub.ws.close();
     resumed.ws.close();
+  });
+});
+
+describe("the client's summaries", () => {
+  const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));
+  const openWebSocket = async (url: string, protocols: string[]): Promise<SocketLike> => {
+    const res = await exports.default.fetch(
+      new Request(url.replace(/^ws/, "http"), {
+        headers: {
+          upgrade: "websocket",
+          "sec-websocket-protocol": protocols.join(", "),
+          "cf-connecting-ip": freshIp(),
+        },
+      }),
+    );
+    if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);
+    res.webSocket.accept();
+    return res.webSocket as unknown as SocketLike;
+  };
+
+  it("hands summaries to onSummary over WebSocket and SSE, apart from messages, and publishes with priority", async () => {
+    const ch = `public:summary.${uniq()}`;
+    const pair = await mint({ sub: uniq("pub"), channels: ["public:summary.**"], scopes: ["publish", "priority"] });
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      accessToken: pair.access_token,
+      fetch: workerFetch,
+      openWebSocket,
+    });
+    const subs = (["websocket", "sse"] as const).map((transport) => {
+      const messages: Message[] = [];
+      const summaries: ClientSummary[] = [];
+      const sub = fg.subscribe(ch, (m) => messages.push(m), { transport, onSummary: (x) => summaries.push(x) });
+      return { sub, messages, summaries };
+    });
+    await until(async () => (await stats(ch)).relays >= 1 && (await stats(ch)).occupancy === 2, "two subscribers");
+    await setRate(ch, 1);
+    expect(await fg.publish(ch, { emoji: "🔥" })).toEqual({ status: "dropped" });
+    expect(await fg.publish(ch, { emoji: "🏆" }, { priority: "high" })).toMatchObject({ status: "delivered", seq: 1 });
+    expect(await endInterval(ch)).toBe(true);
+    for (const s of subs) {
+      await until(() => s.summaries.length === 1 && s.messages.length === 1, `summary on ${s.sub.transport}`);
+      expect(s.summaries[0]).toMatchObject({ type: "summary", channel: ch, dropped: 1, by_key: { "🔥": 1 } });
+      expect(s.messages.map((m) => m.data)).toEqual([{ emoji: "🏆" }]);
+      expect(s.sub.lastSeq).toBe(1);
+      s.sub.close();
+    }
   });
 });
 
