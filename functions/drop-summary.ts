@@ -123,9 +123,10 @@ function byteOrder(a: string, b: string): number {
 }
 
 /**
- * A frame's `by_key`: the `top` largest keys (ties in byte order of the key), largest first, then
- * {@link OTHER_KEY} with everything else (its own count included), present only when it is not 0.
- * The counts add up to the tally's total.
+ * A frame's `by_key`: the `top` largest keys (ties in byte order of the key), inserted largest first
+ * (JSON text keeps that order, except that integer-like keys come first), then {@link OTHER_KEY}
+ * with everything else (its own count included), present only when it is not 0. The counts add up
+ * to the tally's total.
  */
 export function topKeys(counts: ReadonlyMap<string, number>, top: number = SUMMARY_TOP_KEYS): Record<string, number> {
   const named = [...counts].filter(([k, n]) => k !== OTHER_KEY && n > 0);
