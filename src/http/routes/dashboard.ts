@@ -1,7 +1,7 @@
 /**
  * The dashboard's one poll (docs/api.md, Operator routes: `GET /v1/admin/overview`): what the page
  * shows, from two object calls whatever the number of channels — the sampler's registry (channels
- * seen, their latest samples, runtime targets) and the metrics object (deployment totals, rate-limit
+ * seen, their latest samples and summaries of drops, runtime targets) and the metrics object (deployment totals, rate-limit
  * decisions). No channel object is called; drop rates come from the isolate's drop-rate cache (KV).
  */
 import { Hono } from "hono";
