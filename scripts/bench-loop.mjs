@@ -135,7 +135,9 @@ for (const [name, { trace, stepAt }] of Object.entries(m.traces(TARGET))) {
 // Priority messages (docs/throttling.md, "Priority messages"): never dropped, counted as delivered.
 // The law drops more of the rest so the channel still holds its target; once priority alone exceeds
 // the target, everything else is dropped. Same simulation, constant load, the last 20 of 60 periods.
-{
+priorityTable();
+
+function priorityTable() {
   console.log(`### Priority traffic — target ${TARGET} msg/s, constant load, last 20 of 60 periods\n`);
   console.log(
     "| load | priority share | priority msg/s | delivered msg/s | vs target | rest delivered | drop rate of the rest |",
