@@ -24,6 +24,7 @@
  * Platform-neutral: the sink and the wait are arguments.
  */
 import { Coalescer } from "./coalescer";
+import { KeyTally } from "./drop-summary";
 import type { RecordCopy } from "./record-batch";
 
 /**
@@ -35,6 +36,11 @@ import type { RecordCopy } from "./record-batch";
 export interface QueuedCopy extends RecordCopy {
   /** True when the channel's own object already counted this drop (idempotent publishes). */
   counted: boolean;
+  /**
+   * The key the drop counts under in its channel's summary (functions/drop-summary.ts), for a channel
+   * with a summary rule; at most 128 characters. Sent with the drop's count, never to the record.
+   */
+  summary_key?: string;
 }
 
 /** A copy as JSON text (the analytics channel's message), the original message text spliced in. */
@@ -49,7 +55,8 @@ const COPY_OVERHEAD_BYTES = 128;
 
 /** The bytes a queued copy holds: its texts (a character is at most 2 bytes in V8) plus the rest. */
 export function copyBytes(c: QueuedCopy): number {
-  return 2 * (c.message.length + c.source_channel.length + c.publisher.length + c.id.length) + COPY_OVERHEAD_BYTES;
+  const text = c.message.length + c.source_channel.length + c.publisher.length + c.id.length;
+  return 2 * (text + (c.summary_key?.length ?? 0)) + COPY_OVERHEAD_BYTES;
 }
 
 /** Why copies did not reach the sink. */
@@ -63,14 +70,27 @@ const IDS_NAMED = 3;
  * message ids of each for the log (no message kept).
  */
 export class CopyTally {
-  /** Per source channel: copies lost, how many of their drops the channel has not counted yet, some ids. */
-  readonly byChannel = new Map<string, { copies: number; uncounted: number; ids: string[] }>();
+  /**
+   * Per source channel: copies lost, how many of their drops the channel has not counted yet, some
+   * ids, and the summary keys of those uncounted drops that carry one (null: none did).
+   */
+  readonly byChannel = new Map<string, { copies: number; uncounted: number; ids: string[]; keys: KeyTally | null }>();
   total = 0;
 
-  add(c: Pick<QueuedCopy, "source_channel" | "counted"> & { id?: string }, n = 1, ids: string[] = []): void {
-    const e = this.byChannel.get(c.source_channel) ?? { copies: 0, uncounted: 0, ids: [] };
+  add(
+    c: Pick<QueuedCopy, "source_channel" | "counted" | "summary_key"> & { id?: string },
+    n = 1,
+    ids: string[] = [],
+  ): void {
+    const e = this.byChannel.get(c.source_channel) ?? { copies: 0, uncounted: 0, ids: [], keys: null };
     e.copies += n;
-    if (!c.counted) e.uncounted += n;
+    if (!c.counted) {
+      e.uncounted += n;
+      if (c.summary_key !== undefined) {
+        e.keys ??= new KeyTally();
+        e.keys.add(c.summary_key, n);
+      }
+    }
     for (const id of c.id === undefined ? ids : [c.id, ...ids]) if (e.ids.length < IDS_NAMED) e.ids.push(id);
     this.byChannel.set(c.source_channel, e);
     this.total += n;

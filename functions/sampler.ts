@@ -24,9 +24,21 @@
  * count of a random drop (relative SD ≈ 1/√(T·τ) per period); deterministic thinning, not smoothing,
  * is the cure for that (`functions/thinning.ts`).
  *
+ * ## Priority messages (docs/throttling.md, "Priority messages")
+ *
+ * A priority message is never dropped, and it is delivered: it counts against the target like any
+ * other. With P the priority rate and N = A − P the rate of the rest, the law solves for the drop
+ * rate of the rest that delivers the target in all:
+ *
+ *     p = clamp(1 − (T − P) / N, 0, 1)        and p = 1 when P ≥ T
+ *
+ * so P + N·(1 − p) = T whenever P < T < A, and every other message is dropped when priority traffic
+ * alone reaches the target. With P = 0 it is the law above. The drop rate only ever applies to the
+ * rest: priority messages never meet it.
+ *
  * Guarantees (each asserted in test/sampler-law.test.ts with a seeded simulation):
- * - p ∈ [0,1] always, and p < 1 whenever the target is positive: a period with offered > target is
- *   never starved.
+ * - p ∈ [0,1] always, and p < 1 whenever the target is positive and above the priority rate: a
+ *   period with offered > target is never starved of the rest.
  * - p = 0 whenever offered ≤ target, in the first sample after the load falls.
  * - Constant overload: mean delivered within ±2% of target over 20 periods.
  * - A 4× step in load: delivered within ±10% of target from the second period after the step on, with
@@ -44,6 +56,11 @@ export type SamplerTarget =
 export interface PeriodCounts {
   delivered: number;
   dropped: number;
+  /**
+   * Priority messages among the delivered ones (never dropped by the throttle); absent: none. They
+   * count in `delivered` too.
+   */
+  priority?: number;
   /** Real elapsed time of the period, in ms (a late cron run measures a longer period). */
   elapsedMs: number;
   /** Subscribers at the end of the period. */
@@ -66,13 +83,23 @@ export function offeredRate(counts: Pick<PeriodCounts, "delivered" | "dropped" |
   return (counts.delivered + counts.dropped) / (counts.elapsedMs / 1000);
 }
 
+/** The priority rate in messages per second (0 when the period has no length or none came). */
+export function priorityRate(counts: Pick<PeriodCounts, "priority" | "elapsedMs">): number {
+  if (!(counts.elapsedMs > 0) || !(counts.priority && counts.priority > 0)) return 0;
+  return counts.priority / (counts.elapsedMs / 1000);
+}
+
 /**
- * The feed-forward law: the drop rate that lets `allowed` messages per second through when
- * `offered` arrive. Always in [0,1); 0 when offered ≤ allowed.
+ * The feed-forward law: the drop rate of the messages that are not priority that lets `allowed`
+ * messages per second through in all when `offered` arrive, `priority` of them priority (never
+ * dropped). 0 when offered ≤ allowed; 1 when priority alone reaches `allowed`; in [0,1) otherwise.
  */
-export function feedForwardRate(offered: number, allowed: number): number {
-  if (!(offered > allowed) || !(allowed > 0)) return allowed > 0 || offered <= 0 ? 0 : 1;
-  return 1 - allowed / offered;
+export function feedForwardRate(offered: number, allowed: number, priority = 0): number {
+  const p = Math.max(0, Math.min(priority, offered));
+  if (!(offered > allowed)) return 0;
+  if (!(allowed > p)) return 1;
+  // offered > allowed > p, so the rest is positive
+  return clampRate(1 - (allowed - p) / (offered - p));
 }
 
 /**
@@ -82,7 +109,7 @@ export function feedForwardRate(offered: number, allowed: number): number {
 export function nextDropRate(counts: PeriodCounts, currentRate: number, target: SamplerTarget): number {
   const offered = offeredRate(counts);
   if (offered === null) return clampRate(currentRate);
-  return clampRate(feedForwardRate(offered, allowedMessageRate(target, counts.occupancy)));
+  return clampRate(feedForwardRate(offered, allowedMessageRate(target, counts.occupancy), priorityRate(counts)));
 }
 
 /**

@@ -12,7 +12,9 @@ const TOKEN_KEY = "floodgate.admin";
  * @typedef {{ sampled_at: number, offered_rate: number | null, allowed_rate: number | null,
  *   delivered: number, dropped: number, elapsed_ms: number, new_rate: number, written: boolean }} Sample
  * @typedef {{ channel: string, last_seen_at: number, drop_rate: number, drop_mode: string,
- *   target: TargetJson, target_rate: number | null, occupancy: number | null, last_sample: Sample | null }} Channel
+ *   target: TargetJson, target_rate: number | null, occupancy: number | null, last_sample: Sample | null,
+ *   last_summary?: DropSummary | null }} Channel
+ * @typedef {{ from: number, to: number, dropped: number, by_key: Record<string, number> }} DropSummary
  * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals
  * @typedef {{ now: number, channels: Channel[], messages: { delivered: number, dropped: number },
  *   rate_limits: Record<string, { allowed: number, denied: number }>, record?: RecordTotals }} Overview
@@ -342,6 +344,7 @@ function renderChannel(c) {
   const badge = document.createElement("span");
   badge.textContent = c.drop_mode;
   $(".badges", el).replaceChildren(badge);
+  renderSummary(el, c.last_summary ?? null);
   const s = c.last_sample;
   if (!s) {
     $(".now", el).textContent = "—";
@@ -367,6 +370,35 @@ function renderChannel(c) {
   d[4].push(s.allowed_rate);
   if (d[0].length > HISTORY_POINTS) for (const series of d) series.shift();
   view.plot?.setData(d);
+}
+
+// ---- the crowd's voice: the channel's latest summary of drops (docs/api.md, "Summaries of drops") ----
+
+/** Keys of a summary the card names; the rest are summed into "others". */
+const SUMMARY_KEYS_SHOWN = 5;
+
+/**
+ * What the throttle dropped in the channel's latest summary, largest keys first.
+ * @param {HTMLElement} el the channel's card
+ * @param {DropSummary | null} summary
+ */
+function renderSummary(el, summary) {
+  const p = $(".crowd", el);
+  if (!summary) {
+    p.hidden = true;
+    return;
+  }
+  // Largest first, "(other)" last: a JSON object's key order carries no meaning.
+  const keys = Object.entries(summary.by_key).sort(
+    ([a, x], [b, y]) => Number(a === "(other)") - Number(b === "(other)") || y - x,
+  );
+  const shown = keys.slice(0, SUMMARY_KEYS_SHOWN);
+  const rest = keys.slice(SUMMARY_KEYS_SHOWN).reduce((n, [, count]) => n + count, 0);
+  const parts = shown.map(([key, count]) => `${key} ${count}`);
+  if (rest > 0) parts.push(`others ${rest}`);
+  const secs = Math.max(0.001, (summary.to - summary.from) / 1000);
+  p.textContent = `Dropped ${summary.dropped} in ${secs.toFixed(1)} s at ${new Date(summary.to).toLocaleTimeString()}: ${parts.join(" · ")}`;
+  p.hidden = false;
 }
 
 /** @param {string} name */

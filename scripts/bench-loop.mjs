@@ -3,6 +3,7 @@
 // simulation the tests use (test/loop-simulation.ts): synthetic traces, one period of actuation
 // lag, random drops or deterministic thinning. Prints one table per trace, then the production-timing
 // table: today's Cron-only loop against the two-tier loop (Cron sweep + the channel's fast loop).
+// Then the law with priority traffic (30% of the load, and more than the target) against the target.
 // Options: --target N (msg/s, default 20), --period N (seconds, default 60), --lag N (periods, default 1),
 // --seed N (default 1).
 import { importSource } from "./lib/import-source.mjs";
@@ -125,6 +126,46 @@ for (const [name, { trace, stepAt }] of Object.entries(m.traces(TARGET))) {
                 secs,
               )
         } |`,
+      );
+    }
+  }
+  console.log("");
+}
+
+// Priority messages (docs/throttling.md, "Priority messages"): never dropped, counted as delivered.
+// The law drops more of the rest so the channel still holds its target; once priority alone exceeds
+// the target, everything else is dropped. Same simulation, constant load, the last 20 of 60 periods.
+priorityTable();
+
+function priorityTable() {
+  console.log(`### Priority traffic — target ${TARGET} msg/s, constant load, last 20 of 60 periods\n`);
+  console.log(
+    "| load | priority share | priority msg/s | delivered msg/s | vs target | rest delivered | drop rate of the rest |",
+  );
+  console.log("|---|---:|---:|---:|---:|---:|---:|");
+  for (const [load, share] of [
+    [2, 0.3],
+    [3, 0.3],
+    [4, 0.3], // priority alone 1.2× the target
+    [2, 0.6],
+  ]) {
+    for (const mode of ["random", "thinning"]) {
+      const results = m.simulate({
+        trace: Array.from({ length: 60 }, () => load * TARGET),
+        target,
+        law: m.nextDropRate,
+        periodS: PERIOD,
+        lagPeriods: LAG,
+        mode,
+        random: m.seededRandom(SEED),
+        priorityShare: share,
+      });
+      const tail = results.slice(-20);
+      const perS = (f) => tail.reduce((a, r) => a + f(r), 0) / (tail.length * PERIOD);
+      const delivered = perS((r) => r.delivered);
+      const priority = perS((r) => r.priority);
+      console.log(
+        `| ${load}× (${mode}) | ${pct(share)} | ${priority.toFixed(1)} | ${delivered.toFixed(2)} | ${pct(delivered / TARGET - 1)} | ${(delivered - priority).toFixed(2)} | ${tail.at(-1).appliedRate} |`,
       );
     }
   }

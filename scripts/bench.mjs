@@ -5,7 +5,8 @@
 // opens real subscribers, drives publishes with autocannon, and prints one table: a bare Hono route
 // (the ceiling) and a bare POST, publish at throttle 0 with the limiter on and 1 or 100 WebSocket
 // subscribers or 100 SSE ones, many subjects (--spread N, default 500) publishing to one channel
-// (crowd) or each to its own (spread), publish at drop rate 0.5 and 0.9, a drop flood of 30 KB
+// (crowd) or each to its own (spread), publish at drop rate 0.5 and 0.9 (and at 0.5 on a channel with a
+// THROTTLE_SUMMARY rule, drop50sum: what counting drops per key costs), a drop flood of 30 KB
 // messages at drop rate 1 from 100 connections (flood30k: every drop must be a copy on the analytics
 // channel or a counted copy failure), and the deny path of a flooding subject and of a read flood
 // (anonymous history reads from one IP, readdeny) — requests/s, p50/p99, deliveries/s, workerd CPU per request, every figure as a
@@ -81,6 +82,8 @@ const NO_DEFAULT_LIMITS = {
   PUBLISH_BURST: "",
   READ_RATE: "",
   MAX_SUBSCRIPTIONS_PER_CLIENT: "100000",
+  // Summaries of drops on one channel only (drop50sum): every other scenario runs without a rule.
+  THROTTLE_SUMMARY: JSON.stringify({ "public:bench.halfsum": "/emoji" }),
 };
 const fg = await startFloodgate(NO_DEFAULT_LIMITS);
 const bare = await startBare();
@@ -182,6 +185,7 @@ const fgRead = wanted("readdeny") ? await startFloodgate({}) : null;
 const recipe = wanted("recipe10") ? await startRecipe() : null;
 
 await setRate(fg, "public:bench.half", 0.5);
+await setRate(fg, "public:bench.halfsum", 0.5);
 await setRate(fg, "public:bench.ninety", 0.9);
 await setRate(fg, "public:bench.flood30k", 1);
 const subs = {
@@ -190,6 +194,7 @@ const subs = {
   hundred: await subscribers("public:bench.hundred", SUBSCRIBERS),
   sse: await sseSubscribers("public:bench.sse", SUBSCRIBERS),
   half: await subscribers("public:bench.half", 1),
+  halfsum: await subscribers("public:bench.halfsum", 1),
   ninety: await subscribers("public:bench.ninety", 1),
   ...(fgMany ? { crowd: await subscribers("public:bench.crowd", 1, fgMany.base) } : {}),
   ...(recipe ? { recipe: await subscribers("public:bench.recipe", RECIPE_SUBSCRIBERS, recipe.base) } : {}),
@@ -306,6 +311,12 @@ const scenarios = [
     title: "publish, drop rate 0.5",
     subs: subs.half,
     ...publish(await mintToken(fg, { sub: "half", channels, rl: generous }), "public:bench.half"),
+  },
+  {
+    id: "drop50sum",
+    title: "publish, drop rate 0.5, with a summary rule (each drop counted under its /emoji)",
+    subs: subs.halfsum,
+    ...publish(await mintToken(fg, { sub: "halfsum", channels, rl: generous }), "public:bench.halfsum"),
   },
   {
     id: "drop90",
@@ -548,6 +559,12 @@ const TARGETS = [
     title: `delivered publish, ${RECIPE_SUBSCRIBERS} subscribers / literal recipe`,
     min: 2.5,
   },
+  {
+    id: "drop50sum",
+    against: "drop50",
+    title: "publish at drop rate 0.5 with a summary rule / without (≤ 5% cost)",
+    min: 0.95,
+  },
 ].filter((t) => has(t.id) || (t.id === "crowdcold" && coldWanted()));
 
 /** The cold crowd runs in the fine check beside the warm one, or when named (`--only crowdcold`). */
@@ -600,6 +617,8 @@ const FINE_PATHS = {
   pub10: (tree) => floodgatePath("public:bench.ten", { n: RECIPE_SUBSCRIBERS, tree }),
   drop50: (tree) => floodgatePath("public:bench.half", { n: RECIPE_SUBSCRIBERS, rate: 0.5, tree }),
   drop90: (tree) => floodgatePath("public:bench.ninety", { rate: 0.9, tree }),
+  // The same shape as drop50 on a channel a THROTTLE_SUMMARY rule matches (the bench Worker's vars).
+  drop50sum: (tree) => floodgatePath("public:bench.halfsum", { n: RECIPE_SUBSCRIBERS, rate: 0.5, tree }),
   // The crowd cold: every slice a crowd of new subjects, each publishing COLD_PUBLISHES times in
   // turn (subject k's first publish is request k), run to that count rather than for a duration, so
   // first contacts are a fixed share of the slice. Their throughput is requests over the slice's time.

@@ -3,6 +3,7 @@
 // progress line every second, so you can watch the throttle and the sampler work.
 //
 //   npm run load -- --channel public:live.reactions --rate 200/s --duration 60s [--subscribers 50]
+//   npm run load -- --summary /emoji     # varied keys at /emoji, and the summaries of drops printed
 //
 // `npm run load -- --help` lists the options (HELP below).
 import { adminToken } from "./lib/admin-token.mjs";
@@ -23,6 +24,10 @@ const HELP = `usage: npm run load -- [options]
                        counted as "behind" instead of piling up requests
   --rl N/s             the publish budget of the token it mints (default twice --rate, so the
                        budget does not get in the way; --rl 10/s to see 429s)
+  --summary POINTER    publish varied values (a few common, many rare) at this JSON Pointer of each
+                       message, e.g. /emoji, and print every summary of drops a subscriber receives
+                       (the channel needs a THROTTLE_SUMMARY rule with that pointer, and drops: a
+                       target or a drop rate; docs/api.md, "Summaries of drops")
   -h, --help           this text
 
 The token it mints has publish+subscribe scope on the channel.`;
@@ -38,6 +43,7 @@ const args = options(
     subscribers: 0,
     "max-in-flight": 256,
     rl: null,
+    summary: null,
   },
   { help: HELP },
 );
@@ -85,6 +91,51 @@ if (!Number.isInteger(subscriberCount) || subscriberCount < 0) fail("--subscribe
 
 const adminHeaders = { authorization: `Bearer ${admin}`, "content-type": "application/json" };
 
+// ---- --summary: varied keys, and the summaries of drops (docs/api.md, "Summaries of drops") ----
+
+/** `--summary` as reference tokens (RFC 6901), or null without it. */
+const summaryTokens = args.summary === null ? null : pointerTokens(args.summary);
+
+function pointerTokens(text) {
+  if (text === "") return [];
+  if (!text.startsWith("/") || /~(?![01])/.test(text)) fail(`--summary must be a JSON Pointer such as /emoji`);
+  return text
+    .slice(1)
+    .split("/")
+    .map((t) => t.replace(/~1/g, "/").replace(/~0/g, "~"));
+}
+
+/** The values published at the pointer: a few common ones and a long tail, so top 20 and "(other)" both show. */
+const SUMMARY_VALUES = ["🔥", "👏", "❤️", "😂", "😮", "🎉", "👍", "💯", "🙌", "😢"];
+
+/** The i-th message's value at the pointer: Zipf-like over the common values, then rare ones. */
+function summaryValue(i) {
+  const r = ((i * 2654435761) >>> 0) / 2 ** 32; // a fixed spread, not a random draw
+  if (r < 0.9) return SUMMARY_VALUES[Math.floor(SUMMARY_VALUES.length * r * r) % SUMMARY_VALUES.length];
+  return `rare-${i % 40}`;
+}
+
+/** The body of the i-th message: its value set at the pointer (objects made on the way). */
+function summaryBody(i) {
+  const value = summaryValue(i);
+  if (summaryTokens.length === 0) return value;
+  const body = { n: i, at: Date.now() };
+  let at = body;
+  for (const [k, t] of summaryTokens.entries()) {
+    if (k === summaryTokens.length - 1) at[t] = value;
+    else at = at[t] ??= {};
+  }
+  return body;
+}
+
+/** One summary frame as a line: its interval, drops and largest keys. */
+function summaryLine(s) {
+  const keys = Object.entries(s.by_key)
+    .sort(([a, x], [b, y]) => Number(a === "(other)") - Number(b === "(other)") || y - x)
+    .map(([k, n]) => `${k} ${n}`);
+  return `summary ${new Date(s.from).toISOString().slice(11, 23)}–${new Date(s.to).toISOString().slice(11, 23)}  dropped ${s.dropped}: ${keys.join(" · ")}`;
+}
+
 async function mint() {
   try {
     return await mintToken({ base, admin }, { sub: `load-${process.pid}`, channels: [channel], ttl: "24h", rl });
@@ -96,6 +147,34 @@ async function mint() {
 }
 
 const token = await mint();
+
+/** The subscriber that prints summaries (with --summary). */
+let watcher = null;
+if (summaryTokens !== null) {
+  const manifest = await fetch(`${base}/v1/manifest`).then(
+    (r) => r.json(),
+    () => null,
+  );
+  const rules = manifest?.summaries?.rules ?? [];
+  if (rules.length === 0)
+    console.log(
+      `floodgate load: the server has no THROTTLE_SUMMARY rule; start it with one, e.g. npm start -- --var 'THROTTLE_SUMMARY:{"${channel}":"${args.summary}"}'`,
+    );
+  // One more subscriber, which prints every summary it receives.
+  watcher = new WebSocket(`${base.replace(/^http/, "ws")}/v1/subscribe/${channel}?batch=1`, [
+    "floodgate",
+    `bearer.${token}`,
+  ]);
+  watcher.onmessage = (ev) => {
+    const frames = JSON.parse(ev.data);
+    for (const f of Array.isArray(frames) ? frames : [frames]) if (f.type === "summary") console.log(summaryLine(f));
+  };
+  watcher.onerror = () => {};
+  await new Promise((resolve) => {
+    watcher.addEventListener("open", resolve, { once: true });
+    watcher.addEventListener("close", resolve, { once: true });
+  });
+}
 const counts = { sent: 0, delivered: 0, dropped: 0, limited: 0, errors: 0, behind: 0, frames: 0, messages: 0 };
 const window = { delivered: 0, dropped: 0, sent: 0 };
 let inFlight = 0;
@@ -138,7 +217,7 @@ async function publishOne(i) {
     const res = await fetch(`${base}/v1/publish/${channel}`, {
       method: "POST",
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({ n: i, emoji: "🔥", at: Date.now() }),
+      body: JSON.stringify(summaryTokens === null ? { n: i, emoji: "🔥", at: Date.now() } : summaryBody(i)),
     });
     await res.arrayBuffer();
     if (res.status === 200) {
@@ -222,9 +301,11 @@ await new Promise((resolve) => {
 });
 clearInterval(pacer);
 clearInterval(ticker);
-// Let the last frames arrive before counting what subscribers saw.
-await new Promise((r) => setTimeout(r, 500));
+// Let the last frames arrive before counting what subscribers saw (and, with --summary, the last
+// interval's summary: up to SUMMARY_INTERVAL later).
+await new Promise((r) => setTimeout(r, watcher ? 2000 : 500));
 for (const ws of sockets) ws.close();
+watcher?.close();
 
 const elapsed = (Date.now() - started) / 1000;
 const stats = await channelStats();

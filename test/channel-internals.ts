@@ -26,6 +26,7 @@ interface Parts {
     sendSide(frames: SideFrame[]): void;
   };
   expiry: { lastLeftAt: number };
+  summaries: { open: { from: number; due: number } | null };
 }
 
 const parts = (instance: ChannelObject | Record<string, unknown>) => instance as unknown as Parts;
@@ -53,6 +54,17 @@ export function channelOf(instance: ChannelObject | Record<string, unknown>): st
 /** Side frames to every relay of the channel, as the channel's summaries and presence send them. */
 export function sendSide(instance: ChannelObject, frames: SideFrame[]): void {
   parts(instance).relays.sendSide(frames);
+}
+
+/**
+ * Makes the open summary interval due now (src/channel/drop-summaries.ts), so the next alarm ends it;
+ * answers its start, or null when no interval is open (no drops counted).
+ */
+export function makeSummaryDue(instance: ChannelObject): number | null {
+  const open = parts(instance).summaries.open;
+  if (!open) return null;
+  open.due = Date.now();
+  return open.from;
 }
 
 /** The rate the channel's fast loop holds now. */

@@ -79,6 +79,7 @@ describe("GET /v1/admin/overview", () => {
       target_rate: null,
       occupancy: null, // no target: never sampled, so no subscriber count without asking the channel
       last_sample: null,
+      last_summary: null, // no summary rule: no summary of drops
     });
     expect(Object.keys(body.rate_limits).sort()).toEqual(["admin-auth", "publish", "read", "subscribe", "token-issue"]);
     expect(body.messages.delivered).toBeGreaterThanOrEqual(names.length);
@@ -113,6 +114,7 @@ describe("GET /v1/admin/overview", () => {
       target_rate: stats.target_rate,
       occupancy: stats.occupancy,
       last_sample: stats.last_sample,
+      last_summary: stats.last_summary,
     });
     sub.ws.close();
 

@@ -51,4 +51,30 @@ describe("fastLoopStep", () => {
     );
     expect(step).toEqual({ rate: 0, dueAt: 0 });
   });
+
+  it("with 30% priority traffic: the rest is dropped at 1 − (T − P)/N so the period delivers the target", () => {
+    // 100 messages in 5 s (20/s), 30 of them priority (6/s): (10 − 6) / 14 of the rest may pass.
+    const step = fastLoopStep(
+      { delivered: 100, dropped: 0, priority: 30, elapsedMs: PERIOD, occupancy: 1 },
+      0,
+      target,
+      PERIOD,
+      NOW,
+    );
+    expect(step.rate).toBeCloseTo(1 - 4 / 14, 4);
+    expect(step.dueAt).toBe(NOW + PERIOD);
+    const delivered = 30 + 70 * (1 - step.rate);
+    expect(Math.abs(delivered - 50)).toBeLessThan(0.01);
+  });
+
+  it("priority traffic above the target: every other message is dropped", () => {
+    const step = fastLoopStep(
+      { delivered: 80, dropped: 40, priority: 80, elapsedMs: PERIOD, occupancy: 1 },
+      1,
+      target,
+      PERIOD,
+      NOW,
+    );
+    expect(step).toEqual({ rate: 1, dueAt: NOW + PERIOD });
+  });
 });

@@ -15,7 +15,7 @@ import { rateKey } from "../functions/before-publish";
 import { isMeaningfulChange } from "../functions/sampler";
 import type { ChannelSample } from "../src/throttle/sampler-run";
 import { backdatePeriod, counter, fastRate, setCounters } from "./channel-internals";
-import { adminHeaders, callAndWait, cron, envWith, publishAndWait, publisher, uniq } from "./helpers";
+import { adminHeaders, callAndWait, cron, envWith, mint, publishAndWait, publisher, uniq } from "./helpers";
 
 /** The configured target of `public:fastloop.*`, in messages per second. */
 const TARGET = 1;
@@ -244,5 +244,93 @@ describe("fast loop", () => {
       expect(isMeaningfulChange(rates[i - 1] as number, rates[i] as number)).toBe(false);
     expect(Number(await env.THROTTLE_KV.get(rateKey(ch)))).toBe(first.new_rate);
     expect((await isolateRate(ch)).source).toBe("fast-loop");
+  });
+});
+
+/**
+ * Priority messages in the fast loop (docs/throttling.md, "Priority messages"): they are delivered
+ * whatever the rate and count as delivered, so the loop drops more of the rest to hold the target.
+ */
+describe("fast loop with priority messages", () => {
+  /** A token that may publish with `Floodgate-Priority: high`. */
+  const priorityPublisher = async () =>
+    (
+      await mint({
+        sub: uniq("prio"),
+        channels: ["public:fastloop.*"],
+        scopes: ["publish", "priority"],
+        rl: "100000/s",
+      })
+    ).access_token;
+
+  /** Offers `priority` high and `normal` ordinary messages, interleaved; answers what was delivered of each. */
+  async function offerMix(channel: string, token: string, priority: number, normal: number) {
+    const delivered = { priority: 0, normal: 0 };
+    const kinds = Array.from(
+      { length: priority + normal },
+      (_, i) =>
+        Math.floor(((i + 1) * priority) / (priority + normal)) > Math.floor((i * priority) / (priority + normal)),
+    );
+    for (let i = 0; i < kinds.length; i += 10) {
+      const statuses = await Promise.all(
+        kinds.slice(i, i + 10).map((high, j) =>
+          publishAndWait(channel, token, { i: i + j }, high ? { "floodgate-priority": "high" } : {}).then((r) => ({
+            high,
+            status: r.status,
+          })),
+        ),
+      );
+      for (const { high, status } of statuses) {
+        if (high) expect(status).toBe(200);
+        else expect([200, 202]).toContain(status);
+        if (status === 200) delivered[high ? "priority" : "normal"]++;
+      }
+    }
+    return delivered;
+  }
+
+  it("holds the target with 30% priority traffic: the rest is dropped more, priority never", async () => {
+    const ch = `public:fastloop.${uniq()}`;
+    const token = await priorityPublisher();
+    // Twice the target, 30% of it priority: P = 0.6/s, the rest 1.4/s against 1/s.
+    const priority = Math.round(0.3 * 2 * ALLOWED);
+    const normal = 2 * ALLOWED - priority;
+    await offerMix(ch, token, priority, normal);
+    await endFastPeriod(ch);
+    // 1 − (T − P) / N = 1 − 0.4 / 1.4: not the 0.5 that would hold the target without priority.
+    expect(await objectRate(ch)).toBeCloseTo(1 - (TARGET - priority / 30) / (normal / 30), 3);
+    // Period 1 begins on the old rate (the isolate hears the new one with its first answers); from
+    // the second period on, the target holds within 10%.
+    for (let k = 1; k <= 3; k++) {
+      const d = await offerMix(ch, token, priority, normal);
+      expect(d.priority).toBe(priority);
+      const total = d.priority + d.normal;
+      if (k >= 2) expect(within10(total, ALLOWED), `period ${k}: ${total} delivered, ${ALLOWED} allowed`).toBe(true);
+      await endFastPeriod(ch);
+      expect(await objectRate(ch)).toBeCloseTo(1 - (TARGET - priority / 30) / (normal / 30), 3);
+    }
+    const stats = (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
+      priority_total: number;
+    };
+    expect(stats.priority_total).toBe(4 * priority);
+  });
+
+  it("drops every other message once priority traffic alone exceeds the target, and delivers every priority one", async () => {
+    const ch = `public:fastloop.${uniq()}`;
+    const token = await priorityPublisher();
+    // P = 1.5/s against a target of 1/s.
+    const priority = Math.round(1.5 * ALLOWED);
+    await offerMix(ch, token, priority, ALLOWED);
+    await endFastPeriod(ch);
+    expect(await objectRate(ch)).toBe(1);
+    await offerMix(ch, token, 1, 0); // the isolate hears the rate with this answer
+    const d = await offerMix(ch, token, priority, ALLOWED);
+    expect(d).toEqual({ priority, normal: 0 });
+    await endFastPeriod(ch);
+    expect(await objectRate(ch)).toBe(1);
+    // Priority falls below the target again: the rest is let through again, to the target.
+    await offerMix(ch, token, ALLOWED / 2, ALLOWED);
+    await endFastPeriod(ch);
+    expect(await objectRate(ch)).toBeCloseTo(0.5, 3);
   });
 });

@@ -30,10 +30,18 @@ export interface SimulationOptions {
   mode?: "random" | "thinning";
   random: () => number;
   occupancy?: number;
+  /**
+   * Share of each period's offered messages that is priority (docs/throttling.md, "Priority
+   * messages"): never dropped, counted as delivered and as priority; one share for every period, or
+   * one per period. Default 0.
+   */
+  priorityShare?: number | number[];
 }
 
 export interface PeriodResult {
   offered: number;
+  /** Priority messages among the offered (all delivered). */
+  priority: number;
   delivered: number;
   dropped: number;
   /** The drop rate in force during the period. */
@@ -54,20 +62,36 @@ export function simulate(opts: SimulationOptions): PeriodResult[] {
   const pipeline: number[] = Array.from({ length: lag + 1 }, () => 0);
   let stored = 0;
   const out: PeriodResult[] = [];
-  for (const rate of opts.trace) {
+  for (const [k, rate] of opts.trace.entries()) {
     const applied = pipeline.shift() ?? 0;
     const offered = Math.round(rate * periodS);
-    let delivered = 0;
-    for (let i = 0; i < offered; i++) {
+    const share = Array.isArray(opts.priorityShare) ? (opts.priorityShare[k] ?? 0) : (opts.priorityShare ?? 0);
+    const priority = Math.round(offered * share);
+    let delivered = priority;
+    for (let i = priority; i < offered; i++) {
       const drop = opts.mode === "thinning" ? thinning.drop("sim", applied) : opts.random() < applied;
       if (!drop) delivered++;
     }
-    const counts: PeriodCounts = { delivered, dropped: offered - delivered, elapsedMs: periodS * 1000, occupancy };
+    const counts: PeriodCounts = {
+      delivered,
+      dropped: offered - delivered,
+      priority,
+      elapsedMs: periodS * 1000,
+      occupancy,
+    };
     const next = roundRate(opts.law(counts, stored, opts.target));
     const wrote = isMeaningfulChange(stored, next);
     if (wrote) stored = next;
     pipeline.push(stored);
-    out.push({ offered, delivered, dropped: offered - delivered, appliedRate: applied, writtenRate: stored, wrote });
+    out.push({
+      offered,
+      priority,
+      delivered,
+      dropped: offered - delivered,
+      appliedRate: applied,
+      writtenRate: stored,
+      wrote,
+    });
   }
   return out;
 }
@@ -102,7 +126,9 @@ export function summarise(
   const window = Math.min(opts.window ?? 20, results.length);
   const periodS = opts.periodS ?? 60;
   const tail = results.slice(-window).map((r) => Math.min(r.delivered, Number.POSITIVE_INFINITY));
-  const allowedPerPeriod = (r: PeriodResult) => Math.min(r.offered, targetPerPeriod);
+  // What the law should deliver: the target, or all that is offered below it — or the priority
+  // messages alone when they exceed it (every other one dropped).
+  const allowedPerPeriod = (r: PeriodResult) => Math.max(Math.min(r.offered, targetPerPeriod), r.priority);
   const tailTargets = results.slice(-window).map(allowedPerPeriod);
   const mean = tail.reduce((a, b) => a + b, 0) / window;
   const meanTarget = tailTargets.reduce((a, b) => a + b, 0) / window;

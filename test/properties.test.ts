@@ -5,6 +5,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { feedForwardRate, nextDropRate } from "../functions/sampler";
 import { base64UrlEncode, signToken, TokenError, verifyToken } from "../src/auth/tokens";
 import {
   GrammarError,
@@ -235,5 +236,66 @@ describe("token decoder", () => {
     }
     const other = await signToken(claims as never, "the-admin-token-or-any-other-secret");
     await expect(verifyToken(other, secret, "access", now)).rejects.toMatchObject({ failure: "bad_signature" });
+  });
+});
+
+/**
+ * The throttle's law with priority traffic (docs/throttling.md, "Priority messages"), for priority
+ * from none to far above the target: the drop rate of the rest is in [0,1]; below the target the
+ * channel delivers exactly the target (priority + what passes of the rest) or everything offered;
+ * from the target on, every other message is dropped.
+ */
+describe("the throttle's law with priority traffic", () => {
+  const rate = fc.double({ min: 0, max: 1e5, noNaN: true, noDefaultInfinity: true });
+
+  it("solves for the rest: P + N·(1 − p) = T below the target, p = 1 from it, p = 0 when all fits", () => {
+    fc.assert(
+      fc.property(
+        rate,
+        fc.double({ min: 0.01, max: 1e4, noNaN: true }),
+        fc.double({ min: 0, max: 3, noNaN: true }),
+        (rest, t, priorityShare) => {
+          // Priority from 0 to 3× the target, the rest anything.
+          const priority = priorityShare * t;
+          const offered = priority + rest;
+          const p = feedForwardRate(offered, t, priority);
+          expect(p).toBeGreaterThanOrEqual(0);
+          expect(p).toBeLessThanOrEqual(1);
+          const delivered = priority + rest * (1 - p);
+          if (offered <= t) {
+            expect(p).toBe(0);
+          } else if (priority >= t) {
+            expect(p).toBe(1);
+          } else {
+            expect(p).toBeLessThan(1);
+            expect(Math.abs(delivered - t)).toBeLessThanOrEqual(1e-9 * Math.max(1, offered));
+          }
+          // Priority is never held back: what is delivered is never below it, nor below min(offered, T).
+          expect(delivered + 1e-9 * Math.max(1, offered)).toBeGreaterThanOrEqual(
+            Math.min(offered, Math.max(t, priority)),
+          );
+        },
+      ),
+      RUNS,
+    );
+  });
+
+  it("from a period's counts, the same law, whatever the period's length", () => {
+    fc.assert(
+      fc.property(
+        fc.nat({ max: 100_000 }),
+        fc.nat({ max: 100_000 }),
+        fc.nat({ max: 100_000 }),
+        fc.integer({ min: 1, max: 600_000 }),
+        fc.integer({ min: 1, max: 1000 }),
+        (priority, restDelivered, dropped, elapsedMs, perSecond) => {
+          const counts = { delivered: priority + restDelivered, dropped, priority, elapsedMs, occupancy: 1 };
+          const s = elapsedMs / 1000;
+          const p = nextDropRate(counts, 0.5, { kind: "messages", perSecond });
+          expect(p).toBe(feedForwardRate((priority + restDelivered + dropped) / s, perSecond, priority / s));
+        },
+      ),
+      RUNS,
+    );
   });
 });

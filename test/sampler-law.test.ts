@@ -214,3 +214,82 @@ describe("two loops at production timing (Cron 60 s, KV lag 60 s, fast period 5 
     }
   });
 });
+
+/**
+ * Priority messages (docs/throttling.md, "Priority messages"): never dropped, counted as delivered;
+ * the law solves for the drop rate of the rest.
+ */
+describe("the law with priority traffic", () => {
+  it("drops the rest at 1 − (T − P)/N, 0 at or below the target, 1 once priority alone reaches it", () => {
+    // A = 40/s, P = 12/s, N = 28/s against T = 20/s: (20 − 12) / 28 of the rest passes.
+    expect(feedForwardRate(40, 20, 12)).toBeCloseTo(1 - 8 / 28, 12);
+    expect(feedForwardRate(40, 20, 0)).toBe(feedForwardRate(40, 20));
+    expect(feedForwardRate(20, 20, 12)).toBe(0);
+    expect(feedForwardRate(15, 20, 15)).toBe(0);
+    expect(feedForwardRate(40, 20, 20)).toBe(1);
+    expect(feedForwardRate(40, 20, 30)).toBe(1);
+    expect(feedForwardRate(30, 20, 30)).toBe(1); // only priority, above the target: the rest, when it comes, is dropped
+    const counts = { delivered: 30 * 60, dropped: 10 * 60, priority: 12 * 60, elapsedMs: 60_000, occupancy: 1 };
+    expect(nextDropRate(counts, 0, target)).toBeCloseTo(1 - 8 / 28, 12);
+  });
+
+  const runWith = (trace: number[], share: number, mode: "random" | "thinning", seed = 3) =>
+    simulate({
+      trace,
+      target,
+      law: nextDropRate,
+      periodS: PERIOD_S,
+      lagPeriods: 1,
+      mode,
+      random: seededRandom(seed),
+      priorityShare: share,
+    });
+
+  for (const mode of ["random", "thinning"] as const) {
+    it(`holds the target with 30% priority traffic (${mode}): ±2% in steady state, ±10% two periods after a step`, () => {
+      const constant = runWith(
+        Array.from({ length: 60 }, () => 2 * T),
+        0.3,
+        mode,
+      );
+      const s = summarise(constant, perPeriod, { window: 20, periodS: PERIOD_S });
+      expect(s.steadyStateError).toBeLessThan(0.02);
+      // Every priority message delivered, in every period.
+      for (const r of constant) expect(r.delivered).toBeGreaterThanOrEqual(r.priority);
+      const step = runWith(
+        Array.from({ length: 60 }, (_, k) => (k < 20 ? 1.5 * T : 3 * T)),
+        0.3,
+        mode,
+      );
+      const stepped = summarise(step, perPeriod, { stepAt: 20, window: 20, periodS: PERIOD_S });
+      expect(stepped.settlingPeriods).not.toBeNull();
+      expect(stepped.settlingPeriods as number).toBeLessThanOrEqual(2);
+      expect(stepped.steadyStateError).toBeLessThan(0.02);
+    });
+  }
+
+  it("drops every other message while priority traffic alone exceeds the target, and holds the target again once it falls", () => {
+    // 3× the target, half of it priority (P = 1.5 T); then 2× the target, 10% priority.
+    const trace = Array.from({ length: 40 }, (_, k) => (k < 20 ? 3 * T : 2 * T));
+    const shares = trace.map((_, k) => (k < 20 ? 0.5 : 0.1));
+    const results = simulate({
+      trace,
+      target,
+      law: nextDropRate,
+      periodS: PERIOD_S,
+      lagPeriods: 1,
+      random: seededRandom(5),
+      priorityShare: shares,
+    });
+    // From the second period on (one of lag), nothing but priority is delivered, and all of it.
+    for (const r of results.slice(2, 20)) {
+      expect(r.appliedRate).toBe(1);
+      expect(r.delivered).toBe(r.priority);
+      expect(r.delivered).toBeGreaterThan(perPeriod);
+    }
+    // Two periods after priority falls below the target, the target holds within 10% again.
+    const after = summarise(results, perPeriod, { stepAt: 20, window: 15, periodS: PERIOD_S });
+    expect(after.settlingPeriods as number).toBeLessThanOrEqual(2);
+    expect(after.steadyStateError).toBeLessThan(0.02);
+  });
+});

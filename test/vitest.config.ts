@@ -29,6 +29,10 @@ export default defineConfig({
             "public:fastloop.*": "1/s",
           }),
           THROTTLE_THINNING: "public:sampled.thin.*,public:fastloop.*",
+          // Summaries of drops for test/drop-summaries.test.ts only. The interval is long, so no summary
+          // is sent by itself: a test makes the open interval due now and runs the alarm.
+          THROTTLE_SUMMARY: JSON.stringify({ "public:summary.**": "/emoji", "public:summary.deep.*": "/a/b/0" }),
+          SUMMARY_INTERVAL: "1h",
           // The fast loop's alarm never fires by itself during the suite: test/fast-loop.test.ts ends
           // each period by moving its stored start back and running the alarm (runDurableObjectAlarm).
           SAMPLER_FAST_PERIOD: "10m",

@@ -7,8 +7,13 @@ import { type ChannelPattern, GrammarError, parsePattern } from "../channel/name
 import type { LimitJson } from "../rate-limit/limits";
 
 export type TokenType = "access" | "refresh";
-export type Scope = "publish" | "subscribe";
-export const SCOPES: readonly Scope[] = ["publish", "subscribe"];
+export type Scope = "publish" | "subscribe" | "priority";
+export const SCOPES: readonly Scope[] = ["publish", "subscribe", "priority"];
+/**
+ * What a mint without `scopes` grants. `priority` (publishes the throttle never drops, docs/api.md,
+ * "Priority messages") is granted only when asked for by name.
+ */
+export const DEFAULT_SCOPES: readonly Scope[] = ["publish", "subscribe"];
 
 /** The claims Floodgate signs. Times are epoch seconds. */
 export interface TokenClaims {

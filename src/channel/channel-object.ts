@@ -8,6 +8,8 @@
  * - src/channel/channel-store.ts: tables, counters, the batch transaction, the "nothing stored" state;
  * - src/channel/messages.ts: appending, trimming and reading the history;
  * - src/channel/publishing.ts: one publish and its Idempotency-Key, and the keys' expiry;
+ * - src/channel/drop-summaries.ts: summaries of the drops per `SUMMARY_INTERVAL`, sent to every
+ *   subscriber (docs/api.md, "Summaries of drops");
  * - src/channel/idle-expiry.ts: deleting everything once the channel is idle (docs/operations.md,
  *   "Storage bounded by activity");
  * - src/record/channel-record.ts: the analytics channel as the record of dropped messages;
@@ -33,6 +35,7 @@ import { ChannelFastLoop } from "../throttle/channel-fast-loop";
 import { ChannelSampling } from "../throttle/channel-sampling";
 import { channelStats } from "./channel-stats";
 import { ChannelStore } from "./channel-store";
+import { DropSummaries } from "./drop-summaries";
 import type { LiveFrame } from "./frames";
 import { IdleExpiry } from "./idle-expiry";
 import { MessageLog } from "./messages";
@@ -61,6 +64,7 @@ export class ChannelObject extends DurableObject<Env> {
   private readonly fastLoop: ChannelFastLoop;
   private readonly activity: ChannelActivity;
   private readonly sampling: ChannelSampling;
+  private readonly summaries: DropSummaries;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -85,6 +89,7 @@ export class ChannelObject extends DurableObject<Env> {
         activity.reset();
         fastLoop.reset();
         this.sampling.reset();
+        this.summaries.reset();
       },
     });
     this.scheduler = scheduler;
@@ -96,6 +101,7 @@ export class ChannelObject extends DurableObject<Env> {
     this.expiry = expiry;
     this.publishing = new Publishing(store, messages, scheduler, count);
     this.relays = new ChannelRelays(store, scheduler, env, () => expiry.subscriberLeft());
+    this.summaries = new DropSummaries(store, scheduler, env, (frames) => this.relays.sendSide(frames));
     this.sampling = new ChannelSampling(store, fastLoop, activity, occupancy, () => expiry.ensure());
     ctx.blockConcurrencyWhile(async () => {
       await scheduler.load();
@@ -125,6 +131,10 @@ export class ChannelObject extends DurableObject<Env> {
       this.messages.trimHistory();
     });
     this.relays.sendsSaved(sends);
+    // Once the batch committed: its drops count in the summary, each under the key its isolate gave.
+    outcomes.forEach((o, i) => {
+      if (o.status === "dropped" && !o.replayed) this.summaries.countOne(cmds[i]?.summaryKey);
+    });
     const appended = outcomes.some((o) => o.status === "delivered" && !o.replayed);
     if (appended) this.relays.fanOut();
     // A message published straight to the analytics channel is kept for the retention too.
@@ -159,15 +169,22 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   /**
-   * Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed. Answers
-   * the current rate: at a high drop rate few publishes reach this object, but every isolate that
-   * drops reports here, so each one still hears the rate.
+   * Counts drops decided in the Worker (no Idempotency-Key), and analytics copies that failed; `byKey`
+   * holds the drops' summary keys on a channel with a summary rule. Answers the current rate: at a
+   * high drop rate few publishes reach this object, but every isolate that drops reports here, so
+   * each one still hears the rate.
    */
-  async recordDrops(channel: string, dropped: number, copyFailures: number): Promise<ChannelRate> {
+  async recordDrops(
+    channel: string,
+    dropped: number,
+    copyFailures: number,
+    byKey?: Record<string, number>,
+  ): Promise<ChannelRate> {
     this.store.revive();
     this.store.remember(channel);
     if (dropped > 0) this.store.set({ last_publish_at: Date.now() });
     this.activity.count({ dropped_total: dropped, period_dropped: dropped, copy_failures_total: copyFailures });
+    this.summaries.count(dropped, byKey);
     this.expiry.ensure();
     await this.activity.settled(undefined);
     return this.fastLoop.currentRate();
@@ -181,7 +198,7 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   stats(): ChannelStats {
-    return channelStats(this.store, this.relays, this.record, this.sampling.lastSample);
+    return channelStats(this.store, this.relays, this.record, this.sampling.lastSample, this.summaries.last);
   }
 
   /** The analytics channel's copies: appended, kept and expired (all zero on any other channel). */
@@ -219,6 +236,7 @@ export class ChannelObject extends DurableObject<Env> {
     this.publishing.expireKeys(now);
     this.record.expireCopies(now);
     this.fastLoop.tick(now);
+    this.summaries.tick(now);
   }
 
   // ---- relays -------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ export function channelStats(
   relays: ChannelRelays,
   record: ChannelRecord,
   lastSample: unknown,
+  lastSummary: string | null,
 ): ChannelStats {
   const { websockets, sse } = relays.totals(Date.now());
   return {
@@ -21,9 +22,11 @@ export function channelStats(
     last_seq: store.counter("last_seq"),
     delivered_total: store.counter("delivered_total"),
     dropped_total: store.counter("dropped_total"),
+    priority_total: store.counter("priority_total"),
     analytics_copy_failures_total: store.counter("copy_failures_total"),
     slow_consumers_closed: store.counter("slow_consumers_closed"),
     last_sample: lastSample,
+    last_summary: lastSummary === null ? null : (JSON.parse(lastSummary) as unknown),
     record: record.isRecord() ? record.counts() : null,
   };
 }

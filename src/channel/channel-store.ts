@@ -22,6 +22,10 @@ export type CounterName =
   | "relay_sends_total"
   | "period_delivered"
   | "period_dropped"
+  /** Priority messages (never dropped by the throttle): in all, and among this period's and the fast period's delivered. */
+  | "priority_total"
+  | "period_priority"
+  | "fast_priority"
   | "period_started_at"
   /** When the channel last took a publish (delivered or dropped), or was first used: idle expiry counts from it. */
   | "last_publish_at"

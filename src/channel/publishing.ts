@@ -39,6 +39,7 @@ export class Publishing {
       outcome = { status: "dropped", replayed: false };
     } else {
       const m = this.messages.append(cmd.data, cmd.publisher, cmd.now);
+      if (cmd.priority) this.count({ priority_total: 1, period_priority: 1 });
       outcome = {
         status: "delivered",
         channel: cmd.channel,

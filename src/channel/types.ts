@@ -12,6 +12,10 @@ export interface PublishCommand {
   publisher: string;
   /** The throttle's decision, made in the Worker. */
   action: "deliver" | "drop";
+  /** A priority message (`Floodgate-Priority: high`): delivered, and counted as priority. */
+  priority?: boolean;
+  /** A dropped message's key for the channel's summary (functions/drop-summary.ts); absent: none. */
+  summaryKey?: string;
   idempotencyKey?: string;
   now: number;
 }
@@ -94,10 +98,14 @@ export interface ChannelStats {
   last_seq: number;
   delivered_total: number;
   dropped_total: number;
+  /** Priority messages delivered (docs/api.md, "Priority messages"), counted in `delivered_total` too. */
+  priority_total: number;
   analytics_copy_failures_total: number;
   /** Subscribers disconnected for falling too far behind (WebSocket and SSE). */
   slow_consumers_closed: number;
   last_sample: unknown;
+  /** The last summary of drops this channel sent (docs/api.md, "Summaries of drops"), or null. */
+  last_summary: unknown;
   /** Set on the analytics channel only. */
   record: RecordCounts | null;
 }

@@ -4,6 +4,7 @@
  * Invalid configuration fails closed: every API route answers 500 naming the variable, and
  * `scripts/check-config.mjs` (run by `npm run deploy`) refuses to upload it.
  */
+import { PointerError, parsePointer } from "../../functions/drop-summary";
 import type { SamplerTarget } from "../../functions/sampler";
 import {
   anyPatternMatches,
@@ -79,6 +80,17 @@ export interface Config {
   maxSubscriptionsPerClient: number;
   /** Longest a relay holds a packed frame back to pack more into it, in ms (docs/api.md, "Packed frames"). */
   frameDelayMs: number;
+  // ---- summaries of drops (docs/api.md, "Summaries of drops") ----
+  /** `THROTTLE_SUMMARY`: channel pattern → the JSON Pointer whose value groups a channel's drops. */
+  throttleSummary: Rule<SummaryRule>[];
+  /** `SUMMARY_INTERVAL`: the period of summary frames, in ms. */
+  summaryIntervalMs: number;
+}
+
+/** A `THROTTLE_SUMMARY` rule's pointer, as written and parsed into its reference tokens. */
+export interface SummaryRule {
+  pointer: string;
+  tokens: string[];
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults, {@link REQUIRED_BUDGETS} excepted). */
@@ -116,6 +128,8 @@ export const CONFIG_VARIABLES = [
   "MAX_SUBSCRIBERS",
   "MAX_SUBSCRIPTIONS_PER_CLIENT",
   "FRAME_DELAY",
+  "THROTTLE_SUMMARY",
+  "SUMMARY_INTERVAL",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -138,6 +152,7 @@ function wrap<T>(variable: string, f: () => T): T {
       e instanceof LimitError ||
       e instanceof GrammarError ||
       e instanceof DurationError ||
+      e instanceof PointerError ||
       e instanceof SyntaxError ||
       e instanceof RangeError
     ) {
@@ -279,6 +294,35 @@ function frameDelay(text: string | undefined): number {
   return ms;
 }
 
+// ---- summaries of drops (docs/api.md, "Summaries of drops") ----
+
+/** A `THROTTLE_SUMMARY` value: a JSON Pointer (RFC 6901) as a string. @throws PointerError */
+function summaryRule(value: unknown): SummaryRule {
+  if (typeof value !== "string") throw new PointerError('the value must be a JSON Pointer string such as "/emoji"');
+  return { pointer: value, tokens: parsePointer(value) };
+}
+
+/** The shortest `SUMMARY_INTERVAL`: each interval with drops costs one frame per subscriber. */
+export const MIN_SUMMARY_INTERVAL_MS = 250;
+/** The longest `SUMMARY_INTERVAL`: a summary an hour late tells the audience nothing. */
+export const MAX_SUMMARY_INTERVAL_MS = 3_600_000;
+
+/** `SUMMARY_INTERVAL`: a duration from {@link MIN_SUMMARY_INTERVAL_MS} to {@link MAX_SUMMARY_INTERVAL_MS}; default `1s`. */
+function summaryInterval(text: string | undefined): number {
+  const t = (text ?? "").trim() || "1s";
+  const ms = wrap("SUMMARY_INTERVAL", () => parseDuration(t));
+  if (!(ms >= MIN_SUMMARY_INTERVAL_MS && ms <= MAX_SUMMARY_INTERVAL_MS)) {
+    throw new ConfigError("SUMMARY_INTERVAL", `"${t}" must be from 250ms to 1h`);
+  }
+  return ms;
+}
+
+/** The summary rule of a channel (`THROTTLE_SUMMARY`, most specific wins), or null: no summaries. */
+export function summaryFor(config: Config, channel: ChannelName): SummaryRule | null {
+  if (channel.name === config.analyticsChannel.name) return null; // never throttled, so nothing to sum
+  return selectRule(config.throttleSummary, channel)?.value ?? null;
+}
+
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
 export function parseConfig(raw: RawConfig): Config {
   const fallbackText = (raw.THROTTLE_FALLBACK_RATE ?? "").trim() || "0";
@@ -326,6 +370,8 @@ export function parseConfig(raw: RawConfig): Config {
     maxSubscribers: positiveInt("MAX_SUBSCRIBERS", raw.MAX_SUBSCRIBERS, 100_000),
     maxSubscriptionsPerClient: positiveInt("MAX_SUBSCRIPTIONS_PER_CLIENT", raw.MAX_SUBSCRIPTIONS_PER_CLIENT, 20),
     frameDelayMs: frameDelay(raw.FRAME_DELAY),
+    throttleSummary: patternRules("THROTTLE_SUMMARY", raw.THROTTLE_SUMMARY, summaryRule),
+    summaryIntervalMs: summaryInterval(raw.SUMMARY_INTERVAL),
   };
 }
 

@@ -163,7 +163,7 @@ async function sendCopies(
 async function countUncounted(env: Env, reader: DropRateReader, batch: QueuedCopy[]): Promise<void> {
   await Promise.all(
     [...CopyTally.of(batch).byChannel].map(async ([channel, e]) => {
-      if (e.uncounted === 0 || !(await recordDrops(env, reader, channel, e.uncounted, 0))) return;
+      if (e.uncounted === 0 || !(await recordDrops(env, reader, channel, e.uncounted, 0, e.keys?.toObject()))) return;
       for (const q of batch) if (q.source_channel === channel) q.counted = true;
     }),
   );
@@ -172,13 +172,17 @@ async function countUncounted(env: Env, reader: DropRateReader, batch: QueuedCop
 /** Tells each source channel how many drops it had (those it has not counted) and how many copies failed. */
 async function countDrops(env: Env, reader: DropRateReader, failed: CopyTally): Promise<void> {
   await Promise.all(
-    [...failed.byChannel].map(([channel, e]) => recordDrops(env, reader, channel, e.uncounted, e.copies)),
+    [...failed.byChannel].map(([channel, e]) =>
+      recordDrops(env, reader, channel, e.uncounted, e.copies, e.keys?.toObject()),
+    ),
   );
 }
 
 /**
- * Counts drops and failed copies on their channel; answers whether it could. The channel answers its
- * fast-loop rate: at a high drop rate this is how most isolates hear it.
+ * Counts drops and failed copies on their channel, with the drops' summary keys (`byKey`, when the
+ * channel has a summary rule: they go with the counts, so a summary adds up to the drops); answers
+ * whether it could. The channel answers its fast-loop rate: at a high drop rate this is how most
+ * isolates hear it.
  */
 async function recordDrops(
   env: Env,
@@ -186,9 +190,11 @@ async function recordDrops(
   channel: string,
   dropped: number,
   copyFailures: number,
+  byKey?: Record<string, number>,
 ): Promise<boolean> {
   try {
-    reader.offer(channel, await countedChannelStub(env, channel).recordDrops(channel, dropped, copyFailures));
+    const stub = countedChannelStub(env, channel);
+    reader.offer(channel, await stub.recordDrops(channel, dropped, copyFailures, byKey));
     return true;
   } catch (e) {
     console.error(`floodgate: could not count ${dropped} drops on ${channel}`, e instanceof Error ? e.message : e);

@@ -77,6 +77,8 @@ export class ActiveChannels extends DurableObject<Env> {
     this.sql.exec("CREATE TABLE IF NOT EXISTS seen (channel TEXT PRIMARY KEY, at INTEGER NOT NULL)");
     const seenColumns = this.sql.exec<{ name: string }>("PRAGMA table_info(seen)").toArray();
     if (!seenColumns.some((c) => c.name === "sample")) this.sql.exec("ALTER TABLE seen ADD COLUMN sample TEXT");
+    // The channel's latest summary of drops (docs/api.md, "Summaries of drops"), for the dashboard.
+    if (!seenColumns.some((c) => c.name === "summary")) this.sql.exec("ALTER TABLE seen ADD COLUMN summary TEXT");
     this.sql.exec("CREATE TABLE IF NOT EXISTS targets (channel TEXT PRIMARY KEY, target TEXT NOT NULL)");
   }
 
@@ -107,6 +109,15 @@ export class ActiveChannels extends DurableObject<Env> {
     }
   }
 
+  /**
+   * A channel's latest summary frame (JSON text), for the dashboard's card: the channel sends one at
+   * most every {@link SUMMARY_REPORT_MS}. It counts as traffic seen, so the row is bounded like the rest.
+   */
+  noteSummary(channel: string, summary: string, at: number = Date.now()): void {
+    this.markSeen(channel, at);
+    this.sql.exec("UPDATE seen SET summary = ? WHERE channel = ?", summary, channel);
+  }
+
   /** Channels with traffic since `since` (epoch ms), most recent first. */
   recentlySeen(since: number, limit = 100): { channel: string; at: number }[] {
     return this.sql
@@ -120,16 +131,19 @@ export class ActiveChannels extends DurableObject<Env> {
 
   /**
    * The dashboard's summary in one call: channels with traffic since `since` (most recent first, at
-   * most `limit`), each with the sampler's latest sample of it as JSON text (null if never sampled),
-   * and the runtime targets.
+   * most `limit`), each with the sampler's latest sample of it and its latest summary of drops as JSON
+   * text (null if none), and the runtime targets.
    */
   overview(
     since: number,
     limit: number,
-  ): { channels: { channel: string; at: number; sample: string | null }[]; targets: Record<string, TargetJson> } {
+  ): {
+    channels: { channel: string; at: number; sample: string | null; summary: string | null }[];
+    targets: Record<string, TargetJson>;
+  } {
     const channels = this.sql
-      .exec<{ channel: string; at: number; sample: string | null }>(
-        "SELECT channel, at, sample FROM seen WHERE at >= ? ORDER BY at DESC LIMIT ?",
+      .exec<{ channel: string; at: number; sample: string | null; summary: string | null }>(
+        "SELECT channel, at, sample, summary FROM seen WHERE at >= ? ORDER BY at DESC LIMIT ?",
         since,
         limit,
       )
@@ -287,3 +301,6 @@ export class ActiveChannels extends DurableObject<Env> {
     this.sql.exec("INSERT OR REPLACE INTO meta (name, value) VALUES (?, ?)", name, value);
   }
 }
+
+/** Least time between two summaries one channel reports to the registry for the dashboard. */
+export const SUMMARY_REPORT_MS = 10_000;

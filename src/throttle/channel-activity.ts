@@ -35,11 +35,18 @@ export class ChannelActivity {
   }
 
   /**
-   * Adds `deltas` to the counters; delivered and dropped messages among them (`period_*`) are traffic:
+   * Adds `deltas` to the counters; delivered and dropped messages among them (`period_*`) are traffic
+   * (priority ones, `period_priority`, are counted as delivered first and then as priority):
    * they start the fast loop and count in its period too, start the sampler's period, and are
    * reported to the registry.
    */
-  count(deltas: CounterValues): void {
+  count(given: CounterValues): void {
+    // Priority messages are counted beside their delivery (functions/sampler.ts, "Priority
+    // messages"): in the fast loop's period too, once it runs.
+    const deltas =
+      given.period_priority && this.store.counter("fast_due_at")
+        ? { ...given, fast_priority: (given.fast_priority ?? 0) + given.period_priority }
+        : given;
     const traffic = (deltas.period_delivered ?? 0) + (deltas.period_dropped ?? 0);
     if (!traffic) {
       this.store.bump(deltas);

@@ -67,18 +67,20 @@ export class ChannelFastLoop {
     const counts = {
       delivered: this.store.counter("fast_delivered"),
       dropped: this.store.counter("fast_dropped"),
+      priority: this.store.counter("fast_priority"),
       elapsedMs: Math.max(0, now - this.store.counter("fast_started_at")),
       occupancy: target ? this.occupancy() : 0,
     };
     const step = fastLoopStep(counts, this.rate, target, getConfig(this.env).samplerFastPeriodMs, now);
     this.setRate(step.rate);
     if (!target) {
-      this.store.set({ fast_due_at: 0, fast_delivered: 0, fast_dropped: 0 });
+      this.store.set({ fast_due_at: 0, fast_delivered: 0, fast_dropped: 0, fast_priority: 0 });
       return;
     }
     this.store.set({
       fast_delivered: 0,
       fast_dropped: 0,
+      fast_priority: 0,
       fast_started_at: now,
       fast_due_at: step.dueAt,
       fast_decided_at: now,
@@ -99,7 +101,7 @@ export class ChannelFastLoop {
       wake = now;
     } else {
       wake = now + period;
-      this.store.set({ fast_delivered: 0, fast_dropped: 0, fast_started_at: now, fast_due_at: wake });
+      this.store.set({ fast_delivered: 0, fast_dropped: 0, fast_priority: 0, fast_started_at: now, fast_due_at: wake });
     }
     // A failure never fails the publish that started the loop: a lost alarm is re-armed (above).
     this.scheduler.request(wake);

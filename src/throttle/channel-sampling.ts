@@ -56,11 +56,12 @@ export class ChannelSampling {
     const started = store.counter("period_started_at") || now;
     const delivered = store.counter("period_delivered");
     const dropped = store.counter("period_dropped");
-    store.set({ period_delivered: 0, period_dropped: 0, period_started_at: now, period_marked: 0 });
+    const priority = store.counter("period_priority");
+    store.set({ period_delivered: 0, period_dropped: 0, period_priority: 0, period_started_at: now, period_marked: 0 });
     this.ensureExpiry();
     return {
       channel: store.channel,
-      counts: { delivered, dropped, elapsedMs: Math.max(0, now - started), occupancy: this.occupancy() },
+      counts: { delivered, dropped, priority, elapsedMs: Math.max(0, now - started), occupancy: this.occupancy() },
       startedAt: started,
       fastRate: this.fastLoop.currentRate(),
       fastDecidedAt: store.counter("fast_decided_at") || null,

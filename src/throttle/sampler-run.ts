@@ -34,6 +34,8 @@ export interface ChannelSample {
   offered: number;
   delivered: number;
   dropped: number;
+  /** Priority messages among the delivered ones (docs/throttling.md, "Priority messages"). */
+  priority: number;
   elapsed_ms: number;
   occupancy: number;
   /** Offered messages per second over the period. */
@@ -157,6 +159,7 @@ async function sampleChannel(
     offered: period.delivered + period.dropped,
     delivered: period.delivered,
     dropped: period.dropped,
+    priority: period.priority ?? 0,
     elapsed_ms: period.elapsedMs,
     occupancy: period.occupancy,
     offered_rate: decision.offeredRate,

@@ -82,6 +82,21 @@ export interface Message {
   published_at: number;
 }
 
+/**
+ * A summary of what the throttle dropped on a channel in [`from`, `to`) (epoch ms), grouped by the
+ * value its `THROTTLE_SUMMARY` rule points to: the 20 largest keys and `"(other)"`, adding up to
+ * `dropped`. It carries no seq: it is never in history and never replayed (docs/api.md, "Summaries
+ * of drops").
+ */
+export interface Summary {
+  type: "summary";
+  channel: string;
+  from: number;
+  to: number;
+  dropped: number;
+  by_key: Record<string, number>;
+}
+
 /** The part of a WebSocket the client uses (browser, Node 22 and workerd sockets all have it). */
 export interface SocketLike {
   addEventListener(type: "message", fn: (ev: { data: unknown }) => void): void;
@@ -121,6 +136,11 @@ export interface PublishOptions {
   idempotencyKey?: string;
   /** Overrides the client's `maxRetries` for this call. */
   retries?: number;
+  /**
+   * `high` (a token with the `priority` scope): never dropped by the throttle, sent as
+   * `Floodgate-Priority: high`. Default: an ordinary publish.
+   */
+  priority?: "high" | "normal";
 }
 
 export interface SubscribeOptions {
@@ -130,6 +150,11 @@ export interface SubscribeOptions {
   transport?: "auto" | "websocket" | "sse";
   /** Told about each disconnect and each error the subscription recovers from. */
   onError?: (error: unknown) => void;
+  /**
+   * Gets each summary of drops the channel sends (a channel with a `THROTTLE_SUMMARY` rule, once per
+   * `SUMMARY_INTERVAL` with drops); live only, never replayed on a reconnect.
+   */
+  onSummary?: (summary: Summary) => void;
 }
 
 export interface Subscription {
@@ -181,6 +206,7 @@ export class FloodgateClient {
           headers: {
             "content-type": "application/json",
             "idempotency-key": key,
+            ...(options.priority ? { "floodgate-priority": options.priority } : {}),
             ...(this.accessToken ? { authorization: `Bearer ${this.accessToken}` } : {}),
           },
           body,
@@ -238,9 +264,11 @@ export class FloodgateClient {
       if (typeof m.seq === "number" && Number.isSafeInteger(m.seq) && m.seq >= 0)
         position = Math.max(position ?? 0, m.seq);
     };
-    const deliverOne = (m: Message | { type: "expired"; seq?: unknown }) => {
+    const deliverOne = (m: Message | Summary | { type: "expired"; seq?: unknown }) => {
       if (closed || m === null || typeof m !== "object") return;
       if (m.type === "expired") return expiredAt(m);
+      // A summary has no seq: it neither moves lastSeq nor counts as a message.
+      if (m.type === "summary") return void options.onSummary?.(m);
       if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
       lastSeq = m.seq;
       attempt = 0;

@@ -1,7 +1,7 @@
 /**
  * The dashboard's one poll (docs/api.md, Operator routes: `GET /v1/admin/overview`): what the page
  * shows, from two object calls whatever the number of channels — the sampler's registry (channels
- * seen, their latest samples, runtime targets) and the metrics object (deployment totals, rate-limit
+ * seen, their latest samples and summaries of drops, runtime targets) and the metrics object (deployment totals, rate-limit
  * decisions). No channel object is called; drop rates come from the isolate's drop-rate cache (KV).
  */
 import { Hono } from "hono";
@@ -25,6 +25,21 @@ export const OVERVIEW_MAX_CHANNELS = 50;
 
 /** Mounted under /v1/admin, behind the admin bearer like every admin route. */
 export const dashboard = new Hono<AppEnv>();
+
+/**
+ * A channel's latest summary of drops as the card shows it (docs/api.md, "Summaries of drops"): its
+ * interval, drops and largest keys, or null when it never sent one (or its rule is gone).
+ */
+function lastSummary(text: string | null) {
+  if (text === null) return null;
+  const { from, to, dropped, by_key } = JSON.parse(text) as {
+    from: number;
+    to: number;
+    dropped: number;
+    by_key: Record<string, number>;
+  };
+  return { from, to, dropped, by_key };
+}
 
 dashboard.use("*", adminAuth);
 
@@ -56,7 +71,7 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
     orUnavailable("metrics", () => metricsSeries(c.env)),
   ]);
   const channels = await Promise.all(
-    summary.channels.map(async ({ channel, at, sample }) => {
+    summary.channels.map(async ({ channel, at, sample, summary: dropSummary }) => {
       const name = parseChannelName(channel);
       const last = sample === null ? null : (JSON.parse(sample) as ChannelSample);
       const target = effectiveTarget(config, name, summary.targets[channel]);
@@ -71,6 +86,7 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
         target_rate: targetRate(target, occupancy ?? 0),
         occupancy,
         last_sample: last,
+        last_summary: lastSummary(dropSummary),
       };
     }),
   );

@@ -53,6 +53,13 @@ export function manifest(config: Config) {
       retention: formatDuration(config.recordRetentionMs),
       analytics_retention: formatDuration(config.analyticsRetentionMs),
     },
+    // Summaries of drops (docs/api.md, "Summaries of drops"): the period, and the rules in selection order.
+    summaries: {
+      interval: formatDuration(config.summaryIntervalMs),
+      ...(config.throttleSummary.length
+        ? { rules: config.throttleSummary.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })) }
+        : {}),
+    },
   };
 }
 
@@ -99,6 +106,15 @@ const Manifest = z
       analytics_retention: z
         .string()
         .openapi({ description: "ANALYTICS_RETENTION: how long the analytics channel pages copies." }),
+    }),
+    summaries: z.object({
+      interval: z.string().openapi({ description: "SUMMARY_INTERVAL: the period of summary frames." }),
+      rules: z
+        .array(
+          z.object({ pattern: z.string(), pointer: z.string().openapi({ description: "A JSON Pointer (RFC 6901)." }) }),
+        )
+        .optional()
+        .openapi({ description: "THROTTLE_SUMMARY, in selection order (most specific first); omitted when empty." }),
     }),
   })
   .openapi("Manifest");
@@ -181,6 +197,13 @@ const ChannelStatsSchema = ChannelViewSchema.extend({
     .int()
     .openapi({ description: "Channel-to-relay delivery calls made (each carries a batch of messages)." }),
   last_seq: z.number().int(),
+  priority_total: z.number().int().openapi({
+    description: "Priority messages delivered (Floodgate-Priority: high), counted in delivered_total too.",
+  }),
+  last_summary: z
+    .looseObject({})
+    .nullable()
+    .openapi({ description: "The last summary frame of drops the channel sent, or null." }),
   analytics_copy_failures_total: z.number().int(),
   slow_consumers_closed: z.number().int(),
   record: AnalyticsRecord.optional().openapi({ description: "On the analytics channel only." }),
@@ -215,9 +238,11 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
     last_seq: stats.last_seq,
     delivered_total,
     dropped_total,
+    priority_total: stats.priority_total,
     analytics_copy_failures_total: stats.analytics_copy_failures_total,
     slow_consumers_closed: stats.slow_consumers_closed,
     ...rates,
+    last_summary: stats.last_summary,
     ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
   });
 });

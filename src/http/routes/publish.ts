@@ -6,9 +6,11 @@ import { Hono } from "hono";
 import * as z from "zod";
 import { beforePublish } from "../../../functions/before-publish";
 import type { QueuedCopy } from "../../../functions/drop-copies";
+import { messageKey } from "../../../functions/drop-summary";
 import { authorise, bearer } from "../../auth/authorise";
+import type { VerifiedToken } from "../../auth/tokens";
 import type { PublishOutcome } from "../../channel/types";
-import { thinningFor } from "../../platform/config";
+import { type SummaryRule, summaryFor, thinningFor } from "../../platform/config";
 import { publishBudget } from "../../rate-limit/budgets";
 import { deniedResponse } from "../../rate-limit/headers";
 import type { AppEnv } from "../app-env";
@@ -26,6 +28,35 @@ export function idempotencyKey(value: string | undefined): string | undefined {
     throw invalidArgument("Idempotency-Key must be 1 to 64 visible ASCII characters");
   }
   return value;
+}
+
+/**
+ * `Floodgate-Priority` (docs/api.md, "Priority messages"): `high` from a token with the `priority`
+ * scope passes the throttle; `normal` or no header is an ordinary publish.
+ * @throws ApiError 400 for any other value, 403 for `high` without the scope
+ */
+export function priorityHeader(value: string | undefined, token: VerifiedToken): boolean {
+  if (value === undefined || value === "normal") return false;
+  if (value !== "high") throw invalidArgument('Floodgate-Priority must be "high" or "normal"');
+  if (!token.claims.scp.includes("priority")) {
+    throw permissionDenied('Floodgate-Priority: high needs a token with the "priority" scope');
+  }
+  return true;
+}
+
+/**
+ * Reads the body bounded by `maxBytes` and parses it only to validate it: from here on the message is
+ * its text (a copy never keeps both). On a channel with a summary rule, also the key its drop would
+ * count under, taken now so the parsed value is not kept while the publish waits.
+ * @throws ApiError 413, 400
+ */
+async function readMessage(
+  request: Request,
+  maxBytes: number,
+  summary: SummaryRule | null,
+): Promise<[text: string, dropKey: string | undefined]> {
+  const { value, text } = parseJsonText(await readBody(request, maxBytes));
+  return [text, summary ? messageKey(value, summary.tokens) : undefined];
 }
 
 export const publish = new Hono<AppEnv>();
@@ -47,14 +78,19 @@ const publishRoute = route({
   path: "/{channel}",
   summary: "Publish a message",
   description:
-    "Checked in order: channel (400; 403 for the analytics channel, which only Floodgate writes), token (401/403), Idempotency-Key (400), body (413, 400); nothing is " +
+    "Checked in order: channel (400; 403 for the analytics channel, which only Floodgate writes), token (401/403), Idempotency-Key (400), " +
+    "Floodgate-Priority (400; 403 for high without the priority scope), body (413, 400); nothing is " +
     "charged before these pass. Then the publish budget (429), the before-publish throttle (202, do not " +
-    "retry it) and delivery (200). A repeat of an Idempotency-Key within 10 minutes answers the first result again.",
+    "retry it; a priority message never meets it) and delivery (200). A repeat of an Idempotency-Key within 10 minutes answers the first result again.",
   security: ACCESS_TOKEN,
   request: {
     params: ChannelPath,
     headers: z.object({
       "idempotency-key": z.string().optional().openapi({ description: "1–64 visible ASCII characters." }),
+      "floodgate-priority": z.enum(["high", "normal"]).optional().openapi({
+        description:
+          "`high` (a token with the `priority` scope): never dropped by the throttle, still charged to the publish budget. `normal` or absent: an ordinary publish.",
+      }),
     }),
     // Documentation only: the body is read bounded by MAX_MESSAGE_BYTES and kept as sent (below).
     body: {
@@ -79,8 +115,8 @@ publish.post(documented(publish, publishRoute), async (c) => {
   }
   const token = await authorise(c.env, bearer(c.req.raw), "publish", channel);
   const idemKey = idempotencyKey(c.req.header("idempotency-key"));
-  // Parsed only to validate it: from here on the message is its text (a copy never keeps both).
-  const messageJson = parseJsonText(await readBody(c.req.raw, config.maxMessageBytes)).text;
+  const priority = priorityHeader(c.req.header("floodgate-priority"), token);
+  const [messageJson, dropKey] = await readMessage(c.req.raw, config.maxMessageBytes, summaryFor(config, channel));
   const sub = token.claims.sub;
 
   const budget = publishBudget(config, channel, sub, token.claims.rl);
@@ -89,12 +125,17 @@ publish.post(documented(publish, publishRoute), async (c) => {
   if (charged.denial) return deniedResponse(charged.denial);
   for (const [k, v] of Object.entries(charged.headers)) c.header(k, v);
 
-  const decision = await beforePublish(channel.name, {
-    reader: svc.reader,
-    analyticsChannel: config.analyticsChannel.name,
-    thinning: thinningFor(config, channel) ? svc.thinning : null,
-  });
+  // A priority message never meets the throttle (nor takes a place in its thinning).
+  const decision = priority
+    ? ({ action: "deliver", rate: 0 } as const)
+    : await beforePublish(channel.name, {
+        reader: svc.reader,
+        analyticsChannel: config.analyticsChannel.name,
+        thinning: thinningFor(config, channel) ? svc.thinning : null,
+      });
   const now = Date.now();
+  // Where the drop is decided, its key for the channel's summary (docs/api.md, "Summaries of drops").
+  const summaryKey = decision.action === "drop" ? dropKey : undefined;
   const copy = (counted: boolean): QueuedCopy => ({
     id: crypto.randomUUID(),
     source_channel: channel.name,
@@ -103,6 +144,7 @@ publish.post(documented(publish, publishRoute), async (c) => {
     drop_rate: decision.rate,
     dropped_at: now,
     counted,
+    ...(summaryKey !== undefined ? { summary_key: summaryKey } : {}),
   });
   const defer = c.var.defer;
 
@@ -125,6 +167,8 @@ publish.post(documented(publish, publishRoute), async (c) => {
           publisher: sub,
           action: decision.action,
           now,
+          ...(priority ? { priority: true } : {}),
+          ...(summaryKey !== undefined ? { summaryKey } : {}),
           ...(idemKey ? { idempotencyKey: idemKey } : {}),
         },
         defer,

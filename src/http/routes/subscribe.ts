@@ -106,7 +106,12 @@ const subscribeRoute = route({
     "received. SSE streams get a `: keepalive` comment line at least every 15 s. " +
     "A client (its token's `sub`, else its IP, IPv6 per /64) holds at most `MAX_SUBSCRIPTIONS_PER_CLIENT` open " +
     "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`. " +
-    "Every refusal is a plain HTTP response before any upgrade.",
+    "Every refusal is a plain HTTP response before any upgrade. " +
+    // Summaries of drops (docs/api.md, "Summaries of drops").
+    "On a channel with a `THROTTLE_SUMMARY` rule, every `SUMMARY_INTERVAL` with drops each subscriber also gets " +
+    '`{"type":"summary","channel","from","to","dropped":N,"by_key":{"<value>":count,…,"(other)":count}}` (the 20 ' +
+    "largest keys of the value at the rule's JSON Pointer, counts adding up to `dropped`, the channel's drops in " +
+    "[from, to)): no seq, never in history or replayed; with `?batch=1` packed like a `Frame`; SSE `event: summary`, no `id`.",
   security: [{}, ...ACCESS_TOKEN],
   request: {
     params: ChannelPath,
@@ -144,7 +149,7 @@ const subscribeRoute = route({
             description:
               "`id: <seq>`, `event: message`, `data: <Frame>`; `id: <seq>`, `event: expired`, " +
               '`data: {"type":"expired","reason":"token expired","seq":<seq>}` (then the end) when the token ' +
-              "expires; `: keepalive` comment lines.",
+              "expires; `event: summary`, `data: <summary of drops>` with no `id` (see above); `: keepalive` comment lines.",
           }),
         },
       },

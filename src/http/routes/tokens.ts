@@ -9,6 +9,7 @@ import * as z from "zod";
 import { adminAuth, tokenSecret } from "../../auth/authorise";
 import { whyNeverMatches } from "../../auth/grantable";
 import {
+  DEFAULT_SCOPES,
   MAX_TOKEN_LENGTH,
   SCOPES,
   type Scope,
@@ -68,7 +69,7 @@ function durationField(name: string, fallback: string, maxMs: number, maxText: s
 
 const SUB_RULE = "sub must be 1-128 characters of A-Z a-z 0-9 _ . : @ -";
 const CHANNEL_LIST = "channels must be a list of 1 to 32 channel patterns";
-const SCOPE_LIST = 'scopes must be a list of "publish" and "subscribe"';
+const SCOPE_LIST = `scopes must be a list of ${SCOPES.map((s) => `"${s}"`).join(", ")}`;
 
 /** The mint body (docs/api.md, Tokens), checked field by field in this order. */
 export const MintBody = bodyObject(
@@ -97,8 +98,11 @@ export const MintBody = bodyObject(
     scopes: z
       .array(z.enum(SCOPES, { error: SCOPE_LIST }), { error: SCOPE_LIST })
       .optional()
-      .transform((list): Scope[] => (list ? [...new Set(list)] : [...SCOPES]))
-      .openapi({ description: "Default both." }),
+      .transform((list): Scope[] => (list ? [...new Set(list)] : [...DEFAULT_SCOPES]))
+      .openapi({
+        description:
+          'Default ["publish","subscribe"]. "priority" lets a publish with `Floodgate-Priority: high` pass the throttle (docs/api.md, "Priority messages").',
+      }),
     ttl: durationField("ttl", "5m", DAY_MS, "24h"),
     refresh_ttl: durationField("refresh_ttl", "1h", 7 * DAY_MS, "7d"),
     rl: z
