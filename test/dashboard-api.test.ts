@@ -79,6 +79,8 @@ describe("GET /v1/admin/overview", () => {
       target_rate: null,
       occupancy: null, // no target: never sampled, so no subscriber count without asking the channel
       last_sample: null,
+      series: [],
+      snapshot: null,
     });
     expect(Object.keys(body.rate_limits).sort()).toEqual(["admin-auth", "publish", "read", "subscribe", "token-issue"]);
     expect(body.messages.delivered).toBeGreaterThanOrEqual(names.length);
@@ -113,6 +115,11 @@ describe("GET /v1/admin/overview", () => {
       target_rate: stats.target_rate,
       occupancy: stats.occupancy,
       last_sample: stats.last_sample,
+      series: [expect.objectContaining({ by: "sweep", at: (stats.last_sample as { sampled_at: number }).sampled_at })],
+      snapshot: expect.objectContaining({
+        by: "sweep",
+        drop_rate: (stats.last_sample as { new_rate: number }).new_rate,
+      }),
     });
     sub.ws.close();
 
