@@ -74,7 +74,7 @@ describe("the overview's series", () => {
 
     const entry = await entryOf(ch);
     expect(entry?.series.map((p) => p.by)).toEqual(["fast loop", "fast loop", "sweep"]);
-    const [first, second, sweep] = entry?.series as [Point, Point, Point];
+    const [first, second, sweep] = (entry?.series ?? []) as [Point, Point, Point];
     expect(first.at).toBeLessThanOrEqual(second.at);
     expect(second.at).toBeLessThanOrEqual(sweep.at);
     // The first period ran unthrottled at 4/s against 1/s: all 20 delivered, then the loop cut in.
