@@ -442,6 +442,12 @@ function renderChart(view, series) {
   if (!plot) return;
   plot.setData(d);
   showLatest(plot);
+  // What the chart holds, on its element: how many points and how many seconds its time axis spans
+  // (the browser test reads them; a canvas shows neither to a script).
+  const chart = $(".chart", view.el);
+  chart.dataset.points = String(d[0].length);
+  const [lo, hi] = timeRange(plot, d[0][0] ?? null, d[0].at(-1) ?? null);
+  chart.dataset.span = String(Math.round((hi ?? 0) - (lo ?? 0)));
 }
 
 /**
