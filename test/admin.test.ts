@@ -72,7 +72,7 @@ describe("admin throttle", () => {
     expect(await env.THROTTLE_KV.get(`throttleRate:${ch}`)).toBeNull();
   });
 
-  it("answers every bad admin header with the contract's 401, and takes the token in any case of Bearer", async () => {
+  it("answers every bad admin header with the API's 401, and takes the token in any case of Bearer", async () => {
     for (const authorization of [
       "Basic dGVzdA==",
       "Bearer",

@@ -148,7 +148,7 @@ describe("client publish", () => {
     expect((await historyOf(ch, null)).map((f) => f.data)).toEqual([{ once: true }]);
   });
 
-  it("throws typed errors that mirror the contract's codes, without retrying them", async () => {
+  it("throws typed errors that mirror the API's codes, without retrying them", async () => {
     const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
     const { fg, counter } = countingClient(access_token);
     const denied = await fg.publish("public:other.thing", 1).catch((e: unknown) => e);

@@ -49,7 +49,7 @@ describe("GET /v1/openapi.json", () => {
     expect(inDocument.sort()).toEqual([...served].sort());
   });
 
-  it("has every route docs/api.md names, with the contract's error body for every error status", async () => {
+  it("has every route docs/api.md names, with the API's error body for every error status", async () => {
     const doc = await document();
     const named = documentedRoutes();
     expect(named.length).toBeGreaterThan(15);

@@ -1,7 +1,7 @@
 /**
  * Who may make a request: bearer tokens, access-token checks (signature, expiry, scope, channel) and
  * the admin bearer middleware (docs/api.md, Tokens and Operator routes; docs/security.md). Each
- * failure is an ApiError in the contract's shape.
+ * failure is an ApiError in the API's error shape (docs/api.md).
  */
 import { bearerAuth } from "hono/bearer-auth";
 import { createMiddleware } from "hono/factory";
@@ -79,7 +79,7 @@ export async function authorise(
 
 /**
  * The admin bearer (docs/api.md, Operator routes): Hono's `bearerAuth`, which compares in constant
- * time, answering the contract's 401 for a missing, malformed or wrong token. Fails closed first:
+ * time, answering the 401 of docs/api.md for a missing, malformed or wrong token. Fails closed first:
  * with `ADMIN_TOKEN` unset or weak every admin route answers 500 naming it, whatever was sent.
  * Then the client's `admin-auth` budget (docs/security.md, "Guessing the admin token"): every request
  * takes a token before its bearer is compared, through the gate like any charge, so the bucket is

@@ -1,6 +1,6 @@
 /**
  * The Hono app: per-isolate services and config check for every request, the route sub-apps, and
- * the contract's error shape for every failure, unknown routes included.
+ * the API's error shape (docs/api.md) for every failure, unknown routes included.
  */
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";

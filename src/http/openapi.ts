@@ -51,7 +51,7 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
   503: "`unavailable` / `UNAVAILABLE`: a channel object, the ledger or KV could not be reached; retry.",
 };
 
-/** The error responses a route can give, in the contract's shape. */
+/** The error responses a route can give, in the API's error shape (docs/api.md). */
 export function errors(...statuses: ErrorStatus[]) {
   return Object.fromEntries(
     statuses.map((s) => [

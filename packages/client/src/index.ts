@@ -24,7 +24,7 @@
  *   subscription the server ends because its token expired (WebSocket close 4001, SSE
  *   `event: expired`) is refreshed and resumed at once, without telling `onError`, from the
  *   position that last frame gives (so a quiet subscription misses nothing published meanwhile).
- * - Errors are typed after the contract's codes: {@link FloodgateError} with `code`, `metaCode`,
+ * - Errors are typed after the API's error codes (docs/api.md): {@link FloodgateError} with `code`, `metaCode`,
  *   `status`; {@link RateLimitedError} carries `retryAfterMs`.
  */
 
@@ -448,7 +448,7 @@ async function toError(res: Response): Promise<FloodgateError> {
   try {
     body = (await res.json()) as typeof body;
   } catch {
-    // not the contract's shape (a proxy in between): keep the status
+    // not the API's error shape (a proxy in between): keep the status
   }
   const meta = body.meta ?? {};
   const message = body.msg ?? `HTTP ${res.status}`;
