@@ -141,7 +141,8 @@ describe("the document's groups", () => {
     const names = doc.tags.map((t) => t.name);
     expect(names).toEqual(["Tokens", "Publish", "Subscribe", "Dashboard", "Admin", "Operations"]);
     for (const t of doc.tags) expect(t.description).toMatch(/docs\/api\.md/);
-    const tagOf = (path: string, method: string) => (doc.paths[path]?.[method] as Operation & { tags?: string[] }).tags;
+    const tagOf = (path: string, method: string) =>
+      (doc.paths[path]?.[method] as (Operation & { tags?: string[] }) | undefined)?.tags;
     for (const [path, methods] of Object.entries(doc.paths)) {
       for (const method of Object.keys(methods)) {
         const tags = tagOf(path, method);
