@@ -386,7 +386,7 @@ function renderChannel(c) {
   badge.textContent = c.drop_mode;
   $(".badges", view.el).replaceChildren(badge);
   renderSnapshot(view, c);
-  renderChart(view, c.series ?? []);
+  renderChart(view, c.series ?? [], c.target !== null && c.target !== undefined);
 }
 
 /**
@@ -399,6 +399,19 @@ function renderSnapshot(view, c) {
   const el = view.el;
   const p = c.snapshot ?? null;
   $(".target", el).textContent = targetText(c.target);
+  if (p && !c.target) {
+    // No target now (cleared, or a restart without it): the last decision is history, not the
+    // channel's state, so the card shows the rate it runs at and says when the target went.
+    $(".rate", el).textContent = c.drop_rate.toFixed(3);
+    $(".rate", el).classList.toggle("dropping", c.drop_rate > 0);
+    $(".occupancy", el).textContent = "—";
+    $(".delivered", el).textContent = "—";
+    $(".dropped", el).textContent = "—";
+    const allowed = p.allowed_rate === null ? "any rate" : `${p.allowed_rate}/s`;
+    $(".sample", el).textContent =
+      `No target now: the sampler no longer measures this channel. Its last decision, at ${new Date(p.at).toLocaleTimeString()}, was under the target it had then (${allowed}).`;
+    return;
+  }
   const rate = p ? p.drop_rate : c.drop_rate;
   $(".rate", el).textContent = rate.toFixed(3);
   $(".rate", el).classList.toggle("dropping", rate > 0);
@@ -417,18 +430,19 @@ function renderSnapshot(view, c) {
   const when = new Date(p.at).toLocaleTimeString();
   const secs = (p.elapsed_ms / 1000).toFixed(1);
   const allowed = p.allowed_rate === null ? "any rate" : `${p.allowed_rate}/s`;
-  $(".sample", el).textContent = c.target
-    ? `${p.by === "sweep" ? "Sweep" : "Fast loop"} at ${when}, over ${secs} s: offered ${p.offered_rate}/s, target allowed ${allowed} → drop rate ${p.drop_rate}`
-    : `No target now: nothing is throttled. Last decision ${when}, under the target it had then (${allowed}).`;
+  $(".sample", el).textContent =
+    `${p.by === "sweep" ? "Sweep" : "Fast loop"} at ${when}, over ${secs} s: offered ${p.offered_rate}/s, target allowed ${allowed} → drop rate ${p.drop_rate}`;
 }
 
 /**
  * The chart, from the server's series: both loops' decisions since the run began, so a page opened
  * mid-run (or reloaded) shows the run. The target line is what each period's target allowed.
+ * A channel without a target now draws no target line: the card says "none", and so does the chart.
  * @param {ChannelView} view
  * @param {Point[]} series
+ * @param {boolean} targeted whether the channel has a target now
  */
-function renderChart(view, series) {
+function renderChart(view, series, targeted) {
   const d = view.data;
   for (const line of d) line.length = 0;
   for (const p of series) {
@@ -436,7 +450,7 @@ function renderChart(view, series) {
     d[1].push(p.offered_rate);
     d[2].push(p.delivered_rate);
     d[3].push(p.dropped_rate);
-    d[4].push(p.allowed_rate);
+    d[4].push(targeted ? p.allowed_rate : null);
   }
   const plot = view.plot;
   if (!plot) return;

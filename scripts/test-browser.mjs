@@ -300,6 +300,38 @@ async function checkOpenedMidRun(browser, channel, admin) {
 }
 
 /**
+ * A channel whose target went (a restart without it): the card says "none" and nothing contradicts
+ * it — no "allowed 20/s" beside it, no target line — while its last decision stays as history. The
+ * server's answer is the real one with the target taken out.
+ */
+async function checkNoTargetNow(page, channel) {
+  const card = `article[data-channel="${channel}"]`;
+  const untarget = async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    for (const c of body.channels) if (c.channel === channel) Object.assign(c, { target: null, target_rate: null });
+    await route.fulfill({ response, json: body });
+  };
+  await page.route("**/v1/admin/overview*", untarget);
+  await page.waitForFunction((sel) => document.querySelector(`${sel} .target`)?.textContent === "none", card, {
+    timeout: 10_000,
+  });
+  const shown = await page.evaluate(
+    (sel) => ({
+      sample: document.querySelector(`${sel} .sample`)?.textContent ?? "",
+      delivered: document.querySelector(`${sel} .delivered`)?.textContent,
+      legend: [...document.querySelectorAll(`${sel} .u-legend .u-series`)].at(-1)?.textContent ?? "",
+    }),
+    card,
+  );
+  check(
+    shown.sample.startsWith("No target now") && shown.delivered === "—" && /target:\s*--/.test(shown.legend),
+    `with its target gone the card says none and nothing beside it says otherwise (${shown.sample.slice(0, 60)}…; legend "${shown.legend}")`,
+  );
+  await page.unroute("**/v1/admin/overview*", untarget);
+}
+
+/**
  * Bad configuration: every route answers 500 naming the variable (src/http/app.ts); the page shows a
  * banner with the message, on the login screen too, for as long as it lasts, and drops it with the
  * first good answer. The answer is the Worker's own shape, served here for the overview only.
@@ -463,6 +495,7 @@ try {
   await page.waitForTimeout(8000); // let the chart gather a few points for the screenshot
   await page.screenshot({ path: join(artifacts, "dashboard.png"), fullPage: true });
   await checkCardAgrees(page, CHANNEL);
+  await checkNoTargetNow(page, CHANNEL);
   await checkOpenedMidRun(browser, CHANNEL, server.admin);
 
   publishing = false;
