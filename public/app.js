@@ -456,12 +456,10 @@ function renderChart(view, series, targeted) {
   if (!plot) return;
   plot.setData(d);
   showLatest(plot);
-  // What the chart holds, on its element: how many points and how many seconds its time axis spans
-  // (the browser test reads them; a canvas shows neither to a script).
+  // How many points the chart holds, on its element (the browser test reads it; recordSpan adds the
+  // time axis's span).
   const chart = $(".chart", view.el);
   chart.dataset.points = String(d[0].length);
-  const [lo, hi] = timeRange(plot, d[0][0] ?? null, d[0].at(-1) ?? null);
-  chart.dataset.span = String(Math.round((hi ?? 0) - (lo ?? 0)));
 }
 
 /**
@@ -475,20 +473,36 @@ function showLatest(u) {
 }
 
 /**
- * The time axis: the data's own span, or {@link SINGLE_POINT_SPAN_S} around a single point (uPlot
- * alone spans years around one timestamp).
- * @param {uPlot} _u
+ * The time axis: the data's own span, or {@link SINGLE_POINT_SPAN_S} around a single point. uPlot
+ * alone widens one timestamp by 86,400 / `ms` units — in seconds, 1,000 days: "Apr 2027 … Aug 2029".
+ * @param {uPlot} u
  * @param {number | null} min
  * @param {number | null} max
  * @returns {uPlot.Range.MinMax}
  */
-function timeRange(_u, min, max) {
-  if (min === null || max === null) {
+function timeRange(u, min, max) {
+  const xs = u.data[0];
+  const first = xs[0];
+  const last = xs[xs.length - 1];
+  if (first === undefined || last === undefined) {
     const now = Date.now() / 1000;
     return [now - SINGLE_POINT_SPAN_S, now];
   }
-  if (max - min < 1) return [min - SINGLE_POINT_SPAN_S / 2, max + SINGLE_POINT_SPAN_S / 2];
-  return [min, max];
+  if (last - first < 1) return [first - SINGLE_POINT_SPAN_S / 2, last + SINGLE_POINT_SPAN_S / 2];
+  return [min ?? first, max ?? last];
+}
+
+/**
+ * Records the time axis's span (seconds) on the chart's element once uPlot has set it, for the
+ * browser test (a canvas shows a script nothing).
+ * @param {uPlot} u
+ * @param {string} key
+ */
+function recordSpan(u, key) {
+  const x = u.scales.x;
+  if (key !== "x" || !x || x.min == null || x.max == null) return;
+  const chart = u.root.parentElement;
+  if (chart) chart.dataset.span = String(Math.round(x.max - x.min));
 }
 
 /** @param {string} name */
@@ -520,7 +534,7 @@ function createCard(name) {
         width: chart.clientWidth || 320,
         height: 180,
         scales: { x: { time: true, range: timeRange } },
-        hooks: { setCursor: [showLatest] },
+        hooks: { setCursor: [showLatest], setScale: [recordSpan] },
         axes: [{ stroke: "#8b98a5" }, { stroke: "#8b98a5", label: "msg/s" }],
         series: [
           {},
