@@ -4,16 +4,20 @@
 // typecheck); uPlot is copied into /vendor by scripts/build-assets.mjs.
 
 const POLL_MS = 2000;
-const HISTORY_POINTS = 150; // one point per sampler run: 2.5 hours at the production cron's minute
+/** A chart with one point spans this much time around it (seconds), not uPlot's years. */
+const SINGLE_POINT_SPAN_S = 30;
 const TOKEN_KEY = "floodgate.admin";
 
 /**
  * @typedef {string | { deliveries: string } | null} TargetJson
  * @typedef {{ sampled_at: number, offered_rate: number | null, allowed_rate: number | null,
  *   delivered: number, dropped: number, elapsed_ms: number, new_rate: number, written: boolean }} Sample
+ * @typedef {{ at: number, by: "fast loop" | "sweep", elapsed_ms: number, delivered: number, dropped: number,
+ *   occupancy: number, allowed_rate: number | null, drop_rate: number, offered_rate: number,
+ *   delivered_rate: number, dropped_rate: number }} Point one period as a loop decided it (docs/api.md)
  * @typedef {{ channel: string, last_seen_at: number, drop_rate: number, drop_mode: string,
  *   target: TargetJson, target_rate: number | null, occupancy: number | null, last_sample: Sample | null,
- *   last_summary?: DropSummary | null }} Channel
+ *   last_summary?: DropSummary | null, series?: Point[], snapshot?: Point | null }} Channel
  * @typedef {{ from: number, to: number, dropped: number, by_key: Record<string, number> }} DropSummary
  * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals
  * @typedef {{ now: number, channels: Channel[], messages: { delivered: number, dropped: number },
@@ -21,8 +25,7 @@ const TOKEN_KEY = "floodgate.admin";
  * @typedef {{ channels: { written?: boolean }[] }} SamplerReport
  * @typedef {(number | null)[]} Series
  * @typedef {[number[], Series, Series, Series, Series]} ChartData x (seconds), offered, delivered, dropped, target
- * @typedef {{ el: HTMLElement, data: ChartData, sampledAt: number | null,
- *   plot: uPlot | null, observer: ResizeObserver | null }} ChannelView
+ * @typedef {{ el: HTMLElement, data: ChartData, plot: uPlot | null, observer: ResizeObserver | null }} ChannelView
  */
 
 /**
@@ -47,7 +50,7 @@ const state = {
   inFlight: null,
   /** @type {Map<string, ChannelView>} */
   channels: new Map(),
-  /** @type {{ at: number, messages: Overview["messages"], denied: Record<string, number> } | null} */
+  /** @type {{ at: number, denied: Record<string, number> } | null} */
   totals: null,
   /** @type {{ at: number, record: RecordTotals } | null} The record's totals at the previous poll. */
   record: null,
@@ -56,13 +59,15 @@ const state = {
 class HttpError extends Error {
   /**
    * @param {number} status
-   * @param {{ msg?: string } | null} body
+   * @param {{ msg?: string, meta?: { variable?: string } } | null} body
    * @param {number | null} [retryAfter] seconds, from a 429's Retry-After
    */
   constructor(status, body, retryAfter = null) {
     super(body?.msg ?? `HTTP ${status}`);
     this.status = status;
     this.retryAfter = retryAfter;
+    /** The variable a 500 names when the server's configuration is bad (docs/api.md, errors). */
+    this.variable = status === 500 ? (body?.meta?.variable ?? null) : null;
   }
 }
 
@@ -93,8 +98,11 @@ async function api(path, init = {}) {
   }
   if (!res.ok) {
     const retryAfter = Number(res.headers.get("retry-after")) || null;
-    throw new HttpError(res.status, typeof body === "object" ? body : { msg: `HTTP ${res.status}` }, retryAfter);
+    const err = new HttpError(res.status, typeof body === "object" ? body : { msg: `HTTP ${res.status}` }, retryAfter);
+    renderConfigBanner(err.variable ? err.message : null);
+    throw err;
   }
+  renderConfigBanner(null);
   return body;
 }
 
@@ -115,6 +123,18 @@ function setError(el, message) {
   el.hidden = !message;
 }
 
+/**
+ * The bad-configuration banner: shown, on the login screen too, for as long as the server answers
+ * with a configuration error (every route does, naming the variable), gone with its first good answer.
+ * @param {string | null} message
+ */
+function renderConfigBanner(message) {
+  const banner = $("#config-banner");
+  banner.hidden = !message;
+  if (!message) return;
+  $(".message", banner).textContent = message;
+}
+
 /** @param {unknown} e */
 function statusOf(e) {
   return e instanceof HttpError ? e.status : null;
@@ -133,6 +153,8 @@ function messageOf(e) {
  * @param {unknown} e
  */
 function loginError(e) {
+  if (e instanceof HttpError && e.variable)
+    return "The server cannot log anyone in until its configuration is fixed (above).";
   if (statusOf(e) === 401)
     return "That token was refused. Use the server's ADMIN_TOKEN (locally: dev-only-admin-token, from .dev.vars).";
   if (statusOf(e) === 429) {
@@ -248,6 +270,10 @@ window.addEventListener("pageshow", (ev) => {
 
 /** @param {unknown} e */
 function handleError(e) {
+  if (e instanceof HttpError && e.variable) {
+    setError($("#app-error"), null); // the banner says it
+    return;
+  }
   if (statusOf(e) === 401) {
     $("#logout").click();
     setError($("#login-error"), "The admin token is no longer accepted. Log in again.");
@@ -289,37 +315,58 @@ function renderRecord({ now, record }) {
 }
 
 /**
- * Messages and rate-limit denials per second across the deployment, since the previous poll.
+ * The top line. Its message rates are the sum of the cards' snapshots (each channel's newest period),
+ * so a card's numbers and the top line agree; the deployment's totals beside them are counts, not
+ * rates of another period. Rate-limit denials are per second since the previous poll.
  * @param {Overview} overview
  */
-function renderTotals({ now, messages, rate_limits }) {
+function renderTotals({ now, messages, rate_limits, channels }) {
   /** @type {Record<string, number>} */
   const denied = {};
   for (const [bucket, counts] of Object.entries(rate_limits)) denied[bucket] = counts.denied;
   const prev = state.totals;
-  state.totals = { at: now, messages, denied };
-  if (!prev) return;
-  const secs = Math.max(0.001, (now - prev.at) / 1000);
-  /** @param {number} n */
-  const perSecond = (n) => Math.max(0, n / secs).toFixed(1);
+  state.totals = { at: now, denied };
+  const secs = prev ? Math.max(0.001, (now - prev.at) / 1000) : 0;
   /**
    * @param {string} label
    * @param {string} value
+   * @param {string} [unit]
    */
-  const item = (label, value) => {
+  const item = (label, value, unit = "/s") => {
     const span = document.createElement("span");
     const b = document.createElement("b");
     b.textContent = value;
-    span.append(`${label} `, b, "/s");
+    span.append(`${label} `, b, unit);
     return span;
   };
+  const snapshots = channels.map((c) => c.snapshot).filter((p) => p);
+  const sum = (/** @type {(p: Point) => number} */ f) =>
+    snapshots.reduce((n, p) => n + f(/** @type {Point} */ (p)), 0).toFixed(1);
   const title = document.createElement("span");
   title.textContent = "Rate-limit denials:";
   $("#limits").replaceChildren(
-    item("All channels: delivered", perSecond(messages.delivered - prev.messages.delivered)),
-    item("dropped", perSecond(messages.dropped - prev.messages.dropped)),
-    title,
-    ...Object.entries(denied).map(([bucket, n]) => item(bucket, perSecond(n - (prev.denied[bucket] ?? 0)))),
+    ...(snapshots.length
+      ? [
+          item(
+            "Sampled channels, latest periods: delivered",
+            sum((p) => p.delivered_rate),
+          ),
+          item(
+            "dropped",
+            sum((p) => p.dropped_rate),
+          ),
+        ]
+      : []),
+    item("In all: delivered", messages.delivered.toLocaleString("en"), ""),
+    item("dropped", messages.dropped.toLocaleString("en"), ""),
+    ...(prev
+      ? [
+          title,
+          ...Object.entries(denied).map(([bucket, n]) =>
+            item(bucket, Math.max(0, (n - (prev.denied[bucket] ?? 0)) / secs).toFixed(1)),
+          ),
+        ]
+      : []),
   );
 }
 
@@ -336,40 +383,128 @@ function renderChannel(c) {
     view = createCard(c.channel);
     state.channels.set(c.channel, view);
   }
-  const el = view.el;
-  $(".rate", el).textContent = c.drop_rate.toFixed(3);
-  $(".rate", el).classList.toggle("dropping", c.drop_rate > 0);
-  $(".target", el).textContent = targetText(c.target);
-  $(".occupancy", el).textContent = c.occupancy === null ? "—" : String(c.occupancy);
   const badge = document.createElement("span");
   badge.textContent = c.drop_mode;
-  $(".badges", el).replaceChildren(badge);
-  renderSummary(el, c.last_summary ?? null);
-  const s = c.last_sample;
-  if (!s) {
-    $(".now", el).textContent = "—";
+  $(".badges", view.el).replaceChildren(badge);
+  renderSummary(view.el, c.last_summary ?? null);
+  renderSnapshot(view, c);
+  renderChart(view, c.series ?? [], c.target !== null && c.target !== undefined);
+}
+
+/**
+ * A card's numbers, every one from the channel's snapshot (the newest decision of either loop): its
+ * drop rate, rates and subscribers are of one period, and its line says which.
+ * @param {ChannelView} view
+ * @param {Channel} c
+ */
+function renderSnapshot(view, c) {
+  const el = view.el;
+  const p = c.snapshot ?? null;
+  $(".target", el).textContent = targetText(c.target);
+  if (p && !c.target) {
+    // No target now (cleared, or a restart without it): the last decision is history, not the
+    // channel's state, so the card shows the rate it runs at and says when the target went.
+    $(".rate", el).textContent = c.drop_rate.toFixed(3);
+    $(".rate", el).classList.toggle("dropping", c.drop_rate > 0);
+    $(".occupancy", el).textContent = "—";
+    $(".delivered", el).textContent = "—";
+    $(".dropped", el).textContent = "—";
+    const allowed = p.allowed_rate === null ? "any rate" : `${p.allowed_rate}/s`;
+    $(".sample", el).textContent =
+      `No target now: the sampler no longer measures this channel. Its last decision, at ${new Date(p.at).toLocaleTimeString()}, was under the target it had then (${allowed}).`;
+    return;
+  }
+  const rate = p ? p.drop_rate : c.drop_rate;
+  $(".rate", el).textContent = rate.toFixed(3);
+  $(".rate", el).classList.toggle("dropping", rate > 0);
+  if (!p) {
+    $(".occupancy", el).textContent = c.occupancy === null ? "—" : String(c.occupancy);
+    $(".delivered", el).textContent = "—";
+    $(".dropped", el).textContent = "—";
     $(".sample", el).textContent = c.target
-      ? "Not sampled yet: the sampler has not run since traffic began."
+      ? "Not sampled yet: the first decision comes within one fast-loop period of the first message."
       : "No target: the sampler does not measure this channel (give it a target to see its rates).";
     return;
   }
-  // Rates over the sampler's last period: the overview asks no channel object for live counts.
-  const secs = Math.max(0.001, s.elapsed_ms / 1000);
-  const delivered = s.delivered / secs;
-  const dropped = s.dropped / secs;
-  $(".now", el).textContent = `${delivered.toFixed(1)} / ${dropped.toFixed(1)}`;
+  $(".occupancy", el).textContent = String(p.occupancy);
+  $(".delivered", el).textContent = p.delivered_rate.toFixed(1);
+  $(".dropped", el).textContent = p.dropped_rate.toFixed(1);
+  const when = new Date(p.at).toLocaleTimeString();
+  const secs = (p.elapsed_ms / 1000).toFixed(1);
+  const allowed = p.allowed_rate === null ? "any rate" : `${p.allowed_rate}/s`;
   $(".sample", el).textContent =
-    `Last sample ${new Date(s.sampled_at).toLocaleTimeString()}: offered ${s.offered_rate ?? "?"}/s, allowed ${s.allowed_rate ?? "∞"}/s → drop rate ${s.new_rate}${s.written ? "" : " (unchanged)"}`;
-  if (s.sampled_at === view.sampledAt) return;
-  view.sampledAt = s.sampled_at;
+    `${p.by === "sweep" ? "Sweep" : "Fast loop"} at ${when}, over ${secs} s: offered ${p.offered_rate}/s, target allowed ${allowed} → drop rate ${p.drop_rate}`;
+}
+
+/**
+ * The chart, from the server's series: both loops' decisions since the run began, so a page opened
+ * mid-run (or reloaded) shows the run. The target line is what each period's target allowed.
+ * A channel without a target now draws no target line: the card says "none", and so does the chart.
+ * @param {ChannelView} view
+ * @param {Point[]} series
+ * @param {boolean} targeted whether the channel has a target now
+ */
+function renderChart(view, series, targeted) {
   const d = view.data;
-  d[0].push(s.sampled_at / 1000);
-  d[1].push(s.offered_rate ?? delivered + dropped);
-  d[2].push(delivered);
-  d[3].push(dropped);
-  d[4].push(s.allowed_rate);
-  if (d[0].length > HISTORY_POINTS) for (const series of d) series.shift();
-  view.plot?.setData(d);
+  for (const line of d) line.length = 0;
+  for (const p of series) {
+    d[0].push(p.at / 1000);
+    d[1].push(p.offered_rate);
+    d[2].push(p.delivered_rate);
+    d[3].push(p.dropped_rate);
+    d[4].push(targeted ? p.allowed_rate : null);
+  }
+  const plot = view.plot;
+  if (!plot) return;
+  plot.setData(d);
+  showLatest(plot);
+  // How many points the chart holds, on its element (the browser test reads it; recordSpan adds the
+  // time axis's span).
+  const chart = $(".chart", view.el);
+  chart.dataset.points = String(d[0].length);
+}
+
+/**
+ * The legend shows the newest point's values while the cursor is off the chart (uPlot's own shows
+ * "--" until hovered).
+ * @param {uPlot} u
+ */
+function showLatest(u) {
+  const last = u.data[0].length - 1;
+  if (last >= 0 && u.cursor.idx == null) u.setLegend({ idx: last }, false);
+}
+
+/**
+ * The time axis: the data's own span, or {@link SINGLE_POINT_SPAN_S} around a single point. uPlot
+ * alone widens one timestamp by 86,400 / `ms` units — in seconds, 1,000 days: "Apr 2027 … Aug 2029".
+ * @param {uPlot} u
+ * @param {number | null} min
+ * @param {number | null} max
+ * @returns {uPlot.Range.MinMax}
+ */
+function timeRange(u, min, max) {
+  const xs = u.data[0];
+  const first = xs[0];
+  const last = xs[xs.length - 1];
+  if (first === undefined || last === undefined) {
+    const now = Date.now() / 1000;
+    return [now - SINGLE_POINT_SPAN_S, now];
+  }
+  if (last - first < 1) return [first - SINGLE_POINT_SPAN_S / 2, last + SINGLE_POINT_SPAN_S / 2];
+  return [min ?? first, max ?? last];
+}
+
+/**
+ * Records the time axis's span (seconds) on the chart's element once uPlot has set it, for the
+ * browser test (a canvas shows a script nothing).
+ * @param {uPlot} u
+ * @param {string} key
+ */
+function recordSpan(u, key) {
+  const x = u.scales.x;
+  if (key !== "x" || !x || x.min == null || x.max == null) return;
+  const chart = u.root.parentElement;
+  if (chart) chart.dataset.span = String(Math.round(x.max - x.min));
 }
 
 // ---- the crowd's voice: the channel's latest summary of drops (docs/api.md, "Summaries of drops") ----
@@ -422,14 +557,15 @@ function createCard(name) {
   $(".name", el).textContent = name;
   $("#channels").prepend(el);
   /** @type {ChannelView} */
-  const view = { el, data: [[], [], [], [], []], sampledAt: null, plot: null, observer: null };
+  const view = { el, data: [[], [], [], [], []], plot: null, observer: null };
   const chart = $(".chart", el);
   if (typeof uPlot === "function") {
     const plot = new uPlot(
       {
         width: chart.clientWidth || 320,
         height: 180,
-        scales: { x: { time: true } },
+        scales: { x: { time: true, range: timeRange } },
+        hooks: { setCursor: [showLatest], setScale: [recordSpan] },
         axes: [{ stroke: "#8b98a5" }, { stroke: "#8b98a5", label: "msg/s" }],
         series: [
           {},

@@ -177,6 +177,14 @@ if (summaryTokens !== null) {
 }
 const counts = { sent: 0, delivered: 0, dropped: 0, limited: 0, errors: 0, behind: 0, frames: 0, messages: 0 };
 const window = { delivered: 0, dropped: 0, sent: 0 };
+/**
+ * When the throttle's first decision took effect (the first 202) and what had been delivered by then:
+ * the summary's rate since then is the one to hold against the target, without the run's unthrottled
+ * first seconds averaged in.
+ */
+let firstDrop = null;
+/** When the last answer came: the run's throttled stretch ends there, not at the summary's wait. */
+let lastPublishAt = 0;
 let inFlight = 0;
 
 const sockets = [];
@@ -220,10 +228,12 @@ async function publishOne(i) {
       body: JSON.stringify(summaryTokens === null ? { n: i, emoji: "🔥", at: Date.now() } : summaryBody(i)),
     });
     await res.arrayBuffer();
+    lastPublishAt = Date.now();
     if (res.status === 200) {
       counts.delivered++;
       window.delivered++;
     } else if (res.status === 202) {
+      if (firstDrop === null) firstDrop = { at: Date.now(), delivered: counts.delivered };
       counts.dropped++;
       window.dropped++;
     } else if (res.status === 429) counts.limited++;
@@ -311,7 +321,16 @@ const elapsed = (Date.now() - started) / 1000;
 const stats = await channelStats();
 console.log("\nsummary");
 console.log(`  sent        ${counts.sent} in ${elapsed.toFixed(1)}s (${(counts.sent / elapsed).toFixed(1)}/s)`);
-console.log(`  delivered   ${counts.delivered} (${(counts.delivered / elapsed).toFixed(1)}/s)`);
+console.log(`  delivered   ${counts.delivered} (${(counts.delivered / elapsed).toFixed(1)}/s over the whole run)`);
+if (firstDrop) {
+  const since = (lastPublishAt - firstDrop.at) / 1000;
+  const n = counts.delivered - firstDrop.delivered;
+  console.log(
+    `              ${n} since the first drop at t=${((firstDrop.at - started) / 1000).toFixed(1)}s (${since > 0 ? (n / since).toFixed(1) : "?"}/s while throttled: compare this with the target)`,
+  );
+} else {
+  console.log("              nothing was dropped: the throttle never cut in (no target, or the load stayed under it)");
+}
 console.log(`  dropped     ${counts.dropped} (${((100 * counts.dropped) / Math.max(1, counts.sent)).toFixed(1)}%)`);
 console.log(
   `  429s        ${counts.limited}   errors ${counts.errors}${counts.behind ? `   behind ${counts.behind}` : ""}`,

@@ -8,6 +8,7 @@
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
+import { configProblem, devVars as workerVars } from "./lib/dev-config.mjs";
 import { root } from "./lib/root.mjs";
 
 const devVars = join(root, ".dev.vars");
@@ -20,6 +21,17 @@ if (!existsSync(devVars)) {
 await import("./build-assets.mjs");
 
 const args = process.argv.slice(2);
+
+// Bad configuration stops here with the Worker's own message, exit 1, before wrangler starts (a
+// fraction of a second): the server never says Ready to refuse every request.
+const problem = await configProblem(workerVars(args));
+if (problem) {
+  console.error(`floodgate: ${problem}`);
+  console.error(
+    "floodgate: not starting. Fix the variable (wrangler.toml [vars], .dev.vars or --var) and run npm start again.",
+  );
+  process.exit(1);
+}
 const hasPort = args.some((a) => a === "--port" || a.startsWith("--port="));
 const wranglerArgs = ["dev", "--local", ...(hasPort ? [] : ["--port", "8787"]), "--test-scheduled", ...args];
 const child = spawn(join(root, "node_modules", ".bin", "wrangler"), wranglerArgs, {
@@ -38,6 +50,24 @@ if (period > 0) {
     await res.arrayBuffer();
     return res.ok;
   };
+  /**
+   * The Worker's own word on its configuration (/healthz answers 500 naming the variable), for what
+   * the check above cannot see: a secret set another way, or .dev.vars edited while running (wrangler
+   * reloads it). Null while healthy or not up yet.
+   */
+  const badConfiguration = async () => {
+    const res = await fetch(`http://127.0.0.1:${port}/healthz`);
+    if (res.ok) return null;
+    const body = await res.json().catch(() => null);
+    return body?.meta?.variable ? body.msg : null;
+  };
+  let reported = null;
+  /** Says a configuration problem once, not on every tick; answers whether there was one. */
+  const report = (problem) => {
+    if (problem && problem !== reported) console.error(`floodgate: ${problem}`);
+    reported = problem;
+    return problem !== null;
+  };
   let tick;
   let stopped = false;
   child.on("exit", () => {
@@ -51,6 +81,13 @@ if (period > 0) {
   (async () => {
     while (!stopped) {
       try {
+        if (report(await badConfiguration())) {
+          // The server came up refusing every request: stop, with the message above, exit 1.
+          console.error("floodgate: not starting. Fix the variable and run npm start again.");
+          child.kill("SIGTERM");
+          process.exitCode = 1;
+          return;
+        }
         if (await runSampler()) break;
       } catch {
         // The server is not up yet; try again shortly.
@@ -61,11 +98,13 @@ if (period > 0) {
     console.log(`floodgate: local sampler runs every ${period}s (SAMPLER_LOCAL_PERIOD; 0 turns it off)`);
     tick = setInterval(async () => {
       try {
-        await runSampler();
+        // An edit that breaks the configuration is said once (the dashboard shows it as a banner);
+        // the sampler waits until it is fixed.
+        if (!report(await badConfiguration())) await runSampler();
       } catch {
         // The server is restarting after an edit; try again next tick.
       }
     }, period * 1000);
   })();
 }
-child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+child.on("exit", (code, signal) => process.exit(process.exitCode || (code ?? (signal ? 1 : 0))));

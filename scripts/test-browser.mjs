@@ -8,7 +8,10 @@
 // leaves the overview takes its card, chart and ResizeObserver with it; the page fits a phone's width; a browser's
 // WebSocket subscriber gets frames without compression, and one offering its token as a subprotocol
 // reads a private channel (straight to the Worker); the page and its script carry public/_headers'
-// CSP and the page runs with no CSP violation; with the server stopped the page says so. Screenshots go
+// CSP and the page runs with no CSP violation; with the server stopped the page says so. Also: a chart
+// with one point spans seconds, not years, and its legend shows the newest values; a card's numbers
+// are its snapshot's and agree with the top line; a page opened mid-run charts the run so far; bad
+// configuration shows a banner; at 390 px no label wraps and the target placeholder fits. Screenshots go
 // to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
 import { existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
@@ -222,6 +225,139 @@ async function checkPolling(page) {
 }
 
 /**
+ * A card's numbers all come from one snapshot and agree with the top line: the card shows the drop
+ * rate and rates of the overview's `snapshot` for the channel, and the top line's sampled-channel
+ * rates are the sum of the snapshots (one channel here). Read against the page's own poll.
+ */
+async function checkCardAgrees(page, channel) {
+  const card = `article[data-channel="${channel}"]`;
+  const res = await page.waitForResponse((r) => r.url().includes("/v1/admin/overview") && r.ok(), {
+    timeout: 10_000,
+  });
+  const body = await res.json();
+  const snap = body.channels.find((c) => c.channel === channel)?.snapshot;
+  const sampled = body.channels.map((c) => c.snapshot).filter(Boolean);
+  const sum = (k) => sampled.reduce((n, p) => n + p[k], 0).toFixed(1);
+  const expected = {
+    rate: snap.drop_rate.toFixed(3),
+    delivered: snap.delivered_rate.toFixed(1),
+    dropped: snap.dropped_rate.toFixed(1),
+    top: `delivered ${sum("delivered_rate")}/s`,
+  };
+  // The page renders the answer right after this response: wait for its text, then compare.
+  const shown = await page
+    .waitForFunction(
+      ([sel, want]) => {
+        const text = (c) => document.querySelector(`${sel} ${c}`)?.textContent ?? "";
+        const got = {
+          rate: text(".rate"),
+          delivered: text(".delivered"),
+          dropped: text(".dropped"),
+          top: document.querySelector("#limits")?.textContent ?? "",
+        };
+        return got.rate === want.rate &&
+          got.delivered === want.delivered &&
+          got.dropped === want.dropped &&
+          got.top.includes(want.top)
+          ? got
+          : null;
+      },
+      [card, expected],
+      { timeout: 5_000 },
+    )
+    .then(
+      (h) => h.jsonValue(),
+      () => null,
+    );
+  check(
+    shown !== null,
+    `a card's drop rate, delivered/s and dropped/s are its snapshot's, and the top line sums them (${JSON.stringify(expected)})`,
+  );
+}
+
+/**
+ * A page opened mid-run shows the run: its first poll already charts every point the server kept for
+ * the channel (both loops' decisions since the run began), not only what it polls from then on.
+ */
+async function checkOpenedMidRun(browser, channel, admin) {
+  const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  const overview = await (
+    await fetch(`${BASE}/v1/admin/overview`, { headers: { authorization: `Bearer ${admin}` } })
+  ).json();
+  const kept = overview.channels.find((c) => c.channel === channel)?.series ?? [];
+  await page.goto(BASE);
+  await page.fill("#token", admin);
+  await page.click("#login-form button");
+  const chart = `article[data-channel="${channel}"] .chart`;
+  await page.waitForSelector(`${chart}[data-points]`, { timeout: 10_000 });
+  const points = Number(await page.getAttribute(chart, "data-points"));
+  const kinds = new Set(kept.map((p) => p.by));
+  check(
+    points >= kept.length && kept.length >= 3 && kinds.has("fast loop") && kinds.has("sweep"),
+    `a page opened mid-run charts the run so far at once: ${points} points on its first poll (the server kept ${kept.length}, of ${[...kinds].join(" and ")})`,
+  );
+  await page.close();
+}
+
+/**
+ * A channel whose target went (a restart without it): the card says "none" and nothing contradicts
+ * it — no "allowed 20/s" beside it, no target line — while its last decision stays as history. The
+ * server's answer is the real one with the target taken out.
+ */
+async function checkNoTargetNow(page, channel) {
+  const card = `article[data-channel="${channel}"]`;
+  const untarget = async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    for (const c of body.channels) if (c.channel === channel) Object.assign(c, { target: null, target_rate: null });
+    await route.fulfill({ response, json: body });
+  };
+  await page.route("**/v1/admin/overview*", untarget);
+  await page.waitForFunction((sel) => document.querySelector(`${sel} .target`)?.textContent === "none", card, {
+    timeout: 10_000,
+  });
+  const shown = await page.evaluate(
+    (sel) => ({
+      sample: document.querySelector(`${sel} .sample`)?.textContent ?? "",
+      delivered: document.querySelector(`${sel} .delivered`)?.textContent,
+      legend: [...document.querySelectorAll(`${sel} .u-legend .u-series`)].at(-1)?.textContent ?? "",
+    }),
+    card,
+  );
+  check(
+    shown.sample.startsWith("No target now") && shown.delivered === "—" && !/target\D*\d/.test(shown.legend),
+    `with its target gone the card says none and nothing beside it says otherwise (${shown.sample.slice(0, 60)}…; legend "${shown.legend}")`,
+  );
+  await page.unroute("**/v1/admin/overview*", untarget);
+}
+
+/**
+ * Bad configuration: every route answers 500 naming the variable (src/http/app.ts); the page shows a
+ * banner with the message, on the login screen too, for as long as it lasts, and drops it with the
+ * first good answer. The answer is the Worker's own shape, served here for the overview only.
+ */
+async function checkConfigBanner(page) {
+  const bad = {
+    code: "internal",
+    msg: 'invalid configuration: PUBLISH_RATE: "abc" is not a rate: expected <integer>/<window> such as 500/s',
+    meta: { code: "INTERNAL", variable: "PUBLISH_RATE" },
+  };
+  const refuse = (route) => route.fulfill({ status: 500, json: bad });
+  await page.route("**/v1/admin/overview*", refuse);
+  await page.waitForSelector("#config-banner", { state: "visible", timeout: 10_000 });
+  const text = await page.textContent("#config-banner");
+  check(
+    text.includes(bad.msg) && text.includes("wrangler.toml"),
+    "bad configuration shows a banner with the server's message and where to fix it",
+  );
+  const errorLine = await page.isVisible("#app-error");
+  check(!errorLine, "… instead of the error line");
+  await page.unroute("**/v1/admin/overview*", refuse);
+  await page.waitForSelector("#config-banner", { state: "hidden", timeout: 10_000 });
+  check(true, "… and the banner goes with the first good answer");
+}
+
+/**
  * A channel that leaves the overview (no traffic within its window: here, its entry taken out of the
  * server's answer) loses its card and its chart's ResizeObserver; it comes back when listed again.
  */
@@ -339,6 +475,15 @@ try {
   const card = `article[data-channel="${CHANNEL}"]`;
   await page.waitForSelector(card, { timeout: 15_000 });
   check(true, "the channel appears once traffic flows");
+  // Its first point: a time axis of seconds around it, not uPlot's years around one timestamp.
+  await page.waitForSelector(`${card} .chart[data-points="1"], ${card} .chart[data-points="2"]`, { timeout: 20_000 });
+  const span = Number(await page.getAttribute(`${card} .chart`, "data-span"));
+  check(span > 0 && span <= 60, `with one or two points the time axis spans ${span} s (not years)`);
+  const legend = await page.locator(`${card} .u-legend .u-value`).allTextContents();
+  check(
+    legend.length > 0 && legend.every((v) => v !== "--"),
+    `the legend shows the newest values without hovering (${legend.join(", ")})`,
+  );
   await page.waitForFunction((sel) => Number(document.querySelector(`${sel} .rate`)?.textContent) > 0.3, card, {
     timeout: 20_000,
   });
@@ -349,6 +494,9 @@ try {
   );
   await page.waitForTimeout(8000); // let the chart gather a few points for the screenshot
   await page.screenshot({ path: join(artifacts, "dashboard.png"), fullPage: true });
+  await checkCardAgrees(page, CHANNEL);
+  await checkNoTargetNow(page, CHANNEL);
+  await checkOpenedMidRun(browser, CHANNEL, server.admin);
 
   publishing = false;
   await traffic;
@@ -371,6 +519,7 @@ try {
 
   await checkPolling(page);
   await checkChannelLeaves(page, MANUAL);
+  await checkConfigBanner(page);
 
   await page.setViewportSize({ width: 390, height: 844 });
   // The charts shrink in their ResizeObserver's callback, which runs at the page's next rendering, not
@@ -383,6 +532,19 @@ try {
   );
   const fits = await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1);
   check(fits, "at phone width (390 px) nothing scrolls sideways");
+  // Every fact's label on one line, and the target's placeholder whole in its field.
+  const layout = await page.evaluate(() => ({
+    wrapped: [...document.querySelectorAll(".facts dt")]
+      .filter((dt) => dt.scrollWidth > dt.clientWidth + 1 || dt.getClientRects().length > 1)
+      .map((dt) => dt.textContent),
+    placeholder: [...document.querySelectorAll(".set-target input")].every((i) => {
+      const ctx = document.createElement("canvas").getContext("2d");
+      ctx.font = getComputedStyle(i).font;
+      return ctx.measureText(i.placeholder).width <= i.clientWidth;
+    }),
+  }));
+  check(layout.wrapped.length === 0, `at 390 px no fact label wraps or is cut (${layout.wrapped.join(", ")})`);
+  check(layout.placeholder, "at 390 px the target field shows its whole placeholder");
   await page.screenshot({ path: join(artifacts, "dashboard-phone.png"), fullPage: true });
   console.log(`     screenshots: test-artifacts/dashboard.png, test-artifacts/dashboard-phone.png`);
 

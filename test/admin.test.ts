@@ -1,6 +1,8 @@
 /** Admin throttle routes, channel stats and the admin bearer. */
+
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { ADMIN_BEARER_REQUIRED } from "../src/auth/authorise";
 import { ADMIN, adminHeaders, call, callAndWait, envWith, freshIp, mint, openSocket, publishTo, uniq } from "./helpers";
 
 const put = (ch: string, body: string, headers = adminHeaders()) =>
@@ -70,7 +72,7 @@ describe("admin throttle", () => {
     expect(await env.THROTTLE_KV.get(`throttleRate:${ch}`)).toBeNull();
   });
 
-  it("answers every bad admin header with the contract's 401, and takes the token in any case of Bearer", async () => {
+  it("answers every bad admin header with the API's 401, and takes the token in any case of Bearer", async () => {
     for (const authorization of [
       "Basic dGVzdA==",
       "Bearer",
@@ -86,7 +88,7 @@ describe("admin throttle", () => {
       expect(res.status, authorization).toBe(401);
       expect(await res.json()).toEqual({
         code: "unauthenticated",
-        msg: "admin bearer token required",
+        msg: ADMIN_BEARER_REQUIRED,
         meta: { code: "UNAUTHENTICATED" },
       });
       expect(res.headers.get("www-authenticate")).toMatch(/^Bearer/);

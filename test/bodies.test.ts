@@ -1,5 +1,5 @@
 /**
- * Request bodies of the token and admin routes: each refusal is the contract's 400 naming the body's
+ * Request bodies of the token and admin routes: each refusal is the API's 400 naming the body's
  * first problem (an unknown field before anything else), and changes nothing.
  */
 import { env } from "cloudflare:workers";

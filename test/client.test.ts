@@ -4,13 +4,22 @@
  */
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
-import { FloodgateClient, FloodgateError, type Message, RateLimitedError, type SocketLike } from "@floodgate/client";
+import {
+  type ConnectionState,
+  FloodgateClient,
+  FloodgateError,
+  type Message,
+  mintTokens,
+  RateLimitedError,
+  refreshTokens,
+  type SocketLike,
+} from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import { relayName } from "../src/delivery/placement";
 import type { Relay } from "../src/delivery/relay";
 import { services } from "../src/platform/services";
 import { shardStub } from "../src/rate-limit/limiter-shard";
-import { adminHeaders, BASE, historyOf, mint, publishTo, setRate, uniq, until } from "./helpers";
+import { ADMIN, adminHeaders, BASE, historyOf, mint, publishTo, setRate, uniq, until } from "./helpers";
 
 const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));
 
@@ -139,7 +148,7 @@ describe("client publish", () => {
     expect((await historyOf(ch, null)).map((f) => f.data)).toEqual([{ once: true }]);
   });
 
-  it("throws typed errors that mirror the contract's codes, without retrying them", async () => {
+  it("throws typed errors that mirror the API's codes, without retrying them", async () => {
     const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
     const { fg, counter } = countingClient(access_token);
     const denied = await fg.publish("public:other.thing", 1).catch((e: unknown) => e);
@@ -328,3 +337,80 @@ async function statsOf(ch: string): Promise<number> {
   const res = await workerFetch(`${BASE}/v1/channels/${ch}/stats`, { headers: adminHeaders() });
   return ((await res.json()) as { occupancy: number }).occupancy;
 }
+
+describe("client connection state", () => {
+  it("tells connecting → live → reconnecting → live → closed, and ready resolves once live", async () => {
+    const ch = `public:client.${uniq()}`;
+    const ws = socketOpener();
+    const fg = new FloodgateClient({ baseUrl: BASE, openWebSocket: ws.open, sleep: async () => {} });
+    const states: string[] = [];
+    const sub = fg.subscribe(ch, () => {}, {
+      onState: (state, change) => states.push(`${change.previous}→${state} (${change.transport})`),
+    });
+    expect(sub.state).toBe("connecting");
+    await sub.ready;
+    expect(sub.state).toBe("live");
+    ws.sockets[0]?.close(1011, "network went away");
+    await until(() => ws.sockets.length === 2 && sub.state === "live", "the reconnect");
+    sub.close();
+    expect(sub.state).toBe("closed");
+    expect(states).toEqual([
+      "connecting→live (websocket)",
+      "live→reconnecting (websocket)",
+      "reconnecting→live (websocket)",
+      "live→closed (websocket)",
+    ]);
+  });
+
+  it("ready rejects for a subscription closed before it was live; SSE is live on its 200", async () => {
+    const fg = new FloodgateClient({ baseUrl: BASE, fetch: workerFetch, sleep: async () => {} });
+    const early = fg.subscribe(`public:client.${uniq()}`, () => {}, { transport: "sse" });
+    early.close();
+    await expect(early.ready).rejects.toThrow(/closed before it was live/);
+    const seen: ConnectionState[] = [];
+    const sse = fg.subscribe(`public:client.${uniq()}`, () => {}, {
+      transport: "sse",
+      onState: (s) => seen.push(s),
+    });
+    await sse.ready;
+    expect(sse.transport).toBe("sse");
+    sse.close();
+    expect(seen).toEqual(["live", "closed"]);
+  });
+
+  it("with no WebSocket in the runtime, auto starts on SSE without a failed open", async () => {
+    const saved = globalThis.WebSocket;
+    const errors: unknown[] = [];
+    // As on Node 20 without --experimental-websocket.
+    Object.defineProperty(globalThis, "WebSocket", { value: undefined, configurable: true, writable: true });
+    try {
+      const fg = new FloodgateClient({ baseUrl: BASE, fetch: workerFetch, sleep: async () => {} });
+      const sub = fg.subscribe(`public:client.${uniq()}`, () => {}, { onError: (e) => errors.push(e) });
+      expect(sub.transport).toBe("sse");
+      await sub.ready;
+      sub.close();
+    } finally {
+      Object.defineProperty(globalThis, "WebSocket", { value: saved, configurable: true, writable: true });
+    }
+    expect(errors).toEqual([]);
+  });
+});
+
+describe("token helpers for a server-side admin context", () => {
+  it("mints a pair with the admin token, refreshes it, and answers a wrong admin token with a typed 401", async () => {
+    const admin = { baseUrl: BASE, adminToken: ADMIN, fetch: workerFetch };
+    const pair = await mintTokens(admin, { sub: uniq(), channels: ["public:client.*"], ttl: "5m" });
+    expect(pair).toMatchObject({ access_token: expect.any(String), refresh_token: expect.any(String) });
+    const ch = `public:client.${uniq()}`;
+    const fg = new FloodgateClient({ baseUrl: BASE, accessToken: pair.access_token, fetch: workerFetch });
+    expect(await fg.publish(ch, { minted: true })).toMatchObject({ status: "delivered", seq: 1 });
+    const next = await refreshTokens({ baseUrl: BASE, fetch: workerFetch }, pair.refresh_token);
+    expect(next.refresh_token).not.toBe(pair.refresh_token);
+    const wrong = await mintTokens(
+      { ...admin, adminToken: "not-the-admin-token" },
+      { sub: uniq(), channels: ["public:client.*"] },
+    ).catch((e: unknown) => e);
+    expect(wrong).toBeInstanceOf(FloodgateError);
+    expect(wrong).toMatchObject({ status: 401, code: "unauthenticated" });
+  });
+});

@@ -33,7 +33,7 @@ describe("parseConfig", () => {
     expect(c.sessionTtlSeconds).toBe(30 * 86400);
   });
 
-  it("applies the contract's defaults when variables are absent", () => {
+  it("applies the API's defaults when variables are absent", () => {
     const c = parseConfig({});
     expect(c.publish).toBeNull();
     expect(c.adminAuth).toEqual({ rate: 10, perMs: 60_000, burst: 20 });

@@ -80,6 +80,8 @@ describe("GET /v1/admin/overview", () => {
       occupancy: null, // no target: never sampled, so no subscriber count without asking the channel
       last_sample: null,
       last_summary: null, // no summary rule: no summary of drops
+      series: [],
+      snapshot: null,
     });
     expect(Object.keys(body.rate_limits).sort()).toEqual(["admin-auth", "publish", "read", "subscribe", "token-issue"]);
     expect(body.messages.delivered).toBeGreaterThanOrEqual(names.length);
@@ -115,6 +117,11 @@ describe("GET /v1/admin/overview", () => {
       occupancy: stats.occupancy,
       last_sample: stats.last_sample,
       last_summary: stats.last_summary,
+      series: [expect.objectContaining({ by: "sweep", at: (stats.last_sample as { sampled_at: number }).sampled_at })],
+      snapshot: expect.objectContaining({
+        by: "sweep",
+        drop_rate: (stats.last_sample as { new_rate: number }).new_rate,
+      }),
     });
     sub.ws.close();
 

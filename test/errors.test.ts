@@ -11,7 +11,7 @@ describe("ApiError", () => {
     expect(new Error("bug").stack).toMatch(/\n\s+at /);
   });
 
-  it("renders the contract's shape, and anything else as a generic 500 with no backend text", async () => {
+  it("renders the API's shape, and anything else as a generic 500 with no backend text", async () => {
     const res = errorResponse(new ApiError("rate_limited", "slow down", { bucket: "publish" }, { "Retry-After": "2" }));
     expect(res.status).toBe(429);
     expect(res.headers.get("retry-after")).toBe("2");

@@ -56,7 +56,7 @@ async function accessToken(sub: string, over: Record<string, unknown> = {}) {
 }
 
 describe("publish gate", () => {
-  it("admits burst then answers 429 with the contract's body and headers", async () => {
+  it("admits burst then answers 429 with the API's body and headers", async () => {
     const e = envWith({ PUBLISH_RATE: "3/h", PUBLISH_BURST: "" });
     const sub = uniq("s");
     const t = await accessToken(sub);

@@ -1,5 +1,5 @@
 /**
- * Hostile input over HTTP: each request gets the contract's error (never a 500, never backend text)
+ * Hostile input over HTTP: each request gets the API's error (never a 500, never backend text)
  * and leaves state unchanged. Plus the slow-consumer fault: a reader that stops reading is cut off
  * after a bounded backlog without stalling the others.
  */

@@ -49,7 +49,7 @@ describe("GET /v1/openapi.json", () => {
     expect(inDocument.sort()).toEqual([...served].sort());
   });
 
-  it("has every route docs/api.md names, with the contract's error body for every error status", async () => {
+  it("has every route docs/api.md names, with the API's error body for every error status", async () => {
     const doc = await document();
     const named = documentedRoutes();
     expect(named.length).toBeGreaterThan(15);
@@ -132,5 +132,28 @@ describe("GET /v1/openapi.json", () => {
       "ttl",
     ]);
     expect(mint?.required?.sort()).toEqual(["channels", "sub"]);
+  });
+});
+
+describe("the document's groups", () => {
+  it("puts every route under a tag of its part of docs/api.md, none under default", async () => {
+    const doc = (await document()) as Document & { tags: { name: string; description: string }[] };
+    const names = doc.tags.map((t) => t.name);
+    expect(names).toEqual(["Tokens", "Publish", "Subscribe", "Dashboard", "Admin", "Operations"]);
+    for (const t of doc.tags) expect(t.description).toMatch(/docs\/api\.md/);
+    const tagOf = (path: string, method: string) =>
+      (doc.paths[path]?.[method] as (Operation & { tags?: string[] }) | undefined)?.tags;
+    for (const [path, methods] of Object.entries(doc.paths)) {
+      for (const method of Object.keys(methods)) {
+        const tags = tagOf(path, method);
+        expect(tags?.length, `${method} ${path}`).toBe(1);
+        expect(names).toContain(tags?.[0]);
+      }
+    }
+    expect(tagOf("/v1/publish/{channel}", "post")).toEqual(["Publish"]);
+    expect(tagOf("/v1/history/{channel}", "get")).toEqual(["Subscribe"]);
+    expect(tagOf("/v1/admin/overview", "get")).toEqual(["Dashboard"]);
+    expect(tagOf("/v1/admin/sample", "post")).toEqual(["Admin"]);
+    expect(tagOf("/healthz", "get")).toEqual(["Operations"]);
   });
 });

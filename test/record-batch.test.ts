@@ -93,7 +93,7 @@ describe("hour keys", () => {
 });
 
 describe("the record's line", () => {
-  it("has the contract's fields in order, the message spliced in unparsed", () => {
+  it("has the API's fields in order, the message spliced in unparsed", () => {
     const c = { ...copy(0, 42, "id-1"), message: '{"n":12345678901234567890}' };
     const line = recordLine(c);
     expect(line).toBe(

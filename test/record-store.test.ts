@@ -258,7 +258,7 @@ describe("the record's objects", () => {
     ]);
     expect(first[0]?.lines.map((c) => c.dropped_at)).toEqual([h + HOUR_MS - 100, h + HOUR_MS - 1]);
     expect(second[0]?.lines.map((c) => c.dropped_at)).toEqual([h + HOUR_MS, h + HOUR_MS + 5]);
-    // One copy per line, the contract's fields, the message as the publisher sent it.
+    // One copy per line, the API's fields, the message as the publisher sent it.
     expect(Object.keys(first[0]?.lines[0] ?? {})).toEqual([
       "id",
       "source_channel",

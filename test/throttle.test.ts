@@ -57,7 +57,7 @@ describe("drop rate from KV", () => {
     expect(await countStatuses(ch, pub, 30)).toEqual({ 200: 30, 202: 0 });
   });
 
-  it("rate 1 drops every message into the analytics channel, in the contract's shape", async () => {
+  it("rate 1 drops every message into the analytics channel, in the API's shape", async () => {
     const ch = `public:thr.${uniq()}`;
     const { pub, reader } = await tokens();
     await setRate(ch, 1);

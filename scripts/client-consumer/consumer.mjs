@@ -106,6 +106,33 @@ export async function run({ base, token, limitedToken, prefix, log }) {
     viaSse.sub.transport === "sse" && same(viaSse.seqs, [c.seq, d.seq]),
     `with WebSockets refused the subscription falls back to SSE and resumes: seqs ${viaSse.seqs}`,
   );
+
+  // 7. Connection state: connecting → live with `ready`, then closed; with no WebSocket in the
+  // runtime (Node 20) `auto` starts on SSE at once, so no failed open is reported on the way.
+  const states = [];
+  const errors = [];
+  const watched = fg.subscribe(live, () => {}, {
+    after: d.seq,
+    onState: (state, change) => states.push(`${change.previous}→${state}`),
+    onError: (e) => errors.push(e instanceof Error ? e.message : String(e)),
+  });
+  await withTimeout(watched.ready, "the subscription to be live");
+  const wasLive = watched.state === "live";
+  watched.close();
+  const early = fg.subscribe(live, () => {}, {});
+  early.close();
+  const rejected = await early.ready.then(
+    () => false,
+    () => true,
+  );
+  check(
+    wasLive &&
+      watched.transport === expected &&
+      same(states, ["connecting→live", "live→closed"]) &&
+      errors.length === 0 &&
+      rejected,
+    `state events on ${watched.transport}: ${states.join(", ")}; ready resolved once live, no error on the way (${errors.join("; ") || "none"}); closed before live, ready rejects`,
+  );
 }
 
 /** Subscribes and resolves `done` once `count` messages arrived, then closes. */

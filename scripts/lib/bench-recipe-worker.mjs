@@ -6,7 +6,7 @@
 // Cloudflare's Durable Object chat example); read the channel's drop rate from KV (no cache); draw;
 // and await one call to the channel's object, which appends the message as one row and sends it to
 // its hibernatable WebSockets. It leaves out what Floodgate does besides (token signatures, the
-// contract's checks and headers, history trimming, metrics, copies of drops), so every omission
+// API's checks and headers (docs/api.md), history trimming, metrics, copies of drops), so every omission
 // favours the recipe.
 import { DurableObject } from "cloudflare:workers";
 import { Hono } from "hono";

@@ -9,7 +9,7 @@ import { bundle, startWorker } from "./workerd.mjs";
  * The reference: a bare Hono Worker in its own workerd. `GET /bare` answers a small JSON body;
  * `GET /bare-rpc2` also makes two no-op Durable Object calls in turn (the shape of a limited,
  * delivered publish); `POST /bare` reads the body and answers 429 (what a denied publish must do at
- * least, since the contract answers 400/413 before any 429); `POST /bare-write1` reads the body and
+ * least, since the API answers 400/413 (docs/api.md) before any 429); `POST /bare-write1` reads the body and
  * makes one Durable Object call that appends it as one row (the least a durable publish can cost).
  */
 export async function startBare() {

@@ -14,7 +14,8 @@ import { root } from "./root.mjs";
  * Starts `npm start` on 127.0.0.1:`port` with `args` for wrangler dev and `env` added to the
  * environment (e.g. `SAMPLER_LOCAL_PERIOD`). `ready()` resolves once `/healthz` answers 200 (it
  * throws with the server's last lines after `timeoutMs`); `stop()` ends the server and its children,
- * and runs by itself when this process exits. `admin` is the admin bearer it runs with (.dev.vars's,
+ * and runs by itself when this process exits. A server that stops (bad configuration) fails `ready()` at
+ * once with its output. `admin` is the admin bearer it runs with (.dev.vars's,
  * which `npm start` creates from .dev.vars.example when missing).
  */
 export function startDev({ port, args = [], env = {} }) {
@@ -39,6 +40,11 @@ export function startDev({ port, args = [], env = {} }) {
     },
   );
   let log = "";
+  /** Set when `npm start` ended (bad configuration stops it at once): `ready()` then fails at once too. */
+  let exited = null;
+  server.on("exit", (code, signal) => {
+    exited = { code, signal };
+  });
   server.stdout.on("data", (d) => (log += d));
   server.stderr.on("data", (d) => (log += d));
   const stop = () => {
@@ -54,6 +60,11 @@ export function startDev({ port, args = [], env = {} }) {
       try {
         if ((await fetch(`${base}/healthz`)).ok) return;
       } catch {}
+      if (exited) {
+        throw new Error(
+          `npm start exited (${exited.code ?? exited.signal}) before the Worker answered:\n${log.split("\n").slice(-30).join("\n")}`,
+        );
+      }
       if (Date.now() > end) {
         throw new Error(
           `the Worker did not start within ${timeoutMs / 1000} s:\n${log.split("\n").slice(-30).join("\n")}`,

@@ -1,7 +1,7 @@
 /**
  * Who may make a request: bearer tokens, access-token checks (signature, expiry, scope, channel) and
  * the admin bearer middleware (docs/api.md, Tokens and Operator routes; docs/security.md). Each
- * failure is an ApiError in the contract's shape.
+ * failure is an ApiError in the API's error shape (docs/api.md).
  */
 import { bearerAuth } from "hono/bearer-auth";
 import { createMiddleware } from "hono/factory";
@@ -37,10 +37,18 @@ export function tokenSecret(env: Env): string {
   return requiredSecret(env, "TOKEN_SECRET");
 }
 
+/** What a request without a token is told: how to get one. */
+export const MISSING_BEARER =
+  "missing bearer token: send Authorization: Bearer <access token>; get one with POST /v1/tokens and the admin token (docs/api.md, Tokens)";
+
+/** What an admin route refuses a request with: which token it wants. */
+export const ADMIN_BEARER_REQUIRED =
+  "admin bearer token required: send Authorization: Bearer <ADMIN_TOKEN> (the server's secret; docs/api.md, Operator routes)";
+
 /** Verifies an access token: signature, shape, expiry and type. @throws ApiError 401 */
 export async function verifyAccess(env: Env, token: string | null): Promise<VerifiedToken> {
   const secret = tokenSecret(env);
-  if (!token) throw unauthenticated("missing bearer token");
+  if (!token) throw unauthenticated(MISSING_BEARER);
   try {
     return await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
   } catch (e) {
@@ -71,7 +79,7 @@ export async function authorise(
 
 /**
  * The admin bearer (docs/api.md, Operator routes): Hono's `bearerAuth`, which compares in constant
- * time, answering the contract's 401 for a missing, malformed or wrong token. Fails closed first:
+ * time, answering the 401 of docs/api.md for a missing, malformed or wrong token. Fails closed first:
  * with `ADMIN_TOKEN` unset or weak every admin route answers 500 naming it, whatever was sent.
  * Then the client's `admin-auth` budget (docs/security.md, "Guessing the admin token"): every request
  * takes a token before its bearer is compared, through the gate like any charge, so the bucket is
@@ -86,7 +94,7 @@ export const adminAuth = createMiddleware<AppEnv>(async (c, next) => {
   const budget = adminAuthBudget(config, clientIp(c.req.raw));
   const headers = await gate.check("admin-auth", budget.key, budget.limit, c.var.defer);
   const refused = () => {
-    const res = unauthenticated("admin bearer token required").toResponse();
+    const res = unauthenticated(ADMIN_BEARER_REQUIRED).toResponse();
     for (const [k, v] of Object.entries(headers)) res.headers.set(k, v);
     return res;
   };

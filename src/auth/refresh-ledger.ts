@@ -6,7 +6,7 @@
  * the same token at two locations could both succeed. Here check-and-insert is synchronous SQLite
  * inside a single-threaded object, so exactly one presenter wins.
  *
- * Reuse (RFC 9700 §4.14.2): when a spent token comes back, the ledger cannot tell whether the client
+ * Reuse (RFC 9700, section 4.14.2): when a spent token comes back, the ledger cannot tell whether the client
  * or a thief sent it, so the chain it belongs to is revoked: the pair it returned, and any later pair,
  * can no longer be refreshed. That is stricter than the RFC (which revokes the active token only).
  *

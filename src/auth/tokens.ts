@@ -136,11 +136,18 @@ export async function signToken(claims: TokenClaims, secret: string): Promise<st
   return `${input}.${base64UrlEncode(new Uint8Array(sig))}`;
 }
 
+/**
+ * What any token that is not one of ours says, whichever part failed: a caller cannot act on which
+ * base64url part did not decode, but can on where a good token comes from.
+ */
+export const MALFORMED =
+  "malformed token: not a token Floodgate issued (header.claims.signature, base64url JSON); mint one with POST /v1/tokens (docs/api.md, Tokens)";
+
 function parseJson(bytes: Uint8Array): unknown {
   try {
     return JSON.parse(decoder.decode(bytes));
   } catch {
-    throw new TokenError("malformed", "token is not valid JSON");
+    throw new TokenError("malformed", MALFORMED);
   }
 }
 
@@ -189,7 +196,7 @@ export async function verifyToken(
   nowSeconds: number,
 ): Promise<VerifiedToken> {
   if (typeof token !== "string" || token.length === 0 || token.length > MAX_TOKEN_LENGTH) {
-    throw new TokenError("malformed", "token is malformed");
+    throw new TokenError("malformed", MALFORMED);
   }
   const hit = verified.get(token);
   const result = hit && hit.secret === secret ? hit.result : await verifySignatureAndShape(token, secret);
@@ -204,7 +211,7 @@ export async function verifyToken(
 
 async function verifySignatureAndShape(token: string, secret: string): Promise<VerifiedToken> {
   const parts = token.split(".");
-  if (parts.length !== 3) throw new TokenError("malformed", "token is malformed");
+  if (parts.length !== 3) throw new TokenError("malformed", MALFORMED);
   const [h, p, s] = parts as [string, string, string];
   const header = parseJson(base64UrlDecode(h));
   // Only HS256 is accepted: "none", RS256 and friends are refused before any key is used.

@@ -3,6 +3,7 @@
  * by RPC: commands, their answers, and the counts it reports.
  */
 import type { PeriodCounts } from "../../functions/sampler";
+import type { SeriesPoint } from "../throttle/throttle-series";
 
 /** What the Worker asks the channel to do with one publish. */
 export interface PublishCommand {
@@ -70,6 +71,8 @@ export interface ChannelPeriod {
   fastRate: ChannelRate;
   /** When the fast loop last decided (epoch ms), or null when it never has. */
   fastDecidedAt: number | null;
+  /** The fast loop's decisions since the previous visit, for the dashboard's series. */
+  fastPoints?: SeriesPoint[];
 }
 
 /** What a relay's report is answered: whether to leave (it is empty), and the channel's head seq. */

@@ -1,6 +1,6 @@
 /**
  * The Hono app: per-isolate services and config check for every request, the route sub-apps, and
- * the contract's error shape for every failure, unknown routes included.
+ * the API's error shape (docs/api.md) for every failure, unknown routes included.
  */
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
@@ -10,6 +10,7 @@ import { type Services, services } from "../platform/services";
 import type { AppEnv } from "./app-env";
 import { ApiError, errorResponse } from "./errors";
 import { documented, json, mount, openApiDocument, route } from "./openapi";
+import { noSuchRoute } from "./route-hints";
 import { admin } from "./routes/admin";
 import { dashboard } from "./routes/dashboard";
 import { ops } from "./routes/ops";
@@ -71,5 +72,7 @@ app.get(documented(app, openApiRoute), (c) => {
   return c.json(document);
 });
 
-app.notFound(() => new ApiError("not_found", "no such route").toResponse());
+app.notFound((c) =>
+  new ApiError("not_found", noSuchRoute(app as unknown as Hono<never>, c.req.method, c.req.path)).toResponse(),
+);
 app.onError((err) => errorResponse(err));

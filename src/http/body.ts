@@ -1,6 +1,6 @@
 /**
  * Request bodies read within a byte bound and parsed as JSON (docs/api.md, Bounds). Each failure is
- * an ApiError in the contract's shape.
+ * an ApiError in the API's error shape (docs/api.md).
  */
 import { ApiError, invalidArgument } from "./errors";
 

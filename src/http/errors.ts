@@ -1,5 +1,5 @@
 /**
- * The contract's error shape (docs/api.md): `{"code","msg","meta":{"code",…}}`.
+ * The API's error shape (docs/api.md): `{"code","msg","meta":{"code",…}}`.
  *
  * Every failure the API reports is an {@link ApiError}; anything else that escapes a handler is
  * logged and answered as a generic 500 so backend text never reaches a client.

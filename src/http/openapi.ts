@@ -51,7 +51,7 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
   503: "`unavailable` / `UNAVAILABLE`: a channel object, the ledger or KV could not be reached; retry.",
 };
 
-/** The error responses a route can give, in the contract's shape. */
+/** The error responses a route can give, in the API's error shape (docs/api.md). */
 export function errors(...statuses: ErrorStatus[]) {
   return Object.fromEntries(
     statuses.map((s) => [
@@ -126,9 +126,48 @@ const DOCUMENT_INFO = {
     title: "Floodgate",
     version: "0.1.0",
     description:
-      "Edge pub/sub: publish over HTTP, subscribe over WebSocket or SSE. The prose contract is docs/api.md in the repository.",
+      "Edge pub/sub: publish over HTTP, subscribe over WebSocket or SSE. The prose reference is docs/api.md in the Floodgate repository (with docs/throttling.md, docs/operations.md and docs/client.md beside it); the dashboard is at /.",
   },
 };
+
+/**
+ * The document's groups, one per part of docs/api.md, so the reference page (/docs/api) lists the
+ * routes by what they are for instead of all under "default". A route's group follows from its path.
+ */
+export const TAGS = [
+  { name: "Tokens", description: "Minting and refreshing access tokens (docs/api.md, Tokens).", prefix: "/v1/tokens" },
+  {
+    name: "Publish",
+    description: "Publishing to a channel (docs/api.md, POST /v1/publish/{channel}).",
+    prefix: "/v1/publish",
+  },
+  {
+    name: "Subscribe",
+    description: "WebSocket and SSE subscriptions, and history (docs/api.md, GET /v1/subscribe/{channel}).",
+    prefix: "/v1/subscribe",
+  },
+  { name: "Subscribe", description: "", prefix: "/v1/history" },
+  {
+    name: "Dashboard",
+    description: "The dashboard's poll (docs/api.md, Operator routes).",
+    prefix: "/v1/admin/overview",
+  },
+  {
+    name: "Admin",
+    description: "Drop rates, targets, the sampler and the record's export (docs/api.md, Operator routes).",
+    prefix: "/v1/admin",
+  },
+  {
+    name: "Operations",
+    description: "Health, manifest, metrics, channel stats and this document (docs/api.md, Operator routes).",
+    prefix: "/",
+  },
+] as const;
+
+/** The group of a route's path: the first tag whose prefix it starts with. */
+export function tagOf(path: string): string {
+  return TAGS.find((t) => path.startsWith(t.prefix))?.name ?? "Operations";
+}
 
 /** The document of the routes `app` declared and mounted. */
 export function openApiDocument(app: Hono<AppEnv>) {
@@ -146,8 +185,9 @@ export function openApiDocument(app: Hono<AppEnv>) {
       "An access token minted by `POST /v1/tokens`. Subscribe and history also take it as the `bearer.<token>` " +
       "WebSocket subprotocol or `?token=` (docs/api.md, Subscriber tokens).",
   });
-  for (const d of declared.get(app) ?? []) registry.registerPath(d);
-  return new OpenApiGeneratorV31(registry.definitions).generateDocument(DOCUMENT_INFO);
+  for (const d of declared.get(app) ?? []) registry.registerPath({ ...d, tags: d.tags ?? [tagOf(d.path)] });
+  const tags = TAGS.filter((t) => t.description).map(({ name, description }) => ({ name, description }));
+  return new OpenApiGeneratorV31(registry.definitions).generateDocument({ ...DOCUMENT_INFO, tags });
 }
 
 /** A target as the API shows and takes it (docs/throttling.md). */

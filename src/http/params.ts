@@ -1,6 +1,6 @@
 /**
  * Path and query parameters shared by the routes (channels, integers, durations) and the client
- * address a per-IP budget is charged to. Each failure is an ApiError in the contract's shape.
+ * address a per-IP budget is charged to. Each failure is an ApiError in the API's error shape (docs/api.md).
  */
 import { type ChannelName, GrammarError, parseChannelName } from "../channel/names";
 import { DurationError, parseDuration } from "../platform/durations";

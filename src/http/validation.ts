@@ -1,7 +1,7 @@
 /**
  * JSON bodies checked by a schema (docs/api.md: the token and admin bodies). The same zod schemas
  * describe those bodies in the OpenAPI document (src/http/openapi.ts), so the document and the checks
- * cannot disagree. Every failure is the contract's 400 with one message.
+ * cannot disagree. Every failure is the 400 of docs/api.md with one message.
  *
  * Not @hono/zod-validator: its `json` target reads the body with `c.req.json()` (no size bound, its
  * own error text) and skips the check unless `Content-Type` is JSON, while these routes read at
@@ -15,7 +15,7 @@ import { readJson } from "./body";
 import { type ApiError, invalidArgument } from "./errors";
 
 /**
- * A failed parse as the contract's 400: an unknown field is named first (as "unknown field "x""),
+ * A failed parse as the 400 of docs/api.md: an unknown field is named first (as "unknown field "x""),
  * else the first problem in the schema's field order, with the message the schema gives it.
  */
 export function invalidBody(error: z.ZodError): ApiError {

@@ -93,7 +93,7 @@ export interface SummaryRule {
   tokens: string[];
 }
 
-/** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults, {@link REQUIRED_BUDGETS} excepted). */
+/** Raw variables as they arrive in `env` (all strings; absent ones take the defaults docs/operations.md lists, {@link REQUIRED_BUDGETS} excepted). */
 export type RawConfig = Partial<Record<ConfigVariable, string>>;
 
 export const CONFIG_VARIABLES = [

@@ -29,6 +29,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { TargetJson } from "../platform/config";
+import { SERIES_CHANNELS, SERIES_POINTS, type SeriesPoint } from "./throttle-series";
 
 /** Channels the dashboard's "recently seen" list keeps. */
 const SEEN_KEPT = 1000;
@@ -80,6 +81,10 @@ export class ActiveChannels extends DurableObject<Env> {
     // The channel's latest summary of drops (docs/api.md, "Summaries of drops"), for the dashboard.
     if (!seenColumns.some((c) => c.name === "summary")) this.sql.exec("ALTER TABLE seen ADD COLUMN summary TEXT");
     this.sql.exec("CREATE TABLE IF NOT EXISTS targets (channel TEXT PRIMARY KEY, target TEXT NOT NULL)");
+    // The dashboard's series (src/throttle/throttle-series.ts): one row per decision of either loop.
+    this.sql.exec(
+      "CREATE TABLE IF NOT EXISTS series (channel TEXT NOT NULL, at INTEGER NOT NULL, by TEXT NOT NULL, point TEXT NOT NULL, PRIMARY KEY (channel, at, by))",
+    );
   }
 
   /** Rows in `seen`, once counted: trimming is needed only when it grows past the bound. */
@@ -138,7 +143,7 @@ export class ActiveChannels extends DurableObject<Env> {
     since: number,
     limit: number,
   ): {
-    channels: { channel: string; at: number; sample: string | null; summary: string | null }[];
+    channels: { channel: string; at: number; sample: string | null; summary: string | null; series: SeriesPoint[] }[];
     targets: Record<string, TargetJson>;
   } {
     const channels = this.sql
@@ -147,8 +152,56 @@ export class ActiveChannels extends DurableObject<Env> {
         since,
         limit,
       )
-      .toArray();
+      .toArray()
+      .map((row) => ({ ...row, series: this.series(row.channel, since) }));
     return { channels, targets: this.targets() };
+  }
+
+  // ---- the dashboard's series ------------------------------------------------------------------
+
+  /** A channel's points since `since` (epoch ms), oldest first: at most {@link SERIES_POINTS}. */
+  series(channel: string, since = 0): SeriesPoint[] {
+    return this.sql
+      .exec<{ point: string }>(
+        "SELECT point FROM series WHERE channel = ? AND at >= ? ORDER BY at ASC, by ASC LIMIT ?",
+        channel,
+        since,
+        SERIES_POINTS,
+      )
+      .toArray()
+      .map((r) => JSON.parse(r.point) as SeriesPoint);
+  }
+
+  /**
+   * Appends a run's points; keeps the newest {@link SERIES_POINTS} of each channel and the series of
+   * the {@link SERIES_CHANNELS} most recently seen channels only, so neither a long run nor a flood of
+   * names grows the table.
+   */
+  private appendSeries(channel: string, points: SeriesPoint[]): void {
+    for (const p of points.slice(-SERIES_POINTS)) {
+      this.sql.exec(
+        "INSERT OR REPLACE INTO series (channel, at, by, point) VALUES (?, ?, ?, ?)",
+        channel,
+        p.at,
+        p.by,
+        JSON.stringify(p),
+      );
+    }
+    this.sql.exec(
+      `DELETE FROM series WHERE channel = ? AND at < (SELECT MIN(at) FROM
+         (SELECT at FROM series WHERE channel = ? ORDER BY at DESC LIMIT ?))`,
+      channel,
+      channel,
+      SERIES_POINTS,
+    );
+  }
+
+  /** Series of channels no longer among the most recently seen go. */
+  private trimSeriesChannels(): void {
+    this.sql.exec(
+      "DELETE FROM series WHERE channel NOT IN (SELECT channel FROM seen ORDER BY at DESC LIMIT ?)",
+      SERIES_CHANNELS,
+    );
   }
 
   /** Runtime targets, as the JSON the admin API took (a shorthand string or {"deliveries": …}). */
@@ -258,13 +311,14 @@ export class ActiveChannels extends DurableObject<Env> {
    * Channels whose visit failed keep their mark.
    */
   finishRun(
-    sampled: { channel: string; generation: number; throttled: boolean; sample?: unknown }[],
+    sampled: { channel: string; generation: number; throttled: boolean; sample?: unknown; points?: SeriesPoint[] }[],
     now: number = Date.now(),
   ): void {
     this.ctx.storage.transactionSync(() => {
       for (const s of sampled) {
         if (s.sample)
           this.sql.exec("UPDATE seen SET sample = ? WHERE channel = ?", JSON.stringify(s.sample), s.channel);
+        if (s.points?.length) this.appendSeries(s.channel, s.points);
         this.sql.exec("DELETE FROM active WHERE channel = ? AND generation = ?", s.channel, s.generation);
         if (s.throttled)
           this.sql.exec(
@@ -275,6 +329,7 @@ export class ActiveChannels extends DurableObject<Env> {
           );
         else this.sql.exec("DELETE FROM throttled WHERE channel = ?", s.channel);
       }
+      if (sampled.some((s) => s.points?.length)) this.trimSeriesChannels();
     });
   }
 

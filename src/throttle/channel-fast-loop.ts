@@ -10,6 +10,7 @@ import { parseChannelName } from "../channel/names";
 import type { ChannelRate } from "../channel/types";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { getConfig, parseTarget, type Target, type TargetJson, targetFor } from "../platform/config";
+import { FAST_POINTS_HELD, fastLoopPoint, type SeriesPoint } from "./throttle-series";
 
 type FastTarget = { kind: Target["kind"]; perSecond: number };
 
@@ -22,6 +23,11 @@ export class ChannelFastLoop {
   private toldTarget: TargetJson | null | undefined = undefined;
   /** The fast loop's target in messages per second; undefined until computed. */
   private targetCache: FastTarget | null | undefined = undefined;
+  /**
+   * The decisions since the sweep last visited, for the dashboard's series (src/throttle/throttle-series.ts).
+   * In memory only: an object evicted between two visits loses a few points of a chart, nothing else.
+   */
+  private points: SeriesPoint[] = [];
 
   /** @param occupancy subscribers of every relay, and those on their way to one. */
   constructor(
@@ -44,6 +50,14 @@ export class ChannelFastLoop {
     this.toldTarget = undefined;
     this.targetCache = undefined;
     this.rearmedAt = 0;
+    this.points = [];
+  }
+
+  /** The fast-loop points since the last call (the sweep's visit takes them), oldest first. */
+  takePoints(): SeriesPoint[] {
+    const taken = this.points;
+    this.points = [];
+    return taken;
   }
 
   /** The rate the fast loop holds, whether or not the channel has a target (answers use {@link currentRate}). */
@@ -73,6 +87,10 @@ export class ChannelFastLoop {
     };
     const step = fastLoopStep(counts, this.rate, target, getConfig(this.env).samplerFastPeriodMs, now);
     this.setRate(step.rate);
+    if (target) {
+      this.points.push(fastLoopPoint(now, counts, target, step.rate));
+      if (this.points.length > FAST_POINTS_HELD) this.points.shift();
+    }
     if (!target) {
       this.store.set({ fast_due_at: 0, fast_delivered: 0, fast_dropped: 0, fast_priority: 0 });
       return;

@@ -65,6 +65,7 @@ export class ChannelSampling {
       startedAt: started,
       fastRate: this.fastLoop.currentRate(),
       fastDecidedAt: store.counter("fast_decided_at") || null,
+      fastPoints: this.fastLoop.takePoints(),
     };
   }
 

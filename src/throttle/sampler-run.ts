@@ -24,6 +24,7 @@ import { type ChannelName, parseChannelName } from "../channel/names";
 import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson } from "../platform/config";
 import { countedChannelStub } from "../platform/services";
 import { activeChannelsStub } from "../platform/stubs";
+import type { SeriesPoint } from "./throttle-series";
 
 /** What the sampler decided for one channel; stored as the channel's `last_sample`. */
 export interface ChannelSample {
@@ -89,7 +90,13 @@ export async function runSampler(
   const start = await registry.beginRun(now, config.samplerMaxChannels);
   const runtimeTargets = start.targets;
   const results: SamplerReport["channels"] = [];
-  const finished: { channel: string; generation: number; throttled: boolean; sample?: ChannelSample }[] = [];
+  const finished: {
+    channel: string;
+    generation: number;
+    throttled: boolean;
+    sample?: ChannelSample;
+    points?: SeriesPoint[];
+  }[] = [];
   const queue = [...start.channels];
   let deferred = start.deferred;
   const kv = new KvBudget();
@@ -113,7 +120,7 @@ export async function runSampler(
         if ("written" in visit.outcome && visit.outcome.written) cache?.invalidate(channel);
         results.push(visit.outcome);
         const sample = "new_rate" in visit.outcome ? visit.outcome : undefined;
-        finished.push({ channel, generation, throttled: visit.throttled, sample });
+        finished.push({ channel, generation, throttled: visit.throttled, sample, points: visit.points });
       } catch (e) {
         // One failing channel never stops the run; its mark stays, so the next run tries again.
         console.error(`floodgate sampler: ${channel} failed`, e instanceof Error ? e.message : e);
@@ -135,7 +142,7 @@ async function sampleChannel(
   now: number,
   runtimeTarget: unknown,
   globalRate: number,
-): Promise<{ outcome: ChannelSample | SkippedChannel; throttled: boolean }> {
+): Promise<{ outcome: ChannelSample | SkippedChannel; throttled: boolean; points?: SeriesPoint[] }> {
   const isAnalytics = channel === config.analyticsChannel.name;
   const plan = visitTarget(
     isAnalytics,
@@ -170,7 +177,18 @@ async function sampleChannel(
     decided_by: decision.decidedBy,
   };
   await stub.recordSample(sample);
-  return { outcome: sample, throttled: decision.throttled };
+  // The dashboard's series: the fast loop's decisions during the period, then the sweep's own.
+  const sweepPoint: SeriesPoint = {
+    at: now,
+    by: "sweep",
+    elapsed_ms: period.elapsedMs,
+    delivered: period.delivered,
+    dropped: period.dropped,
+    occupancy: period.occupancy,
+    allowed_rate: decision.allowedRate,
+    drop_rate: decision.newRate,
+  };
+  return { outcome: sample, throttled: decision.throttled, points: [...(taken.fastPoints ?? []), sweepPoint] };
 }
 
 /**

@@ -13,14 +13,18 @@
  *   duplicates), retries 429 after `Retry-After` and 5xx/network errors with capped, jittered
  *   backoff, and never retries a 202: a dropped message is an answer, not a failure.
  * - `subscribe` uses a WebSocket, reconnects with backoff and resumes from the last seq it saw
- *   (`?after=`), dropping anything at or below it, so there are no gaps and no repeats; it falls back
- *   to Server-Sent Events when WebSockets are unavailable or keep failing. Its WebSocket asks for
+ *   (`?after=`), dropping anything at or below it, so there are no gaps and no repeats; it starts on
+ *   Server-Sent Events where the runtime has no WebSocket, and falls back to them when WebSockets keep
+ *   failing. `sub.ready` resolves once it is live; `onState` tells connecting → live → reconnecting
+ *   → live … → closed.
+ * - `mintTokens(admin, request)` mints a pair from a server holding `ADMIN_TOKEN`; `refreshTokens`
+ *   exchanges a refresh token without a client. Its WebSocket asks for
  *   packed frames (`?batch=1`, many messages per frame); messages still reach `onMessage` one by one.
  * - Tokens are refreshed shortly before the access token expires (and once after a 401). A
  *   subscription the server ends because its token expired (WebSocket close 4001, SSE
  *   `event: expired`) is refreshed and resumed at once, without telling `onError`, from the
  *   position that last frame gives (so a quiet subscription misses nothing published meanwhile).
- * - Errors are typed after the contract's codes: {@link FloodgateError} with `code`, `metaCode`,
+ * - Errors are typed after the API's error codes (docs/api.md): {@link FloodgateError} with `code`, `metaCode`,
  *   `status`; {@link RateLimitedError} carries `retryAfterMs`.
  */
 
@@ -146,7 +150,10 @@ export interface PublishOptions {
 export interface SubscribeOptions {
   /** Start after this seq, replaying retained messages above it first (0: everything retained). */
   after?: number;
-  /** Default `auto`: WebSocket, then SSE if WebSockets are unavailable or fail 3 times in a row. */
+  /**
+   * Default `auto`: WebSocket where the runtime has one (or `openWebSocket` is given), else SSE from
+   * the start; then SSE if WebSocket opens fail 3 times in a row.
+   */
   transport?: "auto" | "websocket" | "sse";
   /** Told about each disconnect and each error the subscription recovers from. */
   onError?: (error: unknown) => void;
@@ -155,6 +162,22 @@ export interface SubscribeOptions {
    * `SUMMARY_INTERVAL` with drops); live only, never replayed on a reconnect.
    */
   onSummary?: (summary: Summary) => void;
+  /** Told each change of the subscription's {@link ConnectionState}, with the transport then in use. */
+  onState?: (state: ConnectionState, change: StateChange) => void;
+}
+
+/**
+ * Where a subscription stands (as Ably's and PubNub's SDKs report it): `connecting` to its first
+ * connection, `live` (subscribed: the server accepted it and messages flow), `reconnecting` after a
+ * drop until it is live again, `closed` once `close()` was called.
+ */
+export type ConnectionState = "connecting" | "live" | "reconnecting" | "closed";
+
+export interface StateChange {
+  previous: ConnectionState;
+  transport: "websocket" | "sse";
+  /** What ended the previous connection, for `reconnecting`. */
+  reason?: unknown;
 }
 
 export interface Subscription {
@@ -162,6 +185,13 @@ export interface Subscription {
   readonly lastSeq: number;
   /** The transport in use now. */
   readonly transport: "websocket" | "sse";
+  /** Where the subscription stands now. */
+  readonly state: ConnectionState;
+  /**
+   * Resolves the first time the subscription is live (subscribed: the server accepted it); rejects if
+   * it is closed before that. Later drops and reconnects show in `state` and `onState`.
+   */
+  readonly ready: Promise<void>;
   close(): void;
 }
 
@@ -255,8 +285,9 @@ export class FloodgateClient {
     // keeps what is published while it renews. Null until the server says.
     let position: number | null = null;
     let closed = false;
-    let transport: "websocket" | "sse" = options.transport === "sse" ? "sse" : "websocket";
+    let transport: "websocket" | "sse" = initialTransport(options.transport, this.opts.openWebSocket);
     let wsFailures = 0;
+    const states = connectionStates(() => transport, options.onState);
     let current: { close(): void } | null = null;
     let attempt = 0;
 
@@ -290,6 +321,7 @@ export class FloodgateClient {
     const reconnect = (error: unknown) => {
       current = null;
       if (closed) return;
+      states.set("reconnecting", error);
       options.onError?.(error);
       const wait = this.jitter(this.backoff(attempt++));
       void this.sleep(wait).then(connect);
@@ -333,6 +365,7 @@ export class FloodgateClient {
           wsFailures = 0;
           if (closed) return ws.close(1000, "closed");
           current = ws;
+          states.set("live");
           ws.addEventListener("message", (ev) => {
             if (typeof ev.data === "string") deliver(ev.data);
           });
@@ -364,6 +397,7 @@ export class FloodgateClient {
           signal: abort.signal,
         });
         if (res.status !== 200 || !res.body) throw await toError(res);
+        states.set("live");
         let expired = false;
         await readSse(res.body, (event) => {
           if (event.event === "expired") {
@@ -388,9 +422,14 @@ export class FloodgateClient {
       get transport() {
         return transport;
       },
+      get state() {
+        return states.current;
+      },
+      ready: states.ready,
       close: () => {
         closed = true;
         current?.close();
+        states.set("closed");
       },
     };
   }
@@ -437,7 +476,7 @@ async function toError(res: Response): Promise<FloodgateError> {
   try {
     body = (await res.json()) as typeof body;
   } catch {
-    // not the contract's shape (a proxy in between): keep the status
+    // not the API's error shape (a proxy in between): keep the status
   }
   const meta = body.meta ?? {};
   const message = body.msg ?? `HTTP ${res.status}`;
@@ -452,6 +491,104 @@ async function toError(res: Response): Promise<FloodgateError> {
   }
   const code = (body.code as ErrorCode | undefined) ?? (res.status >= 500 ? "unavailable" : "invalid_argument");
   return new FloodgateError(res.status, code, message, meta);
+}
+
+/**
+ * The transport a subscription starts on: SSE at once where `auto` has no WebSocket to use (Node 20
+ * without `--experimental-websocket` and no `openWebSocket`), instead of failing three opens first.
+ */
+function initialTransport(
+  asked: SubscribeOptions["transport"],
+  openWebSocket: ClientOptions["openWebSocket"],
+): "websocket" | "sse" {
+  if (asked === "sse") return "sse";
+  if (asked === "websocket" || openWebSocket) return "websocket";
+  return typeof (globalThis as { WebSocket?: unknown }).WebSocket === "function" ? "websocket" : "sse";
+}
+
+/** A subscription's state: its changes told once each, and `ready` for its first `live`. */
+function connectionStates(
+  transport: () => "websocket" | "sse",
+  onState: SubscribeOptions["onState"],
+): { readonly current: ConnectionState; ready: Promise<void>; set(next: ConnectionState, reason?: unknown): void } {
+  let current: ConnectionState = "connecting";
+  let settle: { resolve: () => void; reject: (e: unknown) => void } | null = null;
+  const ready = new Promise<void>((resolve, reject) => {
+    settle = { resolve, reject };
+  });
+  // Nobody need await it: a subscription closed before it was live must not be an unhandled rejection.
+  ready.catch(() => {});
+  return {
+    get current() {
+      return current;
+    },
+    ready,
+    set(next, reason) {
+      if (next === current || current === "closed") return;
+      const previous = current;
+      current = next;
+      if (next === "live") settle?.resolve();
+      if (next === "closed") settle?.reject(new FloodgateError(0, "network", "subscription closed before it was live"));
+      if (next === "live" || next === "closed") settle = null;
+      const change: StateChange = { previous, transport: transport() };
+      if (reason !== undefined) change.reason = reason;
+      onState?.(next, change);
+    },
+  };
+}
+
+/** What {@link mintTokens} asks for (docs/api.md, `POST /v1/tokens`). */
+export interface MintRequest {
+  sub: string;
+  channels: string[];
+  scopes?: ("publish" | "subscribe")[];
+  /** Access token lifetime, e.g. `"5m"` (default), at most `"24h"`. */
+  ttl?: string;
+  /** Refresh token lifetime, e.g. `"1h"` (default), at most `"7d"`. */
+  refresh_ttl?: string;
+  /** A publish budget for this token: `"10/s"` or `{rate, per, burst}`. */
+  rl?: string | { rate: number; per: string; burst?: number };
+}
+
+export interface AdminContext {
+  baseUrl: string;
+  /** The server's `ADMIN_TOKEN`: only ever on a server, never in a browser. */
+  adminToken: string;
+  fetch?: (input: string, init?: RequestInit) => Promise<Response>;
+}
+
+/**
+ * Mints a token pair from a server-side admin context (your backend, holding `ADMIN_TOKEN`), to hand
+ * to a browser or device: `POST /v1/tokens`. Rejects with a {@link FloodgateError} (400 for a bad
+ * request, 401 for a wrong admin token, 429 past the token-issue budget).
+ */
+export async function mintTokens(admin: AdminContext, request: MintRequest): Promise<TokenPair> {
+  const fetchFn = admin.fetch ?? ((input, init) => fetch(input, init));
+  const res = await fetchFn(`${admin.baseUrl.replace(/\/+$/, "")}/v1/tokens`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${admin.adminToken}`, "content-type": "application/json" },
+    body: JSON.stringify(request),
+  });
+  if (res.status !== 201) throw await toError(res);
+  return (await res.json()) as TokenPair;
+}
+
+/**
+ * Exchanges a refresh token for a new pair without a client (`POST /v1/tokens/refresh`; it needs no
+ * admin token). A refresh token works once: a reuse revokes its chain (docs/api.md).
+ */
+export async function refreshTokens(
+  context: { baseUrl: string; fetch?: AdminContext["fetch"] },
+  refreshToken: string,
+): Promise<TokenPair> {
+  const fetchFn = context.fetch ?? ((input, init) => fetch(input, init));
+  const res = await fetchFn(`${context.baseUrl.replace(/\/+$/, "")}/v1/tokens/refresh`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ refresh_token: refreshToken }),
+  });
+  if (res.status !== 200) throw await toError(res);
+  return (await res.json()) as TokenPair;
 }
 
 /** One event of a server-sent event stream. */

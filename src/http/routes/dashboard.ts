@@ -13,6 +13,7 @@ import { formatDuration } from "../../platform/durations";
 import { RATE_LIMIT_BUCKETS, seriesKey } from "../../platform/metrics";
 import { activeChannelsStub } from "../../platform/stubs";
 import { type ChannelSample, effectiveTarget } from "../../throttle/sampler-run";
+import { pointJson } from "../../throttle/throttle-series";
 import type { AppEnv } from "../app-env";
 import { targetRate } from "../channel-view";
 import { orUnavailable } from "../errors";
@@ -48,7 +49,7 @@ const overviewRoute = route({
   path: "/overview",
   summary: "The dashboard's poll: recent channels from the sampler's registry, deployment totals",
   description:
-    "Two object calls whatever the number of channels. A channel's occupancy and last_sample are the sampler's last period, not live counts.",
+    "Two object calls whatever the number of channels. A channel's occupancy and last_sample are the sampler's last period, not live counts. `series` holds both loops' decisions (fast loop and sweep) within `within`, oldest first, at most 180 per channel; `snapshot` is the newest of them.",
   security: ADMIN_ONLY,
   request: { query: WithinQuery },
   responses: {
@@ -71,12 +72,13 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
     orUnavailable("metrics", () => metricsSeries(c.env)),
   ]);
   const channels = await Promise.all(
-    summary.channels.map(async ({ channel, at, sample, summary: dropSummary }) => {
+    summary.channels.map(async ({ channel, at, sample, summary: dropSummary, series: points }) => {
       const name = parseChannelName(channel);
       const last = sample === null ? null : (JSON.parse(sample) as ChannelSample);
       const target = effectiveTarget(config, name, summary.targets[channel]);
       // Subscribers as the sampler last counted them: only a channel object knows them live.
       const occupancy = last?.occupancy ?? null;
+      const recent = points.map(pointJson);
       return {
         channel,
         last_seen_at: at,
@@ -87,6 +89,10 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
         occupancy,
         last_sample: last,
         last_summary: lastSummary(dropSummary),
+        // Both loops' decisions, oldest first, and the newest of them: the card's one snapshot, so
+        // every number a card shows is of the same period.
+        series: recent,
+        snapshot: recent.at(-1) ?? null,
       };
     }),
   );

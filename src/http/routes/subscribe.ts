@@ -13,7 +13,7 @@
  */
 import { Hono } from "hono";
 import * as z from "zod";
-import { authorise, bearer, checkGrant, verifyAccess } from "../../auth/authorise";
+import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../../auth/authorise";
 import type { VerifiedToken } from "../../auth/tokens";
 import type { ChannelName } from "../../channel/names";
 import type { RelayAssignment } from "../../channel/types";
@@ -197,7 +197,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
     : readBudget(svc.config, clientIp(c.req.raw));
   const limitHeaders = await svc.gate.check(verified ? "subscribe" : "read", budget.key, budget.limit, c.var.defer);
   if (channel.visibility === "private") {
-    if (!verified) throw refused ?? unauthenticated("missing bearer token");
+    if (!verified) throw refused ?? unauthenticated(MISSING_BEARER);
     checkGrant(verified, "subscribe", channel);
   }
 
