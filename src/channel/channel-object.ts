@@ -23,6 +23,7 @@
  * report their counts and to fetch what they missed from its history.
  */
 import { DurableObject } from "cloudflare:workers";
+import type { PresenceAnswer } from "../delivery/channel-presence";
 import { ChannelRelays } from "../delivery/channel-relays";
 import type { RelayReport } from "../delivery/relay-registry";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
@@ -180,6 +181,14 @@ export class ChannelObject extends DurableObject<Env> {
     return this.messages.history(after, limit, sourceChannel);
   }
 
+  /**
+   * Occupancy now, and in a small room who (src/delivery/channel-presence.ts). A read: a channel
+   * nobody uses stores nothing for it.
+   */
+  presence(channel: string): PresenceAnswer {
+    return { ...this.relays.presenceNow(), channel };
+  }
+
   stats(): ChannelStats {
     return channelStats(this.store, this.relays, this.record, this.sampling.lastSample);
   }
@@ -219,6 +228,7 @@ export class ChannelObject extends DurableObject<Env> {
     this.publishing.expireKeys(now);
     this.record.expireCopies(now);
     this.fastLoop.tick(now);
+    this.relays.presenceTick(now);
   }
 
   // ---- relays -------------------------------------------------------------------------------------

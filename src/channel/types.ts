@@ -72,6 +72,11 @@ export interface ChannelPeriod {
 export interface RelayReportAnswer {
   leave: boolean;
   head: number;
+  /**
+   * The presence `state` frame as of this report (docs/api.md, "Presence"): what a subscriber that
+   * joined with `?presence=1` is sent first, counting itself.
+   */
+  presence?: string;
 }
 
 /** A slot on a relay for one subscriber, with the channel's head seq when it was taken. */

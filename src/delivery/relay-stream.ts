@@ -151,8 +151,11 @@ export class RelayStream {
     this.subs.passFloors(held ? held.seq - 1 : (this.lastSeq ?? 0));
   }
 
-  /** A joining subscriber's replay: messages after `floor` up to `lastSeq`, then live. */
-  async replay(sub: Subscriber, floor: number): Promise<void> {
+  /**
+   * A joining subscriber's replay: messages after `floor` up to `lastSeq`, then `first` (its
+   * presence `state`, docs/api.md "Presence") when it has one, then live.
+   */
+  async replay(sub: Subscriber, floor: number, first: SideFrame | null = null): Promise<void> {
     if (!this.subs.isOpen(sub)) return;
     // The replay covers what is held: it goes to those live before this joiner goes live too.
     this.flushHeld();
@@ -178,6 +181,10 @@ export class RelayStream {
         this.subs.leave(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
         return;
       }
+    }
+    if (first && this.subs.isOpen(sub)) {
+      if (!("ws" in sub)) this.subs.hub.write(sub.sse, sseChunk([sideSseEvent(first)]));
+      else sub.ws.send(this.subs.isBatched(sub.ws) ? `[${first.text}]` : first.text);
     }
     this.subs.goLive(sub, floor, upTo);
   }

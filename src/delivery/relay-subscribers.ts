@@ -14,13 +14,15 @@ const OPEN = 1;
  * Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live;
  * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous); it is
  * counted for `client` (src/delivery/client-cap.ts); with `batch` it asked for packed frames
- * (`?batch=1`, docs/api.md, "Packed frames").
+ * (`?batch=1`, docs/api.md, "Packed frames"); with `presence` it takes presence frames (`?presence=1`,
+ * docs/api.md, "Presence").
  */
 export interface SocketAttachment {
   floor: number;
   expiresAt?: number | null;
   client?: string;
   batch?: boolean;
+  presence?: boolean;
 }
 
 /** A subscriber being replayed to or live. */
@@ -34,6 +36,8 @@ export class RelaySubscribers {
   readonly floors = new Map<WebSocket, number>();
   /** Whether each socket asked for packed frames, read once from its attachment (kept there through hibernation). */
   private readonly batchedSockets = new WeakMap<WebSocket, boolean>();
+  /** Whether each socket takes presence frames, read once from its attachment like `batch`. */
+  private readonly presenceSockets = new WeakMap<WebSocket, boolean>();
 
   /** @param changed a subscriber went (or its count changed): the relay reports to its channel. */
   constructor(
@@ -57,12 +61,14 @@ export class RelaySubscribers {
     expiresAt: number | null,
     client: string,
     batch: boolean,
+    presence = false,
   ): { sub: Subscriber; response: Response } {
     const pair = new WebSocketPair();
     const [peer, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server);
-    server.serializeAttachment({ floor, expiresAt, client, batch } satisfies SocketAttachment);
+    server.serializeAttachment({ floor, expiresAt, client, batch, presence } satisfies SocketAttachment);
     this.batchedSockets.set(server, batch);
+    this.presenceSockets.set(server, presence);
     this.joining.add(server);
     return { sub: { ws: server }, response: new Response(null, { status: 101, webSocket: peer }) };
   }
@@ -87,10 +93,29 @@ export class RelaySubscribers {
 
   /**
    * Whether a subscriber takes side frames of this kind (docs/api.md, "Side frames"): a summary goes
-   * to every subscriber.
+   * to every subscriber, presence to those that asked for it (`?presence=1`).
    */
-  wantsSide(_sub: WebSocket | SseClient, event: SideEvent): boolean {
-    return event === "summary";
+  wantsSide(sub: WebSocket | SseClient, event: SideEvent): boolean {
+    return event === "summary" || this.takesPresence(sub);
+  }
+
+  /** The subscriber asked for presence frames (`?presence=1`). */
+  takesPresence(sub: WebSocket | SseClient): boolean {
+    if (!("send" in sub)) return sub.presence === true;
+    let presence = this.presenceSockets.get(sub);
+    if (presence === undefined) {
+      presence = attachment(sub)?.presence === true;
+      this.presenceSockets.set(sub, presence);
+    }
+    return presence;
+  }
+
+  /** Open subscribers taking presence, told to the channel with each count report. */
+  presenceCount(): number {
+    let n = 0;
+    for (const ws of this.sockets()) if (this.takesPresence(ws)) n++;
+    for (const c of this.hub.all) if (c.presence === true) n++;
+    return n;
   }
 
   get count(): number {

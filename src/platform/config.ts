@@ -79,6 +79,10 @@ export interface Config {
   maxSubscriptionsPerClient: number;
   /** Longest a relay holds a packed frame back to pack more into it, in ms (docs/api.md, "Packed frames"). */
   frameDelayMs: number;
+  /** Largest occupancy at which presence is announced per join and leave (docs/api.md, "Presence"). */
+  presenceAnnounceMax: number;
+  /** Period of interval presence above {@link Config.presenceAnnounceMax}, in ms. */
+  presenceIntervalMs: number;
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults, {@link REQUIRED_BUDGETS} excepted). */
@@ -116,6 +120,8 @@ export const CONFIG_VARIABLES = [
   "MAX_SUBSCRIBERS",
   "MAX_SUBSCRIPTIONS_PER_CLIENT",
   "FRAME_DELAY",
+  "PRESENCE_ANNOUNCE_MAX",
+  "PRESENCE_INTERVAL",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -279,6 +285,36 @@ function frameDelay(text: string | undefined): number {
   return ms;
 }
 
+// ---- presence (docs/api.md, "Presence") ----
+
+/**
+ * The largest `PRESENCE_ANNOUNCE_MAX`: announce mode sends every relay one frame per join and leave
+ * and lists every subject, so its cost must stay that of a small room.
+ */
+export const MAX_PRESENCE_ANNOUNCE = 1000;
+
+/** `PRESENCE_ANNOUNCE_MAX`: a whole number from 0 (never announce) to {@link MAX_PRESENCE_ANNOUNCE}. */
+function presenceAnnounceMax(text: string | undefined): number {
+  const n = positiveInt("PRESENCE_ANNOUNCE_MAX", text, 20, 0);
+  if (n > MAX_PRESENCE_ANNOUNCE) {
+    throw new ConfigError("PRESENCE_ANNOUNCE_MAX", `"${n}" must be at most ${MAX_PRESENCE_ANNOUNCE}`);
+  }
+  return n;
+}
+
+/** The shortest `PRESENCE_INTERVAL`: the interval frame is what bounds a crowd's presence cost. */
+export const MIN_PRESENCE_INTERVAL_MS = 1000;
+
+/** `PRESENCE_INTERVAL`: a duration of at least {@link MIN_PRESENCE_INTERVAL_MS}, at most 1 h. */
+function presenceInterval(text: string | undefined): number {
+  const t = (text ?? "").trim() || "10s";
+  const ms = wrap("PRESENCE_INTERVAL", () => parseDuration(t));
+  if (!(ms >= MIN_PRESENCE_INTERVAL_MS && ms <= 3_600_000)) {
+    throw new ConfigError("PRESENCE_INTERVAL", `"${t}" must be from 1s to 1h`);
+  }
+  return ms;
+}
+
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
 export function parseConfig(raw: RawConfig): Config {
   const fallbackText = (raw.THROTTLE_FALLBACK_RATE ?? "").trim() || "0";
@@ -326,6 +362,8 @@ export function parseConfig(raw: RawConfig): Config {
     maxSubscribers: positiveInt("MAX_SUBSCRIBERS", raw.MAX_SUBSCRIBERS, 100_000),
     maxSubscriptionsPerClient: positiveInt("MAX_SUBSCRIPTIONS_PER_CLIENT", raw.MAX_SUBSCRIPTIONS_PER_CLIENT, 20),
     frameDelayMs: frameDelay(raw.FRAME_DELAY),
+    presenceAnnounceMax: presenceAnnounceMax(raw.PRESENCE_ANNOUNCE_MAX),
+    presenceIntervalMs: presenceInterval(raw.PRESENCE_INTERVAL),
   };
 }
 

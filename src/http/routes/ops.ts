@@ -53,6 +53,9 @@ export function manifest(config: Config) {
       retention: formatDuration(config.recordRetentionMs),
       analytics_retention: formatDuration(config.analyticsRetentionMs),
     },
+    // Presence (docs/api.md, "Presence"): announced per join and leave up to announce_max, above it
+    // one interval frame per interval.
+    presence: { announce_max: config.presenceAnnounceMax, interval: formatDuration(config.presenceIntervalMs) },
   };
 }
 
@@ -99,6 +102,13 @@ const Manifest = z
       analytics_retention: z
         .string()
         .openapi({ description: "ANALYTICS_RETENTION: how long the analytics channel pages copies." }),
+    }),
+    presence: z.object({
+      announce_max: z
+        .number()
+        .int()
+        .openapi({ description: "PRESENCE_ANNOUNCE_MAX: largest occupancy announced per join and leave." }),
+      interval: z.string().openapi({ description: "PRESENCE_INTERVAL: period of interval presence above it." }),
     }),
   })
   .openapi("Manifest");
