@@ -24,6 +24,7 @@ interface Parts {
   relays: {
     relays: { entries: Map<string, { reservations: Map<string, Reservation> }> };
     sendSide(frames: SideFrame[]): void;
+    presenceTick(now: number): void;
   };
   expiry: { lastLeftAt: number };
 }
@@ -53,6 +54,11 @@ export function channelOf(instance: ChannelObject | Record<string, unknown>): st
 /** Side frames to every relay of the channel, as the channel's summaries and presence send them. */
 export function sendSide(instance: ChannelObject, frames: SideFrame[]): void {
   parts(instance).relays.sendSide(frames);
+}
+
+/** The channel's alarm as presence sees it, at `now` (its interval frame, its wake-ups of the relays). */
+export function presenceTick(instance: ChannelObject, now: number): void {
+  parts(instance).relays.presenceTick(now);
 }
 
 /** The rate the channel's fast loop holds now. */

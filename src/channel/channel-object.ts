@@ -23,7 +23,7 @@
  * report their counts and to fetch what they missed from its history.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { PresenceAnswer } from "../delivery/channel-presence";
+import type { PresenceAnswer, PresenceSettings } from "../delivery/channel-presence";
 import { ChannelRelays } from "../delivery/channel-relays";
 import type { RelayReport } from "../delivery/relay-registry";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
@@ -236,7 +236,7 @@ export class ChannelObject extends DurableObject<Env> {
   /**
    * A slot for one subscriber of `client` on a relay of its placement group (src/delivery/relay-registry.ts),
    * or `full` past `maxSubscribers`, or `clientFull` past `maxPerClient`. The Worker passes the
-   * capacities from its configuration.
+   * capacities (and presence's settings) from its configuration.
    */
   assignRelay(
     channel: string,
@@ -245,11 +245,12 @@ export class ChannelObject extends DurableObject<Env> {
     maxSubscribers: number,
     client: string,
     maxPerClient: number,
+    presence?: PresenceSettings,
   ): RelayAssignment {
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();
-    return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient);
+    return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient, presence);
   }
 
   /** A relay's counts after a change (src/delivery/channel-relays.ts). */

@@ -77,6 +77,8 @@ export interface RelayReportAnswer {
    * joined with `?presence=1` is sent first, counting itself.
    */
   presence?: string;
+  /** That state's version: presence frames up to it are already counted in it. */
+  presenceVersion?: number;
 }
 
 /** A slot on a relay for one subscriber, with the channel's head seq when it was taken. */

@@ -14,7 +14,9 @@
  *
  * Every frame goes through {@link ChannelRelays.sendSide} (src/delivery/channel-relays.ts): once per
  * relay, never stored, never replayed. A new `presence=1` subscriber's first frame, the `state`
- * counting itself, comes from its relay, built here into the answer of the report of its join.
+ * counting itself, comes from its relay, built here into the answer of the report of its join; the
+ * frames numbered up to that state's version (its own join among them, still on the line) are
+ * skipped for it, so nothing it was told is told twice.
  *
  * While subscribers take presence, the interval's alarm also wakes every relay (at most one call per
  * relay per interval): a relay reset or evicted since its last report reports its true counts, so
@@ -69,6 +71,8 @@ export class ChannelPresence {
   private dueAt: number | null = null;
   /** Subscribers taking presence per relay, as last reported (memory only). */
   private readonly watchers = new Map<string, number>();
+  /** The version of the last presence frame sent (see {@link SideFrame.version}); never goes back. */
+  private version = 0;
   /** When every relay is next woken while subscribers take presence, or null when none does. */
   private watchAt: number | null = null;
 
@@ -90,11 +94,24 @@ export class ChannelPresence {
     return mode === "announce" ? { ...base, subjects: this.subjects() } : base;
   }
 
-  /** The `state` frame's text as of now. */
-  stateText(): string {
+  /** The `state` frame as of now: it counts every frame sent so far (their versions are ≤ its). */
+  state(): SideFrame {
     const a = this.answer();
     const subjects = a.subjects ? `,"subjects":${JSON.stringify(a.subjects)}` : "";
-    return `{"type":"presence","channel":${JSON.stringify(a.channel)},"action":"state","occupancy":${a.occupancy}${subjects}}`;
+    return {
+      event: "presence",
+      text: `{"type":"presence","channel":${JSON.stringify(a.channel)},"action":"state","occupancy":${a.occupancy}${subjects}}`,
+      version: this.version,
+    };
+  }
+
+  /** Frames numbered in order and sent to every relay. Time-based, so a restarted channel never goes back. */
+  private send(texts: string[]): void {
+    const frames = texts.map((text) => {
+      this.version = Math.max(this.version + 1, Date.now() * 1000);
+      return { event: "presence" as const, text, version: this.version };
+    });
+    this.relays.send(frames);
   }
 
   /**
@@ -112,7 +129,9 @@ export class ChannelPresence {
       this.joined = 0;
       this.left = 0;
       this.dueAt = null;
-      this.relays.send([{ event: "presence", text: this.stateText() }]);
+      // The state is the latest news: the first interval frame comes one interval after it.
+      this.lastIntervalAt = now;
+      this.send([this.state().text]);
       return;
     }
     if (is === "announce") {
@@ -144,11 +163,8 @@ export class ChannelPresence {
       this.dueAt = null;
       const occupancy = this.relays.occupancy();
       if (this.modeOf(occupancy) === "interval" && this.joined + this.left > 0) {
-        this.relays.send([
-          {
-            event: "presence",
-            text: `{"type":"presence","channel":${JSON.stringify(this.relays.channel())},"action":"interval","occupancy":${occupancy},"joined":${this.joined},"left":${this.left}}`,
-          },
+        this.send([
+          `{"type":"presence","channel":${JSON.stringify(this.relays.channel())},"action":"interval","occupancy":${occupancy},"joined":${this.joined},"left":${this.left}}`,
         ]);
         this.lastIntervalAt = now;
       }
@@ -192,17 +208,16 @@ export class ChannelPresence {
     }
     if (leaves.length + joins.length === 0) return;
     let n = occupancy - joins.length + leaves.length;
-    const frames: SideFrame[] = [];
+    const texts: string[] = [];
     const one = (action: "join" | "leave", subject: string | null) => {
       n += action === "join" ? 1 : -1;
-      frames.push({
-        event: "presence",
-        text: `{"type":"presence","channel":${channel},"action":"${action}","subject":${JSON.stringify(subject)},"occupancy":${Math.max(0, n)}}`,
-      });
+      texts.push(
+        `{"type":"presence","channel":${channel},"action":"${action}","subject":${JSON.stringify(subject)},"occupancy":${Math.max(0, n)}}`,
+      );
     };
     for (const s of leaves) one("leave", s);
     for (const s of joins) one("join", s);
-    this.relays.send(frames);
+    this.send(texts);
   }
 
   /** While some relay has subscribers taking presence, the alarm comes back within one interval. */

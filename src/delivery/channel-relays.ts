@@ -48,6 +48,8 @@ export class ChannelRelays {
   private unsavedSends = 0;
   /** Occupancy and who is here, told to the subscribers that take presence (src/delivery/channel-presence.ts). */
   private readonly presence: ChannelPresence;
+  /** Presence's settings: this object's configuration, or the Worker's as its last subscribe passed them. */
+  private presenceSettings: PresenceSettings;
 
   /** @param subscriberLeft a relay left: idle expiry may count from the last publish (src/channel/idle-expiry.ts). */
   constructor(
@@ -65,7 +67,7 @@ export class ChannelRelays {
       },
       (group, k) => relayName(this.store.channel ?? "", group, k),
     );
-    const settings = presenceSettings(env);
+    this.presenceSettings = presenceSettings(env);
     this.presence = new ChannelPresence(
       {
         channel: () => this.store.channel ?? "",
@@ -78,7 +80,7 @@ export class ChannelRelays {
         probe: (now) => this.probe(now, true),
       },
       scheduler,
-      () => settings,
+      () => this.presenceSettings,
     );
   }
 
@@ -131,7 +133,9 @@ export class ChannelRelays {
     maxSubscribers: number,
     client: string,
     maxPerClient: number,
+    presence?: PresenceSettings,
   ): RelayAssignment {
+    if (presence) this.presenceSettings = presence;
     const now = Date.now();
     this.relays.sweep(now);
     const a = this.relays.assign(group, capacity, maxSubscribers, now, client, maxPerClient);
@@ -163,7 +167,13 @@ export class ChannelRelays {
     const entry = answer.leave ? undefined : this.relays.get(report.relay);
     const after = entry ? { count: entry.websockets + entry.sse, clients: entry.clients } : { count: 0, clients: new Map() };
     this.presence.reported(report.relay, before, after, report.joined.length, entry ? (report.presence ?? 0) : 0, now);
-    return { leave: answer.leave, head: this.store.counter("last_seq"), presence: this.presence.stateText() };
+    const state = this.presence.state();
+    return {
+      leave: answer.leave,
+      head: this.store.counter("last_seq"),
+      presence: state.text,
+      presenceVersion: state.version ?? 0,
+    };
   }
 
   /** `GET /v1/presence/{channel}`'s answer (docs/api.md, "Presence"). */

@@ -132,6 +132,8 @@ export class RelayStream {
       sockets = this.subs.sockets(); // subscribers may have come or gone while it waited
     }
     this.sendLive(fresh, sockets, side);
+    // Presence news newer than a joiner's state, for the joiners still skipping older news.
+    this.subs.settlePresence(side, (sub, news) => this.sendSideTo(sub, news));
     this.advance(end, true);
   }
 
@@ -183,10 +185,25 @@ export class RelayStream {
       }
     }
     if (first && this.subs.isOpen(sub)) {
-      if (!("ws" in sub)) this.subs.hub.write(sub.sse, sseChunk([sideSseEvent(first)]));
-      else sub.ws.send(this.subs.isBatched(sub.ws) ? `[${first.text}]` : first.text);
+      const to = "ws" in sub ? sub.ws : sub.sse;
+      this.sendSideTo(to, [first]);
+      this.subs.presenceSent(to, first.version ?? 0);
     }
     this.subs.goLive(sub, floor, upTo);
+  }
+
+  /** Side frames to one subscriber alone (its presence `state`, the presence news newer than it). */
+  private sendSideTo(sub: WebSocket | SseClient, frames: readonly SideFrame[]): void {
+    if (!("send" in sub)) {
+      this.subs.hub.write(sub, sseChunk(frames.map(sideSseEvent)));
+      return;
+    }
+    try {
+      if (this.subs.isBatched(sub)) for (const text of packFrames(frames, this.relay.maxFrameBytes())) sub.send(text);
+      else for (const f of frames) sub.send(f.text);
+    } catch {
+      // closed meanwhile
+    }
   }
 
   /**

@@ -4,7 +4,7 @@
  * open, which are still being replayed to, which joined ahead of the relay's last seq, whose each
  * is, and how each is closed.
  */
-import type { SideEvent } from "../channel/frames";
+import type { SideEvent, SideFrame } from "../channel/frames";
 import { type SseClient, SseHub } from "./sse-hub";
 
 /** `WebSocket.OPEN`. */
@@ -36,6 +36,11 @@ export class RelaySubscribers {
   readonly floors = new Map<WebSocket, number>();
   /** Whether each socket asked for packed frames, read once from its attachment (kept there through hibernation). */
   private readonly batchedSockets = new WeakMap<WebSocket, boolean>();
+  /**
+   * Presence subscribers sent a `state` as of a version, skipping the presence frames up to it (their
+   * news is in the state) until a call brings only newer ones.
+   */
+  private readonly presenceAfter = new Map<WebSocket | SseClient, number>();
   /** Whether each socket takes presence frames, read once from its attachment like `batch`. */
   private readonly presenceSockets = new WeakMap<WebSocket, boolean>();
 
@@ -96,7 +101,35 @@ export class RelaySubscribers {
    * to every subscriber, presence to those that asked for it (`?presence=1`).
    */
   wantsSide(sub: WebSocket | SseClient, event: SideEvent): boolean {
-    return event === "summary" || this.takesPresence(sub);
+    return event === "summary" || (this.takesPresence(sub) && !this.presenceAfter.has(sub));
+  }
+
+  /** The subscriber was sent the presence state as of `version`. */
+  presenceSent(sub: WebSocket | SseClient, version: number): void {
+    this.presenceAfter.set(sub, version);
+  }
+
+  /**
+   * After a call's side frames went to those that take them: each subscriber still skipping old
+   * presence frames gets the newer ones of this call by `send`; once a call brings only newer ones,
+   * it takes presence frames as everyone does.
+   */
+  settlePresence(side: readonly SideFrame[], send: (sub: WebSocket | SseClient, frames: SideFrame[]) => void): void {
+    if (this.presenceAfter.size === 0) return;
+    const presence = side.filter((f) => f.event === "presence");
+    if (presence.length === 0) return;
+    for (const [sub, after] of [...this.presenceAfter]) {
+      const open = "send" in sub ? sub.readyState === OPEN : !sub.closed;
+      if (!open) {
+        this.presenceAfter.delete(sub);
+        continue;
+      }
+      const fresh = presence.filter((f) => (f.version ?? Number.MAX_SAFE_INTEGER) > after);
+      if (fresh.length > 0) send(sub, fresh);
+      // Only newer news from now on: it takes presence frames as everyone does.
+      if (fresh.length === presence.length) this.presenceAfter.delete(sub);
+      else this.presenceAfter.set(sub, Math.max(after, ...presence.map((f) => f.version ?? 0)));
+    }
   }
 
   /** The subscriber asked for presence frames (`?presence=1`). */
@@ -158,6 +191,7 @@ export class RelaySubscribers {
 
   closeSocket(ws: WebSocket, code: number, reason: string): void {
     this.joining.delete(ws);
+    this.presenceAfter.delete(ws);
     this.floors.delete(ws);
     try {
       ws.close(code, reason);

@@ -190,7 +190,10 @@ export class Relay extends DurableObject<Env> {
     if (lastSeq !== null && answer.head < lastSeq && this.subs.count === 1) this.stream.lastSeq = answer.head;
     this.store();
     // Its first presence frame: the channel's state as of its own join, counting itself.
-    const state: SideFrame | null = presence && answer.presence ? { event: "presence", text: answer.presence } : null;
+    const state: SideFrame | null =
+      presence && answer.presence
+        ? { event: "presence", text: answer.presence, version: answer.presenceVersion ?? 0 }
+        : null;
     this.stream.inLane(() => this.stream.replay(sub, floor, state)).catch(() => {});
     this.stream.inLane(() => this.stream.apply([], answer.head)).catch(() => {});
     return response;

@@ -218,6 +218,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         svc.config.maxSubscribers,
         client,
         svc.config.maxSubscriptionsPerClient,
+        { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
       ),
   );
   if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
