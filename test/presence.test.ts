@@ -7,6 +7,8 @@
  * ever in history or a resume.
  */
 import { createExecutionContext, runInDurableObject } from "cloudflare:test";
+import { exports } from "cloudflare:workers";
+import { FloodgateClient, type PresenceFrame, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import { relayName } from "../src/delivery/placement";
 import type { Relay } from "../src/delivery/relay";
@@ -34,8 +36,8 @@ async function token(sub: string, channels = ["public:pres.**", "private:pres.**
   return (await mint({ sub, channels, rl: "100000/s" })).access_token;
 }
 
-function request(e: Env, path: string, headers: Record<string, string>): Promise<Response> {
-  return worker.fetch(
+async function request(e: Env, path: string, headers: Record<string, string>): Promise<Response> {
+  return await worker.fetch(
     new Request(`${BASE}${path}`, { headers: { "cf-connecting-ip": freshIp(), ...headers } }),
     e,
     createExecutionContext(),
@@ -78,7 +80,13 @@ describe("presence in announce mode", () => {
     const [w, alice, bob] = [uniq("w"), uniq("alice"), uniq("bob")];
     const watcher = await join(e, ch, w);
     await until(() => watcher.presence().length === 1, "state");
-    expect(watcher.presence()[0]).toEqual({ type: "presence", channel: ch, action: "state", occupancy: 1, subjects: [w] });
+    expect(watcher.presence()[0]).toEqual({
+      type: "presence",
+      channel: ch,
+      action: "state",
+      occupancy: 1,
+      subjects: [w],
+    });
 
     const plain = await join(e, ch, alice, ""); // no presence frames for it
     await until(() => watcher.presence().length === 2, "alice's join");
@@ -129,7 +137,9 @@ describe("presence in announce mode", () => {
     const packed = await join(e, ch, null, "?presence=1&batch=1&after=0");
     await until(() => packed.frames.length >= 2, "replay and state");
     expect((packed.frames[0] as unknown[]).map((f) => (f as { seq: number }).seq)).toEqual([1, 2]);
-    expect(packed.frames[1]).toEqual([{ type: "presence", channel: ch, action: "state", occupancy: 2, subjects: expect.any(Array) }]);
+    expect(packed.frames[1]).toEqual([
+      { type: "presence", channel: ch, action: "state", occupancy: 2, subjects: expect.any(Array) },
+    ]);
 
     const res = await request(e, `/v1/subscribe/${ch}?presence=1&after=1`, { accept: "text/event-stream" });
     expect(res.status).toBe(200);
@@ -138,7 +148,9 @@ describe("presence in announce mode", () => {
     const decoder = new TextDecoder();
     while (!text.includes("event: presence")) text += decoder.decode((await reader.read()).value);
     expect(text).toContain(`id: 2\nevent: message\n`);
-    expect(text.slice(text.indexOf("event: presence"))).toMatch(/^event: presence\ndata: \{"type":"presence".*"action":"state","occupancy":3/);
+    expect(text.slice(text.indexOf("event: presence"))).toMatch(
+      /^event: presence\ndata: \{"type":"presence".*"action":"state","occupancy":3/,
+    );
     await reader.cancel();
 
     expect((await historyOf(ch, null)).map((m) => m.type)).toEqual(["message", "message"]);
@@ -171,7 +183,7 @@ describe("presence above PRESENCE_ANNOUNCE_MAX", () => {
     await until(() => watcher.presence().length === 3, "the crossing");
     expect(watcher.presence()[2]).toEqual({ type: "presence", channel: ch, action: "state", occupancy: 3 });
 
-    const crowd = [];
+    const crowd: Awaited<ReturnType<typeof join>>[] = [];
     for (let i = 0; i < 4; i++) crowd.push(await join(e, ch, i % 2 ? uniq("c") : null, ""));
     a.ws.close();
     await occupancyIs(e, ch, 6);
@@ -214,7 +226,7 @@ describe("presence above PRESENCE_ANNOUNCE_MAX", () => {
     const e = envMax(1);
     const ch = `public:pres.${uniq()}`;
     const watcher = await join(e, ch, uniq("w")); // relay 0
-    const others = [];
+    const others: Awaited<ReturnType<typeof join>>[] = [];
     for (let i = 0; i < 3; i++) others.push(await join(e, ch, null, ""));
     await occupancyIs(e, ch, 4);
     const relay1 = env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 1))) as DurableObjectStub<Relay>;
@@ -261,5 +273,44 @@ describe("GET /v1/presence", () => {
     const refused = await get(`/v1/presence/${ch}`);
     expect(refused.status).toBe(429);
     expect(await refused.json()).toMatchObject({ code: "resource_exhausted", meta: { bucket: "read" } });
+  });
+});
+
+describe("the client's presence", () => {
+  it("onPresence asks for presence frames and gets the state then the joins; presence() answers the route", async () => {
+    const ch = `public:pres.${uniq()}`;
+    const me = uniq("me");
+    const fg = new FloodgateClient({
+      baseUrl: BASE,
+      accessToken: await token(me),
+      fetch: (i, init) =>
+        exports.default.fetch(
+          new Request(i, { ...init, headers: { ...init?.headers, "cf-connecting-ip": freshIp() } }),
+        ),
+      openWebSocket: async (url, protocols) => {
+        const res = await exports.default.fetch(
+          new Request(url.replace(/^ws/, "http"), {
+            headers: {
+              upgrade: "websocket",
+              "sec-websocket-protocol": protocols.join(", "),
+              "cf-connecting-ip": freshIp(),
+            },
+          }),
+        );
+        if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);
+        res.webSocket.accept();
+        return res.webSocket as unknown as SocketLike;
+      },
+    });
+    const seen: PresenceFrame[] = [];
+    const sub = fg.subscribe(ch, () => {}, { onPresence: (p) => seen.push(p) });
+    await until(() => seen.length === 1, "state");
+    expect(seen[0]).toEqual({ type: "presence", channel: ch, action: "state", occupancy: 1, subjects: [me] });
+    const other = await join(env, ch, null, "");
+    await until(() => seen.length === 2, "the join");
+    expect(seen[1]).toMatchObject({ action: "join", subject: null, occupancy: 2 });
+    expect(await fg.presence(ch)).toEqual({ channel: ch, occupancy: 2, mode: "announce", subjects: [me] });
+    other.ws.close();
+    sub.close();
   });
 });

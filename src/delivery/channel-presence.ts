@@ -12,8 +12,8 @@
  *   no frame of its own, so a crowd of any size costs each subscriber at most one frame per interval.
  * - **Crossing** the threshold sends one `state` frame in the new mode.
  *
- * Every frame goes through {@link ChannelRelays.sendSide} (src/delivery/channel-relays.ts): once per
- * relay, never stored, never replayed. A new `presence=1` subscriber's first frame, the `state`
+ * Every frame goes as a side frame on the channel's line to each relay that has a subscriber taking
+ * presence (src/delivery/channel-relays.ts): once per relay, never stored, never replayed. A new `presence=1` subscriber's first frame, the `state`
  * counting itself, comes from its relay, built here into the answer of the report of its join; the
  * frames numbered up to that state's version (its own join among them, still on the line) are
  * skipped for it, so nothing it was told is told twice.
@@ -48,7 +48,8 @@ export interface PresenceRelays {
   occupancy(): number;
   /** Per-client counts of every relay. */
   clientMaps(): Iterable<Map<string, number>>;
-  send(frames: SideFrame[]): void;
+  /** Side frames on the lines to these relays (src/delivery/channel-relays.ts). */
+  send(frames: SideFrame[], relays: Iterable<string>): void;
   /** Wakes every relay (a reset one reports its true counts). */
   probe(now: number): void;
 }
@@ -111,7 +112,8 @@ export class ChannelPresence {
       this.version = Math.max(this.version + 1, Date.now() * 1000);
       return { event: "presence" as const, text, version: this.version };
     });
-    this.relays.send(frames);
+    // Only relays with a subscriber that takes presence: the others would drop them.
+    if (this.watchers.size > 0) this.relays.send(frames, this.watchers.keys());
   }
 
   /**

@@ -76,7 +76,9 @@ export class ChannelRelays {
           return t.websockets + t.sse;
         },
         clientMaps: () => this.relays.active().map((e) => e.clients),
-        send: (frames) => this.sendSide(frames),
+        send: (frames, relays) => {
+          for (const name of relays) if (this.relays.get(name)?.active) this.pipeTo(name).pushSide(frames);
+        },
         probe: (now) => this.probe(now, true),
       },
       scheduler,
@@ -165,7 +167,9 @@ export class ChannelRelays {
       this.subscriberLeft();
     }
     const entry = answer.leave ? undefined : this.relays.get(report.relay);
-    const after = entry ? { count: entry.websockets + entry.sse, clients: entry.clients } : { count: 0, clients: new Map() };
+    const after = entry
+      ? { count: entry.websockets + entry.sse, clients: entry.clients }
+      : { count: 0, clients: new Map() };
     this.presence.reported(report.relay, before, after, report.joined.length, entry ? (report.presence ?? 0) : 0, now);
     const state = this.presence.state();
     return {

@@ -123,6 +123,9 @@ export class Relay extends DurableObject<Env> {
    * channel's line to this relay stays in order.
    */
   deliver(frames: LiveFrame[], head: number, side: SideFrame[] = []): Promise<void> {
+    // A relay that left its channel (or never joined one) has no one to send to: a call sent before
+    // it left must not bring back a position it deleted with its storage.
+    if (!this.identity && frames.length === 0) return Promise.resolve();
     return this.stream.inLane(() => this.stream.apply(frames, head, side));
   }
 

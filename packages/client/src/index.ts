@@ -16,6 +16,7 @@
  *   (`?after=`), dropping anything at or below it, so there are no gaps and no repeats; it falls back
  *   to Server-Sent Events when WebSockets are unavailable or keep failing. Its WebSocket asks for
  *   packed frames (`?batch=1`, many messages per frame); messages still reach `onMessage` one by one.
+ *   With `onPresence` it asks for presence frames too (`?presence=1`); `presence()` asks who is here.
  * - Tokens are refreshed shortly before the access token expires (and once after a 401). A
  *   subscription the server ends because its token expired (WebSocket close 4001, SSE
  *   `event: expired`) is refreshed and resumed at once, without telling `onError`, from the
@@ -82,6 +83,23 @@ export interface Message {
   published_at: number;
 }
 
+/**
+ * A presence frame (docs/api.md, "Presence"): `state` first (counting this subscriber), then `join`
+ * and `leave` in a small channel, or at most one `interval` per `PRESENCE_INTERVAL` in a large one.
+ */
+export type PresenceFrame =
+  | { type: "presence"; channel: string; action: "state"; occupancy: number; subjects?: string[] }
+  | { type: "presence"; channel: string; action: "join" | "leave"; subject: string | null; occupancy: number }
+  | { type: "presence"; channel: string; action: "interval"; occupancy: number; joined: number; left: number };
+
+/** `GET /v1/presence/{channel}`: `subjects` only in `announce` mode. */
+export interface PresenceAnswer {
+  channel: string;
+  occupancy: number;
+  mode: "announce" | "interval";
+  subjects?: string[];
+}
+
 /** The part of a WebSocket the client uses (browser, Node 22 and workerd sockets all have it). */
 export interface SocketLike {
   addEventListener(type: "message", fn: (ev: { data: unknown }) => void): void;
@@ -130,6 +148,11 @@ export interface SubscribeOptions {
   transport?: "auto" | "websocket" | "sse";
   /** Told about each disconnect and each error the subscription recovers from. */
   onError?: (error: unknown) => void;
+  /**
+   * Presence frames (`?presence=1`): who is here in a small channel, how many in a large one. A
+   * reconnect starts again with a fresh `state` frame.
+   */
+  onPresence?: (p: PresenceFrame) => void;
 }
 
 export interface Subscription {
@@ -221,6 +244,17 @@ export class FloodgateClient {
     return pair;
   }
 
+  /** How many are subscribed to `channel` now, and in a small channel who (`GET /v1/presence`). */
+  async presence(channel: string): Promise<PresenceAnswer> {
+    await this.freshToken().catch(() => {});
+    const token = this.accessToken;
+    const res = await this.fetchFn(`${this.baseUrl}/v1/presence/${channel}`, {
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+    });
+    if (res.status !== 200) throw await toError(res);
+    return (await res.json()) as PresenceAnswer;
+  }
+
   /** Subscribes; `onMessage` gets every message once, in seq order, across reconnects. */
   subscribe(channel: string, onMessage: (m: Message) => void, options: SubscribeOptions = {}): Subscription {
     let lastSeq = options.after ?? 0;
@@ -238,9 +272,10 @@ export class FloodgateClient {
       if (typeof m.seq === "number" && Number.isSafeInteger(m.seq) && m.seq >= 0)
         position = Math.max(position ?? 0, m.seq);
     };
-    const deliverOne = (m: Message | { type: "expired"; seq?: unknown }) => {
+    const deliverOne = (m: Message | PresenceFrame | { type: "expired"; seq?: unknown }) => {
       if (closed || m === null || typeof m !== "object") return;
       if (m.type === "expired") return expiredAt(m);
+      if (m.type === "presence") return options.onPresence?.(m);
       if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
       lastSeq = m.seq;
       attempt = 0;
@@ -249,9 +284,9 @@ export class FloodgateClient {
     // A text frame is one message, or (packed frames, `?batch=1`) an array of them in seq order,
     // handed to the application one by one.
     const deliver = (text: string) => {
-      let parsed: Message | Message[];
+      let parsed: Message | PresenceFrame | (Message | PresenceFrame)[];
       try {
-        parsed = JSON.parse(text) as Message | Message[];
+        parsed = JSON.parse(text) as Message | PresenceFrame | (Message | PresenceFrame)[];
       } catch {
         return;
       }
@@ -288,6 +323,7 @@ export class FloodgateClient {
       const resume = lastSeq > 0 || options.after !== undefined || position !== null;
       const after = Math.max(lastSeq, position ?? 0);
       if (resume) query.set("after", String(after));
+      if (options.onPresence) query.set("presence", "1");
       const qs = query.toString() ? `?${query}` : "";
       // WebSockets ask for packed frames: fewer sends per message for the relay, same messages here.
       const wsQuery = new URLSearchParams(query);

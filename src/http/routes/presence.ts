@@ -5,8 +5,8 @@
  */
 import { Hono } from "hono";
 import * as z from "zod";
-import type { ChannelName } from "../../channel/names";
 import type { ChannelObject } from "../../channel/channel-object";
+import type { ChannelName } from "../../channel/names";
 import { countedChannelStub } from "../../platform/services";
 import type { AppEnv } from "../app-env";
 import { orUnavailable } from "../errors";
