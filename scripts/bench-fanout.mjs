@@ -29,9 +29,8 @@
 // one subscriber got of `interval` frames, ÷ the intervals the run lasted: at most 1 above
 // PRESENCE_ANNOUNCE_MAX), the most `join`/`leave` frames one subscriber got (at most
 // PRESENCE_ANNOUNCE_MAX: only while the channel was that small), and the channel's calls to its
-// relays for presence per interval: relay_sends_total of the presence run minus that of the run
-// without, ÷ intervals (∝ relays, not subscribers; approximate, since message calls coalesce
-// differently from run to run).
+// relays for presence per interval: the stats' `presence.sends_total` (relay lines given presence
+// frames, and relays woken for presence) ÷ intervals: ∝ relays, not subscribers.
 //
 // --vars '{"NAME":"value"}' sets Worker variables on top of the shipped [vars] and the budgets below
 // (e.g. '{"RELAY_CAPACITY":"500"}' for more relays per size).
@@ -130,7 +129,7 @@ async function main() {
   /** The presence table's line for one size: its run without presence, then with. */
   function presenceRow(off, on) {
     const intervals = Math.max(1, on.runMs / on.intervalMs);
-    const calls = (on.sendsTotal - off.sendsTotal) / intervals;
+    const calls = on.presenceSends / intervals;
     return `| ${on.size.toLocaleString("en")} | ${on.relays} | ${intervals.toFixed(1)} | ${(on.presence.intervalMost / intervals).toFixed(2)} | ${on.presence.announceMost} | ${on.presence.states} | ${calls.toFixed(1)} | ${off.p50.toFixed(1)} → ${on.p50.toFixed(1)} ms | ${off.p99.toFixed(1)} → ${on.p99.toFixed(1)} ms |`;
   }
 
@@ -254,7 +253,7 @@ async function main() {
           : `${tallies.reduce((a, t) => a + t.lost, 0)}${cutOff ? ` (frames still arriving after --settle ${opts.settle} s)` : ""}`,
         runMs: now() - firstAt,
         intervalMs: presenceIntervalMs(extraVars.PRESENCE_INTERVAL ?? "2s"),
-        sendsTotal: after.relay_sends_total ?? 0,
+        presenceSends: after.presence?.sends_total ?? 0,
         presence: {
           intervalMost: Math.max(0, ...tallies.map((t) => t.presence.intervalMost)),
           announceMost: Math.max(0, ...tallies.map((t) => t.presence.announceMost)),

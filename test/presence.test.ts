@@ -13,6 +13,7 @@ import { describe, expect, it } from "vitest";
 import { relayName } from "../src/delivery/placement";
 import type { Relay } from "../src/delivery/relay";
 import worker from "../src/index";
+import { ConfigError, parseConfig } from "../src/platform/config";
 import { channelStub } from "../src/platform/stubs";
 import { presenceTick } from "./channel-internals";
 import { BASE, env, envWith, freshIp, historyOf, mint, publishTo, uniq, until } from "./helpers";
@@ -63,6 +64,12 @@ async function join(e: Env, ch: string, sub: string | null, query = "?presence=1
 async function presenceOf(e: Env, ch: string, headers: Record<string, string> = {}) {
   const res = await request(e, `/v1/presence/${ch}`, headers);
   return { status: res.status, body: (await res.json()) as Record<string, unknown> };
+}
+
+/** The channel's calls to its relays for presence so far (stats `presence.sends_total`). */
+async function presenceSends(e: Env, ch: string): Promise<number> {
+  const res = await request(e, `/v1/channels/${ch}/stats`, { authorization: "Bearer test-admin-token" });
+  return ((await res.json()) as { presence: { sends_total: number } }).presence.sends_total;
 }
 
 /** Waits until the channel counts `n` open subscriptions. */
@@ -183,10 +190,13 @@ describe("presence above PRESENCE_ANNOUNCE_MAX", () => {
     await until(() => watcher.presence().length === 3, "the crossing");
     expect(watcher.presence()[2]).toEqual({ type: "presence", channel: ch, action: "state", occupancy: 3 });
 
+    const sendsBefore = await presenceSends(e, ch);
     const crowd: Awaited<ReturnType<typeof join>>[] = [];
     for (let i = 0; i < 4; i++) crowd.push(await join(e, ch, i % 2 ? uniq("c") : null, ""));
     a.ws.close();
     await occupancyIs(e, ch, 6);
+    // Above the threshold a join or leave costs the channel no call to any relay.
+    expect(await presenceSends(e, ch)).toBe(sendsBefore);
     expect((await presenceOf(e, ch)).body).toEqual({ channel: ch, occupancy: 6, mode: "interval" });
     expect(watcher.presence()).toHaveLength(3); // no frame per join or leave
 
@@ -312,5 +322,31 @@ describe("the client's presence", () => {
     expect(await fg.presence(ch)).toEqual({ channel: ch, occupancy: 2, mode: "announce", subjects: [me] });
     other.ws.close();
     sub.close();
+  });
+});
+
+describe("presence settings", () => {
+  it("PRESENCE_ANNOUNCE_MAX and PRESENCE_INTERVAL default to 20 and 10s, are in the manifest, and a bad value fails closed naming it", async () => {
+    const res = await request(env, "/v1/manifest", {});
+    expect(((await res.json()) as { presence: unknown }).presence).toEqual({ announce_max: 20, interval: "10s" });
+    const ok = parseConfig({ PUBLISH_RATE: "1/s", SUBSCRIBE_RATE: "1/s", TOKEN_ISSUE_RATE: "1/s", READ_RATE: "1/s" });
+    expect([ok.presenceAnnounceMax, ok.presenceIntervalMs]).toEqual([20, 10_000]);
+    const bad: [string, string][] = [
+      ["PRESENCE_ANNOUNCE_MAX", "-1"],
+      ["PRESENCE_ANNOUNCE_MAX", "1001"],
+      ["PRESENCE_ANNOUNCE_MAX", "ten"],
+      ["PRESENCE_INTERVAL", "500ms"],
+      ["PRESENCE_INTERVAL", "2h"],
+      ["PRESENCE_INTERVAL", "soon"],
+    ];
+    for (const [name, value] of bad) {
+      const broken = envWith({ [name]: value });
+      const answer = await request(broken, `/v1/presence/public:pres.${uniq()}`, {});
+      expect(answer.status, `${name}=${value}`).toBe(500);
+      expect(await answer.json()).toMatchObject({ code: "internal", meta: { variable: name } });
+      expect(() =>
+        parseConfig({ PUBLISH_RATE: "1/s", SUBSCRIBE_RATE: "1/s", TOKEN_ISSUE_RATE: "1/s", READ_RATE: "1/s", [name]: value }),
+      ).toThrow(ConfigError);
+    }
   });
 });

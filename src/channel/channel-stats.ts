@@ -25,5 +25,6 @@ export function channelStats(
     slow_consumers_closed: store.counter("slow_consumers_closed"),
     last_sample: lastSample,
     record: record.isRecord() ? record.counts() : null,
+    presence: relays.presenceStats(),
   };
 }

@@ -107,4 +107,6 @@ export interface ChannelStats {
   last_sample: unknown;
   /** Set on the analytics channel only. */
   record: RecordCounts | null;
+  /** Presence's mode, and the relay lines given presence frames or woken for it (this instance). */
+  presence: { mode: "announce" | "interval"; sends_total: number };
 }

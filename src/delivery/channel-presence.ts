@@ -50,8 +50,8 @@ export interface PresenceRelays {
   clientMaps(): Iterable<Map<string, number>>;
   /** Side frames on the lines to these relays (src/delivery/channel-relays.ts). */
   send(frames: SideFrame[], relays: Iterable<string>): void;
-  /** Wakes every relay (a reset one reports its true counts). */
-  probe(now: number): void;
+  /** Wakes every relay (a reset one reports its true counts); answers how many. */
+  probe(now: number): number;
 }
 
 /** One relay's view before and after its report. */
@@ -74,6 +74,11 @@ export class ChannelPresence {
   private readonly watchers = new Map<string, number>();
   /** The version of the last presence frame sent (see {@link SideFrame.version}); never goes back. */
   private version = 0;
+  /**
+   * Relay lines given presence frames, and relays woken for presence, since this instance started
+   * (memory only): what presence costs the channel, in `stats` as `presence.sends_total`.
+   */
+  sendsTotal = 0;
   /** When every relay is next woken while subscribers take presence, or null when none does. */
   private watchAt: number | null = null;
 
@@ -113,7 +118,9 @@ export class ChannelPresence {
       return { event: "presence" as const, text, version: this.version };
     });
     // Only relays with a subscriber that takes presence: the others would drop them.
-    if (this.watchers.size > 0) this.relays.send(frames, this.watchers.keys());
+    if (this.watchers.size === 0) return;
+    this.relays.send(frames, this.watchers.keys());
+    this.sendsTotal += this.watchers.size;
   }
 
   /**
@@ -229,7 +236,7 @@ export class ChannelPresence {
       return;
     }
     if (this.watchAt === null || now >= this.watchAt) {
-      if (this.watchAt !== null) this.relays.probe(now);
+      if (this.watchAt !== null) this.sendsTotal += this.relays.probe(now);
       this.watchAt = now + this.settings().intervalMs;
     }
     this.scheduler.request(this.watchAt);

@@ -79,7 +79,10 @@ export class ChannelRelays {
         send: (frames, relays) => {
           for (const name of relays) if (this.relays.get(name)?.active) this.pipeTo(name).pushSide(frames);
         },
-        probe: (now) => this.probe(now, true),
+        probe: (now) => {
+          this.probe(now, true);
+          return this.relays.active().length;
+        },
       },
       scheduler,
       () => this.presenceSettings,
@@ -183,6 +186,11 @@ export class ChannelRelays {
   /** `GET /v1/presence/{channel}`'s answer (docs/api.md, "Presence"). */
   presenceNow(): PresenceAnswer {
     return this.presence.answer();
+  }
+
+  /** Presence's mode now and its calls so far, for stats. */
+  presenceStats(): { mode: "announce" | "interval"; sends_total: number } {
+    return { mode: this.presence.answer().mode, sends_total: this.presence.sendsTotal };
   }
 
   /** The channel's alarm: presence's interval frame and its wake-ups of the relays. */

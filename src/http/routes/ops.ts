@@ -194,6 +194,15 @@ const ChannelStatsSchema = ChannelViewSchema.extend({
   analytics_copy_failures_total: z.number().int(),
   slow_consumers_closed: z.number().int(),
   record: AnalyticsRecord.optional().openapi({ description: "On the analytics channel only." }),
+  presence: z
+    .object({
+      mode: z.enum(["announce", "interval"]),
+      sends_total: z.number().int().openapi({
+        description:
+          "Relay lines given presence frames, plus relays woken for presence, since the channel's object started.",
+      }),
+    })
+    .openapi({ description: "Presence (occupancy is `occupancy`): its mode and what it cost the channel." }),
 }).openapi("ChannelStats");
 
 const statsRoute = route({
@@ -229,6 +238,7 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
     slow_consumers_closed: stats.slow_consumers_closed,
     ...rates,
     ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
+    presence: stats.presence,
   });
 });
 

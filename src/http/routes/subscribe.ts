@@ -127,8 +127,10 @@ const subscribeRoute = route({
         .optional()
         .openapi({
           description:
-            "`1`: presence frames too (`PresenceFrame`: first a `state`, then `join`/`leave` or `interval`; SSE " +
-            "`event: presence` with no `id`); never in history, never replayed. Any other value answers 400.",
+            '`1`: presence frames too (`{"type":"presence","action":"state"|"join"|"leave"|"interval",…}`: first a ' +
+            "`state`, then `join`/`leave` up to `PRESENCE_ANNOUNCE_MAX` subscribers or one `interval` per " +
+            "`PRESENCE_INTERVAL` above; SSE `event: presence` with no `id`); never in history, never replayed. " +
+            "Any other value answers 400.",
         }),
     }),
     headers: z.object({
