@@ -345,7 +345,13 @@ describe("presence settings", () => {
       expect(answer.status, `${name}=${value}`).toBe(500);
       expect(await answer.json()).toMatchObject({ code: "internal", meta: { variable: name } });
       expect(() =>
-        parseConfig({ PUBLISH_RATE: "1/s", SUBSCRIBE_RATE: "1/s", TOKEN_ISSUE_RATE: "1/s", READ_RATE: "1/s", [name]: value }),
+        parseConfig({
+          PUBLISH_RATE: "1/s",
+          SUBSCRIBE_RATE: "1/s",
+          TOKEN_ISSUE_RATE: "1/s",
+          READ_RATE: "1/s",
+          [name]: value,
+        }),
       ).toThrow(ConfigError);
     }
   });
