@@ -131,9 +131,10 @@ export class RelayStream {
       fresh = [...page.frames, ...fresh];
       sockets = this.subs.sockets(); // subscribers may have come or gone while it waited
     }
+    // Joiners still skipping presence news their state counted: in or out of this call's side frames.
+    const alone = this.subs.settlePresence(side);
     this.sendLive(fresh, sockets, side);
-    // Presence news newer than a joiner's state, for the joiners still skipping older news.
-    this.subs.settlePresence(side, (sub, news) => this.sendSideTo(sub, news));
+    for (const [sub, news] of alone) this.sendSideTo(sub, news);
     this.advance(end, true);
   }
 

@@ -110,26 +110,27 @@ export class RelaySubscribers {
   }
 
   /**
-   * After a call's side frames went to those that take them: each subscriber still skipping old
-   * presence frames gets the newer ones of this call by `send`; once a call brings only newer ones,
-   * it takes presence frames as everyone does.
+   * Before a call's side frames go out, for the subscribers still skipping old presence frames: one
+   * whose call brings only newer ones takes them with everyone from now on; one that gets some older
+   * and some newer is answered with the newer ones, to send it alone (it stays out of the call's
+   * side frames, and of any held with them for packed sockets, so nothing reaches it twice).
    */
-  settlePresence(side: readonly SideFrame[], send: (sub: WebSocket | SseClient, frames: SideFrame[]) => void): void {
-    if (this.presenceAfter.size === 0) return;
+  settlePresence(side: readonly SideFrame[]): [WebSocket | SseClient, SideFrame[]][] {
+    if (this.presenceAfter.size === 0) return [];
     const presence = side.filter((f) => f.event === "presence");
-    if (presence.length === 0) return;
+    if (presence.length === 0) return [];
+    const alone: [WebSocket | SseClient, SideFrame[]][] = [];
     for (const [sub, after] of [...this.presenceAfter]) {
       const open = "send" in sub ? sub.readyState === OPEN : !sub.closed;
-      if (!open) {
+      const fresh = presence.filter((f) => (f.version ?? Number.MAX_SAFE_INTEGER) > after);
+      if (!open || fresh.length === presence.length) {
         this.presenceAfter.delete(sub);
         continue;
       }
-      const fresh = presence.filter((f) => (f.version ?? Number.MAX_SAFE_INTEGER) > after);
-      if (fresh.length > 0) send(sub, fresh);
-      // Only newer news from now on: it takes presence frames as everyone does.
-      if (fresh.length === presence.length) this.presenceAfter.delete(sub);
-      else this.presenceAfter.set(sub, Math.max(after, ...presence.map((f) => f.version ?? 0)));
+      this.presenceAfter.set(sub, Math.max(after, ...presence.map((f) => f.version ?? 0)));
+      if (fresh.length > 0) alone.push([sub, fresh]);
     }
+    return alone;
   }
 
   /** The subscriber asked for presence frames (`?presence=1`). */
