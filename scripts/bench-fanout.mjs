@@ -21,6 +21,17 @@
 // WebSocket sends (frames) per delivered message, 1 without --batch and less the more frames pack.
 // With --vars '{"FRAME_DELAY":"20ms"}' the relays also hold frames back to pack more.
 //
+// --presence: presence at scale (docs/api.md, "Presence"). Each size runs twice, without and with
+// `?presence=1` on every subscriber, and in both runs the publisher starts while the crowd is still
+// joining (so publish→receive latency is measured while it joins; lost is not counted, since a
+// subscriber that joins late was never owed the earlier messages). PRESENCE_INTERVAL is 2s unless
+// --vars sets it. The table adds, per run: presence frames per subscriber per interval (the most any
+// one subscriber got of `interval` frames, ÷ the intervals the run lasted: at most 1 above
+// PRESENCE_ANNOUNCE_MAX), the most `join`/`leave` frames one subscriber got (at most
+// PRESENCE_ANNOUNCE_MAX: only while the channel was that small), and the channel's calls to its
+// relays for presence per interval: the stats' `presence.sends_total` (relay lines given presence
+// frames, and relays woken for presence) ÷ intervals: ∝ relays, not subscribers.
+//
 // --vars '{"NAME":"value"}' sets Worker variables on top of the shipped [vars] and the budgets below
 // (e.g. '{"RELAY_CAPACITY":"500"}' for more relays per size).
 //
@@ -60,6 +71,7 @@ async function main() {
     settle: 60,
     vars: "{}",
     batch: false,
+    presence: false,
   });
   let extraVars;
   try {
@@ -81,12 +93,17 @@ async function main() {
     `floodgate bench:fanout — one public channel, ${opts.rate} publishes/s for ${opts.seconds} s per size${opts.batch ? ", packed frames (batch=1)" : ""}, Node ${process.version}, ${availableParallelism()} cores, load average ${loadAverage()}`,
   );
   const rows = [];
+  const presenceRows = [];
   for (const size of SIZES) {
-    const row = await runSize(size);
-    rows.push(row);
-    console.log(
-      `  ${size} subscribers: ${row.deliveriesPerS.toFixed(0)} deliveries/s, p50 ${row.p50.toFixed(1)} ms, p99 ${row.p99.toFixed(1)} ms, lost ${row.lost}, duplicated ${row.duplicated} (load average ${loadAverage()})`,
-    );
+    const runs = opts.presence ? [false, true] : [false];
+    for (const presence of runs) {
+      const row = await runSize(size, presence);
+      rows.push(row);
+      console.log(
+        `  ${size} subscribers${opts.presence ? (presence ? ", presence=1" : ", no presence") : ""}: ${row.deliveriesPerS.toFixed(0)} deliveries/s, p50 ${row.p50.toFixed(1)} ms, p99 ${row.p99.toFixed(1)} ms, lost ${row.lost}, duplicated ${row.duplicated} (load average ${loadAverage()})`,
+      );
+    }
+    if (opts.presence) presenceRows.push(presenceRow(rows.at(-2), rows.at(-1)));
   }
 
   console.log(
@@ -98,13 +115,28 @@ async function main() {
       `| ${r.size.toLocaleString("en")} | ${Math.round(r.deliveriesPerS).toLocaleString("en")} | ${r.p50.toFixed(1)} ms | ${r.p99.toFixed(1)} ms | ${r.tailS.toFixed(1)} s | ${r.lost} | ${r.duplicated} | ${r.sendsPerPublish} | ${r.relays} | ${r.framesPerMessage.toFixed(3)} | ${Number.isFinite(r.cpuPerDelivery) ? `${r.cpuPerDelivery.toFixed(1)} µs` : "–"} | ${r.clientCpuPerDelivery.toFixed(1)} µs | ${r.delivered} / ${r.sent} | ${r.closed} |`,
     );
   }
+  if (opts.presence) {
+    console.log(
+      "\n| subscribers | relays | intervals | interval frames per subscriber per interval (most) | join/leave frames of one subscriber (most) | state frames | presence calls per interval | p50 without → with presence | p99 without → with |",
+    );
+    console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (const r of presenceRows) console.log(r);
+  }
   console.log(
     "\ndeliveries/s: messages received ÷ time from the first publish to the last frame. lost: a delivered publish's seq that a subscriber never received; duplicated: a seq received twice. frames per delivered message: WebSocket text frames received ÷ messages received (1 without --batch). CPU per delivery: that process's CPU time over the publishing and the tail, ÷ messages received.",
   );
 
-  /** One size: a fresh Worker, `size` subscribers, the publisher, the tally. */
-  async function runSize(size) {
+  /** The presence table's line for one size: its run without presence, then with. */
+  function presenceRow(off, on) {
+    const intervals = Math.max(1, on.runMs / on.intervalMs);
+    const calls = on.presenceSends / intervals;
+    return `| ${on.size.toLocaleString("en")} | ${on.relays} | ${intervals.toFixed(1)} | ${(on.presence.intervalMost / intervals).toFixed(2)} | ${on.presence.announceMost} | ${on.presence.states} | ${calls.toFixed(1)} | ${off.p50.toFixed(1)} → ${on.p50.toFixed(1)} ms | ${off.p99.toFixed(1)} → ${on.p99.toFixed(1)} ms |`;
+  }
+
+  /** One size: a fresh Worker, `size` subscribers (with `?presence=1` when `presence`), the publisher, the tally. */
+  async function runSize(size, presence = false) {
     const fg = await startFloodgate({
+      ...(opts.presence ? { PRESENCE_INTERVAL: "2s" } : {}),
       READ_RATE: "",
       SUBSCRIBE_RATE: "",
       PUBLISH_RATE: "",
@@ -114,7 +146,12 @@ async function main() {
       ...extraVars,
     });
     const channel = `public:fanout.n${size}`;
-    const wsUrl = `${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}${opts.batch ? "?batch=1" : ""}`;
+    const query = new URLSearchParams();
+    if (opts.batch) query.set("batch", "1");
+    if (presence) query.set("presence", "1");
+    const wsUrl = `${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}${query.size ? `?${query}` : ""}`;
+    // --presence: the publisher starts while the crowd joins.
+    const crowd = opts.presence;
     const threads = Math.max(1, opts.clients || Math.min(4, Math.ceil(size / 1000)));
     const clients = [];
     try {
@@ -122,20 +159,25 @@ async function main() {
         const n = Math.floor(size / threads) + (k < size % threads ? 1 : 0);
         clients.push(startClient({ wsUrl, n, maxSeq: PUBLISHES + 16 }));
       }
-      const opened = await Promise.all(clients.map((c) => c.ask("open")));
-      const failed = opened.reduce((a, o) => a + o.failed, 0);
-      if (failed > 0) throw new Error(`${failed} of ${size} subscribers could not connect`);
+      const opening = Promise.all(clients.map((c) => c.ask("open")));
+      const joined = async () => {
+        const failed = (await opening).reduce((a, o) => a + o.failed, 0);
+        if (failed > 0) throw new Error(`${failed} of ${size} subscribers could not connect`);
+      };
+      if (!crowd) await joined();
       const stats = () =>
         fetch(`${fg.base}/v1/channels/${channel}/stats`, { headers: { authorization: `Bearer ${fg.admin}` } }).then(
           (r) => r.json(),
         );
       // The channel counts a subscriber once its object has accepted the socket.
       let before = await stats();
-      for (let i = 0; i < 50 && before.websockets < size; i++) {
+      for (let i = 0; i < 50 && before.websockets < size && !crowd; i++) {
         await new Promise((r) => setTimeout(r, 200));
         before = await stats();
       }
-      if (before.websockets !== size) throw new Error(`the channel counts ${before.websockets} of ${size} sockets`);
+      if (before.websockets !== size && !crowd) {
+        throw new Error(`the channel counts ${before.websockets} of ${size} sockets`);
+      }
 
       const token = await mintToken(fg, { sub: "fanout", channels: [channel], rl: "1000000/s" });
       const clientCpu0 = process.cpuUsage();
@@ -157,6 +199,7 @@ async function main() {
         );
       }
       const results = await Promise.all(answers);
+      if (crowd) await joined();
       const delivered = results.filter((r) => r.status === 200 && Number.isInteger(r.body?.seq)).map((r) => r.body.seq);
 
       // The tail: until every subscriber has every delivered frame, or nothing arrived for 2 s, or --settle
@@ -205,7 +248,17 @@ async function main() {
         deliveriesPerS: messages ? messages / ((lastFrameAt - firstAt) / 1000) : 0,
         p50: pct(0.5),
         p99: pct(0.99),
-        lost: `${tallies.reduce((a, t) => a + t.lost, 0)}${cutOff ? ` (frames still arriving after --settle ${opts.settle} s)` : ""}`,
+        lost: crowd
+          ? "– (joining)"
+          : `${tallies.reduce((a, t) => a + t.lost, 0)}${cutOff ? ` (frames still arriving after --settle ${opts.settle} s)` : ""}`,
+        runMs: now() - firstAt,
+        intervalMs: presenceIntervalMs(extraVars.PRESENCE_INTERVAL ?? "2s"),
+        presenceSends: after.presence?.sends_total ?? 0,
+        presence: {
+          intervalMost: Math.max(0, ...tallies.map((t) => t.presence.intervalMost)),
+          announceMost: Math.max(0, ...tallies.map((t) => t.presence.announceMost)),
+          states: tallies.reduce((a, t) => a + t.presence.states, 0),
+        },
         duplicated: tallies.reduce((a, t) => a + t.duplicated, 0),
         closed: tallies.reduce((a, t) => a + t.closed, 0),
         // From the moment the last publish was sent: a channel that keeps up ends within milliseconds.
@@ -223,6 +276,13 @@ async function main() {
       await fg.stop();
     }
   }
+}
+
+/** `PRESENCE_INTERVAL` as the bench sets it (`2s`, `500ms`, `1m`), in ms. */
+function presenceIntervalMs(text) {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m)$/.exec(String(text).trim());
+  if (!m) return Number.NaN;
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000 }[m[2]];
 }
 
 /** The 1, 5 and 15 minute load averages. */
@@ -263,9 +323,14 @@ async function subscriberThread({ wsUrl, n, maxSeq }) {
   let closed = 0;
   let lastFrameAt = 0;
   let stopping = false;
+  // Presence frames: `interval` and `join`/`leave` per socket, `state` in all.
+  const presence = { interval: [], announce: [], states: 0 };
   const open = (counts) =>
     new Promise((resolve) => {
       const ws = new WebSocket(wsUrl);
+      const me = presence.interval.length;
+      presence.interval.push(0);
+      presence.announce.push(0);
       ws.onopen = () => resolve({ ws, ok: true });
       ws.onerror = () => resolve({ ws, ok: false });
       ws.onclose = () => {
@@ -277,6 +342,12 @@ async function subscriberThread({ wsUrl, n, maxSeq }) {
         lastFrameAt = at;
         const parsed = JSON.parse(e.data);
         for (const m of Array.isArray(parsed) ? parsed : [parsed]) {
+          if (m.type === "presence") {
+            if (m.action === "interval") presence.interval[me]++;
+            else if (m.action === "state") presence.states++;
+            else presence.announce[me]++;
+            continue;
+          }
           if (m.type !== "message") continue;
           messages++;
           if (Number.isInteger(m.seq) && m.seq > 0 && m.seq <= maxSeq) counts[m.seq]++;
@@ -308,7 +379,16 @@ async function subscriberThread({ wsUrl, n, maxSeq }) {
       }
       stopping = true;
       const out = Float64Array.from(latencies);
-      parentPort.postMessage({ frames, messages, lost, duplicated, closed, lastFrameAt, latencies: out }, [out.buffer]);
+      const most = (xs) => xs.reduce((a, x) => Math.max(a, x), 0);
+      const summary = {
+        intervalMost: most(presence.interval),
+        announceMost: most(presence.announce),
+        states: presence.states,
+      };
+      parentPort.postMessage(
+        { frames, messages, lost, duplicated, closed, lastFrameAt, latencies: out, presence: summary },
+        [out.buffer],
+      );
     }
   });
 }

@@ -297,7 +297,7 @@ const ticker = setInterval(async () => {
   const rate = stats ? stats.drop_rate : null;
   const t = Math.round((now - started) / 1000);
   console.log(
-    `t=${String(t).padStart(3)}s sent ${counts.sent} (${Math.round(snap.sent / secs)}/s)  delivered ${counts.delivered}  dropped ${counts.dropped}  429s ${counts.limited}  errors ${counts.errors}${counts.behind ? `  behind ${counts.behind}` : ""}  | drop rate ${rate === null ? "?" : rate.toFixed(3)}  delivered ${Math.round(snap.delivered / secs)}/s vs target ${targetText(stats?.target)}`,
+    `t=${String(t).padStart(3)}s sent ${counts.sent} (${Math.round(snap.sent / secs)}/s)  delivered ${counts.delivered}  dropped ${counts.dropped}  429s ${counts.limited}  errors ${counts.errors}${counts.behind ? `  behind ${counts.behind}` : ""}  | drop rate ${rate === null ? "?" : rate.toFixed(3)}  delivered ${Math.round(snap.delivered / secs)}/s vs target ${targetText(stats?.target)}  occupancy ${stats?.occupancy ?? "?"}`,
   );
 }, 1000);
 
@@ -341,6 +341,8 @@ if (subscriberCount > 0) {
   );
 }
 if (stats) {
+  // Open subscriptions on every relay (docs/api.md, "Presence"), as the channel counts them now.
+  console.log(`  occupancy   ${stats.occupancy} open subscriptions`);
   console.log(`  drop rate   ${stats.drop_rate} now, target ${targetText(stats.target)}`);
   if (stats.last_sample) {
     const s = stats.last_sample;

@@ -24,6 +24,7 @@ interface Parts {
   relays: {
     relays: { entries: Map<string, { reservations: Map<string, Reservation> }> };
     sendSide(frames: SideFrame[]): void;
+    presenceTick(now: number): void;
   };
   expiry: { lastLeftAt: number };
   summaries: { open: { from: number; due: number } | null };
@@ -65,6 +66,11 @@ export function makeSummaryDue(instance: ChannelObject): number | null {
   if (!open) return null;
   open.due = Date.now();
   return open.from;
+}
+
+/** The channel's alarm as presence sees it, at `now` (its interval frame, its wake-ups of the relays). */
+export function presenceTick(instance: ChannelObject, now: number): void {
+  parts(instance).relays.presenceTick(now);
 }
 
 /** The rate the channel's fast loop holds now. */

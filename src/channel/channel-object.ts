@@ -25,6 +25,7 @@
  * report their counts and to fetch what they missed from its history.
  */
 import { DurableObject } from "cloudflare:workers";
+import type { PresenceAnswer, PresenceSettings } from "../delivery/channel-presence";
 import { ChannelRelays } from "../delivery/channel-relays";
 import type { RelayReport } from "../delivery/relay-registry";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
@@ -197,6 +198,14 @@ export class ChannelObject extends DurableObject<Env> {
     return this.messages.history(after, limit, sourceChannel);
   }
 
+  /**
+   * Occupancy now, and in a small room who (src/delivery/channel-presence.ts). A read: a channel
+   * nobody uses stores nothing for it.
+   */
+  presence(channel: string): PresenceAnswer {
+    return { ...this.relays.presenceNow(), channel };
+  }
+
   stats(): ChannelStats {
     return channelStats(this.store, this.relays, this.record, this.sampling.lastSample, this.summaries.last);
   }
@@ -237,6 +246,7 @@ export class ChannelObject extends DurableObject<Env> {
     this.record.expireCopies(now);
     this.fastLoop.tick(now);
     this.summaries.tick(now);
+    this.relays.presenceTick(now);
   }
 
   // ---- relays -------------------------------------------------------------------------------------
@@ -244,7 +254,7 @@ export class ChannelObject extends DurableObject<Env> {
   /**
    * A slot for one subscriber of `client` on a relay of its placement group (src/delivery/relay-registry.ts),
    * or `full` past `maxSubscribers`, or `clientFull` past `maxPerClient`. The Worker passes the
-   * capacities from its configuration.
+   * capacities (and presence's settings) from its configuration.
    */
   assignRelay(
     channel: string,
@@ -253,11 +263,12 @@ export class ChannelObject extends DurableObject<Env> {
     maxSubscribers: number,
     client: string,
     maxPerClient: number,
+    presence?: PresenceSettings,
   ): RelayAssignment {
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();
-    return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient);
+    return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient, presence);
   }
 
   /** A relay's counts after a change (src/delivery/channel-relays.ts). */

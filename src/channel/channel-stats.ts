@@ -28,5 +28,6 @@ export function channelStats(
     last_sample: lastSample,
     last_summary: lastSummary === null ? null : (JSON.parse(lastSummary) as unknown),
     record: record.isRecord() ? record.counts() : null,
+    presence: relays.presenceStats(),
   };
 }

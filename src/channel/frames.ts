@@ -32,6 +32,11 @@ export type SideEvent = "summary" | "presence";
 export interface SideFrame {
   event: SideEvent;
   text: string;
+  /**
+   * Presence frames only: their place in the channel's presence news (increasing). A subscriber sent
+   * the `state` as of version v skips frames up to v, which that state already counts.
+   */
+  version?: number;
 }
 
 /** The wire frame, built as text so the payload is never parsed again. */

@@ -79,6 +79,13 @@ export interface ChannelPeriod {
 export interface RelayReportAnswer {
   leave: boolean;
   head: number;
+  /**
+   * The presence `state` frame as of this report (docs/api.md, "Presence"): what a subscriber that
+   * joined with `?presence=1` is sent first, counting itself.
+   */
+  presence?: string;
+  /** That state's version: presence frames up to it are already counted in it. */
+  presenceVersion?: number;
 }
 
 /** A slot on a relay for one subscriber, with the channel's head seq when it was taken. */
@@ -111,4 +118,6 @@ export interface ChannelStats {
   last_summary: unknown;
   /** Set on the analytics channel only. */
   record: RecordCounts | null;
+  /** Presence's mode, and the relay lines given presence frames or woken for it (this instance). */
+  presence: { mode: "announce" | "interval"; sends_total: number };
 }

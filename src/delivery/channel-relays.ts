@@ -10,7 +10,9 @@ import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../channe
 import type { MessageRow } from "../channel/messages";
 import type { RelayAssignment, RelayReportAnswer } from "../channel/types";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
+import { getConfig } from "../platform/config";
 import { relayStub } from "../platform/stubs";
+import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./channel-presence";
 import { relayName } from "./placement";
 import { RelayPipe } from "./relay-pipe";
 import { clientCounts, type RelayEntry, RelayRegistry, type RelayReport } from "./relay-registry";
@@ -44,6 +46,10 @@ export class ChannelRelays {
    * than the count is worth. Calls made after the last publish are lost if the object restarts.
    */
   private unsavedSends = 0;
+  /** Occupancy and who is here, told to the subscribers that take presence (src/delivery/channel-presence.ts). */
+  private readonly presence: ChannelPresence;
+  /** Presence's settings: this object's configuration, or the Worker's as its last subscribe passed them. */
+  private presenceSettings: PresenceSettings;
 
   /** @param subscriberLeft a relay left: idle expiry may count from the last publish (src/channel/idle-expiry.ts). */
   constructor(
@@ -60,6 +66,26 @@ export class ChannelRelays {
         },
       },
       (group, k) => relayName(this.store.channel ?? "", group, k),
+    );
+    this.presenceSettings = presenceSettings(env);
+    this.presence = new ChannelPresence(
+      {
+        channel: () => this.store.channel ?? "",
+        occupancy: () => {
+          const t = this.relays.totals(Date.now());
+          return t.websockets + t.sse;
+        },
+        clientMaps: () => this.relays.active().map((e) => e.clients),
+        send: (frames, relays) => {
+          for (const name of relays) if (this.relays.get(name)?.active) this.pipeTo(name).pushSide(frames);
+        },
+        probe: (now) => {
+          this.probe(now, true);
+          return this.relays.active().length;
+        },
+      },
+      scheduler,
+      () => this.presenceSettings,
     );
   }
 
@@ -112,7 +138,9 @@ export class ChannelRelays {
     maxSubscribers: number,
     client: string,
     maxPerClient: number,
+    presence?: PresenceSettings,
   ): RelayAssignment {
+    if (presence) this.presenceSettings = presence;
     const now = Date.now();
     this.relays.sweep(now);
     const a = this.relays.assign(group, capacity, maxSubscribers, now, client, maxPerClient);
@@ -129,14 +157,45 @@ export class ChannelRelays {
    * reported empty with no slot reserved leaves. Its first report puts it on the delivery list.
    */
   report(report: RelayReport): RelayReportAnswer {
-    const answer = this.relays.report(report, Date.now());
+    const now = Date.now();
+    const known = this.relays.get(report.relay);
+    const before = known?.active
+      ? { count: known.websockets + known.sse, clients: known.clients }
+      : { count: 0, clients: new Map<string, number>() };
+    const answer = this.relays.report(report, now);
     if (report.slowClosed > 0) this.store.bump({ slow_consumers_closed: report.slowClosed });
     if (answer.leave) {
       this.pipes.get(report.relay)?.stop();
       this.pipes.delete(report.relay);
       this.subscriberLeft();
     }
-    return { leave: answer.leave, head: this.store.counter("last_seq") };
+    const entry = answer.leave ? undefined : this.relays.get(report.relay);
+    const after = entry
+      ? { count: entry.websockets + entry.sse, clients: entry.clients }
+      : { count: 0, clients: new Map() };
+    this.presence.reported(report.relay, before, after, report.joined.length, entry ? (report.presence ?? 0) : 0, now);
+    const state = this.presence.state();
+    return {
+      leave: answer.leave,
+      head: this.store.counter("last_seq"),
+      presence: state.text,
+      presenceVersion: state.version ?? 0,
+    };
+  }
+
+  /** `GET /v1/presence/{channel}`'s answer (docs/api.md, "Presence"). */
+  presenceNow(): PresenceAnswer {
+    return this.presence.answer();
+  }
+
+  /** Presence's mode now and its calls so far, for stats. */
+  presenceStats(): { mode: "announce" | "interval"; sends_total: number } {
+    return { mode: this.presence.answer().mode, sends_total: this.presence.sendsTotal };
+  }
+
+  /** The channel's alarm: presence's interval frame and its wake-ups of the relays. */
+  presenceTick(now: number): void {
+    this.presence.tick(now);
   }
 
   /**
@@ -249,7 +308,21 @@ export class ChannelRelays {
     for (const pipe of this.pipes.values()) pipe.stop();
     this.pipes.clear();
     this.relays.clear();
+    this.presence.reset();
     this.unsavedSends = 0;
+  }
+}
+
+/**
+ * `PRESENCE_ANNOUNCE_MAX` and `PRESENCE_INTERVAL`. Bad configuration never gets here (the Worker
+ * answers 500 before any subscribe), so it falls back to the defaults.
+ */
+function presenceSettings(env: Env): PresenceSettings {
+  try {
+    const c = getConfig(env);
+    return { announceMax: c.presenceAnnounceMax, intervalMs: c.presenceIntervalMs };
+  } catch {
+    return { announceMax: 20, intervalMs: 10_000 };
   }
 }
 

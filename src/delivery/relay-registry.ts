@@ -49,6 +49,8 @@ export interface RelayReport {
   joined: string[];
   /** Subscribers closed for falling too far behind since the last report. */
   slowClosed: number;
+  /** Subscribers that take presence frames (`?presence=1`, src/delivery/channel-presence.ts). */
+  presence?: number;
 }
 
 /** A slot, or refused: `full` past `MAX_SUBSCRIBERS`, `clientFull` past the client's own cap. */

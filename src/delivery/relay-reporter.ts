@@ -23,6 +23,8 @@ export interface ReportingRelay {
   identity(): RelayIdentity | null;
   counts(): { websockets: number; sse: number };
   clientCounts(): [string, number][];
+  /** Subscribers taking presence frames. */
+  presenceCount(): number;
   subscriberCount(): number;
   channel(): DurableObjectStub<ChannelObject>;
   /** A report got through while the relay has subscribers: store what the channel heard. */
@@ -131,6 +133,7 @@ export class RelayReporter {
         clients: this.relay.clientCounts(),
         joined,
         slowClosed,
+        presence: this.relay.presenceCount(),
       });
       this.reported = { websockets: counts.websockets, sse: counts.sse };
       this.owed = false;

@@ -131,7 +131,10 @@ export class RelayStream {
       fresh = [...page.frames, ...fresh];
       sockets = this.subs.sockets(); // subscribers may have come or gone while it waited
     }
+    // Joiners still skipping presence news their state counted: in or out of this call's side frames.
+    const alone = this.subs.settlePresence(side);
     this.sendLive(fresh, sockets, side);
+    for (const [sub, news] of alone) this.sendSideTo(sub, news);
     this.advance(end, true);
   }
 
@@ -151,8 +154,11 @@ export class RelayStream {
     this.subs.passFloors(held ? held.seq - 1 : (this.lastSeq ?? 0));
   }
 
-  /** A joining subscriber's replay: messages after `floor` up to `lastSeq`, then live. */
-  async replay(sub: Subscriber, floor: number): Promise<void> {
+  /**
+   * A joining subscriber's replay: messages after `floor` up to `lastSeq`, then `first` (its
+   * presence `state`, docs/api.md "Presence") when it has one, then live.
+   */
+  async replay(sub: Subscriber, floor: number, first: SideFrame | null = null): Promise<void> {
     if (!this.subs.isOpen(sub)) return;
     // The replay covers what is held: it goes to those live before this joiner goes live too.
     this.flushHeld();
@@ -179,7 +185,26 @@ export class RelayStream {
         return;
       }
     }
+    if (first && this.subs.isOpen(sub)) {
+      const to = "ws" in sub ? sub.ws : sub.sse;
+      this.sendSideTo(to, [first]);
+      this.subs.presenceSent(to, first.version ?? 0);
+    }
     this.subs.goLive(sub, floor, upTo);
+  }
+
+  /** Side frames to one subscriber alone (its presence `state`, the presence news newer than it). */
+  private sendSideTo(sub: WebSocket | SseClient, frames: readonly SideFrame[]): void {
+    if (!("send" in sub)) {
+      this.subs.hub.write(sub, sseChunk(frames.map(sideSseEvent)));
+      return;
+    }
+    try {
+      if (this.subs.isBatched(sub)) for (const text of packFrames(frames, this.relay.maxFrameBytes())) sub.send(text);
+      else for (const f of frames) sub.send(f.text);
+    } catch {
+      // closed meanwhile
+    }
   }
 
   /**

@@ -4,7 +4,7 @@
  * open, which are still being replayed to, which joined ahead of the relay's last seq, whose each
  * is, and how each is closed.
  */
-import type { SideEvent } from "../channel/frames";
+import type { SideEvent, SideFrame } from "../channel/frames";
 import { type SseClient, SseHub } from "./sse-hub";
 
 /** `WebSocket.OPEN`. */
@@ -14,13 +14,15 @@ const OPEN = 1;
  * Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live;
  * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous); it is
  * counted for `client` (src/delivery/client-cap.ts); with `batch` it asked for packed frames
- * (`?batch=1`, docs/api.md, "Packed frames").
+ * (`?batch=1`, docs/api.md, "Packed frames"); with `presence` it takes presence frames (`?presence=1`,
+ * docs/api.md, "Presence").
  */
 export interface SocketAttachment {
   floor: number;
   expiresAt?: number | null;
   client?: string;
   batch?: boolean;
+  presence?: boolean;
 }
 
 /** A subscriber being replayed to or live. */
@@ -34,6 +36,13 @@ export class RelaySubscribers {
   readonly floors = new Map<WebSocket, number>();
   /** Whether each socket asked for packed frames, read once from its attachment (kept there through hibernation). */
   private readonly batchedSockets = new WeakMap<WebSocket, boolean>();
+  /**
+   * Presence subscribers sent a `state` as of a version, skipping the presence frames up to it (their
+   * news is in the state) until a call brings only newer ones.
+   */
+  private readonly presenceAfter = new Map<WebSocket | SseClient, number>();
+  /** Whether each socket takes presence frames, read once from its attachment like `batch`. */
+  private readonly presenceSockets = new WeakMap<WebSocket, boolean>();
 
   /** @param changed a subscriber went (or its count changed): the relay reports to its channel. */
   constructor(
@@ -57,12 +66,14 @@ export class RelaySubscribers {
     expiresAt: number | null,
     client: string,
     batch: boolean,
+    presence = false,
   ): { sub: Subscriber; response: Response } {
     const pair = new WebSocketPair();
     const [peer, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server);
-    server.serializeAttachment({ floor, expiresAt, client, batch } satisfies SocketAttachment);
+    server.serializeAttachment({ floor, expiresAt, client, batch, presence } satisfies SocketAttachment);
     this.batchedSockets.set(server, batch);
+    this.presenceSockets.set(server, presence);
     this.joining.add(server);
     return { sub: { ws: server }, response: new Response(null, { status: 101, webSocket: peer }) };
   }
@@ -87,10 +98,58 @@ export class RelaySubscribers {
 
   /**
    * Whether a subscriber takes side frames of this kind (docs/api.md, "Side frames"): a summary goes
-   * to every subscriber.
+   * to every subscriber, presence to those that asked for it (`?presence=1`).
    */
-  wantsSide(_sub: WebSocket | SseClient, event: SideEvent): boolean {
-    return event === "summary";
+  wantsSide(sub: WebSocket | SseClient, event: SideEvent): boolean {
+    return event === "summary" || (this.takesPresence(sub) && !this.presenceAfter.has(sub));
+  }
+
+  /** The subscriber was sent the presence state as of `version`. */
+  presenceSent(sub: WebSocket | SseClient, version: number): void {
+    this.presenceAfter.set(sub, version);
+  }
+
+  /**
+   * Before a call's side frames go out, for the subscribers still skipping old presence frames: one
+   * whose call brings only newer ones takes them with everyone from now on; one that gets some older
+   * and some newer is answered with the newer ones, to send it alone (it stays out of the call's
+   * side frames, and of any held with them for packed sockets, so nothing reaches it twice).
+   */
+  settlePresence(side: readonly SideFrame[]): [WebSocket | SseClient, SideFrame[]][] {
+    if (this.presenceAfter.size === 0) return [];
+    const presence = side.filter((f) => f.event === "presence");
+    if (presence.length === 0) return [];
+    const alone: [WebSocket | SseClient, SideFrame[]][] = [];
+    for (const [sub, after] of [...this.presenceAfter]) {
+      const open = "send" in sub ? sub.readyState === OPEN : !sub.closed;
+      const fresh = presence.filter((f) => (f.version ?? Number.MAX_SAFE_INTEGER) > after);
+      if (!open || fresh.length === presence.length) {
+        this.presenceAfter.delete(sub);
+        continue;
+      }
+      this.presenceAfter.set(sub, Math.max(after, ...presence.map((f) => f.version ?? 0)));
+      if (fresh.length > 0) alone.push([sub, fresh]);
+    }
+    return alone;
+  }
+
+  /** The subscriber asked for presence frames (`?presence=1`). */
+  takesPresence(sub: WebSocket | SseClient): boolean {
+    if (!("send" in sub)) return sub.presence === true;
+    let presence = this.presenceSockets.get(sub);
+    if (presence === undefined) {
+      presence = attachment(sub)?.presence === true;
+      this.presenceSockets.set(sub, presence);
+    }
+    return presence;
+  }
+
+  /** Open subscribers taking presence, told to the channel with each count report. */
+  presenceCount(): number {
+    let n = 0;
+    for (const ws of this.sockets()) if (this.takesPresence(ws)) n++;
+    for (const c of this.hub.all) if (c.presence === true) n++;
+    return n;
   }
 
   get count(): number {
@@ -133,6 +192,7 @@ export class RelaySubscribers {
 
   closeSocket(ws: WebSocket, code: number, reason: string): void {
     this.joining.delete(ws);
+    this.presenceAfter.delete(ws);
     this.floors.delete(ws);
     try {
       ws.close(code, reason);

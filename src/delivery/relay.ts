@@ -73,6 +73,7 @@ export class Relay extends DurableObject<Env> {
         identity: () => this.identity,
         counts: () => this.counts(),
         clientCounts: () => this.subs.clientCounts(),
+        presenceCount: () => this.subs.presenceCount(),
         subscriberCount: () => this.subs.count,
         channel: () => this.channel(),
         store: () => this.store(),
@@ -122,6 +123,9 @@ export class Relay extends DurableObject<Env> {
    * channel's line to this relay stays in order.
    */
   deliver(frames: LiveFrame[], head: number, side: SideFrame[] = []): Promise<void> {
+    // A relay that left its channel (or never joined one) has no one to send to: a call sent before
+    // it left must not bring back a position it deleted with its storage.
+    if (!this.identity && frames.length === 0) return Promise.resolve();
     return this.stream.inLane(() => this.stream.apply(frames, head, side));
   }
 
@@ -135,7 +139,8 @@ export class Relay extends DurableObject<Env> {
    * `GET /subscribe?channel&relay&group&k&mode=ws|sse&floor&head&reservation&client[&expires][&batch=1]`,
    * already authorised by the Worker, which took the slot from the channel (`floor`: the resume point,
    * at most `head`; `client`: whose subscription it is, src/delivery/client-cap.ts; `batch=1`: a
-   * WebSocket that asked for packed frames).
+   * WebSocket that asked for packed frames; `presence=1`: a subscriber that takes presence frames,
+   * the first of them, the channel's `state`, sent after its replay).
    */
   override async fetch(request: Request): Promise<Response> {
     const q = new URL(request.url).searchParams;
@@ -144,6 +149,7 @@ export class Relay extends DurableObject<Env> {
     const expires = Number(q.get("expires") ?? Number.NaN);
     const expiresAt = Number.isFinite(expires) ? expires : null;
     const owner = q.get("client") ?? "";
+    const presence = q.get("presence") === "1";
     if (!this.identity) {
       this.identity = {
         channel: q.get("channel") ?? "",
@@ -158,9 +164,10 @@ export class Relay extends DurableObject<Env> {
     let sub: Subscriber;
     let response: Response;
     if (q.get("mode") === "ws") {
-      ({ sub, response } = this.subs.acceptSocket(floor, expiresAt, owner, q.get("batch") === "1"));
+      ({ sub, response } = this.subs.acceptSocket(floor, expiresAt, owner, q.get("batch") === "1", presence));
     } else {
       const opened = this.subs.hub.connect(floor, expiresAt, owner);
+      opened.client.presence = presence;
       sub = { sse: opened.client };
       response = opened.response;
       this.lifetime.scheduleHeartbeat(Date.now());
@@ -185,7 +192,12 @@ export class Relay extends DurableObject<Env> {
     const lastSeq = this.stream.lastSeq;
     if (lastSeq !== null && answer.head < lastSeq && this.subs.count === 1) this.stream.lastSeq = answer.head;
     this.store();
-    this.stream.inLane(() => this.stream.replay(sub, floor)).catch(() => {});
+    // Its first presence frame: the channel's state as of its own join, counting itself.
+    const state: SideFrame | null =
+      presence && answer.presence
+        ? { event: "presence", text: answer.presence, version: answer.presenceVersion ?? 0 }
+        : null;
+    this.stream.inLane(() => this.stream.replay(sub, floor, state)).catch(() => {});
     this.stream.inLane(() => this.stream.apply([], answer.head)).catch(() => {});
     return response;
   }

@@ -20,6 +20,8 @@ export interface SseClient {
   expiresAt: number | null;
   /** Whose subscription this is (src/delivery/client-cap.ts), for the relay's per-client counts. */
   client: string;
+  /** It asked for presence frames (`?presence=1`, docs/api.md, "Presence"). */
+  presence?: boolean;
 }
 
 /**

@@ -85,6 +85,10 @@ export interface Config {
   throttleSummary: Rule<SummaryRule>[];
   /** `SUMMARY_INTERVAL`: the period of summary frames, in ms. */
   summaryIntervalMs: number;
+  /** Largest occupancy at which presence is announced per join and leave (docs/api.md, "Presence"). */
+  presenceAnnounceMax: number;
+  /** Period of interval presence above {@link Config.presenceAnnounceMax}, in ms. */
+  presenceIntervalMs: number;
 }
 
 /** A `THROTTLE_SUMMARY` rule's pointer, as written and parsed into its reference tokens. */
@@ -130,6 +134,8 @@ export const CONFIG_VARIABLES = [
   "FRAME_DELAY",
   "THROTTLE_SUMMARY",
   "SUMMARY_INTERVAL",
+  "PRESENCE_ANNOUNCE_MAX",
+  "PRESENCE_INTERVAL",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -317,6 +323,36 @@ function summaryInterval(text: string | undefined): number {
   return ms;
 }
 
+// ---- presence (docs/api.md, "Presence") ----
+
+/**
+ * The largest `PRESENCE_ANNOUNCE_MAX`: announce mode sends every relay one frame per join and leave
+ * and lists every subject, so its cost must stay that of a small room.
+ */
+export const MAX_PRESENCE_ANNOUNCE = 1000;
+
+/** `PRESENCE_ANNOUNCE_MAX`: a whole number from 0 (never announce) to {@link MAX_PRESENCE_ANNOUNCE}. */
+function presenceAnnounceMax(text: string | undefined): number {
+  const n = positiveInt("PRESENCE_ANNOUNCE_MAX", text, 20, 0);
+  if (n > MAX_PRESENCE_ANNOUNCE) {
+    throw new ConfigError("PRESENCE_ANNOUNCE_MAX", `"${n}" must be at most ${MAX_PRESENCE_ANNOUNCE}`);
+  }
+  return n;
+}
+
+/** The shortest `PRESENCE_INTERVAL`: the interval frame is what bounds a crowd's presence cost. */
+export const MIN_PRESENCE_INTERVAL_MS = 1000;
+
+/** `PRESENCE_INTERVAL`: a duration of at least {@link MIN_PRESENCE_INTERVAL_MS}, at most 1 h. */
+function presenceInterval(text: string | undefined): number {
+  const t = (text ?? "").trim() || "10s";
+  const ms = wrap("PRESENCE_INTERVAL", () => parseDuration(t));
+  if (!(ms >= MIN_PRESENCE_INTERVAL_MS && ms <= 3_600_000)) {
+    throw new ConfigError("PRESENCE_INTERVAL", `"${t}" must be from 1s to 1h`);
+  }
+  return ms;
+}
+
 /** The summary rule of a channel (`THROTTLE_SUMMARY`, most specific wins), or null: no summaries. */
 export function summaryFor(config: Config, channel: ChannelName): SummaryRule | null {
   if (channel.name === config.analyticsChannel.name) return null; // never throttled, so nothing to sum
@@ -372,6 +408,8 @@ export function parseConfig(raw: RawConfig): Config {
     frameDelayMs: frameDelay(raw.FRAME_DELAY),
     throttleSummary: patternRules("THROTTLE_SUMMARY", raw.THROTTLE_SUMMARY, summaryRule),
     summaryIntervalMs: summaryInterval(raw.SUMMARY_INTERVAL),
+    presenceAnnounceMax: presenceAnnounceMax(raw.PRESENCE_ANNOUNCE_MAX),
+    presenceIntervalMs: presenceInterval(raw.PRESENCE_INTERVAL),
   };
 }
 

@@ -20,6 +20,7 @@
  * - `mintTokens(admin, request)` mints a pair from a server holding `ADMIN_TOKEN`; `refreshTokens`
  *   exchanges a refresh token without a client. Its WebSocket asks for
  *   packed frames (`?batch=1`, many messages per frame); messages still reach `onMessage` one by one.
+ *   With `onPresence` it asks for presence frames too (`?presence=1`); `presence()` asks who is here.
  * - Tokens are refreshed shortly before the access token expires (and once after a 401). A
  *   subscription the server ends because its token expired (WebSocket close 4001, SSE
  *   `event: expired`) is refreshed and resumed at once, without telling `onError`, from the
@@ -101,6 +102,23 @@ export interface Summary {
   by_key: Record<string, number>;
 }
 
+/**
+ * A presence frame (docs/api.md, "Presence"): `state` first (counting this subscriber), then `join`
+ * and `leave` in a small channel, or at most one `interval` per `PRESENCE_INTERVAL` in a large one.
+ */
+export type PresenceFrame =
+  | { type: "presence"; channel: string; action: "state"; occupancy: number; subjects?: string[] }
+  | { type: "presence"; channel: string; action: "join" | "leave"; subject: string | null; occupancy: number }
+  | { type: "presence"; channel: string; action: "interval"; occupancy: number; joined: number; left: number };
+
+/** `GET /v1/presence/{channel}`: `subjects` only in `announce` mode. */
+export interface PresenceAnswer {
+  channel: string;
+  occupancy: number;
+  mode: "announce" | "interval";
+  subjects?: string[];
+}
+
 /** The part of a WebSocket the client uses (browser, Node 22 and workerd sockets all have it). */
 export interface SocketLike {
   addEventListener(type: "message", fn: (ev: { data: unknown }) => void): void;
@@ -162,6 +180,11 @@ export interface SubscribeOptions {
    * `SUMMARY_INTERVAL` with drops); live only, never replayed on a reconnect.
    */
   onSummary?: (summary: Summary) => void;
+  /**
+   * Presence frames (`?presence=1`): who is here in a small channel, how many in a large one. A
+   * reconnect starts again with a fresh `state` frame.
+   */
+  onPresence?: (p: PresenceFrame) => void;
   /** Told each change of the subscription's {@link ConnectionState}, with the transport then in use. */
   onState?: (state: ConnectionState, change: StateChange) => void;
 }
@@ -277,6 +300,17 @@ export class FloodgateClient {
     return pair;
   }
 
+  /** How many are subscribed to `channel` now, and in a small channel who (`GET /v1/presence`). */
+  async presence(channel: string): Promise<PresenceAnswer> {
+    await this.freshToken().catch(() => {});
+    const token = this.accessToken;
+    const res = await this.fetchFn(`${this.baseUrl}/v1/presence/${channel}`, {
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+    });
+    if (res.status !== 200) throw await toError(res);
+    return (await res.json()) as PresenceAnswer;
+  }
+
   /** Subscribes; `onMessage` gets every message once, in seq order, across reconnects. */
   subscribe(channel: string, onMessage: (m: Message) => void, options: SubscribeOptions = {}): Subscription {
     let lastSeq = options.after ?? 0;
@@ -295,11 +329,12 @@ export class FloodgateClient {
       if (typeof m.seq === "number" && Number.isSafeInteger(m.seq) && m.seq >= 0)
         position = Math.max(position ?? 0, m.seq);
     };
-    const deliverOne = (m: Message | Summary | { type: "expired"; seq?: unknown }) => {
+    const deliverOne = (m: Message | Summary | PresenceFrame | { type: "expired"; seq?: unknown }) => {
       if (closed || m === null || typeof m !== "object") return;
       if (m.type === "expired") return expiredAt(m);
-      // A summary has no seq: it neither moves lastSeq nor counts as a message.
+      // Summaries and presence frames have no seq: they neither move lastSeq nor count as messages.
       if (m.type === "summary") return void options.onSummary?.(m);
+      if (m.type === "presence") return options.onPresence?.(m);
       if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
       lastSeq = m.seq;
       attempt = 0;
@@ -308,9 +343,9 @@ export class FloodgateClient {
     // A text frame is one message, or (packed frames, `?batch=1`) an array of them in seq order,
     // handed to the application one by one.
     const deliver = (text: string) => {
-      let parsed: Message | Message[];
+      let parsed: Message | Summary | PresenceFrame | (Message | Summary | PresenceFrame)[];
       try {
-        parsed = JSON.parse(text) as Message | Message[];
+        parsed = JSON.parse(text) as Message | Summary | PresenceFrame | (Message | Summary | PresenceFrame)[];
       } catch {
         return;
       }
@@ -348,6 +383,7 @@ export class FloodgateClient {
       const resume = lastSeq > 0 || options.after !== undefined || position !== null;
       const after = Math.max(lastSeq, position ?? 0);
       if (resume) query.set("after", String(after));
+      if (options.onPresence) query.set("presence", "1");
       const qs = query.toString() ? `?${query}` : "";
       // WebSockets ask for packed frames: fewer sends per message for the relay, same messages here.
       const wsQuery = new URLSearchParams(query);

@@ -60,6 +60,9 @@ export function manifest(config: Config) {
         ? { rules: config.throttleSummary.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })) }
         : {}),
     },
+    // Presence (docs/api.md, "Presence"): announced per join and leave up to announce_max, above it
+    // one interval frame per interval.
+    presence: { announce_max: config.presenceAnnounceMax, interval: formatDuration(config.presenceIntervalMs) },
   };
 }
 
@@ -115,6 +118,13 @@ const Manifest = z
         )
         .optional()
         .openapi({ description: "THROTTLE_SUMMARY, in selection order (most specific first); omitted when empty." }),
+    }),
+    presence: z.object({
+      announce_max: z
+        .number()
+        .int()
+        .openapi({ description: "PRESENCE_ANNOUNCE_MAX: largest occupancy announced per join and leave." }),
+      interval: z.string().openapi({ description: "PRESENCE_INTERVAL: period of interval presence above it." }),
     }),
   })
   .openapi("Manifest");
@@ -207,6 +217,15 @@ const ChannelStatsSchema = ChannelViewSchema.extend({
   analytics_copy_failures_total: z.number().int(),
   slow_consumers_closed: z.number().int(),
   record: AnalyticsRecord.optional().openapi({ description: "On the analytics channel only." }),
+  presence: z
+    .object({
+      mode: z.enum(["announce", "interval"]),
+      sends_total: z.number().int().openapi({
+        description:
+          "Relay lines given presence frames, plus relays woken for presence, since the channel's object started.",
+      }),
+    })
+    .openapi({ description: "Presence (occupancy is `occupancy`): its mode and what it cost the channel." }),
 }).openapi("ChannelStats");
 
 const statsRoute = route({
@@ -244,6 +263,7 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
     ...rates,
     last_summary: stats.last_summary,
     ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
+    presence: stats.presence,
   });
 });
 

@@ -11,7 +11,7 @@
  * `MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
  * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
  */
-import { Hono } from "hono";
+import { type Context, Hono } from "hono";
 import * as z from "zod";
 import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../../auth/authorise";
 import type { VerifiedToken } from "../../auth/tokens";
@@ -64,13 +64,14 @@ function presentedToken(request: Request, query: string | undefined, protocols: 
 export const FULL_RETRY_AFTER_S = 5;
 
 /**
- * `?batch`: `1` asks for packed frames (docs/api.md, "Packed frames"); `0` or absent, one message
- * per frame. Checked on SSE too, which sends one event per message either way.
+ * A subscribe's `0`/`1` switch: `?batch=1` asks for packed frames (docs/api.md, "Packed frames";
+ * checked on SSE too, which sends one event per message either way), `?presence=1` for presence
+ * frames (docs/api.md, "Presence"); `0` or absent, off; anything else 400.
  */
-function batchParam(value: string | undefined): boolean {
+function switchParam(name: string, value: string | undefined): boolean {
   if (value === undefined || value === "0") return false;
   if (value === "1") return true;
-  throw invalidArgument("batch must be 0 or 1");
+  throw invalidArgument(`${name} must be 0 or 1`);
 }
 
 export const subscribe = new Hono<AppEnv>();
@@ -126,6 +127,16 @@ const subscribeRoute = route({
             "`1`: packed frames, each a JSON array of `Frame`s (WebSocket; SSE still sends one event per message). " +
             "`0` or absent: one `Frame` per text frame. Any other value answers 400.",
         }),
+      presence: z
+        .enum(["0", "1"])
+        .optional()
+        .openapi({
+          description:
+            '`1`: presence frames too (`{"type":"presence","action":"state"|"join"|"leave"|"interval",…}`: first a ' +
+            "`state`, then `join`/`leave` up to `PRESENCE_ANNOUNCE_MAX` subscribers or one `interval` per " +
+            "`PRESENCE_INTERVAL` above; SSE `event: presence` with no `id`); never in history, never replayed. " +
+            "Any other value answers 400.",
+        }),
     }),
     headers: z.object({
       upgrade: z.string().optional().openapi({ example: "websocket" }),
@@ -172,7 +183,8 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   if (!upgrade && !sse) {
     throw invalidArgument("subscribe needs a WebSocket upgrade or Accept: text/event-stream");
   }
-  const batch = batchParam(c.req.query("batch"));
+  const batch = switchParam("batch", c.req.query("batch"));
+  const presence = switchParam("presence", c.req.query("presence"));
   let after = intParam(c.req.query("after"), "after");
   if (after === null && !upgrade) after = intParam(c.req.header("last-event-id"), "Last-Event-ID");
   const protocols = upgrade ? offeredProtocols(c.req.raw) : [];
@@ -213,6 +225,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         svc.config.maxSubscribers,
         client,
         svc.config.maxSubscriptionsPerClient,
+        { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
       ),
   );
   if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
@@ -233,6 +246,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   target.searchParams.set("client", client);
   target.searchParams.set("mode", upgrade ? "ws" : "sse");
   if (upgrade && batch) target.searchParams.set("batch", "1");
+  if (presence) target.searchParams.set("presence", "1");
   target.searchParams.set("head", String(slot.head));
   // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
   target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
@@ -251,6 +265,19 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
 async function checkAccess(env: Env, channel: ChannelName, token: string | null): Promise<void> {
   if (channel.visibility === "public") return;
   await authorise(env, token, "subscribe", channel);
+}
+
+/**
+ * The door of a read of what a channel holds (history, presence: docs/api.md): the client IP's read
+ * budget is charged, with or without a token, then a private channel needs a token with `subscribe`
+ * scope and a matching pattern. Answers the budget's headers.
+ */
+export async function readAccess(c: Context<AppEnv>, channel: ChannelName): Promise<Record<string, string>> {
+  const svc = c.get("svc");
+  const budget = readBudget(svc.config, clientIp(c.req.raw));
+  const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, c.var.defer);
+  await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token"), []));
+  return limitHeaders;
 }
 
 export const history = new Hono<AppEnv>();
@@ -288,10 +315,7 @@ history.get(documented(history, historyRoute), async (c) => {
   const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
   const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
-  // Every history request is a read of stored data, with or without a token.
-  const budget = readBudget(svc.config, clientIp(c.req.raw));
-  const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, c.var.defer);
-  await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token"), []));
+  const limitHeaders = await readAccess(c, channel);
   const frames = await orUnavailable("channel", () =>
     countedChannelStub(c.env, channel.name).history(after, limit, source?.name ?? null),
   );
