@@ -25,6 +25,12 @@
  */
 import { Coalescer } from "./coalescer";
 import type { RecordCopy } from "./record-batch";
+import { shardKey } from "./shard-key";
+
+/** The channel object a copy's drop is counted on: its source channel, or that channel's shard. */
+export function copyKey(c: Pick<RecordCopy, "source_channel" | "shard">): string {
+  return shardKey(c.source_channel, c.shard);
+}
 
 /**
  * A copy of a dropped message waiting to be sent: the record's copy (its id made when the message is
@@ -39,9 +45,9 @@ export interface QueuedCopy extends RecordCopy {
 
 /** A copy as JSON text (the analytics channel's message), the original message text spliced in. */
 export function serialiseCopy(
-  c: Pick<QueuedCopy, "source_channel" | "message" | "publisher" | "drop_rate" | "dropped_at">,
+  c: Pick<QueuedCopy, "source_channel" | "shard" | "message" | "publisher" | "drop_rate" | "dropped_at">,
 ): string {
-  return `{"source_channel":${JSON.stringify(c.source_channel)},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
+  return `{"source_channel":${JSON.stringify(c.source_channel)}${c.shard === undefined ? "" : `,"shard":${JSON.stringify(c.shard)}`},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
 }
 
 /** What one copy's fields besides the message take in memory, near enough (object, numbers, strings). */
@@ -49,7 +55,7 @@ const COPY_OVERHEAD_BYTES = 128;
 
 /** The bytes a queued copy holds: its texts (a character is at most 2 bytes in V8) plus the rest. */
 export function copyBytes(c: QueuedCopy): number {
-  return 2 * (c.message.length + c.source_channel.length + c.publisher.length + c.id.length) + COPY_OVERHEAD_BYTES;
+  return 2 * (c.message.length + c.source_channel.length + (c.shard?.length ?? 0) + c.publisher.length + c.id.length) + COPY_OVERHEAD_BYTES;
 }
 
 /** Why copies did not reach the sink. */
@@ -63,16 +69,17 @@ const IDS_NAMED = 3;
  * message ids of each for the log (no message kept).
  */
 export class CopyTally {
-  /** Per source channel: copies lost, how many of their drops the channel has not counted yet, some ids. */
+  /** Per source channel (a shard's key for a shard's drops): copies lost, how many of their drops the channel has not counted yet, some ids. */
   readonly byChannel = new Map<string, { copies: number; uncounted: number; ids: string[] }>();
   total = 0;
 
-  add(c: Pick<QueuedCopy, "source_channel" | "counted"> & { id?: string }, n = 1, ids: string[] = []): void {
-    const e = this.byChannel.get(c.source_channel) ?? { copies: 0, uncounted: 0, ids: [] };
+  add(c: Pick<QueuedCopy, "source_channel" | "shard" | "counted"> & { id?: string }, n = 1, ids: string[] = []): void {
+    const key = copyKey(c);
+    const e = this.byChannel.get(key) ?? { copies: 0, uncounted: 0, ids: [] };
     e.copies += n;
     if (!c.counted) e.uncounted += n;
     for (const id of c.id === undefined ? ids : [c.id, ...ids]) if (e.ids.length < IDS_NAMED) e.ids.push(id);
-    this.byChannel.set(c.source_channel, e);
+    this.byChannel.set(key, e);
     this.total += n;
   }
 

@@ -4,11 +4,18 @@
  */
 import { BoundedMap } from "../../functions/bounded-map";
 import { type ChannelPattern, GrammarError, parsePattern } from "../channel/names";
+import { GROUP_NAME } from "../channel/shards";
 import type { LimitJson } from "../rate-limit/limits";
 
 export type TokenType = "access" | "refresh";
-export type Scope = "publish" | "subscribe";
+export type Scope = "publish" | "subscribe" | "broadcast";
+/** The scopes a mint without `scopes` grants. */
 export const SCOPES: readonly Scope[] = ["publish", "subscribe"];
+/**
+ * Every scope a mint may ask for: also `broadcast` (docs/api.md, "Shards": `Floodgate-Shard`), which
+ * is never granted by default.
+ */
+export const MINTABLE_SCOPES: readonly Scope[] = [...SCOPES, "broadcast"];
 
 /** The claims Floodgate signs. Times are epoch seconds. */
 export interface TokenClaims {
@@ -20,6 +27,8 @@ export interface TokenClaims {
   exp: number;
   jti: string;
   rl?: LimitJson;
+  /** The token's group: its shard on a channel sharded `{"by":"group"}` (docs/api.md, "Shards"). */
+  grp?: string;
   /** Refresh tokens only: the access-token lifetime (seconds) that a refresh reissues. */
   ttl?: number;
   /** Refresh tokens only: the refresh chain (session) this token belongs to, for revocation. */
@@ -144,14 +153,15 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "obj
 function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPattern[] } {
   const bad = (what: string) => new TokenError("malformed", `token claim ${what} is invalid`);
   if (!isObject(v)) throw bad("set");
-  const { sub, typ, chs, scp, iat, exp, jti, rl, sid, sst } = v;
+  const { sub, typ, chs, scp, iat, exp, jti, rl, sid, sst, grp } = v;
   if (typeof sub !== "string" || sub.length === 0) throw bad("sub");
   if (typ !== "access" && typ !== "refresh") throw bad("typ");
   if (!Array.isArray(chs) || chs.some((c) => typeof c !== "string")) throw bad("chs");
-  if (!Array.isArray(scp) || scp.some((s) => !SCOPES.includes(s as Scope))) throw bad("scp");
+  if (!Array.isArray(scp) || scp.some((s) => !MINTABLE_SCOPES.includes(s as Scope))) throw bad("scp");
   if (typeof iat !== "number" || typeof exp !== "number" || !Number.isFinite(exp)) throw bad("exp");
   if (typeof jti !== "string" || jti.length === 0) throw bad("jti");
   if (rl !== undefined && !isObject(rl)) throw bad("rl");
+  if (grp !== undefined && (typeof grp !== "string" || !GROUP_NAME.test(grp))) throw bad("grp");
   if (sid !== undefined && (typeof sid !== "string" || sid.length === 0)) throw bad("sid");
   if (sst !== undefined && (typeof sst !== "number" || !Number.isFinite(sst))) throw bad("sst");
   let patterns: ChannelPattern[];

@@ -37,6 +37,7 @@ import type { LiveFrame } from "./frames";
 import { IdleExpiry } from "./idle-expiry";
 import { MessageLog } from "./messages";
 import { Publishing } from "./publishing";
+import { ShardMembership, ShardRegistry } from "./shard-registry";
 import type {
   ChannelPeriod,
   ChannelRate,
@@ -61,6 +62,8 @@ export class ChannelObject extends DurableObject<Env> {
   private readonly fastLoop: ChannelFastLoop;
   private readonly activity: ChannelActivity;
   private readonly sampling: ChannelSampling;
+  private readonly shards: ShardRegistry;
+  private readonly membership: ShardMembership;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -81,6 +84,7 @@ export class ChannelObject extends DurableObject<Env> {
       },
       probeRelays: (now) => this.relays.probe(now, true),
       forget: () => {
+        this.membership.left();
         this.relays.forget();
         activity.reset();
         fastLoop.reset();
@@ -97,6 +101,8 @@ export class ChannelObject extends DurableObject<Env> {
     this.publishing = new Publishing(store, messages, scheduler, count);
     this.relays = new ChannelRelays(store, scheduler, env, () => expiry.subscriberLeft());
     this.sampling = new ChannelSampling(store, fastLoop, activity, occupancy, () => expiry.ensure());
+    this.shards = new ShardRegistry(store);
+    this.membership = new ShardMembership(env);
     ctx.blockConcurrencyWhile(async () => {
       await scheduler.load();
       const meta = store.load();
@@ -116,6 +122,7 @@ export class ChannelObject extends DurableObject<Env> {
    * (a key repeated inside the batch answers the first result again).
    */
   async publishMany(cmds: PublishCommand[]): Promise<PublishManyResult> {
+    if (cmds[0]) await this.membership.join(cmds[0].channel);
     this.store.revive();
     const outcomes: PublishOutcome[] = [];
     let sends = 0;
@@ -164,6 +171,7 @@ export class ChannelObject extends DurableObject<Env> {
    * drops reports here, so each one still hears the rate.
    */
   async recordDrops(channel: string, dropped: number, copyFailures: number): Promise<ChannelRate> {
+    await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);
     if (dropped > 0) this.store.set({ last_publish_at: Date.now() });
@@ -187,6 +195,37 @@ export class ChannelObject extends DurableObject<Env> {
   /** The analytics channel's copies: appended, kept and expired (all zero on any other channel). */
   recordCounts(): RecordCounts {
     return this.record.counts();
+  }
+
+  // ---- shards (src/channel/shard-registry.ts) --------------------------------------------------
+
+  /** This channel's registry lists `shard` (false: it lists as many as it keeps, and not this one). */
+  registerShard(channel: string, shard: string, now: number): boolean {
+    const listed = this.shards.register(channel, shard, now);
+    this.expiry.ensure();
+    return listed;
+  }
+
+  /** The shards this channel's registry lists, by name. */
+  shardNames(): string[] {
+    return this.shards.names();
+  }
+
+  /** Shards that are gone leave the registry. */
+  forgetShards(names: string[]): void {
+    this.shards.forget(names);
+  }
+
+  /**
+   * A broadcast's part in this shard: delivered like any publish if the shard has subscribers or
+   * history, else `absent` (nothing stored, nothing created).
+   */
+  async broadcastOne(cmd: PublishCommand): Promise<PublishOutcome | { status: "absent" }> {
+    if (this.store.wiped || (this.store.counter("last_seq") === 0 && this.relays.occupancy() === 0)) {
+      return { status: "absent" };
+    }
+    const { outcomes } = await this.publishMany([{ ...cmd, action: "deliver" }]);
+    return outcomes[0] ?? { status: "absent" };
   }
 
   // ---- the sampler -----------------------------------------------------------------------------
@@ -228,14 +267,15 @@ export class ChannelObject extends DurableObject<Env> {
    * or `full` past `maxSubscribers`, or `clientFull` past `maxPerClient`. The Worker passes the
    * capacities from its configuration.
    */
-  assignRelay(
+  async assignRelay(
     channel: string,
     group: string,
     capacity: number,
     maxSubscribers: number,
     client: string,
     maxPerClient: number,
-  ): RelayAssignment {
+  ): Promise<RelayAssignment> {
+    await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();

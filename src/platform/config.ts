@@ -16,6 +16,7 @@ import {
   type Rule,
   selectRule,
 } from "../channel/names";
+import { parseShardRule, type ShardRule } from "../channel/shards";
 import { type Limit, LimitError, normaliseBurst, parseLimit, parseRateShorthand } from "../rate-limit/limits";
 import { DurationError, parseDuration } from "./durations";
 
@@ -79,6 +80,8 @@ export interface Config {
   maxSubscriptionsPerClient: number;
   /** Longest a relay holds a packed frame back to pack more into it, in ms (docs/api.md, "Packed frames"). */
   frameDelayMs: number;
+  /** `AUDIENCE_SHARDS`: channels split into shards by a grouping, in selection order (docs/api.md, "Shards"). */
+  audienceShards: Rule<ShardRule>[];
 }
 
 /** Raw variables as they arrive in `env` (all strings; absent ones take the contract's defaults, {@link REQUIRED_BUDGETS} excepted). */
@@ -116,6 +119,7 @@ export const CONFIG_VARIABLES = [
   "MAX_SUBSCRIBERS",
   "MAX_SUBSCRIPTIONS_PER_CLIENT",
   "FRAME_DELAY",
+  "AUDIENCE_SHARDS",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -326,6 +330,7 @@ export function parseConfig(raw: RawConfig): Config {
     maxSubscribers: positiveInt("MAX_SUBSCRIBERS", raw.MAX_SUBSCRIBERS, 100_000),
     maxSubscriptionsPerClient: positiveInt("MAX_SUBSCRIPTIONS_PER_CLIENT", raw.MAX_SUBSCRIPTIONS_PER_CLIENT, 20),
     frameDelayMs: frameDelay(raw.FRAME_DELAY),
+    audienceShards: patternRules("AUDIENCE_SHARDS", raw.AUDIENCE_SHARDS, parseShardRule),
   };
 }
 

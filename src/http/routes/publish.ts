@@ -9,12 +9,14 @@ import type { QueuedCopy } from "../../../functions/drop-copies";
 import { authorise, bearer } from "../../auth/authorise";
 import type { PublishOutcome } from "../../channel/types";
 import { thinningFor } from "../../platform/config";
+import { broadcastToShards } from "../../delivery/shard-broadcast";
 import { publishBudget } from "../../rate-limit/budgets";
 import type { AppEnv } from "../app-env";
 import { parseJsonText, readBody } from "../body";
 import { invalidArgument, orUnavailable, permissionDenied } from "../errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
 import { channelParam } from "../params";
+import { publishAudience } from "../shard-header";
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,64}$/;
 
@@ -35,9 +37,19 @@ const Delivered = z
     channel: z.string(),
     seq: z.number().int(),
     id: z.string(),
+    shard: z.string().optional().openapi({ description: "Sharded channels only: the shard delivered into." }),
     published_at: z.number().int().openapi({ description: "Epoch milliseconds." }),
   })
   .openapi("Delivered");
+
+const Broadcast = z
+  .object({
+    status: z.literal("delivered"),
+    channel: z.string(),
+    shards: z.array(z.string()).openapi({ description: "The shards the message was delivered into, by name." }),
+    published_at: z.number().int(),
+  })
+  .openapi("Broadcast");
 
 const Dropped = z.object({ status: z.literal("dropped") }).openapi("Dropped");
 
@@ -54,6 +66,11 @@ const publishRoute = route({
     params: ChannelPath,
     headers: z.object({
       "idempotency-key": z.string().optional().openapi({ description: "1–64 visible ASCII characters." }),
+      "floodgate-shard": z.string().optional().openapi({
+        description:
+          'Sharded channels, `broadcast` scope only (else 403): `*` delivers into every shard with subscribers or ' +
+          "history, never throttled; a shard's name publishes into that shard. A bad name, or an unsharded channel: 400.",
+      }),
     }),
     // Documentation only: the body is read bounded by MAX_MESSAGE_BYTES and kept as sent (below).
     body: {
@@ -62,7 +79,10 @@ const publishRoute = route({
     },
   },
   responses: {
-    200: json(Delivered, "Delivered to every current subscriber."),
+    200: json(
+      z.union([Delivered, Broadcast]),
+      "Delivered to every current subscriber (a `Broadcast` answer for `Floodgate-Shard: *`).",
+    ),
     202: json(Dropped, "Dropped by the before-publish throttle and copied to the analytics channel. Not an error."),
     ...errors(400, 401, 403, 413, 429, 500, 503),
   },
@@ -78,6 +98,8 @@ publish.post(documented(publish, publishRoute), async (c) => {
   }
   const token = await authorise(c.env, bearer(c.req.raw), "publish", channel);
   const idemKey = idempotencyKey(c.req.header("idempotency-key"));
+  // The shard this publish goes to (docs/api.md, "Shards"): the publisher's own, or the header's.
+  const target = publishAudience(config, channel, token, c.req.raw);
   // Parsed only to validate it: from here on the message is its text (a copy never keeps both).
   const messageJson = parseJsonText(await readBody(c.req.raw, config.maxMessageBytes)).text;
   const sub = token.claims.sub;
@@ -86,7 +108,21 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const limitHeaders = await svc.gate.check("publish", budget.key, budget.limit, c.var.defer);
   for (const [k, v] of Object.entries(limitHeaders)) c.header(k, v);
 
-  const decision = await beforePublish(channel.name, {
+  if ("broadcast" in target) {
+    const now = Date.now();
+    const cmd = { data: messageJson, publisher: sub, now, ...(idemKey ? { idempotencyKey: idemKey } : {}) };
+    const delivered = await orUnavailable(
+      "channel",
+      () => broadcastToShards(c.env, channel.name, cmd),
+      "retry with the same Idempotency-Key",
+    );
+    svc.metrics.inc("floodgate_messages_total", { result: "delivered" }, delivered.length);
+    const shards = delivered.map((d) => d.shard);
+    return c.json({ status: "delivered", channel: channel.name, shards, published_at: now }, 200);
+  }
+  const { key, shard } = target.audience;
+
+  const decision = await beforePublish(key, {
     reader: svc.reader,
     analyticsChannel: config.analyticsChannel.name,
     thinning: thinningFor(config, channel) ? svc.thinning : null,
@@ -95,6 +131,7 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const copy = (counted: boolean): QueuedCopy => ({
     id: crypto.randomUUID(),
     source_channel: channel.name,
+    ...(shard === null ? {} : { shard }),
     message: messageJson,
     publisher: sub,
     drop_rate: decision.rate,
@@ -117,7 +154,7 @@ publish.post(documented(publish, publishRoute), async (c) => {
     () =>
       svc.publishBatcher.publish(
         {
-          channel: channel.name,
+          channel: key,
           data: messageJson,
           publisher: sub,
           action: decision.action,

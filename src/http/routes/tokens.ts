@@ -10,6 +10,7 @@ import { adminAuth, tokenSecret } from "../../auth/authorise";
 import { whyNeverMatches } from "../../auth/grantable";
 import {
   MAX_TOKEN_LENGTH,
+  MINTABLE_SCOPES,
   SCOPES,
   type Scope,
   signToken,
@@ -19,6 +20,7 @@ import {
   verifyToken,
 } from "../../auth/tokens";
 import { GrammarError, parsePattern } from "../../channel/names";
+import { GROUP_NAME, GROUP_RULE } from "../../channel/shards";
 import { DurationError, parseDuration } from "../../platform/durations";
 import { refreshLedgerStub } from "../../platform/stubs";
 import { tokenIssueBudget } from "../../rate-limit/budgets";
@@ -40,6 +42,8 @@ export interface MintRequest {
   ttlSeconds: number;
   refreshTtlSeconds: number;
   rl?: LimitJson;
+  /** The token's group (claim `grp`). */
+  group?: string;
 }
 
 /** A duration field in whole seconds: at least 1s, at most `maxText`; `fallback` when absent. */
@@ -68,7 +72,7 @@ function durationField(name: string, fallback: string, maxMs: number, maxText: s
 
 const SUB_RULE = "sub must be 1-128 characters of A-Z a-z 0-9 _ . : @ -";
 const CHANNEL_LIST = "channels must be a list of 1 to 32 channel patterns";
-const SCOPE_LIST = 'scopes must be a list of "publish" and "subscribe"';
+const SCOPE_LIST = 'scopes must be a list of "publish", "subscribe" and "broadcast"';
 
 /** The mint body (docs/api.md, Tokens), checked field by field in this order. */
 export const MintBody = bodyObject(
@@ -95,10 +99,15 @@ export const MintBody = bodyObject(
         example: ["public:live.reactions"],
       }),
     scopes: z
-      .array(z.enum(SCOPES, { error: SCOPE_LIST }), { error: SCOPE_LIST })
+      .array(z.enum(MINTABLE_SCOPES, { error: SCOPE_LIST }), { error: SCOPE_LIST })
       .optional()
       .transform((list): Scope[] => (list ? [...new Set(list)] : [...SCOPES]))
-      .openapi({ description: "Default both." }),
+      .openapi({ description: 'Default ["publish","subscribe"]; "broadcast" only when asked for.' }),
+    group: z
+      .string({ error: GROUP_RULE })
+      .regex(GROUP_NAME, { error: GROUP_RULE })
+      .optional()
+      .openapi({ description: 'The token\'s shard on channels sharded {"by":"group"} (claim `grp`).', example: "es" }),
     ttl: durationField("ttl", "5m", DAY_MS, "24h"),
     refresh_ttl: durationField("refresh_ttl", "1h", 7 * DAY_MS, "7d"),
     rl: z
@@ -131,6 +140,7 @@ export const MintBody = bodyObject(
       ttlSeconds: b.ttl,
       refreshTtlSeconds: b.refresh_ttl,
       ...(b.rl ? { rl: b.rl } : {}),
+      ...(b.group ? { group: b.group } : {}),
     }),
   );
 
@@ -172,6 +182,7 @@ export async function issuePair(secret: string, req: MintRequest, nowSeconds: nu
     scp: req.scopes,
     iat: nowSeconds,
     ...(req.rl ? { rl: req.rl } : {}),
+    ...(req.group ? { grp: req.group } : {}),
   };
   const access: TokenClaims = {
     ...common,
@@ -286,6 +297,7 @@ tokens.post(documented(tokens, refreshRoute), secretRequired, jsonBody(RefreshBo
       // The new refresh token lives as long as the old one was meant to, counted from now.
       refreshTtlSeconds: Math.max(1, claims.exp - claims.iat),
       ...(claims.rl ? { rl: claims.rl } : {}),
+      ...(claims.grp ? { group: claims.grp } : {}),
     },
     now,
     session,
