@@ -55,7 +55,10 @@ const COPY_OVERHEAD_BYTES = 128;
 
 /** The bytes a queued copy holds: its texts (a character is at most 2 bytes in V8) plus the rest. */
 export function copyBytes(c: QueuedCopy): number {
-  return 2 * (c.message.length + c.source_channel.length + (c.shard?.length ?? 0) + c.publisher.length + c.id.length) + COPY_OVERHEAD_BYTES;
+  return (
+    2 * (c.message.length + c.source_channel.length + (c.shard?.length ?? 0) + c.publisher.length + c.id.length) +
+    COPY_OVERHEAD_BYTES
+  );
 }
 
 /** Why copies did not reach the sink. */

@@ -49,7 +49,12 @@ function textBytes(s: string): number {
 /** A copy's bytes on the queue, an upper bound of the structured-clone size. */
 export function estimateBytes(c: RecordCopy): number {
   return (
-    textBytes(c.id) + textBytes(c.source_channel) + textBytes(c.shard ?? "") + textBytes(c.message) + textBytes(c.publisher) + COPY_OVERHEAD_BYTES
+    textBytes(c.id) +
+    textBytes(c.source_channel) +
+    textBytes(c.shard ?? "") +
+    textBytes(c.message) +
+    textBytes(c.publisher) +
+    COPY_OVERHEAD_BYTES
   );
 }
 

@@ -5,7 +5,8 @@
  * with a 1/s target for the fast loop. Every test uses its own channel names.
  */
 import { createExecutionContext, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
+import { FloodgateClient, mintTokens } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import { serialiseCopy } from "../functions/drop-copies";
@@ -14,10 +15,11 @@ import { shardKey, splitShardKey } from "../functions/shard-key";
 import { frame } from "../src/channel/frames";
 import { parseChannelName } from "../src/channel/names";
 import { audienceOf, MAX_SHARDS_PER_CHANNEL, parseShardRule } from "../src/channel/shards";
-import { ConfigError, parseConfig, type RawConfig } from "../src/platform/config";
 import worker from "../src/index";
+import { ConfigError, parseConfig, type RawConfig } from "../src/platform/config";
 import { counter, fastRate, setCounters } from "./channel-internals";
 import {
+  ADMIN,
   adminHeaders,
   BASE,
   call,
@@ -148,7 +150,9 @@ describe("rules and selection", () => {
     expect(serialiseCopy(copy)).not.toContain("shard");
     expect(JSON.parse(recordLine({ ...copy, id: "i", shard: "EU" })).shard).toBe("EU");
     const m = { seq: 1, id: "x", data: "{}", published_at: 2 };
-    expect(frame("public:a.b", m)).toBe('{"type":"message","channel":"public:a.b","seq":1,"id":"x","data":{},"published_at":2}');
+    expect(frame("public:a.b", m)).toBe(
+      '{"type":"message","channel":"public:a.b","seq":1,"id":"x","data":{},"published_at":2}',
+    );
     expect(frame("public:a.b#es", m)).toBe(
       '{"type":"message","channel":"public:a.b","shard":"es","seq":1,"id":"x","data":{},"published_at":2}',
     );
@@ -234,7 +238,12 @@ describe("a sharded channel", () => {
 
     for (const [name, s] of Object.entries(subs)) {
       await until(() => s.frames.length >= 4, `${name}'s frames`);
-      expect(payloads(s.frames)).toEqual([{ who: name, i: 0 }, { who: name, i: 1 }, { who: name, i: 2 }, { all: true }]);
+      expect(payloads(s.frames)).toEqual([
+        { who: name, i: 0 },
+        { who: name, i: 1 },
+        { who: name, i: 2 },
+        { all: true },
+      ]);
       expect(s.frames.map((f) => f.seq)).toEqual([1, 2, 3, 4]);
       expect(s.frames.every((f) => f.channel === ch && (f as unknown as { shard: string }).shard === name)).toBe(true);
     }
@@ -284,7 +293,14 @@ describe("a sharded channel", () => {
     const body = (await res.json()) as Record<string, unknown>;
     expect(Object.keys(body)).toEqual(["status", "channel", "seq", "id", "published_at"]);
     const [f] = await s.next(1);
-    expect(f).toEqual({ type: "message", channel: ch, seq: 1, id: body.id, data: { a: 1 }, published_at: body.published_at });
+    expect(f).toEqual({
+      type: "message",
+      channel: ch,
+      seq: 1,
+      id: body.id,
+      data: { a: 1 },
+      published_at: body.published_at,
+    });
     // The shard header on a channel no rule shards is a bad request.
     expect((await publishAndWait(ch, tok, 1, { "floodgate-shard": "*" })).status).toBe(400);
     s.ws.close();
@@ -344,7 +360,8 @@ describe("broadcast and Floodgate-Shard", () => {
   it("bounds a channel's registry: past the bound a new shard answers 503", async () => {
     const ch = `public:sharded.${uniq()}`;
     const registry = stub(ch);
-    for (let i = 0; i < MAX_SHARDS_PER_CHANNEL; i++) expect(await registry.registerShard(ch, `g${i}`, Date.now())).toBe(true);
+    for (let i = 0; i < MAX_SHARDS_PER_CHANNEL; i++)
+      expect(await registry.registerShard(ch, `g${i}`, Date.now())).toBe(true);
     expect(await registry.registerShard(ch, "one-more", Date.now())).toBe(false);
     const late = await member([ch], "one-more");
     expect((await pub(ch, late, 1)).status).toBe(503);
@@ -470,5 +487,33 @@ describe("continent shards", () => {
     for (const s of [eu, na, local]) s.ws.close();
     // The relays' leave reports land before the file ends (a pending call at teardown fails the run).
     await until(async () => (await statsOf(ch)).occupancy === 0, "every subscriber gone");
+  });
+});
+
+describe("the TypeScript client", () => {
+  it("mints with a group, publishes into a named shard and sees `shard` on messages", async () => {
+    const ch = `public:sharded.${uniq()}`;
+    const workerFetch = (input: string, init?: RequestInit) =>
+      exports.default.fetch(
+        new Request(input, { ...init, headers: { ...(init?.headers as object), "cf-connecting-ip": freshIp() } }),
+      );
+    const pair = await mintTokens(
+      BASE,
+      ADMIN,
+      { sub: uniq("c"), channels: [ch], group: "es", scopes: ["publish", "subscribe", "broadcast"] },
+      workerFetch,
+    );
+    const fg = new FloodgateClient({ baseUrl: BASE, accessToken: pair.access_token, fetch: workerFetch });
+    const own = await fg.publish(ch, "mine");
+    expect(own).toMatchObject({ status: "delivered", shard: "es", seq: 1 });
+    expect(await fg.publish(ch, "theirs", { shard: "fr" })).toMatchObject({ shard: "fr", seq: 1 });
+    expect(await fg.publish(ch, "all", { shard: "*" })).toMatchObject({ shards: ["es", "fr"] });
+    const bad = mintTokens(BASE, ADMIN, { sub: "x", channels: [ch], group: "NO" }, workerFetch);
+    await expect(bad).rejects.toMatchObject({ status: 400 });
+    const got = await historyOf(ch, pair.access_token);
+    expect(got.map((m) => [m.shard, m.data])).toEqual([
+      ["es", "mine"],
+      ["es", "all"],
+    ]);
   });
 });

@@ -68,9 +68,7 @@ export class ShardRegistry {
 
   private hasTable(): boolean {
     return (
-      this.store.sql
-        .exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'shards'")
-        .toArray().length > 0
+      this.store.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'shards'").toArray().length > 0
     );
   }
 }

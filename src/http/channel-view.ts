@@ -51,11 +51,7 @@ export async function channelView(
   /** The object to read: the channel's own, or one of its shards' (functions/shard-key.ts). */
   key = channel.name,
 ) {
-  const [stats, rate, t] = await Promise.all([
-    channelStats(env, key),
-    svc.reader.rateFor(key),
-    target,
-  ]);
+  const [stats, rate, t] = await Promise.all([channelStats(env, key), svc.reader.rateFor(key), target]);
   const analytics = channel.name === svc.config.analyticsChannel.name;
   const view = {
     channel: channel.name,

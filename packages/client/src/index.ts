@@ -70,12 +70,17 @@ export interface TokenPair {
 }
 
 export type PublishResult =
-  | { status: "delivered"; channel: string; seq: number; id: string; published_at: number }
+  /** `shard`: on a sharded channel, the shard the message went into (docs/api.md, "Shards"). */
+  | { status: "delivered"; channel: string; shard?: string; seq: number; id: string; published_at: number }
+  /** A broadcast (`shard: "*"`): the shards it was delivered into, each with its own seq. */
+  | { status: "delivered"; channel: string; shards: string[]; published_at: number }
   | { status: "dropped" };
 
 export interface Message {
   type: "message";
   channel: string;
+  /** On a sharded channel only: the subscriber's shard (docs/api.md, "Shards"). */
+  shard?: string;
   seq: number;
   id: string;
   data: unknown;
@@ -121,6 +126,43 @@ export interface PublishOptions {
   idempotencyKey?: string;
   /** Overrides the client's `maxRetries` for this call. */
   retries?: number;
+  /**
+   * `Floodgate-Shard` (a token with the `broadcast` scope, on a sharded channel): `"*"` delivers into
+   * every shard with subscribers or history, a shard's name into that shard.
+   */
+  shard?: string;
+}
+
+/** `POST /v1/tokens`'s body (docs/api.md, "Tokens"). */
+export interface MintRequest {
+  sub: string;
+  channels: string[];
+  /** Default `["publish","subscribe"]`; `"broadcast"` allows `PublishOptions.shard`. */
+  scopes?: ("publish" | "subscribe" | "broadcast")[];
+  ttl?: string;
+  refresh_ttl?: string;
+  rl?: string | { rate: number; per: string; burst?: number };
+  /** The token's group: its shard on channels sharded by group (1–32 characters of a-z 0-9 _ -). */
+  group?: string;
+}
+
+/**
+ * Mints a token pair with the admin token (a server-side call: never ship the admin token to a
+ * browser). Rejects with a FloodgateError carrying the answer's code (400 names the bad field).
+ */
+export async function mintTokens(
+  baseUrl: string,
+  adminToken: string,
+  request: MintRequest,
+  fetchFn: (input: string, init?: RequestInit) => Promise<Response> = (input, init) => fetch(input, init),
+): Promise<TokenPair> {
+  const res = await fetchFn(`${baseUrl.replace(/\/+$/, "")}/v1/tokens`, {
+    method: "POST",
+    headers: { "content-type": "application/json", authorization: `Bearer ${adminToken}` },
+    body: JSON.stringify(request),
+  });
+  if (res.status === 201) return (await res.json()) as TokenPair;
+  throw await toError(res);
 }
 
 export interface SubscribeOptions {
@@ -181,6 +223,7 @@ export class FloodgateClient {
           headers: {
             "content-type": "application/json",
             "idempotency-key": key,
+            ...(options.shard !== undefined ? { "floodgate-shard": options.shard } : {}),
             ...(this.accessToken ? { authorization: `Bearer ${this.accessToken}` } : {}),
           },
           body,

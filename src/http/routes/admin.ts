@@ -7,8 +7,8 @@ import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
 import { parseStoredRate, rateKey } from "../../../functions/before-publish";
-import { adminAuth } from "../../auth/authorise";
 import { shardKey, splitShardKey } from "../../../functions/shard-key";
+import { adminAuth } from "../../auth/authorise";
 import type { ChannelName } from "../../channel/names";
 import { namedAudience, shardRuleFor } from "../../channel/shards";
 import { type Config, parseTarget, type TargetJson, targetFor, targetJson } from "../../platform/config";
@@ -20,9 +20,9 @@ import { effectiveTarget, runSampler } from "../../throttle/sampler-run";
 import type { AppEnv } from "../app-env";
 import { ChannelViewSchema, channelStats, channelView, runtimeTargets, targetOf } from "../channel-view";
 import { invalidArgument, orUnavailable } from "../errors";
-import { shardNames } from "../shard-view";
 import { ADMIN_ONLY, ChannelPath, documented, errors, json, route, TargetSchema, WithinQuery } from "../openapi";
 import { channelParam, withinParam } from "../params";
+import { shardNames } from "../shard-view";
 import { bodyObject, custom, jsonBody } from "../validation";
 
 /** Admin bodies are a few fields: anything longer is not one. */
@@ -110,11 +110,14 @@ async function throttleView(env: Env, config: Config, name: string) {
 
 /** `?shard=` on the throttle routes (docs/api.md, "Shards"). */
 const ShardQuery = z.object({
-  shard: z.string().optional().openapi({
-    description:
-      "Sharded channels only: one shard's rate. Without it a PUT or DELETE acts on the channel's key and on every " +
-      "shard the channel lists now. On a channel no rule shards, or a name no shard can have: 400.",
-  }),
+  shard: z
+    .string()
+    .optional()
+    .openapi({
+      description:
+        "Sharded channels only: one shard's rate. Without it a PUT or DELETE acts on the channel's key and on every " +
+        "shard the channel lists now. On a channel no rule shards, or a name no shard can have: 400.",
+    }),
 });
 
 /**

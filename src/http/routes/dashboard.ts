@@ -6,8 +6,8 @@
  */
 import { Hono } from "hono";
 import * as z from "zod";
-import { adminAuth } from "../../auth/authorise";
 import { splitShardKey } from "../../../functions/shard-key";
+import { adminAuth } from "../../auth/authorise";
 import { channelOfKey, shardRuleFor } from "../../channel/shards";
 import type { Config } from "../../platform/config";
 import { targetJson, thinningFor } from "../../platform/config";
@@ -171,7 +171,8 @@ function shardCards(config: Config, entries: OverviewEntry[]): Record<string, un
     group.shards.push({ ...entry, channel, shard, lever: leverOf(entry, sharding) });
   }
   for (const { card, shards } of sharded.values()) {
-    const sum = (k: string) => shards.reduce<number>((n, s) => n + (typeof s[k] === "number" ? (s[k] as number) : 0), 0);
+    const sum = (k: string) =>
+      shards.reduce<number>((n, s) => n + (typeof s[k] === "number" ? (s[k] as number) : 0), 0);
     card.occupancy = sum("occupancy");
     card.last_seen_at = Math.max(...shards.map((s) => s.last_seen_at as number));
     card.shards = shards.sort((a, b) => String(a.shard).localeCompare(String(b.shard)));

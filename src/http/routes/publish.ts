@@ -8,8 +8,8 @@ import { beforePublish } from "../../../functions/before-publish";
 import type { QueuedCopy } from "../../../functions/drop-copies";
 import { authorise, bearer } from "../../auth/authorise";
 import type { PublishOutcome } from "../../channel/types";
-import { thinningFor } from "../../platform/config";
 import { broadcastToShards } from "../../delivery/shard-broadcast";
+import { thinningFor } from "../../platform/config";
 import { publishBudget } from "../../rate-limit/budgets";
 import type { AppEnv } from "../app-env";
 import { parseJsonText, readBody } from "../body";
@@ -66,11 +66,14 @@ const publishRoute = route({
     params: ChannelPath,
     headers: z.object({
       "idempotency-key": z.string().optional().openapi({ description: "1–64 visible ASCII characters." }),
-      "floodgate-shard": z.string().optional().openapi({
-        description:
-          'Sharded channels, `broadcast` scope only (else 403): `*` delivers into every shard with subscribers or ' +
-          "history, never throttled; a shard's name publishes into that shard. A bad name, or an unsharded channel: 400.",
-      }),
+      "floodgate-shard": z
+        .string()
+        .optional()
+        .openapi({
+          description:
+            "Sharded channels, `broadcast` scope only (else 403): `*` delivers into every shard with subscribers or " +
+            "history, never throttled; a shard's name publishes into that shard. A bad name, or an unsharded channel: 400.",
+        }),
     }),
     // Documentation only: the body is read bounded by MAX_MESSAGE_BYTES and kept as sent (below).
     body: {
