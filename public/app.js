@@ -12,7 +12,10 @@ const TOKEN_KEY = "floodgate.admin";
  * @typedef {{ sampled_at: number, offered_rate: number | null, allowed_rate: number | null,
  *   delivered: number, dropped: number, elapsed_ms: number, new_rate: number, written: boolean }} Sample
  * @typedef {{ channel: string, last_seen_at: number, drop_rate: number, drop_mode: string,
- *   target: TargetJson, target_rate: number | null, occupancy: number | null, last_sample: Sample | null }} Channel
+ *   target: TargetJson, target_rate: number | null, occupancy: number | null, last_sample: Sample | null,
+ *   lever?: Lever, shard?: string, sharding?: { pattern: string, by: string } | null, shards?: Channel[] }} Channel
+ * @typedef {{ points_to: "throttle" | "shard" | "none", message_rate: number | null, occupancy: number | null,
+ *   rule: string }} Lever
  * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals
  * @typedef {{ now: number, channels: Channel[], messages: { delivered: number, dropped: number },
  *   rate_limits: Record<string, { allowed: number, denied: number }>, record?: RecordTotals }} Overview
@@ -335,6 +338,7 @@ function renderChannel(c) {
     state.channels.set(c.channel, view);
   }
   const el = view.el;
+  renderAudience(el, c);
   $(".rate", el).textContent = c.drop_rate.toFixed(3);
   $(".rate", el).classList.toggle("dropping", c.drop_rate > 0);
   $(".target", el).textContent = targetText(c.target);
@@ -367,6 +371,70 @@ function renderChannel(c) {
   d[4].push(s.allowed_rate);
   if (d[0].length > HISTORY_POINTS) for (const series of d) series.shift();
   view.plot?.setData(d);
+}
+
+// ---- audience: the lever and a sharded channel's shards (docs/throttling.md, "Which lever") ------
+
+/**
+ * The card's lever line (message rate and occupancy side by side, and what they point to) and, for
+ * a sharded channel, one row per shard with its own numbers and lever.
+ * @param {HTMLElement} el
+ * @param {Channel} c
+ */
+function renderAudience(el, c) {
+  const lever = $(".lever", el);
+  lever.replaceChildren(...leverParts(c.lever));
+  lever.dataset.pointsTo = c.lever?.points_to ?? "none";
+  const box = $(".shards", el);
+  const shards = c.shards ?? [];
+  box.hidden = shards.length === 0;
+  if (shards.length === 0) return;
+  const head = document.createElement("tr");
+  for (const h of ["Shard", "Message rate", "Subscribers", "Drop rate", "Lever"]) {
+    const th = document.createElement("th");
+    th.textContent = h;
+    head.append(th);
+  }
+  const rows = shards.map((s) => {
+    const tr = document.createElement("tr");
+    const cells = [
+      s.shard ?? "",
+      s.lever?.message_rate == null ? "—" : `${s.lever.message_rate.toFixed(1)}/s`,
+      s.occupancy === null ? "—" : String(s.occupancy),
+      s.drop_rate.toFixed(3),
+      s.lever?.points_to ?? "none",
+    ];
+    for (const text of cells) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.append(td);
+    }
+    if (s.lever) tr.title = s.lever.rule;
+    tr.dataset.pointsTo = s.lever?.points_to ?? "none";
+    return tr;
+  });
+  const table = document.createElement("table");
+  table.append(head, ...rows);
+  box.replaceChildren(table);
+  $(".sample", el).textContent =
+    `Sharded (${c.sharding?.pattern ?? "?"} by ${c.sharding?.by ?? "?"}): ${shards.length} shards, each its own channel.`;
+}
+
+/**
+ * "Message rate 12.0/s · Subscribers 1500 → shard", and the rule that said so.
+ * @param {Lever | undefined} lever
+ * @returns {(string | HTMLElement)[]}
+ */
+function leverParts(lever) {
+  if (!lever) return [];
+  const b = document.createElement("b");
+  b.textContent = lever.points_to === "none" ? "no lever needed" : lever.points_to;
+  const rule = document.createElement("span");
+  rule.className = "rule";
+  rule.textContent = ` (${lever.rule})`;
+  const rate = lever.message_rate === null ? "—" : `${lever.message_rate.toFixed(1)}/s`;
+  const occupancy = lever.occupancy === null ? "—" : String(lever.occupancy);
+  return [`Message rate ${rate} · Subscribers ${occupancy} → `, b, rule];
 }
 
 /** @param {string} name */

@@ -15,8 +15,10 @@ import { shardKey, splitShardKey } from "../functions/shard-key";
 import { frame } from "../src/channel/frames";
 import { parseChannelName } from "../src/channel/names";
 import { audienceOf, MAX_SHARDS_PER_CHANNEL, parseShardRule } from "../src/channel/shards";
+import { leverOf } from "../src/http/routes/dashboard";
 import worker from "../src/index";
 import { ConfigError, parseConfig, type RawConfig } from "../src/platform/config";
+import type { ChannelSample } from "../src/throttle/sampler-run";
 import { counter, fastRate, setCounters } from "./channel-internals";
 import {
   ADMIN,
@@ -515,5 +517,42 @@ describe("the TypeScript client", () => {
       ["es", "mine"],
       ["es", "all"],
     ]);
+  });
+});
+
+describe("the dashboard's overview", () => {
+  it("shows a sharded channel as one card with its shards, each with its lever", async () => {
+    const ch = `public:sharded.${uniq()}`;
+    await pub(ch, await member([ch], "es"), 1);
+    await pub(ch, await member([ch], "fr"), 2);
+    const res = await call("/v1/admin/overview", { headers: adminHeaders() });
+    expect(res.status).toBe(200);
+    const { channels } = (await res.json()) as { channels: Record<string, unknown>[] };
+    const mine = channels.filter((c) => c.channel === ch);
+    expect(mine).toHaveLength(1);
+    const card = mine[0] as { sharding: unknown; shards: { shard: string; lever: { points_to: string } }[] };
+    expect(card.sharding).toEqual({ pattern: "public:sharded.*", by: "group" });
+    expect(card.shards.map((s) => s.shard)).toEqual(["es", "fr"]);
+    for (const s of card.shards) expect(s.lever.points_to).toBe("none");
+  });
+
+  it("points frequency to the throttle and occupancy to a shard, the one further past its mark", () => {
+    const entry = (rate: number | null, occupancy: number | null, target: number | null) => ({
+      channel: "public:a.b",
+      last_seen_at: 0,
+      occupancy,
+      target_rate: target,
+      last_sample: rate === null ? null : ({ offered_rate: rate } as unknown as ChannelSample),
+    });
+    expect(leverOf(entry(5, 10, null), null).points_to).toBe("none");
+    expect(leverOf(entry(50, 10, null), null).points_to).toBe("throttle");
+    expect(leverOf(entry(50, 10, 100), null).points_to).toBe("none");
+    const crowd = leverOf(entry(5, 5000, null), null);
+    expect(crowd.points_to).toBe("shard");
+    expect(crowd.rule).toContain("if a grouping exists");
+    expect(leverOf(entry(5, 5000, null), { pattern: "public:a.*", by: "group" }).rule).toContain("public:a.*");
+    // Both past their marks: 30/s is 3× its 10/s, 5,000 subscribers 5× their 1,000.
+    expect(leverOf(entry(30, 5000, null), null).points_to).toBe("shard");
+    expect(leverOf(entry(80, 5000, null), null).points_to).toBe("throttle");
   });
 });

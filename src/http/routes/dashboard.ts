@@ -148,34 +148,56 @@ export function leverOf(entry: OverviewEntry, sharding: { pattern: string; by: s
 }
 
 /**
- * The overview's cards: one per channel, a sharded channel's shards gathered into its card
- * (`shards`, each with its own lever) with their totals; every card with its lever.
+ * The overview's cards: one per channel, a sharded channel's shards gathered into its card. The card
+ * keeps every field an unsharded channel's entry has (so the page draws it the same way): occupancy
+ * is the shards' sum, drop rate the highest of theirs, and `shards` lists each shard's own entry with
+ * its lever. Every card has its lever and, when sharded, `sharding` (the rule).
  */
 function shardCards(config: Config, entries: OverviewEntry[]): Record<string, unknown>[] {
   const cards: Record<string, unknown>[] = [];
-  const sharded = new Map<string, { card: Record<string, unknown>; shards: Record<string, unknown>[] }>();
+  const sharded = new Map<string, Record<string, unknown>[]>();
   for (const entry of entries) {
     const { channel, shard } = splitShardKey(entry.channel);
-    const rule = shardRuleFor(config, channelOfKey(entry.channel));
-    const sharding = rule ? { pattern: rule.pattern.source, by: rule.value.by } : null;
     if (shard === null) {
+      const rule = shardRuleFor(config, channelOfKey(channel));
+      const sharding = rule ? { pattern: rule.pattern.source, by: rule.value.by } : null;
       cards.push({ ...entry, lever: leverOf(entry, sharding) });
       continue;
     }
-    let group = sharded.get(channel);
-    if (!group) {
-      group = { card: { channel, sharding, last_seen_at: entry.last_seen_at }, shards: [] };
-      sharded.set(channel, group);
-      cards.push(group.card);
+    let shards = sharded.get(channel);
+    if (!shards) {
+      shards = [];
+      sharded.set(channel, shards);
+      cards.push({ channel }); // filled in below, in the place of its most recently seen shard
     }
-    group.shards.push({ ...entry, channel, shard, lever: leverOf(entry, sharding) });
+    shards.push({ ...entry, channel, shard });
   }
-  for (const { card, shards } of sharded.values()) {
-    const sum = (k: string) =>
-      shards.reduce<number>((n, s) => n + (typeof s[k] === "number" ? (s[k] as number) : 0), 0);
-    card.occupancy = sum("occupancy");
-    card.last_seen_at = Math.max(...shards.map((s) => s.last_seen_at as number));
-    card.shards = shards.sort((a, b) => String(a.shard).localeCompare(String(b.shard)));
-  }
-  return cards;
+  return cards.map((card) => {
+    const shards = sharded.get(card.channel as string);
+    if (!shards || "last_seen_at" in card) return card;
+    const rule = shardRuleFor(config, channelOfKey(card.channel as string));
+    const sharding = rule ? { pattern: rule.pattern.source, by: rule.value.by } : null;
+    const num = (s: Record<string, unknown>, k: string) => (typeof s[k] === "number" ? (s[k] as number) : 0);
+    const first = shards[0] as OverviewEntry;
+    const occupied = shards.some((s) => s.occupancy !== null);
+    return {
+      ...first,
+      channel: card.channel,
+      shard: undefined,
+      last_seen_at: Math.max(...shards.map((s) => num(s, "last_seen_at"))),
+      drop_rate: Math.max(...shards.map((s) => num(s, "drop_rate"))),
+      occupancy: occupied ? shards.reduce((n, s) => n + num(s, "occupancy"), 0) : null,
+      last_sample: null,
+      sharding,
+      lever: {
+        points_to: "shard",
+        message_rate: null,
+        occupancy: null,
+        rule: `sharded by AUDIENCE_SHARDS ${sharding?.pattern ?? "?"} (${sharding?.by ?? "?"}): each shard judged on its own`,
+      },
+      shards: shards
+        .map((s): Record<string, unknown> => ({ ...s, lever: leverOf(s as OverviewEntry, sharding) }))
+        .sort((a, b) => String(a.shard).localeCompare(String(b.shard))),
+    };
+  });
 }
