@@ -79,6 +79,8 @@ describe("GET /v1/admin/overview", () => {
       target_rate: null,
       occupancy: null, // no target: never sampled, so no subscriber count without asking the channel
       last_sample: null,
+      // The lever its numbers point to (docs/throttling.md, "Which lever"): a quiet channel needs none.
+      lever: expect.objectContaining({ points_to: "none" }),
     });
     expect(Object.keys(body.rate_limits).sort()).toEqual(["admin-auth", "publish", "read", "subscribe", "token-issue"]);
     expect(body.messages.delivered).toBeGreaterThanOrEqual(names.length);
@@ -113,6 +115,7 @@ describe("GET /v1/admin/overview", () => {
       target_rate: stats.target_rate,
       occupancy: stats.occupancy,
       last_sample: stats.last_sample,
+      lever: expect.objectContaining({ occupancy: stats.occupancy }),
     });
     sub.ws.close();
 

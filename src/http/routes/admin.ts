@@ -284,6 +284,12 @@ async function tellChannel(env: Env, channel: string, target: TargetJson | null)
   }
 }
 
+/** The objects a runtime target goes to: the channel's, and each shard its registry lists now. */
+async function targetKeys(env: Env, config: Config, channel: ChannelName): Promise<string[]> {
+  const shards = await shardNames(env, config, channel);
+  return [channel.name, ...shards.map((s) => shardKey(channel.name, s))];
+}
+
 const targetGet = route({
   method: "get",
   path: "/target/{channel}",
@@ -314,8 +320,11 @@ const targetPut = route({
 admin.put(documented(admin, targetPut), channelFirst(false), jsonBody(TargetBody, MAX_ADMIN_BODY), async (c) => {
   const channel = channelParam(c.req.param("channel"));
   const target = targetJson(c.req.valid("json").target);
-  await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(channel.name, target));
-  await tellChannel(c.env, channel.name, target);
+  // A sharded channel's target applies to each shard on its own (docs/api.md, "Shards").
+  for (const key of await targetKeys(c.env, c.var.svc.config, channel)) {
+    await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(key, target));
+    await tellChannel(c.env, key, target);
+  }
   return c.json(await targetView(c.env, c.var.svc.config, channel));
 });
 
@@ -330,8 +339,10 @@ const targetDelete = route({
 
 admin.delete(documented(admin, targetDelete), async (c) => {
   const channel = channelParam(c.req.param("channel"));
-  await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(channel.name, null));
-  await tellChannel(c.env, channel.name, targetJson(targetFor(c.var.svc.config, channel)));
+  for (const key of await targetKeys(c.env, c.var.svc.config, channel)) {
+    await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(key, null));
+    await tellChannel(c.env, key, targetJson(targetFor(c.var.svc.config, channel)));
+  }
   return c.body(null, 204);
 });
 
