@@ -388,6 +388,9 @@ function renderAudience(el, c) {
   const box = $(".shards", el);
   const shards = c.shards ?? [];
   box.hidden = shards.length === 0;
+  // A sharded channel's card has no sample of its own: its shards' rows are its numbers.
+  $(".chart", el).hidden = shards.length > 0;
+  $(".sample", el).hidden = shards.length > 0;
   if (shards.length === 0) return;
   const head = document.createElement("tr");
   for (const h of ["Shard", "Message rate", "Subscribers", "Drop rate", "Lever"]) {
@@ -415,9 +418,9 @@ function renderAudience(el, c) {
   });
   const table = document.createElement("table");
   table.append(head, ...rows);
-  box.replaceChildren(table);
-  $(".sample", el).textContent =
-    `Sharded (${c.sharding?.pattern ?? "?"} by ${c.sharding?.by ?? "?"}): ${shards.length} shards, each its own channel.`;
+  const caption = document.createElement("p");
+  caption.textContent = `Sharded (${c.sharding?.pattern ?? "?"} by ${c.sharding?.by ?? "?"}): ${shards.length} shards, each a channel of its own; the numbers above add them up.`;
+  box.replaceChildren(caption, table);
 }
 
 /**
