@@ -13,7 +13,9 @@ import { serialiseCopy } from "../functions/drop-copies";
 import { recordLine } from "../functions/record-batch";
 import { shardKey, splitShardKey } from "../functions/shard-key";
 import { frame } from "../src/channel/frames";
+import { UNUSED_CHANNEL_TTL_MS } from "../src/channel/idle-expiry";
 import { parseChannelName } from "../src/channel/names";
+import { SHARD_REFRESH_MS } from "../src/channel/shard-registry";
 import { audienceOf, MAX_SHARDS_PER_CHANNEL, parseShardRule } from "../src/channel/shards";
 import { leverOf } from "../src/http/routes/dashboard";
 import worker from "../src/index";
@@ -33,6 +35,7 @@ import {
   mint,
   openSocket,
   publishAndWait,
+  storedTables,
   uniq,
   until,
 } from "./helpers";
@@ -370,6 +373,12 @@ describe("broadcast and Floodgate-Shard", () => {
     const listed = await member([ch], "g3");
     expect((await pub(ch, listed, 1)).status).toBe(200);
     expect(await stub(shardKey(ch, "one-more")).history(null, 10)).toEqual([]);
+    // A broadcast reaches the one listed shard with history and forgets the listed ones with nothing.
+    const caster = await member([ch], undefined, ["publish", "broadcast"]);
+    const res = await pub(ch, caster, "all", { "floodgate-shard": "*" });
+    expect(await res.json()).toMatchObject({ shards: ["g3"] });
+    expect(await registry.shardNames()).toEqual(["g3"]);
+    for (const g of ["g0", "g4"]) expect(await storedTables(stub(shardKey(ch, g)))).toEqual({});
   });
 });
 
@@ -554,5 +563,45 @@ describe("the dashboard's overview", () => {
     // Both past their marks: 30/s is 3× its 10/s, 5,000 subscribers 5× their 1,000.
     expect(leverOf(entry(30, 5000, null), null).points_to).toBe("shard");
     expect(leverOf(entry(80, 5000, null), null).points_to).toBe("throttle");
+  });
+});
+
+describe("the shard registry's storage", () => {
+  const HISTORY_TTL_MS = 7 * 24 * 3600_000; // the shipped HISTORY_TTL
+  /** Moves a channel object's idle clock (last publish and last shard report) to `at`. */
+  const idleSince = (key: string, at: number) =>
+    runInDurableObject(stub(key), (instance) => setCounters(instance, { last_publish_at: at, shards_seen_at: at }));
+
+  it("outlives every shard's history, then goes with idle expiry", async () => {
+    const ch = `public:sharded.${uniq()}`;
+    const base = stub(ch);
+    expect(await base.registerShard(ch, "es", Date.now())).toBe(true);
+    // Not a made-up name's minute, nor HISTORY_TTL alone: a shard keeps history that long after its last publish.
+    for (const ago of [UNUSED_CHANNEL_TTL_MS + 1, HISTORY_TTL_MS + 1]) {
+      await idleSince(ch, Date.now() - ago);
+      expect(await runDurableObjectAlarm(base)).toBe(true); // the alarm ran
+      expect(await base.shardNames()).toEqual(["es"]);
+    }
+    await idleSince(ch, Date.now() - HISTORY_TTL_MS - SHARD_REFRESH_MS - 1);
+    await runDurableObjectAlarm(base);
+    expect(await base.shardNames()).toEqual([]);
+    expect(await storedTables(base)).toEqual({});
+  });
+
+  it("forgets a shard that deleted itself as idle", async () => {
+    const ch = `public:sharded.${uniq()}`;
+    const es = await member([ch], "es");
+    const fr = await member([ch], "fr");
+    await pub(ch, es, 1);
+    await pub(ch, fr, 1);
+    expect(await stub(ch).shardNames()).toEqual(["es", "fr"]);
+    const key = shardKey(ch, "es");
+    await runInDurableObject(stub(key), (instance) =>
+      setCounters(instance, { last_publish_at: Date.now() - HISTORY_TTL_MS - 1 }),
+    );
+    await runDurableObjectAlarm(stub(key));
+    expect(await storedTables(stub(key))).toEqual({});
+    await until(async () => (await stub(ch).shardNames()).length === 1, "es leaving the registry");
+    expect(await stub(ch).shardNames()).toEqual(["fr"]);
   });
 });
