@@ -297,7 +297,8 @@ const scenarios = [
   },
   {
     id: "shard1",
-    title: "publish into a sharded channel (AUDIENCE_SHARDS by group), throttle 0, limiter on, 1 subscriber in its shard",
+    title:
+      "publish into a sharded channel (AUDIENCE_SHARDS by group), throttle 0, limiter on, 1 subscriber in its shard",
     subs: subs.sharded,
     ...publish(await mintToken(fg, { sub: "sharded", channels, rl: generous }), "public:bench.sharded"),
   },

@@ -21,7 +21,14 @@ export async function mintToken(worker, { sub, channels, rl, ttl = "1h", group, 
     res = await fetch(`${worker.base}/v1/tokens`, {
       method: "POST",
       headers,
-      body: JSON.stringify({ sub, channels, ttl, ...(rl ? { rl } : {}), ...(group ? { group } : {}), ...(scopes ? { scopes } : {}) }),
+      body: JSON.stringify({
+        sub,
+        channels,
+        ttl,
+        ...(rl ? { rl } : {}),
+        ...(group ? { group } : {}),
+        ...(scopes ? { scopes } : {}),
+      }),
     });
   } catch (e) {
     throw Object.assign(new Error(`cannot reach ${worker.base}: ${e.cause?.message ?? e.message}`), { status: 0 });
