@@ -26,6 +26,12 @@
 import { Coalescer } from "./coalescer";
 import { KeyTally } from "./drop-summary";
 import type { RecordCopy } from "./record-batch";
+import { shardKey } from "./shard-key";
+
+/** The channel object a copy's drop is counted on: its source channel, or that channel's shard. */
+export function copyKey(c: Pick<RecordCopy, "source_channel" | "shard">): string {
+  return shardKey(c.source_channel, c.shard);
+}
 
 /**
  * A copy of a dropped message waiting to be sent: the record's copy (its id made when the message is
@@ -45,9 +51,9 @@ export interface QueuedCopy extends RecordCopy {
 
 /** A copy as JSON text (the analytics channel's message), the original message text spliced in. */
 export function serialiseCopy(
-  c: Pick<QueuedCopy, "source_channel" | "message" | "publisher" | "drop_rate" | "dropped_at">,
+  c: Pick<QueuedCopy, "source_channel" | "shard" | "message" | "publisher" | "drop_rate" | "dropped_at">,
 ): string {
-  return `{"source_channel":${JSON.stringify(c.source_channel)},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
+  return `{"source_channel":${JSON.stringify(c.source_channel)}${c.shard === undefined ? "" : `,"shard":${JSON.stringify(c.shard)}`},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
 }
 
 /** What one copy's fields besides the message take in memory, near enough (object, numbers, strings). */
@@ -55,7 +61,7 @@ const COPY_OVERHEAD_BYTES = 128;
 
 /** The bytes a queued copy holds: its texts (a character is at most 2 bytes in V8) plus the rest. */
 export function copyBytes(c: QueuedCopy): number {
-  const text = c.message.length + c.source_channel.length + c.publisher.length + c.id.length;
+  const text = c.message.length + c.source_channel.length + (c.shard?.length ?? 0) + c.publisher.length + c.id.length;
   return 2 * (text + (c.summary_key?.length ?? 0)) + COPY_OVERHEAD_BYTES;
 }
 
@@ -71,18 +77,20 @@ const IDS_NAMED = 3;
  */
 export class CopyTally {
   /**
-   * Per source channel: copies lost, how many of their drops the channel has not counted yet, some
-   * ids, and the summary keys of those uncounted drops that carry one (null: none did).
+   * Per source channel (a shard's key for a shard's drops): copies lost, how many of their drops the
+   * channel has not counted yet, some ids, and the summary keys of those uncounted drops that carry
+   * one (null: none did).
    */
   readonly byChannel = new Map<string, { copies: number; uncounted: number; ids: string[]; keys: KeyTally | null }>();
   total = 0;
 
   add(
-    c: Pick<QueuedCopy, "source_channel" | "counted" | "summary_key"> & { id?: string },
+    c: Pick<QueuedCopy, "source_channel" | "shard" | "counted" | "summary_key"> & { id?: string },
     n = 1,
     ids: string[] = [],
   ): void {
-    const e = this.byChannel.get(c.source_channel) ?? { copies: 0, uncounted: 0, ids: [], keys: null };
+    const key = copyKey(c);
+    const e = this.byChannel.get(key) ?? { copies: 0, uncounted: 0, ids: [], keys: null };
     e.copies += n;
     if (!c.counted) {
       e.uncounted += n;
@@ -92,7 +100,7 @@ export class CopyTally {
       }
     }
     for (const id of c.id === undefined ? ids : [c.id, ...ids]) if (e.ids.length < IDS_NAMED) e.ids.push(id);
-    this.byChannel.set(c.source_channel, e);
+    this.byChannel.set(key, e);
     this.total += n;
   }
 

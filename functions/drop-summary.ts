@@ -8,6 +8,7 @@
  * Every count lands somewhere: a value that is not a key, a key too long, or a key past the bound all
  * count under {@link OTHER_KEY}, so the counts always add up to the drops.
  */
+import { splitShardKey } from "./shard-key";
 
 /** Where everything that is not one of the named keys counts. */
 export const OTHER_KEY = "(other)";
@@ -140,10 +141,13 @@ export function topKeys(counts: ReadonlyMap<string, number>, top: number = SUMMA
 }
 
 /** One summary frame as JSON text (docs/api.md, "Summaries of drops"). */
-export function summaryFrame(channel: string, from: number, to: number, tally: KeyTally): string {
+export function summaryFrame(key: string, from: number, to: number, tally: KeyTally): string {
+  // A shard's channel object (its key, functions/shard-key.ts) names its channel and its shard.
+  const { channel, shard } = splitShardKey(key);
   return JSON.stringify({
     type: "summary",
     channel,
+    ...(shard === null ? {} : { shard }),
     from,
     to,
     dropped: tally.total,

@@ -8,6 +8,8 @@
 export interface RecordCopy {
   id: string;
   source_channel: string;
+  /** The shard of `source_channel` the message was dropped in (docs/api.md, "Shards"); absent when unsharded. */
+  shard?: string;
   /** The message as the publisher sent it (JSON text), spliced into the line unparsed. */
   message: string;
   publisher: string;
@@ -47,7 +49,12 @@ function textBytes(s: string): number {
 /** A copy's bytes on the queue, an upper bound of the structured-clone size. */
 export function estimateBytes(c: RecordCopy): number {
   return (
-    textBytes(c.id) + textBytes(c.source_channel) + textBytes(c.message) + textBytes(c.publisher) + COPY_OVERHEAD_BYTES
+    textBytes(c.id) +
+    textBytes(c.source_channel) +
+    textBytes(c.shard ?? "") +
+    textBytes(c.message) +
+    textBytes(c.publisher) +
+    COPY_OVERHEAD_BYTES
   );
 }
 
@@ -145,7 +152,7 @@ export function splitByHour<C extends RecordCopy>(batch: string, copies: readonl
 
 /** A copy as one line of the record (no newline): the message spliced in as the publisher sent it. */
 export function recordLine(c: RecordCopy): string {
-  return `{"id":${JSON.stringify(c.id)},"source_channel":${JSON.stringify(c.source_channel)},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
+  return `{"id":${JSON.stringify(c.id)},"source_channel":${JSON.stringify(c.source_channel)}${c.shard === undefined ? "" : `,"shard":${JSON.stringify(c.shard)}`},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;
 }
 
 /**

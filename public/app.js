@@ -17,8 +17,11 @@ const TOKEN_KEY = "floodgate.admin";
  *   delivered_rate: number, dropped_rate: number }} Point one period as a loop decided it (docs/api.md)
  * @typedef {{ channel: string, last_seen_at: number, drop_rate: number, drop_mode: string,
  *   target: TargetJson, target_rate: number | null, occupancy: number | null, last_sample: Sample | null,
- *   last_summary?: DropSummary | null, series?: Point[], snapshot?: Point | null }} Channel
+ *   last_summary?: DropSummary | null, series?: Point[], snapshot?: Point | null,
+ *   lever?: Lever, shard?: string, sharding?: { pattern: string, by: string } | null, shards?: Channel[] }} Channel
  * @typedef {{ from: number, to: number, dropped: number, by_key: Record<string, number> }} DropSummary
+ * @typedef {{ points_to: "throttle" | "shard" | "none", message_rate: number | null, occupancy: number | null,
+ *   rule: string }} Lever
  * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals
  * @typedef {{ now: number, channels: Channel[], messages: { delivered: number, dropped: number },
  *   rate_limits: Record<string, { allowed: number, denied: number }>, record?: RecordTotals }} Overview
@@ -384,6 +387,7 @@ function renderChannel(c) {
     state.channels.set(c.channel, view);
   }
   renderOccupancy(c, view.el);
+  renderAudience(view.el, c);
   const badge = document.createElement("span");
   badge.textContent = c.drop_mode;
   $(".badges", view.el).replaceChildren(badge);
@@ -609,6 +613,73 @@ function forgetOccupancy(name) {
   view?.observer?.disconnect();
   view?.plot?.destroy();
   occupancyViews.delete(name);
+}
+
+// ---- audience: the lever and a sharded channel's shards (docs/throttling.md, "Which lever") ------
+
+/**
+ * The card's lever line (message rate and occupancy side by side, and what they point to) and, for
+ * a sharded channel, one row per shard with its own numbers and lever.
+ * @param {HTMLElement} el
+ * @param {Channel} c
+ */
+function renderAudience(el, c) {
+  const lever = $(".lever", el);
+  lever.replaceChildren(...leverParts(c.lever));
+  lever.dataset.pointsTo = c.lever?.points_to ?? "none";
+  const box = $(".shards", el);
+  const shards = c.shards ?? [];
+  box.hidden = shards.length === 0;
+  // A sharded channel's card has no sample of its own: its shards' rows are its numbers.
+  $(".chart", el).hidden = shards.length > 0;
+  $(".sample", el).hidden = shards.length > 0;
+  if (shards.length === 0) return;
+  const head = document.createElement("tr");
+  for (const h of ["Shard", "Message rate", "Subscribers", "Drop rate", "Lever"]) {
+    const th = document.createElement("th");
+    th.textContent = h;
+    head.append(th);
+  }
+  const rows = shards.map((s) => {
+    const tr = document.createElement("tr");
+    const cells = [
+      s.shard ?? "",
+      s.lever?.message_rate == null ? "—" : `${s.lever.message_rate.toFixed(1)}/s`,
+      s.occupancy === null ? "—" : String(s.occupancy),
+      s.drop_rate.toFixed(3),
+      s.lever?.points_to ?? "none",
+    ];
+    for (const text of cells) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.append(td);
+    }
+    if (s.lever) tr.title = s.lever.rule;
+    tr.dataset.pointsTo = s.lever?.points_to ?? "none";
+    return tr;
+  });
+  const table = document.createElement("table");
+  table.append(head, ...rows);
+  const caption = document.createElement("p");
+  caption.textContent = `Sharded (${c.sharding?.pattern ?? "?"} by ${c.sharding?.by ?? "?"}): ${shards.length} shards, each a channel of its own; the numbers above add them up.`;
+  box.replaceChildren(caption, table);
+}
+
+/**
+ * "Message rate 12.0/s · Subscribers 1500 → shard", and the rule that said so.
+ * @param {Lever | undefined} lever
+ * @returns {(string | HTMLElement)[]}
+ */
+function leverParts(lever) {
+  if (!lever) return [];
+  const b = document.createElement("b");
+  b.textContent = lever.points_to === "none" ? "no lever needed" : lever.points_to;
+  const rule = document.createElement("span");
+  rule.className = "rule";
+  rule.textContent = ` (${lever.rule})`;
+  const rate = lever.message_rate === null ? "—" : `${lever.message_rate.toFixed(1)}/s`;
+  const occupancy = lever.occupancy === null ? "—" : String(lever.occupancy);
+  return [`Message rate ${rate} · Subscribers ${occupancy} → `, b, rule];
 }
 
 /** @param {string} name */

@@ -15,6 +15,8 @@
 // bare POST, the one-write floor — a publish's request and one object call that stores it as one
 // row —, two no-op or writing object calls) and the literal before-publish recipe with 10 WebSocket
 // subscribers (lib/bench-recipe-worker.mjs), against Floodgate's publish with 10 (pub10).
+// Audience shards (docs/api.md, "Shards"): a publish into a sharded channel against pub1 (shard1; the
+// shard selection should cost at most 5%), and a broadcast into 10 shards (broadcast10: cost per shard).
 //
 // Scenarios are interleaved in rounds, each run paired with a bare-route run made next to it, and
 // the median of the paired ratios is reported: the machine's throughput drifts by ±30% within
@@ -73,6 +75,8 @@ const run = { seconds: SECONDS, connections: CONNECTIONS };
 // The drop flood: as many connections as the measurement it repeats, 30 KB bodies.
 const FLOOD_CONNECTIONS = 100;
 const FLOOD_BODY = JSON.stringify({ pad: "x".repeat(30_000) });
+// Shards a broadcast goes into (broadcast10).
+const BROADCAST_SHARDS = 10;
 
 // Limiter on for every publish (a generous per-token rl), off by default so tokens decide. The read
 // budget is off too, and the per-client subscription cap raised: hundreds of anonymous subscribers
@@ -84,6 +88,9 @@ const NO_DEFAULT_LIMITS = {
   MAX_SUBSCRIPTIONS_PER_CLIENT: "100000",
   // Summaries of drops on one channel only (drop50sum): every other scenario runs without a rule.
   THROTTLE_SUMMARY: JSON.stringify({ "public:bench.halfsum": "/emoji" }),
+  // Audience shards (docs/api.md, "Shards"): a sharded publish against an unsharded one (shard1 vs
+  // pub1), and a broadcast into 10 shards (broadcast10).
+  AUDIENCE_SHARDS: JSON.stringify({ "public:bench.sharded": { by: "group" }, "public:bench.bcast": { by: "group" } }),
 };
 const fg = await startFloodgate(NO_DEFAULT_LIMITS);
 const bare = await startBare();
@@ -196,6 +203,8 @@ const subs = {
   half: await subscribers("public:bench.half", 1),
   halfsum: await subscribers("public:bench.halfsum", 1),
   ninety: await subscribers("public:bench.ninety", 1),
+  sharded: await subscribers("public:bench.sharded", 1),
+  ...(wanted("broadcast10") ? { bcast: await subscribers("public:bench.bcast", 1) } : {}),
   ...(fgMany ? { crowd: await subscribers("public:bench.crowd", 1, fgMany.base) } : {}),
   ...(recipe ? { recipe: await subscribers("public:bench.recipe", RECIPE_SUBSCRIBERS, recipe.base) } : {}),
 };
@@ -307,6 +316,24 @@ const scenarios = [
     ...many(fgMany, manyTokens, (k) => `public:bench.spread${k}`),
   },
   {
+    id: "shard1",
+    title:
+      "publish into a sharded channel (AUDIENCE_SHARDS by group), throttle 0, limiter on, 1 subscriber in its shard",
+    subs: subs.sharded,
+    ...publish(await mintToken(fg, { sub: "sharded", channels, rl: generous }), "public:bench.sharded"),
+  },
+  ...(wanted("broadcast10")
+    ? [
+        {
+          id: "broadcast10",
+          title: `broadcast (Floodgate-Shard: *) into ${BROADCAST_SHARDS} shards, 1 subscriber in one of them`,
+          subs: subs.bcast,
+          shards: BROADCAST_SHARDS,
+          ...broadcast(await broadcastToken(), "public:bench.bcast"),
+        },
+      ]
+    : []),
+  {
     id: "drop50",
     title: "publish, drop rate 0.5",
     subs: subs.half,
@@ -353,6 +380,26 @@ function many(worker, tokens, channelOf) {
 if (ONLY) {
   const keep = new Set(["bare", ...ONLY.split(",")]);
   for (let i = scenarios.length - 1; i >= 0; i--) if (!keep.has(scenarios[i].id)) scenarios.splice(i, 1);
+}
+
+/**
+ * A token that may broadcast on `public:bench.bcast`, once its ${BROADCAST_SHARDS} shards exist: the
+ * default shard (its subscriber) and groups g1… each with one message of history.
+ */
+async function broadcastToken() {
+  for (let g = 1; g < BROADCAST_SHARDS; g++) {
+    const t = await mintToken(fg, { sub: `bcast-g${g}`, channels, rl: generous, group: `g${g}` });
+    const { path, ...o } = publishOpts(t, "public:bench.bcast");
+    const res = await fetch(fg.base + path, o);
+    if (res.status !== 200) throw new Error(`seeding shard g${g} failed: ${res.status}`);
+  }
+  return mintToken(fg, { sub: "bcast", channels, rl: generous, scopes: ["publish", "broadcast"] });
+}
+
+/** A broadcast publish into every shard of `channel`. */
+function broadcast(token, channel) {
+  const { path, headers, ...opts } = publishOpts(token, channel);
+  return { url: fg.base + path, pid: fg.pid, opts: { ...opts, headers: { ...headers, "floodgate-shard": "*" } } };
 }
 
 function publish(token, channel, body) {
@@ -496,6 +543,17 @@ if (ROUNDS > 0) {
     console.log(
       `literal recipe (${RECIPE_SUBSCRIBERS} subscribers): ${ratio("recipe10").toFixed(2)} of bare; Floodgate's publish with ${RECIPE_SUBSCRIBERS} subscribers runs at ${roundRatio("pub10", "recipe10").toFixed(2)}× it`,
     );
+  if (has("shard1") && has("pub1"))
+    console.log(
+      `audience shards: a sharded publish runs at ${roundRatio("shard1", "pub1").toFixed(2)} of an unsharded one (target ≥ 0.95: shard selection costs ≤ 5%), CPU ${median(runs.get("shard1").map((r, i) => r.cpuPerRequest / runs.get("pub1")[i].cpuPerRequest)).toFixed(2)}× per request`,
+    );
+  if (has("broadcast10")) {
+    const cpu = med("broadcast10", (r) => r.cpuPerRequest);
+    const rps = med("broadcast10", (r) => r.rps);
+    console.log(
+      `broadcast into ${BROADCAST_SHARDS} shards: ${Math.round(rps)} broadcasts/s = ${Math.round(rps * BROADCAST_SHARDS)} shard deliveries/s; ${fmt(cpu / BROADCAST_SHARDS, 0)} µs workerd CPU per shard (${fmt(cpu, 0)} per broadcast)`,
+    );
+  }
   console.log("(2 s runs; the targets are judged by the fine check below)");
   const dropped = has("drop90") ? runs.get("drop90").reduce((a, r) => a + r.counts.dropped, 0) : 0;
   const analyticsCalls = has("drop90") ? runs.get("drop90").reduce((a, r) => a + r.counts.analytics, 0) : 0;

@@ -82,6 +82,8 @@ describe("GET /v1/admin/overview", () => {
       last_summary: null, // no summary rule: no summary of drops
       series: [],
       snapshot: null,
+      // The lever its numbers point to (docs/throttling.md, "Which lever"): a quiet channel needs none.
+      lever: expect.objectContaining({ points_to: "none" }),
     });
     expect(Object.keys(body.rate_limits).sort()).toEqual(["admin-auth", "publish", "read", "subscribe", "token-issue"]);
     expect(body.messages.delivered).toBeGreaterThanOrEqual(names.length);
@@ -122,6 +124,7 @@ describe("GET /v1/admin/overview", () => {
         by: "sweep",
         drop_rate: (stats.last_sample as { new_rate: number }).new_rate,
       }),
+      lever: expect.objectContaining({ occupancy: stats.occupancy }),
     });
     sub.ws.close();
 

@@ -125,6 +125,7 @@ describe("GET /v1/openapi.json", () => {
     const mint = doc.components.schemas.MintRequest;
     expect(Object.keys(mint?.properties ?? {}).sort()).toEqual([
       "channels",
+      "group",
       "refresh_ttl",
       "rl",
       "scopes",

@@ -27,6 +27,7 @@ export default defineConfig({
             "public:sampled.**": "10/s",
             "public:budget.*": { deliveries: "40/s" },
             "public:fastloop.*": "1/s",
+            "public:sharded.fast.*": "1/s",
           }),
           THROTTLE_THINNING: "public:sampled.thin.*,public:fastloop.*",
           // Summaries of drops for test/drop-summaries.test.ts only. The interval is long, so no summary
@@ -36,6 +37,14 @@ export default defineConfig({
           // The fast loop's alarm never fires by itself during the suite: test/fast-loop.test.ts ends
           // each period by moving its stored start back and running the alarm (runDurableObjectAlarm).
           SAMPLER_FAST_PERIOD: "10m",
+          // Audience shards for test/audience-shards.test.ts only (`public:sharded.*`, `private:sharded.*.*` by the
+          // token's group; `public:geo.*` by continent; `public:sharded.fast.*` also with a fast-loop target).
+          AUDIENCE_SHARDS: JSON.stringify({
+            "public:sharded.*": { by: "group" },
+            "public:sharded.*.*": { by: "group" },
+            "private:sharded.*.*": { by: "group" },
+            "public:geo.*": { by: "continent" },
+          }),
         },
       },
     }),

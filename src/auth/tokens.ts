@@ -4,14 +4,17 @@
  */
 import { BoundedMap } from "../../functions/bounded-map";
 import { type ChannelPattern, GrammarError, parsePattern } from "../channel/names";
+import { GROUP_NAME } from "../channel/shards";
 import type { LimitJson } from "../rate-limit/limits";
 
 export type TokenType = "access" | "refresh";
-export type Scope = "publish" | "subscribe" | "priority";
-export const SCOPES: readonly Scope[] = ["publish", "subscribe", "priority"];
+export type Scope = "publish" | "subscribe" | "priority" | "broadcast";
+/** Every scope a mint may ask for. */
+export const SCOPES: readonly Scope[] = ["publish", "subscribe", "priority", "broadcast"];
 /**
  * What a mint without `scopes` grants. `priority` (publishes the throttle never drops, docs/api.md,
- * "Priority messages") is granted only when asked for by name.
+ * "Priority messages") and `broadcast` (docs/api.md, "Shards": `Floodgate-Shard`) are granted only
+ * when asked for by name.
  */
 export const DEFAULT_SCOPES: readonly Scope[] = ["publish", "subscribe"];
 
@@ -25,6 +28,8 @@ export interface TokenClaims {
   exp: number;
   jti: string;
   rl?: LimitJson;
+  /** The token's group: its shard on a channel sharded `{"by":"group"}` (docs/api.md, "Shards"). */
+  grp?: string;
   /** Refresh tokens only: the access-token lifetime (seconds) that a refresh reissues. */
   ttl?: number;
   /** Refresh tokens only: the refresh chain (session) this token belongs to, for revocation. */
@@ -156,7 +161,7 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "obj
 function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPattern[] } {
   const bad = (what: string) => new TokenError("malformed", `token claim ${what} is invalid`);
   if (!isObject(v)) throw bad("set");
-  const { sub, typ, chs, scp, iat, exp, jti, rl, sid, sst } = v;
+  const { sub, typ, chs, scp, iat, exp, jti, rl, sid, sst, grp } = v;
   if (typeof sub !== "string" || sub.length === 0) throw bad("sub");
   if (typ !== "access" && typ !== "refresh") throw bad("typ");
   if (!Array.isArray(chs) || chs.some((c) => typeof c !== "string")) throw bad("chs");
@@ -164,6 +169,7 @@ function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPatter
   if (typeof iat !== "number" || typeof exp !== "number" || !Number.isFinite(exp)) throw bad("exp");
   if (typeof jti !== "string" || jti.length === 0) throw bad("jti");
   if (rl !== undefined && !isObject(rl)) throw bad("rl");
+  if (grp !== undefined && (typeof grp !== "string" || !GROUP_NAME.test(grp))) throw bad("grp");
   if (sid !== undefined && (typeof sid !== "string" || sid.length === 0)) throw bad("sid");
   if (sst !== undefined && (typeof sst !== "number" || !Number.isFinite(sst))) throw bad("sst");
   let patterns: ChannelPattern[];

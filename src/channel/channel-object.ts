@@ -41,6 +41,7 @@ import type { LiveFrame } from "./frames";
 import { IdleExpiry } from "./idle-expiry";
 import { MessageLog } from "./messages";
 import { Publishing } from "./publishing";
+import { ShardMembership, ShardRegistry } from "./shard-registry";
 import type {
   ChannelPeriod,
   ChannelRate,
@@ -66,6 +67,8 @@ export class ChannelObject extends DurableObject<Env> {
   private readonly activity: ChannelActivity;
   private readonly sampling: ChannelSampling;
   private readonly summaries: DropSummaries;
+  private readonly shards: ShardRegistry;
+  private readonly membership: ShardMembership;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -86,6 +89,7 @@ export class ChannelObject extends DurableObject<Env> {
       },
       probeRelays: (now) => this.relays.probe(now, true),
       forget: () => {
+        this.membership.left();
         this.relays.forget();
         activity.reset();
         fastLoop.reset();
@@ -104,6 +108,8 @@ export class ChannelObject extends DurableObject<Env> {
     this.relays = new ChannelRelays(store, scheduler, env, () => expiry.subscriberLeft());
     this.summaries = new DropSummaries(store, scheduler, env, (frames) => this.relays.sendSide(frames));
     this.sampling = new ChannelSampling(store, fastLoop, activity, occupancy, () => expiry.ensure());
+    this.shards = new ShardRegistry(store);
+    this.membership = new ShardMembership(env);
     ctx.blockConcurrencyWhile(async () => {
       await scheduler.load();
       const meta = store.load();
@@ -123,6 +129,7 @@ export class ChannelObject extends DurableObject<Env> {
    * (a key repeated inside the batch answers the first result again).
    */
   async publishMany(cmds: PublishCommand[]): Promise<PublishManyResult> {
+    if (cmds[0]) await this.membership.join(cmds[0].channel);
     this.store.revive();
     const outcomes: PublishOutcome[] = [];
     let sends = 0;
@@ -181,6 +188,7 @@ export class ChannelObject extends DurableObject<Env> {
     copyFailures: number,
     byKey?: Record<string, number>,
   ): Promise<ChannelRate> {
+    await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);
     if (dropped > 0) this.store.set({ last_publish_at: Date.now() });
@@ -213,6 +221,37 @@ export class ChannelObject extends DurableObject<Env> {
   /** The analytics channel's copies: appended, kept and expired (all zero on any other channel). */
   recordCounts(): RecordCounts {
     return this.record.counts();
+  }
+
+  // ---- shards (src/channel/shard-registry.ts) --------------------------------------------------
+
+  /** This channel's registry lists `shard` (false: it lists as many as it keeps, and not this one). */
+  registerShard(channel: string, shard: string, now: number): boolean {
+    const listed = this.shards.register(channel, shard, now);
+    this.expiry.ensure();
+    return listed;
+  }
+
+  /** The shards this channel's registry lists, by name. */
+  shardNames(): string[] {
+    return this.shards.names();
+  }
+
+  /** Shards that are gone leave the registry. */
+  forgetShards(names: string[]): void {
+    this.shards.forget(names);
+  }
+
+  /**
+   * A broadcast's part in this shard: delivered like any publish if the shard has subscribers or
+   * history, else `absent` (nothing stored, nothing created).
+   */
+  async broadcastOne(cmd: PublishCommand): Promise<PublishOutcome | { status: "absent" }> {
+    if (this.store.wiped || (this.store.counter("last_seq") === 0 && this.relays.occupancy() === 0)) {
+      return { status: "absent" };
+    }
+    const { outcomes } = await this.publishMany([{ ...cmd, action: "deliver" }]);
+    return outcomes[0] ?? { status: "absent" };
   }
 
   // ---- the sampler -----------------------------------------------------------------------------
@@ -256,7 +295,7 @@ export class ChannelObject extends DurableObject<Env> {
    * or `full` past `maxSubscribers`, or `clientFull` past `maxPerClient`. The Worker passes the
    * capacities (and presence's settings) from its configuration.
    */
-  assignRelay(
+  async assignRelay(
     channel: string,
     group: string,
     capacity: number,
@@ -264,7 +303,8 @@ export class ChannelObject extends DurableObject<Env> {
     client: string,
     maxPerClient: number,
     presence?: PresenceSettings,
-  ): RelayAssignment {
+  ): Promise<RelayAssignment> {
+    await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();

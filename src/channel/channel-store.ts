@@ -39,7 +39,9 @@ export type CounterName =
   | "fast_dropped"
   | "fast_started_at"
   | "fast_due_at"
-  | "fast_decided_at";
+  | "fast_decided_at"
+  /** A sharded channel's own object: when a shard last joined its registry (src/channel/shard-registry.ts). */
+  | "shards_seen_at";
 
 export type CounterValues = Partial<Record<CounterName, number>>;
 

@@ -3,6 +3,7 @@
  * and as one SSE event. Built once where a message is appended (the channel) and sent as text to
  * every relay, so no relay parses or re-encodes a payload.
  */
+import { splitShardKey } from "../../functions/shard-key";
 
 /** The fields of a stored message a frame carries. */
 export interface MessageFields {
@@ -39,9 +40,37 @@ export interface SideFrame {
   version?: number;
 }
 
-/** The wire frame, built as text so the payload is never parsed again. */
-export function frame(channel: string, m: MessageFields): string {
-  return `{"type":"message","channel":${JSON.stringify(channel)},"seq":${m.seq},"id":${JSON.stringify(m.id)},"data":${m.data},"published_at":${m.published_at}}`;
+/**
+ * The wire frame, built as text so the payload is never parsed again. `key` is the channel object's
+ * name: a shard's key (functions/shard-key.ts) gives frames `"shard":"<name>"` after `channel`; a
+ * channel without shards gets the frame it always had, byte for byte.
+ */
+export function frame(key: string, m: MessageFields): string {
+  return `${frameHead(key)}"seq":${m.seq},"id":${JSON.stringify(m.id)},"data":${m.data},"published_at":${m.published_at}}`;
+}
+
+/** The one key an object frames for, and its head, kept: every frame of a channel starts the same. */
+let headKey = "";
+let headText = '{"type":"message","channel":"",';
+
+/** `{"type":"message","channel":…,` and, for a shard, `"shard":…,`: what every frame of `key` starts with. */
+export function frameHead(key: string): string {
+  if (key !== headKey) {
+    const { channel, shard } = splitShardKey(key);
+    const shardField = shard === null ? "" : `"shard":${JSON.stringify(shard)},`;
+    headText = `{"type":"message","channel":${JSON.stringify(channel)},${shardField}`;
+    headKey = key;
+  }
+  return headText;
+}
+
+/**
+ * `"channel":…` and, for a shard's object (its key, functions/shard-key.ts), `,"shard":…`: how a side
+ * frame names where it comes from, like a message frame's head.
+ */
+export function channelFields(key: string): string {
+  const { channel, shard } = splitShardKey(key);
+  return `"channel":${JSON.stringify(channel)}${shard === null ? "" : `,"shard":${JSON.stringify(shard)}`}`;
 }
 
 /** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */

@@ -9,6 +9,7 @@
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { getConfig } from "../platform/config";
 import type { ChannelStore } from "./channel-store";
+import { SHARD_REFRESH_MS } from "./shard-registry";
 
 /** How long a channel that never had a message keeps its storage once nobody is subscribed. */
 export const UNUSED_CHANNEL_TTL_MS = 60_000;
@@ -52,16 +53,23 @@ export class IdleExpiry {
    * `HISTORY_TTL`; one that never did has nothing anybody could read back.
    */
   private used(): boolean {
-    return this.store.counter("last_seq") > 0 || this.store.counter("dropped_total") > 0;
+    return (
+      this.store.counter("last_seq") > 0 ||
+      this.store.counter("dropped_total") > 0 ||
+      this.store.counter("shards_seen_at") > 0
+    );
   }
 
   private ttl(): number {
-    return this.used() ? getConfig(this.env).historyTtlMs : UNUSED_CHANNEL_TTL_MS;
+    if (!this.used()) return UNUSED_CHANNEL_TTL_MS;
+    // A sharded channel's registry outlives every shard it lists (src/channel/shard-registry.ts).
+    const shards = this.store.counter("shards_seen_at") > 0 ? SHARD_REFRESH_MS : 0;
+    return getConfig(this.env).historyTtlMs + shards;
   }
 
   /** When idle expiry is due, counted from the last publish (or first use), or from the last leave if never used. */
   private dueAt(now: number): number {
-    const since = this.store.counter("last_publish_at") || now;
+    const since = Math.max(this.store.counter("last_publish_at"), this.store.counter("shards_seen_at")) || now;
     return (this.used() ? since : Math.max(since, this.lastLeftAt)) + this.ttl();
   }
 

@@ -3,6 +3,7 @@
  * (appended) or its drop counted, honouring its `Idempotency-Key` (docs/api.md, POST /v1/publish),
  * and the keys' expiry.
  */
+import { splitShardKey } from "../../functions/shard-key";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import type { ChannelStore, CounterValues } from "./channel-store";
 import type { MessageLog } from "./messages";
@@ -40,9 +41,12 @@ export class Publishing {
     } else {
       const m = this.messages.append(cmd.data, cmd.publisher, cmd.now);
       if (cmd.priority) this.count({ priority_total: 1, period_priority: 1 });
+      // A shard's key (functions/shard-key.ts) answers its channel's name and the shard's.
+      const { channel, shard } = splitShardKey(cmd.channel);
       outcome = {
         status: "delivered",
-        channel: cmd.channel,
+        channel,
+        ...(shard === null ? {} : { shard }),
         seq: m.seq,
         id: m.id,
         published_at: cmd.now,

@@ -34,7 +34,15 @@ export interface PublishManyResult {
 }
 
 export type PublishOutcome =
-  | { status: "delivered"; channel: string; seq: number; id: string; published_at: number; replayed: boolean }
+  | {
+      status: "delivered";
+      channel: string;
+      shard?: string;
+      seq: number;
+      id: string;
+      published_at: number;
+      replayed: boolean;
+    }
   | { status: "dropped"; replayed: boolean };
 
 /** One copy of a dropped message for the analytics channel (its JSON text and what it is indexed by). */

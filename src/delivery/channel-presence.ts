@@ -22,7 +22,8 @@
  * relay per interval): a relay reset or evicted since its last report reports its true counts, so
  * occupancy is right again within one interval.
  */
-import type { SideFrame } from "../channel/frames";
+import { splitShardKey } from "../../functions/shard-key";
+import { channelFields, type SideFrame } from "../channel/frames";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 
 export type PresenceMode = "announce" | "interval";
@@ -30,6 +31,8 @@ export type PresenceMode = "announce" | "interval";
 /** `GET /v1/presence/{channel}`'s answer; `subjects` only in announce mode. */
 export interface PresenceAnswer {
   channel: string;
+  /** On a sharded channel: the caller's shard, whose audience this is (docs/api.md, "Shards"). */
+  shard?: string;
   occupancy: number;
   mode: PresenceMode;
   subjects?: string[];
@@ -96,7 +99,9 @@ export class ChannelPresence {
   answer(): PresenceAnswer {
     const occupancy = this.relays.occupancy();
     const mode = this.modeOf(occupancy);
-    const base = { channel: this.relays.channel(), occupancy, mode };
+    // A shard's object answers for its channel and its shard (functions/shard-key.ts).
+    const { channel, shard } = splitShardKey(this.relays.channel());
+    const base = { channel, ...(shard === null ? {} : { shard }), occupancy, mode };
     return mode === "announce" ? { ...base, subjects: this.subjects() } : base;
   }
 
@@ -106,7 +111,7 @@ export class ChannelPresence {
     const subjects = a.subjects ? `,"subjects":${JSON.stringify(a.subjects)}` : "";
     return {
       event: "presence",
-      text: `{"type":"presence","channel":${JSON.stringify(a.channel)},"action":"state","occupancy":${a.occupancy}${subjects}}`,
+      text: `{"type":"presence",${channelFields(this.relays.channel())},"action":"state","occupancy":${a.occupancy}${subjects}}`,
       version: this.version,
     };
   }
@@ -173,7 +178,7 @@ export class ChannelPresence {
       const occupancy = this.relays.occupancy();
       if (this.modeOf(occupancy) === "interval" && this.joined + this.left > 0) {
         this.send([
-          `{"type":"presence","channel":${JSON.stringify(this.relays.channel())},"action":"interval","occupancy":${occupancy},"joined":${this.joined},"left":${this.left}}`,
+          `{"type":"presence",${channelFields(this.relays.channel())},"action":"interval","occupancy":${occupancy},"joined":${this.joined},"left":${this.left}}`,
         ]);
         this.lastIntervalAt = now;
       }
@@ -206,7 +211,7 @@ export class ChannelPresence {
 
   /** One frame per subscription that went, then per one that came, each with the occupancy after it. */
   private announce(before: RelaySide, after: RelaySide, occupancy: number): void {
-    const channel = JSON.stringify(this.relays.channel());
+    const channel = channelFields(this.relays.channel());
     const leaves: (string | null)[] = [];
     const joins: (string | null)[] = [];
     for (const key of new Set([...before.clients.keys(), ...after.clients.keys()])) {
@@ -221,7 +226,7 @@ export class ChannelPresence {
     const one = (action: "join" | "leave", subject: string | null) => {
       n += action === "join" ? 1 : -1;
       texts.push(
-        `{"type":"presence","channel":${channel},"action":"${action}","subject":${JSON.stringify(subject)},"occupancy":${Math.max(0, n)}}`,
+        `{"type":"presence",${channel},"action":"${action}","subject":${JSON.stringify(subject)},"occupancy":${Math.max(0, n)}}`,
       );
     };
     for (const s of leaves) one("leave", s);

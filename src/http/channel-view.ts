@@ -43,12 +43,15 @@ export function channelStats(env: Env, channel: string): Promise<ChannelStats> {
  * The view, with the object's full stats beside it for routes that show more. `target` is looked up
  * by the caller (the list reads every runtime target once, not once per channel).
  */
-export async function channelView(env: Env, svc: Services, channel: ChannelName, target: Promise<Target | null>) {
-  const [stats, rate, t] = await Promise.all([
-    channelStats(env, channel.name),
-    svc.reader.rateFor(channel.name),
-    target,
-  ]);
+export async function channelView(
+  env: Env,
+  svc: Services,
+  channel: ChannelName,
+  target: Promise<Target | null>,
+  /** The object to read: the channel's own, or one of its shards' (functions/shard-key.ts). */
+  key = channel.name,
+) {
+  const [stats, rate, t] = await Promise.all([channelStats(env, key), svc.reader.rateFor(key), target]);
   const analytics = channel.name === svc.config.analyticsChannel.name;
   const view = {
     channel: channel.name,

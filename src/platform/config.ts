@@ -17,6 +17,7 @@ import {
   type Rule,
   selectRule,
 } from "../channel/names";
+import { parseShardRule, type ShardRule } from "../channel/shards";
 import { type Limit, LimitError, normaliseBurst, parseLimit, parseRateShorthand } from "../rate-limit/limits";
 import { DurationError, parseDuration } from "./durations";
 
@@ -89,6 +90,8 @@ export interface Config {
   presenceAnnounceMax: number;
   /** Period of interval presence above {@link Config.presenceAnnounceMax}, in ms. */
   presenceIntervalMs: number;
+  /** `AUDIENCE_SHARDS`: channels split into shards by a grouping, in selection order (docs/api.md, "Shards"). */
+  audienceShards: Rule<ShardRule>[];
 }
 
 /** A `THROTTLE_SUMMARY` rule's pointer, as written and parsed into its reference tokens. */
@@ -136,6 +139,7 @@ export const CONFIG_VARIABLES = [
   "SUMMARY_INTERVAL",
   "PRESENCE_ANNOUNCE_MAX",
   "PRESENCE_INTERVAL",
+  "AUDIENCE_SHARDS",
 ] as const;
 export type ConfigVariable = (typeof CONFIG_VARIABLES)[number];
 
@@ -410,6 +414,7 @@ export function parseConfig(raw: RawConfig): Config {
     summaryIntervalMs: summaryInterval(raw.SUMMARY_INTERVAL),
     presenceAnnounceMax: presenceAnnounceMax(raw.PRESENCE_ANNOUNCE_MAX),
     presenceIntervalMs: presenceInterval(raw.PRESENCE_INTERVAL),
+    audienceShards: patternRules("AUDIENCE_SHARDS", raw.AUDIENCE_SHARDS, parseShardRule),
   };
 }
 

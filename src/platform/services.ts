@@ -4,7 +4,7 @@
  * metrics buffer. Routes reach them through the Hono context (`c.get("svc")`).
  */
 import { DropRateReader } from "../../functions/before-publish";
-import { CopyTally, DropCopyQueue, OverflowLog, type QueuedCopy } from "../../functions/drop-copies";
+import { CopyTally, copyKey, DropCopyQueue, OverflowLog, type QueuedCopy } from "../../functions/drop-copies";
 import { Thinning } from "../../functions/thinning";
 import type { ChannelObject } from "../channel/channel-object";
 import { PublishBatcher } from "../channel/publish-batcher";
@@ -164,7 +164,7 @@ async function countUncounted(env: Env, reader: DropRateReader, batch: QueuedCop
   await Promise.all(
     [...CopyTally.of(batch).byChannel].map(async ([channel, e]) => {
       if (e.uncounted === 0 || !(await recordDrops(env, reader, channel, e.uncounted, 0, e.keys?.toObject()))) return;
-      for (const q of batch) if (q.source_channel === channel) q.counted = true;
+      for (const q of batch) if (copyKey(q) === channel) q.counted = true;
     }),
   );
 }

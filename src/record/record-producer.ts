@@ -10,6 +10,7 @@ import { batchId, packCopies, type RecordBatch, type RecordCopy, sendGroups } fr
 const plain = (c: RecordCopy): RecordCopy => ({
   id: c.id,
   source_channel: c.source_channel,
+  ...(c.shard === undefined ? {} : { shard: c.shard }),
   message: c.message,
   publisher: c.publisher,
   drop_rate: c.drop_rate,

@@ -10,7 +10,7 @@
  * settled: a copy is recorded when its object is first written, failed when the queue refuses it,
  * when it is too large for a queue message, or when its dead letter finds its object missing.
  */
-import { serialiseCopy } from "../../functions/drop-copies";
+import { copyKey, serialiseCopy } from "../../functions/drop-copies";
 import { isBatchId, type RecordBatch, type RecordCopy, splitByHour } from "../../functions/record-batch";
 import { countedChannelStub, type Services, services } from "../platform/services";
 import { recordedParts, writeBatch } from "./record-objects";
@@ -29,6 +29,7 @@ export function parseBatch(body: unknown): RecordBatch | null {
       c !== null &&
       typeof c.id === "string" &&
       typeof c.source_channel === "string" &&
+      (c.shard === undefined || typeof c.shard === "string") &&
       typeof c.message === "string" &&
       typeof c.publisher === "string" &&
       typeof c.drop_rate === "number" &&
@@ -137,7 +138,7 @@ export async function consumeDeadLetters(batch: MessageBatch<unknown>, env: Env,
 /** Logs failed copies by source channel with their ids, and counts them on each source channel. */
 async function reportFailed(env: Env, copies: RecordCopy[]): Promise<void> {
   const byChannel = new Map<string, string[]>();
-  for (const c of copies) byChannel.set(c.source_channel, [...(byChannel.get(c.source_channel) ?? []), c.id]);
+  for (const c of copies) byChannel.set(copyKey(c), [...(byChannel.get(copyKey(c)) ?? []), c.id]);
   for (const [channel, ids] of byChannel)
     console.error(
       `floodgate record: ${ids.length} copies of drops on ${channel} failed after the queue's retries: ${ids.slice(0, 3).join(", ")}${ids.length > 3 ? ", …" : ""}`,

@@ -4,7 +4,7 @@
  * (src/throttle/active-channels.ts) so the sampler visits the channels that had traffic, busiest first.
  */
 import type { ChannelStore, CounterValues } from "../channel/channel-store";
-import { parseChannelName } from "../channel/names";
+import { channelOfKey } from "../channel/shards";
 import { getConfig, targetFor } from "../platform/config";
 import { activeChannelsStub } from "../platform/stubs";
 import type { ChannelFastLoop } from "./channel-fast-loop";
@@ -140,7 +140,7 @@ export class ChannelActivity {
     try {
       const config = getConfig(this.env);
       if (channel === config.analyticsChannel.name) return false;
-      return targetFor(config, parseChannelName(channel)) !== null;
+      return targetFor(config, channelOfKey(channel)) !== null;
     } catch {
       return false; // bad config or a name that is not a channel: nothing to sample
     }

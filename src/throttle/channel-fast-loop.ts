@@ -6,7 +6,7 @@
  */
 import { fastLoopStep } from "../../functions/fast-loop";
 import type { ChannelStore } from "../channel/channel-store";
-import { parseChannelName } from "../channel/names";
+import { channelOfKey } from "../channel/shards";
 import type { ChannelRate } from "../channel/types";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { getConfig, parseTarget, type Target, type TargetJson, targetFor } from "../platform/config";
@@ -158,7 +158,7 @@ export class ChannelFastLoop {
       const config = getConfig(this.env);
       if (channel !== config.analyticsChannel.name) {
         target =
-          this.toldTarget !== undefined ? parseTarget(this.toldTarget) : targetFor(config, parseChannelName(channel));
+          this.toldTarget !== undefined ? parseTarget(this.toldTarget) : targetFor(config, channelOfKey(channel));
       }
     } catch {
       target = null; // bad config, or a name that is not a channel: no fast loop

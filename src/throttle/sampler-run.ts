@@ -20,7 +20,9 @@
  */
 import { GLOBAL_RATE_KEY, parseStoredRate, rateKey } from "../../functions/before-publish";
 import { decideVisit, globalRunningRate, KvBudget, type SkipReason, visitTarget } from "../../functions/sampler-visit";
-import { type ChannelName, parseChannelName } from "../channel/names";
+import { splitShardKey } from "../../functions/shard-key";
+import type { ChannelName } from "../channel/names";
+import { channelOfKey } from "../channel/shards";
 import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson } from "../platform/config";
 import { countedChannelStub } from "../platform/services";
 import { activeChannelsStub } from "../platform/stubs";
@@ -115,7 +117,9 @@ export async function runSampler(
         continue;
       }
       try {
-        const visit = await sampleChannel(env, config, channel, now, runtimeTargets[channel], globalRate);
+        // A shard (functions/shard-key.ts) holds its channel's runtime target unless it has its own.
+        const runtime = runtimeTargets[channel] ?? runtimeTargets[splitShardKey(channel).channel];
+        const visit = await sampleChannel(env, config, channel, now, runtime, globalRate);
         kv.settle(visit.outcome);
         if ("written" in visit.outcome && visit.outcome.written) cache?.invalidate(channel);
         results.push(visit.outcome);
@@ -146,7 +150,7 @@ async function sampleChannel(
   const isAnalytics = channel === config.analyticsChannel.name;
   const plan = visitTarget(
     isAnalytics,
-    isAnalytics ? null : effectiveTarget(config, parseChannelName(channel), runtimeTarget),
+    isAnalytics ? null : effectiveTarget(config, channelOfKey(channel), runtimeTarget),
   );
   if ("skipped" in plan) return { outcome: { channel, skipped: plan.skipped }, throttled: false };
   const { target } = plan;

@@ -75,12 +75,17 @@ export interface TokenPair {
 }
 
 export type PublishResult =
-  | { status: "delivered"; channel: string; seq: number; id: string; published_at: number }
+  /** `shard`: on a sharded channel, the shard the message went into (docs/api.md, "Shards"). */
+  | { status: "delivered"; channel: string; shard?: string; seq: number; id: string; published_at: number }
+  /** A broadcast (`shard: "*"`): the shards it was delivered into, each with its own seq. */
+  | { status: "delivered"; channel: string; shards: string[]; published_at: number }
   | { status: "dropped" };
 
 export interface Message {
   type: "message";
   channel: string;
+  /** On a sharded channel only: the subscriber's shard (docs/api.md, "Shards"). */
+  shard?: string;
   seq: number;
   id: string;
   data: unknown;
@@ -163,6 +168,11 @@ export interface PublishOptions {
    * `Floodgate-Priority: high`. Default: an ordinary publish.
    */
   priority?: "high" | "normal";
+  /**
+   * `Floodgate-Shard` (a token with the `broadcast` scope, on a sharded channel): `"*"` delivers into
+   * every shard with subscribers or history, a shard's name into that shard.
+   */
+  shard?: string;
 }
 
 export interface SubscribeOptions {
@@ -260,6 +270,7 @@ export class FloodgateClient {
             "content-type": "application/json",
             "idempotency-key": key,
             ...(options.priority ? { "floodgate-priority": options.priority } : {}),
+            ...(options.shard !== undefined ? { "floodgate-shard": options.shard } : {}),
             ...(this.accessToken ? { authorization: `Bearer ${this.accessToken}` } : {}),
           },
           body,
@@ -577,13 +588,19 @@ function connectionStates(
 export interface MintRequest {
   sub: string;
   channels: string[];
-  scopes?: ("publish" | "subscribe")[];
+  /**
+   * Default `["publish","subscribe"]`; `"priority"` allows `PublishOptions.priority: "high"`,
+   * `"broadcast"` allows `PublishOptions.shard`.
+   */
+  scopes?: ("publish" | "subscribe" | "priority" | "broadcast")[];
   /** Access token lifetime, e.g. `"5m"` (default), at most `"24h"`. */
   ttl?: string;
   /** Refresh token lifetime, e.g. `"1h"` (default), at most `"7d"`. */
   refresh_ttl?: string;
   /** A publish budget for this token: `"10/s"` or `{rate, per, burst}`. */
   rl?: string | { rate: number; per: string; burst?: number };
+  /** The token's group: its shard on channels sharded by group (1–32 characters of a-z 0-9 _ -). */
+  group?: string;
 }
 
 export interface AdminContext {

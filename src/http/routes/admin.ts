@@ -7,8 +7,10 @@ import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
 import { parseStoredRate, rateKey } from "../../../functions/before-publish";
+import { shardKey, splitShardKey } from "../../../functions/shard-key";
 import { adminAuth } from "../../auth/authorise";
 import type { ChannelName } from "../../channel/names";
+import { namedAudience, shardRuleFor } from "../../channel/shards";
 import { type Config, parseTarget, type TargetJson, targetFor, targetJson } from "../../platform/config";
 import { countedChannelStub } from "../../platform/services";
 import { activeChannelsStub } from "../../platform/stubs";
@@ -17,9 +19,10 @@ import { exportQuery, exportResponse } from "../../record/export";
 import { effectiveTarget, runSampler } from "../../throttle/sampler-run";
 import type { AppEnv } from "../app-env";
 import { ChannelViewSchema, channelStats, channelView, runtimeTargets, targetOf } from "../channel-view";
-import { orUnavailable } from "../errors";
+import { invalidArgument, orUnavailable } from "../errors";
 import { ADMIN_ONLY, ChannelPath, documented, errors, json, route, TargetSchema, WithinQuery } from "../openapi";
 import { channelParam, withinParam } from "../params";
+import { shardNames } from "../shard-view";
 import { bodyObject, custom, jsonBody } from "../validation";
 
 /** Admin bodies are a few fields: anything longer is not one. */
@@ -65,6 +68,7 @@ const ThrottleBody = bodyObject(
 const ThrottleView = z
   .object({
     channel: z.string(),
+    shard: z.string().optional().openapi({ description: "With `?shard=`: the shard the rate is of." }),
     rate: z.number().nullable().openapi({ description: "The stored rate, read from KV; null when none is stored." }),
     target: TargetSchema.nullable(),
     last_sample: z.unknown().openapi({ description: "The sampler's latest entry for the channel, or null." }),
@@ -87,13 +91,55 @@ async function throttleView(env: Env, config: Config, name: string) {
       last_sample: null,
     };
   }
-  const channel = channelParam(name);
+  // A shard's key (functions/shard-key.ts) shows its channel and shard; its target is its channel's.
+  const { channel: channelName, shard } = splitShardKey(name);
+  const channel = channelParam(channelName);
   const [rate, stats, target] = await Promise.all([
     storedRate(env, name),
     channelStats(env, name),
     targetOf(env, config, channel),
   ]);
-  return { channel: name, rate, target: targetJson(target), last_sample: stats.last_sample };
+  return {
+    channel: channelName,
+    ...(shard === null ? {} : { shard }),
+    rate,
+    target: targetJson(target),
+    last_sample: stats.last_sample,
+  };
+}
+
+/** `?shard=` on the throttle routes (docs/api.md, "Shards"). */
+const ShardQuery = z.object({
+  shard: z
+    .string()
+    .optional()
+    .openapi({
+      description:
+        "Sharded channels only: one shard's rate. Without it a PUT or DELETE acts on the channel's key and on every " +
+        "shard the channel lists now. On a channel no rule shards, or a name no shard can have: 400.",
+    }),
+});
+
+/**
+ * The KV keys a throttle route acts on: the channel's (or `*`'s); `?shard=<name>`, that shard's; a
+ * sharded channel without `shard`, its own and every listed shard's (`all`).
+ * @throws ApiError 400 for `shard` on `*` or an unsharded channel, or a name no shard can have
+ */
+async function throttleKeys(env: Env, config: Config, name: string, shard: string | undefined) {
+  if (name === "*") {
+    if (shard !== undefined) throw invalidArgument("shard: the global key has no shards");
+    return { view: name, keys: [name] };
+  }
+  const channel = channelParam(name);
+  const rule = shardRuleFor(config, channel);
+  if (shard !== undefined) {
+    if (!rule) throw invalidArgument(`shard: channel ${name} is not sharded (AUDIENCE_SHARDS)`);
+    const audience = namedAudience(channel, rule.value, shard);
+    if (!audience) throw invalidArgument(`shard: "${shard}" cannot be a shard of ${name}`);
+    return { view: audience.key, keys: [audience.key] };
+  }
+  const shards = rule ? await shardNames(env, config, channel) : [];
+  return { view: name, keys: [name, ...shards.map((s) => shardKey(name, s))] };
 }
 
 const throttleGet = route({
@@ -101,12 +147,14 @@ const throttleGet = route({
   path: "/throttle/{channel}",
   summary: "Read a channel's drop rate",
   security: ADMIN_ONLY,
-  request: { params: ThrottleChannelPath },
+  request: { params: ThrottleChannelPath, query: ShardQuery },
   responses: { 200: json(ThrottleView, "The rate, target and latest sample."), ...errors(400, 401, 429, 500, 503) },
 });
 
 admin.get(documented(admin, throttleGet), async (c) => {
-  return c.json(await throttleView(c.env, c.var.svc.config, c.req.param("channel")));
+  const config = c.var.svc.config;
+  const { view } = await throttleKeys(c.env, config, c.req.param("channel"), c.req.query("shard"));
+  return c.json(await throttleView(c.env, config, view));
 });
 
 const throttlePut = route({
@@ -115,17 +163,23 @@ const throttlePut = route({
   summary: "Write a channel's drop rate",
   description: "Other isolates see it within THROTTLE_RATE_CACHE_MS.",
   security: ADMIN_ONLY,
-  request: { params: ThrottleChannelPath, body: { ...json(ThrottleBody, "The rate."), required: true } },
+  request: {
+    params: ThrottleChannelPath,
+    query: ShardQuery,
+    body: { ...json(ThrottleBody, "The rate."), required: true },
+  },
   responses: { 200: json(ThrottleView, "The rate now stored."), ...errors(400, 401, 413, 429, 500, 503) },
 });
 
 admin.put(documented(admin, throttlePut), channelFirst(true), jsonBody(ThrottleBody, MAX_ADMIN_BODY), async (c) => {
   const svc = c.var.svc;
-  const name = c.req.param("channel");
   const { rate } = c.req.valid("json");
-  await orUnavailable("drop-rate store", () => c.env.THROTTLE_KV.put(rateKey(name), String(rate)));
-  svc.reader.invalidate(name); // this isolate sees it at once; others within THROTTLE_RATE_CACHE_MS
-  return c.json(await throttleView(c.env, svc.config, name));
+  const { view, keys } = await throttleKeys(c.env, svc.config, c.req.param("channel"), c.req.query("shard"));
+  await orUnavailable("drop-rate store", () =>
+    Promise.all(keys.map((k) => c.env.THROTTLE_KV.put(rateKey(k), String(rate)))),
+  );
+  for (const k of keys) svc.reader.invalidate(k); // this isolate sees it at once; others within THROTTLE_RATE_CACHE_MS
+  return c.json(await throttleView(c.env, svc.config, view));
 });
 
 const throttleDelete = route({
@@ -133,14 +187,14 @@ const throttleDelete = route({
   path: "/throttle/{channel}",
   summary: "Remove a channel's drop rate",
   security: ADMIN_ONLY,
-  request: { params: ThrottleChannelPath },
+  request: { params: ThrottleChannelPath, query: ShardQuery },
   responses: { 204: { description: "Removed." }, ...errors(400, 401, 429, 500, 503) },
 });
 
 admin.delete(documented(admin, throttleDelete), channelFirst(true), async (c) => {
-  const name = c.req.param("channel");
-  await orUnavailable("drop-rate store", () => c.env.THROTTLE_KV.delete(rateKey(name)));
-  c.var.svc.reader.invalidate(name);
+  const { keys } = await throttleKeys(c.env, c.var.svc.config, c.req.param("channel"), c.req.query("shard"));
+  await orUnavailable("drop-rate store", () => Promise.all(keys.map((k) => c.env.THROTTLE_KV.delete(rateKey(k)))));
+  for (const k of keys) c.var.svc.reader.invalidate(k);
   return c.body(null, 204);
 });
 
@@ -230,6 +284,12 @@ async function tellChannel(env: Env, channel: string, target: TargetJson | null)
   }
 }
 
+/** The objects a runtime target goes to: the channel's, and each shard its registry lists now. */
+async function targetKeys(env: Env, config: Config, channel: ChannelName): Promise<string[]> {
+  const shards = await shardNames(env, config, channel);
+  return [channel.name, ...shards.map((s) => shardKey(channel.name, s))];
+}
+
 const targetGet = route({
   method: "get",
   path: "/target/{channel}",
@@ -260,8 +320,11 @@ const targetPut = route({
 admin.put(documented(admin, targetPut), channelFirst(false), jsonBody(TargetBody, MAX_ADMIN_BODY), async (c) => {
   const channel = channelParam(c.req.param("channel"));
   const target = targetJson(c.req.valid("json").target);
-  await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(channel.name, target));
-  await tellChannel(c.env, channel.name, target);
+  // A sharded channel's target applies to each shard on its own (docs/api.md, "Shards").
+  for (const key of await targetKeys(c.env, c.var.svc.config, channel)) {
+    await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(key, target));
+    await tellChannel(c.env, key, target);
+  }
   return c.json(await targetView(c.env, c.var.svc.config, channel));
 });
 
@@ -276,8 +339,10 @@ const targetDelete = route({
 
 admin.delete(documented(admin, targetDelete), async (c) => {
   const channel = channelParam(c.req.param("channel"));
-  await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(channel.name, null));
-  await tellChannel(c.env, channel.name, targetJson(targetFor(c.var.svc.config, channel)));
+  for (const key of await targetKeys(c.env, c.var.svc.config, channel)) {
+    await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(key, null));
+    await tellChannel(c.env, key, targetJson(targetFor(c.var.svc.config, channel)));
+  }
   return c.body(null, 204);
 });
 
@@ -342,11 +407,13 @@ admin.get(documented(admin, channelsRoute), async (c) => {
   });
   const channels = await Promise.all(
     seen.map(async ({ channel, at }) => {
-      const name = channelParam(channel);
-      const target = Promise.resolve(effectiveTarget(svc.config, name, runtime[channel]));
-      const { view } = await channelView(c.env, svc, name, target);
+      // A shard is listed as its channel's entry with its `shard` (docs/api.md, "Shards").
+      const { channel: base, shard } = splitShardKey(channel);
+      const name = channelParam(base);
+      const target = Promise.resolve(effectiveTarget(svc.config, name, runtime[channel] ?? runtime[base]));
+      const { view } = await channelView(c.env, svc, name, target, channel);
       const { channel: listed, drop_rate_source: _, ...rest } = view;
-      return { channel: listed, last_seen_at: at, ...rest };
+      return { channel: listed, ...(shard === null ? {} : { shard }), last_seen_at: at, ...rest };
     }),
   );
   return c.json({ now: Date.now(), channels });

@@ -6,8 +6,10 @@
  */
 import { Hono } from "hono";
 import * as z from "zod";
+import { splitShardKey } from "../../../functions/shard-key";
 import { adminAuth } from "../../auth/authorise";
-import { parseChannelName } from "../../channel/names";
+import { channelOfKey, shardRuleFor } from "../../channel/shards";
+import type { Config } from "../../platform/config";
 import { targetJson, thinningFor } from "../../platform/config";
 import { formatDuration } from "../../platform/durations";
 import { RATE_LIMIT_BUCKETS, seriesKey } from "../../platform/metrics";
@@ -73,9 +75,9 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
   ]);
   const channels = await Promise.all(
     summary.channels.map(async ({ channel, at, sample, summary: dropSummary, series: points }) => {
-      const name = parseChannelName(channel);
+      const name = channelOfKey(channel);
       const last = sample === null ? null : (JSON.parse(sample) as ChannelSample);
-      const target = effectiveTarget(config, name, summary.targets[channel]);
+      const target = effectiveTarget(config, name, summary.targets[channel] ?? summary.targets[name.name]);
       // Subscribers as the sampler last counted them: only a channel object knows them live.
       const occupancy = last?.occupancy ?? null;
       const recent = points.map(pointJson);
@@ -96,6 +98,7 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
       };
     }),
   );
+  const cards = shardCards(config, channels);
   const count = (name: string, labels: Record<string, string>) => series[seriesKey(name, labels)] ?? 0;
   const decisions = (bucket: string) => ({
     allowed: count("floodgate_rate_limit_decisions_total", { bucket, result: "allowed" }),
@@ -104,7 +107,7 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
   return c.json({
     now,
     within: formatDuration(withinMs),
-    channels,
+    channels: cards,
     messages: {
       delivered: count("floodgate_messages_total", { result: "delivered" }),
       dropped: count("floodgate_messages_total", { result: "dropped" }),
@@ -118,3 +121,105 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
     },
   });
 });
+
+// ---- audience shards and the lever (docs/throttling.md, "Which lever") -----------------------------
+
+/** One channel entry of the overview as built above (a shard's entry is named by its key). */
+type OverviewEntry = {
+  channel: string;
+  occupancy: number | null;
+  target_rate: number | null;
+  last_sample: ChannelSample | null;
+  last_seen_at: number;
+} & Record<string, unknown>;
+
+/** A channel one audience of which this many subscribers make points to sharding (when a grouping exists). */
+export const SHARD_OCCUPANCY = 1000;
+/** With no target, the message rate past which the numbers point to the throttle. */
+export const THROTTLE_FREQUENCY = 10;
+
+/** What a busy channel's numbers point to, and the rule that said so. */
+export interface Lever {
+  points_to: "throttle" | "shard" | "none";
+  message_rate: number | null;
+  occupancy: number | null;
+  rule: string;
+}
+
+/**
+ * The lever a channel's numbers point to: frequency (messages per second offered, over its target, or
+ * over {@link THROTTLE_FREQUENCY} without one) points to the throttle; occupancy of at least
+ * {@link SHARD_OCCUPANCY} in one audience points to sharding by a grouping. When both do, the one
+ * further past its mark wins. A sharded channel is judged per shard, so its card shows each.
+ */
+export function leverOf(entry: OverviewEntry, sharding: { pattern: string; by: string } | null): Lever {
+  const rate = entry.last_sample?.offered_rate ?? null;
+  const occupancy = entry.occupancy;
+  const rateMark = entry.target_rate ?? THROTTLE_FREQUENCY;
+  const frequency = rate === null ? 0 : rate / rateMark;
+  const crowd = occupancy === null ? 0 : occupancy / SHARD_OCCUPANCY;
+  const ruleText = `frequency: ${rate === null ? "–" : rate.toFixed(1)}/s against ${rateMark}/s${
+    entry.target_rate === null ? " (no target)" : " (target)"
+  }; occupancy: ${occupancy ?? "–"} against ${SHARD_OCCUPANCY}`;
+  if (frequency <= 1 && crowd < 1) return { points_to: "none", message_rate: rate, occupancy, rule: ruleText };
+  if (frequency > crowd) return { points_to: "throttle", message_rate: rate, occupancy, rule: `${ruleText}: throttle` };
+  const grouping = sharding
+    ? `shard (AUDIENCE_SHARDS ${sharding.pattern} by ${sharding.by})`
+    : "shard, if a grouping exists (AUDIENCE_SHARDS)";
+  return { points_to: "shard", message_rate: rate, occupancy, rule: `${ruleText}: ${grouping}` };
+}
+
+/**
+ * The overview's cards: one per channel, a sharded channel's shards gathered into its card. The card
+ * keeps every field an unsharded channel's entry has (so the page draws it the same way): occupancy
+ * is the shards' sum, drop rate the highest of theirs, and `shards` lists each shard's own entry with
+ * its lever. Every card has its lever and, when sharded, `sharding` (the rule).
+ */
+function shardCards(config: Config, entries: OverviewEntry[]): Record<string, unknown>[] {
+  const cards: Record<string, unknown>[] = [];
+  const sharded = new Map<string, Record<string, unknown>[]>();
+  for (const entry of entries) {
+    const { channel, shard } = splitShardKey(entry.channel);
+    if (shard === null) {
+      const rule = shardRuleFor(config, channelOfKey(channel));
+      const sharding = rule ? { pattern: rule.pattern.source, by: rule.value.by } : null;
+      cards.push({ ...entry, lever: leverOf(entry, sharding) });
+      continue;
+    }
+    let shards = sharded.get(channel);
+    if (!shards) {
+      shards = [];
+      sharded.set(channel, shards);
+      cards.push({ channel }); // filled in below, in the place of its most recently seen shard
+    }
+    shards.push({ ...entry, channel, shard });
+  }
+  return cards.map((card) => {
+    const shards = sharded.get(card.channel as string);
+    if (!shards || "last_seen_at" in card) return card;
+    const rule = shardRuleFor(config, channelOfKey(card.channel as string));
+    const sharding = rule ? { pattern: rule.pattern.source, by: rule.value.by } : null;
+    const num = (s: Record<string, unknown>, k: string) => (typeof s[k] === "number" ? (s[k] as number) : 0);
+    const first = shards[0] as OverviewEntry;
+    const occupied = shards.some((s) => s.occupancy !== null);
+    return {
+      ...first,
+      channel: card.channel,
+      shard: undefined,
+      last_seen_at: Math.max(...shards.map((s) => num(s, "last_seen_at"))),
+      drop_rate: Math.max(...shards.map((s) => num(s, "drop_rate"))),
+      occupancy: occupied ? shards.reduce((n, s) => n + num(s, "occupancy"), 0) : null,
+      last_sample: null,
+      sharding,
+      lever: {
+        points_to: "shard",
+        message_rate: null,
+        occupancy: null,
+        rule: `sharded by AUDIENCE_SHARDS ${sharding?.pattern ?? "?"} (${sharding?.by ?? "?"}): each shard judged on its own`,
+      },
+      shards: shards
+        .map((s): Record<string, unknown> => ({ ...s, lever: leverOf(s as OverviewEntry, sharding) }))
+        .sort((a, b) => String(a.shard).localeCompare(String(b.shard))),
+    };
+  });
+}

@@ -19,6 +19,7 @@ import { ChannelViewSchema, channelView, targetOf } from "../channel-view";
 import { ApiError, orUnavailable } from "../errors";
 import { ADMIN_ONLY, ChannelPath, documented, errors, json, LimitSchema, route, TargetSchema } from "../openapi";
 import { channelParam } from "../params";
+import { ShardStatsSchema, shardRuleView, shardsStats, totalled } from "../shard-view";
 
 /** The public manifest (docs/api.md, Operator routes). Per-token overrides never appear. */
 export function manifest(config: Config) {
@@ -63,6 +64,10 @@ export function manifest(config: Config) {
     // Presence (docs/api.md, "Presence"): announced per join and leave up to announce_max, above it
     // one interval frame per interval.
     presence: { announce_max: config.presenceAnnounceMax, interval: formatDuration(config.presenceIntervalMs) },
+    // AUDIENCE_SHARDS in selection order (docs/api.md, "Shards"); omitted when no rule is set.
+    ...(config.audienceShards.length
+      ? { audience_shards: config.audienceShards.map((r) => ({ pattern: r.pattern.source, by: r.value.by })) }
+      : {}),
   };
 }
 
@@ -126,6 +131,10 @@ const Manifest = z
         .openapi({ description: "PRESENCE_ANNOUNCE_MAX: largest occupancy announced per join and leave." }),
       interval: z.string().openapi({ description: "PRESENCE_INTERVAL: period of interval presence above it." }),
     }),
+    audience_shards: z
+      .array(z.object({ pattern: z.string(), by: z.enum(["group", "continent"]) }))
+      .optional()
+      .openapi({ description: "AUDIENCE_SHARDS in selection order (most specific first); omitted when empty." }),
   })
   .openapi("Manifest");
 
@@ -226,6 +235,18 @@ const ChannelStatsSchema = ChannelViewSchema.extend({
       }),
     })
     .openapi({ description: "Presence (occupancy is `occupancy`): its mode and what it cost the channel." }),
+  shard_rule: z
+    .object({ pattern: z.string(), by: z.enum(["group", "continent"]) })
+    .optional()
+    .openapi({ description: "Sharded channels only: the AUDIENCE_SHARDS rule that shards it." }),
+  shards: z
+    .record(z.string(), ShardStatsSchema)
+    .optional()
+    .openapi({
+      description:
+        "Sharded channels only, by shard name: each shard's own counts and drop rate. The channel's occupancy, " +
+        "websockets, sse, relays and totals then add up every shard (and the channel's own object).",
+    }),
 }).openapi("ChannelStats");
 
 const statsRoute = route({
@@ -246,24 +267,48 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
   const { view, stats, analytics } = await channelView(c.env, svc, channel, targetOf(c.env, svc.config, channel));
   // The object's own counts go between the view's totals and its rates, as this route has always
   // answered them (the README's walk-through shows that order).
-  const { channel: name, occupancy, delivered_total, dropped_total, ...rates } = view;
+  const { channel: name, ...rest } = view;
+  let { occupancy, delivered_total, dropped_total, ...rates } = rest;
+  const rule = shardRuleView(svc.config, channel);
+  let sharded: Record<string, unknown> = {};
+  let counts = stats;
+  if (rule) {
+    // A sharded channel: its totals add every shard's own counts (docs/api.md, "Shards").
+    const { shards, raw } = await shardsStats(c.env, svc, channel);
+    const keys = [
+      "occupancy",
+      "websockets",
+      "sse",
+      "relays",
+      "relay_sends_total",
+      "delivered_total",
+      "dropped_total",
+      "priority_total",
+      "analytics_copy_failures_total",
+      "slow_consumers_closed",
+    ] as const;
+    counts = { ...stats, ...totalled(stats, raw, keys) };
+    ({ occupancy, delivered_total, dropped_total } = counts);
+    sharded = { shard_rule: rule, shards };
+  }
   return c.json({
     channel: name,
     occupancy,
-    websockets: stats.websockets,
-    sse: stats.sse,
-    relays: stats.relays,
-    relay_sends_total: stats.relay_sends_total,
+    websockets: counts.websockets,
+    sse: counts.sse,
+    relays: counts.relays,
+    relay_sends_total: counts.relay_sends_total,
     last_seq: stats.last_seq,
     delivered_total,
     dropped_total,
-    priority_total: stats.priority_total,
-    analytics_copy_failures_total: stats.analytics_copy_failures_total,
-    slow_consumers_closed: stats.slow_consumers_closed,
+    priority_total: counts.priority_total,
+    analytics_copy_failures_total: counts.analytics_copy_failures_total,
+    slow_consumers_closed: counts.slow_consumers_closed,
     ...rates,
     last_summary: stats.last_summary,
     ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
     presence: stats.presence,
+    ...sharded,
   });
 });
 

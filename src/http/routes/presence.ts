@@ -5,8 +5,6 @@
  */
 import { Hono } from "hono";
 import * as z from "zod";
-import type { ChannelObject } from "../../channel/channel-object";
-import type { ChannelName } from "../../channel/names";
 import { countedChannelStub } from "../../platform/services";
 import type { AppEnv } from "../app-env";
 import { orUnavailable } from "../errors";
@@ -14,17 +12,10 @@ import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../o
 import { channelParam } from "../params";
 import { readAccess } from "./subscribe";
 
-/**
- * The object that answers for a channel's presence: the one place this route picks it, so a channel
- * served by several objects routes it once here.
- */
-export function presenceObject(env: Env, channel: ChannelName): DurableObjectStub<ChannelObject> {
-  return countedChannelStub(env, channel.name);
-}
-
 export const PresenceAnswerSchema = z
   .object({
     channel: z.string(),
+    shard: z.string().optional().openapi({ description: "On a sharded channel: the caller's shard." }),
     occupancy: z
       .number()
       .int()
@@ -60,7 +51,8 @@ const presenceRoute = route({
 
 presence.get(documented(presence, presenceRoute), async (c) => {
   const channel = channelParam(c.req.param("channel"));
-  const limitHeaders = await readAccess(c, channel);
-  const answer = await orUnavailable("channel", () => presenceObject(c.env, channel).presence(channel.name));
+  // The object that answers: the channel's, or on a sharded channel the caller's shard's.
+  const { limitHeaders, key } = await readAccess(c, channel);
+  const answer = await orUnavailable("channel", () => countedChannelStub(c.env, key).presence(key));
   return c.json(answer, 200, limitHeaders);
 });

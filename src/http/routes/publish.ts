@@ -10,6 +10,7 @@ import { messageKey } from "../../../functions/drop-summary";
 import { authorise, bearer } from "../../auth/authorise";
 import type { VerifiedToken } from "../../auth/tokens";
 import type { PublishOutcome } from "../../channel/types";
+import { broadcastToShards } from "../../delivery/shard-broadcast";
 import { type SummaryRule, summaryFor, thinningFor } from "../../platform/config";
 import { publishBudget } from "../../rate-limit/budgets";
 import { deniedResponse } from "../../rate-limit/headers";
@@ -18,6 +19,7 @@ import { parseJsonText, readBody } from "../body";
 import { invalidArgument, orUnavailable, permissionDenied } from "../errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
 import { channelParam } from "../params";
+import { publishAudience } from "../shard-header";
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,64}$/;
 
@@ -67,9 +69,19 @@ const Delivered = z
     channel: z.string(),
     seq: z.number().int(),
     id: z.string(),
+    shard: z.string().optional().openapi({ description: "Sharded channels only: the shard delivered into." }),
     published_at: z.number().int().openapi({ description: "Epoch milliseconds." }),
   })
   .openapi("Delivered");
+
+const Broadcast = z
+  .object({
+    status: z.literal("delivered"),
+    channel: z.string(),
+    shards: z.array(z.string()).openapi({ description: "The shards the message was delivered into, by name." }),
+    published_at: z.number().int(),
+  })
+  .openapi("Broadcast");
 
 const Dropped = z.object({ status: z.literal("dropped") }).openapi("Dropped");
 
@@ -91,6 +103,14 @@ const publishRoute = route({
         description:
           "`high` (a token with the `priority` scope): never dropped by the throttle, still charged to the publish budget. `normal` or absent: an ordinary publish.",
       }),
+      "floodgate-shard": z
+        .string()
+        .optional()
+        .openapi({
+          description:
+            "Sharded channels, `broadcast` scope only (else 403): `*` delivers into every shard with subscribers or " +
+            "history, never throttled; a shard's name publishes into that shard. A bad name, or an unsharded channel: 400.",
+        }),
     }),
     // Documentation only: the body is read bounded by MAX_MESSAGE_BYTES and kept as sent (below).
     body: {
@@ -99,7 +119,10 @@ const publishRoute = route({
     },
   },
   responses: {
-    200: json(Delivered, "Delivered to every current subscriber."),
+    200: json(
+      z.union([Delivered, Broadcast]),
+      "Delivered to every current subscriber (a `Broadcast` answer for `Floodgate-Shard: *`).",
+    ),
     202: json(Dropped, "Dropped by the before-publish throttle and copied to the analytics channel. Not an error."),
     ...errors(400, 401, 403, 413, 429, 500, 503),
   },
@@ -116,6 +139,8 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const token = await authorise(c.env, bearer(c.req.raw), "publish", channel);
   const idemKey = idempotencyKey(c.req.header("idempotency-key"));
   const priority = priorityHeader(c.req.header("floodgate-priority"), token);
+  // The shard this publish goes to (docs/api.md, "Shards"): the publisher's own, or the header's.
+  const target = publishAudience(config, channel, token, c.req.raw);
   const [messageJson, dropKey] = await readMessage(c.req.raw, config.maxMessageBytes, summaryFor(config, channel));
   const sub = token.claims.sub;
 
@@ -125,10 +150,24 @@ publish.post(documented(publish, publishRoute), async (c) => {
   if (charged.denial) return deniedResponse(charged.denial);
   for (const [k, v] of Object.entries(charged.headers)) c.header(k, v);
 
+  if ("broadcast" in target) {
+    const now = Date.now();
+    const cmd = { data: messageJson, publisher: sub, now, ...(idemKey ? { idempotencyKey: idemKey } : {}) };
+    const delivered = await orUnavailable(
+      "channel",
+      () => broadcastToShards(c.env, channel.name, cmd),
+      "retry with the same Idempotency-Key",
+    );
+    svc.metrics.inc("floodgate_messages_total", { result: "delivered" }, delivered.length);
+    const shards = delivered.map((d) => d.shard);
+    return c.json({ status: "delivered", channel: channel.name, shards, published_at: now }, 200);
+  }
+  const { key, shard } = target.audience;
+
   // A priority message never meets the throttle (nor takes a place in its thinning).
   const decision = priority
     ? ({ action: "deliver", rate: 0 } as const)
-    : await beforePublish(channel.name, {
+    : await beforePublish(key, {
         reader: svc.reader,
         analyticsChannel: config.analyticsChannel.name,
         thinning: thinningFor(config, channel) ? svc.thinning : null,
@@ -139,6 +178,7 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const copy = (counted: boolean): QueuedCopy => ({
     id: crypto.randomUUID(),
     source_channel: channel.name,
+    ...(shard === null ? {} : { shard }),
     message: messageJson,
     publisher: sub,
     drop_rate: decision.rate,
@@ -162,7 +202,7 @@ publish.post(documented(publish, publishRoute), async (c) => {
     () =>
       svc.publishBatcher.publish(
         {
-          channel: channel.name,
+          channel: key,
           data: messageJson,
           publisher: sub,
           action: decision.action,

@@ -14,11 +14,13 @@
 import { type Context, Hono } from "hono";
 import * as z from "zod";
 import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../../auth/authorise";
-import type { VerifiedToken } from "../../auth/tokens";
+import type { TokenClaims, VerifiedToken } from "../../auth/tokens";
 import type { ChannelName } from "../../channel/names";
+import { audienceOf, shardRuleFor } from "../../channel/shards";
 import type { RelayAssignment } from "../../channel/types";
 import { clientCapError, clientKey } from "../../delivery/client-cap";
 import { placementGroup } from "../../delivery/placement";
+import type { Config } from "../../platform/config";
 import { countedChannelStub } from "../../platform/services";
 import { relayStub } from "../../platform/stubs";
 import { readBudget, subscribeBudget } from "../../rate-limit/budgets";
@@ -215,11 +217,13 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
 
   // Counted per token subject, or per IP (/64) for a subscriber without a verified token.
   const client = clientKey(verified ? verified.claims.sub : null, clientIp(c.req.raw));
+  // A sharded channel's subscriber joins its own shard, a channel of its own (docs/api.md, "Shards").
+  const { key } = audienceOf(svc.config, channel, verified?.claims, c.req.raw);
   const slot = await orUnavailable(
     "channel",
     async (): Promise<RelayAssignment> =>
-      await countedChannelStub(c.env, channel.name).assignRelay(
-        channel.name,
+      await countedChannelStub(c.env, key).assignRelay(
+        key,
         placementGroup(c.req.raw),
         svc.config.relayCapacity,
         svc.config.maxSubscribers,
@@ -238,7 +242,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
     );
   }
   const target = new URL("https://relay.internal/subscribe");
-  target.searchParams.set("channel", channel.name);
+  target.searchParams.set("channel", key);
   target.searchParams.set("relay", slot.relay);
   target.searchParams.set("group", slot.group);
   target.searchParams.set("k", String(slot.k));
@@ -261,23 +265,43 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   return new Response(res.body, { status: res.status, headers });
 });
 
-/** Private channels need an access token with `subscribe` scope and a matching pattern. */
-async function checkAccess(env: Env, channel: ChannelName, token: string | null): Promise<void> {
-  if (channel.visibility === "public") return;
-  await authorise(env, token, "subscribe", channel);
+/**
+ * Private channels need an access token with `subscribe` scope and a matching pattern. Answers the
+ * claims of the token that picks the caller's shard: the verified one, or on a public channel sharded
+ * by group a token that verifies (one that does not reads the `default` shard, as no token would).
+ */
+async function checkAccess(
+  env: Env,
+  config: Config,
+  channel: ChannelName,
+  token: string | null,
+): Promise<TokenClaims | null> {
+  if (channel.visibility === "private") return (await authorise(env, token, "subscribe", channel)).claims;
+  if (!token || shardRuleFor(config, channel)?.value.by !== "group") return null;
+  try {
+    return (await verifyAccess(env, token)).claims;
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    return null;
+  }
 }
 
 /**
  * The door of a read of what a channel holds (history, presence: docs/api.md): the client IP's read
  * budget is charged, with or without a token, then a private channel needs a token with `subscribe`
- * scope and a matching pattern. Answers the budget's headers.
+ * scope and a matching pattern. Answers the budget's headers, and the object that holds what the
+ * caller reads: the channel's, or on a sharded channel the caller's shard's (docs/api.md, "Shards").
  */
-export async function readAccess(c: Context<AppEnv>, channel: ChannelName): Promise<Record<string, string>> {
+export async function readAccess(
+  c: Context<AppEnv>,
+  channel: ChannelName,
+): Promise<{ limitHeaders: Record<string, string>; key: string; shard: string | null }> {
   const svc = c.get("svc");
   const budget = readBudget(svc.config, clientIp(c.req.raw));
   const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, c.var.defer);
-  await checkAccess(c.env, channel, presentedToken(c.req.raw, c.req.query("token"), []));
-  return limitHeaders;
+  const claims = await checkAccess(c.env, svc.config, channel, presentedToken(c.req.raw, c.req.query("token"), []));
+  const { key, shard } = audienceOf(svc.config, channel, claims, c.req.raw);
+  return { limitHeaders, key, shard };
 }
 
 export const history = new Hono<AppEnv>();
@@ -315,9 +339,9 @@ history.get(documented(history, historyRoute), async (c) => {
   const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
   const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
-  const limitHeaders = await readAccess(c, channel);
+  const { limitHeaders, key } = await readAccess(c, channel);
   const frames = await orUnavailable("channel", () =>
-    countedChannelStub(c.env, channel.name).history(after, limit, source?.name ?? null),
+    countedChannelStub(c.env, key).history(after, limit, source?.name ?? null),
   );
   return c.body(`{"messages":[${frames.join(",")}]}`, 200, { ...limitHeaders, "content-type": "application/json" });
 });

@@ -20,6 +20,7 @@ import {
   verifyToken,
 } from "../../auth/tokens";
 import { GrammarError, parsePattern } from "../../channel/names";
+import { GROUP_NAME, GROUP_RULE } from "../../channel/shards";
 import { DurationError, parseDuration } from "../../platform/durations";
 import { refreshLedgerStub } from "../../platform/stubs";
 import { tokenIssueBudget } from "../../rate-limit/budgets";
@@ -41,6 +42,8 @@ export interface MintRequest {
   ttlSeconds: number;
   refreshTtlSeconds: number;
   rl?: LimitJson;
+  /** The token's group (claim `grp`). */
+  group?: string;
 }
 
 /** A duration field in whole seconds: at least 1s, at most `maxText`; `fallback` when absent. */
@@ -101,8 +104,13 @@ export const MintBody = bodyObject(
       .transform((list): Scope[] => (list ? [...new Set(list)] : [...DEFAULT_SCOPES]))
       .openapi({
         description:
-          'Default ["publish","subscribe"]. "priority" lets a publish with `Floodgate-Priority: high` pass the throttle (docs/api.md, "Priority messages").',
+          'Default ["publish","subscribe"]. "priority" lets a publish with `Floodgate-Priority: high` pass the throttle (docs/api.md, "Priority messages"); "broadcast" lets a publish name its shard or every shard with `Floodgate-Shard` (docs/api.md, "Shards"). Neither is granted unless asked for.',
       }),
+    group: z
+      .string({ error: GROUP_RULE })
+      .regex(GROUP_NAME, { error: GROUP_RULE })
+      .optional()
+      .openapi({ description: 'The token\'s shard on channels sharded {"by":"group"} (claim `grp`).', example: "es" }),
     ttl: durationField("ttl", "5m", DAY_MS, "24h"),
     refresh_ttl: durationField("refresh_ttl", "1h", 7 * DAY_MS, "7d"),
     rl: z
@@ -135,6 +143,7 @@ export const MintBody = bodyObject(
       ttlSeconds: b.ttl,
       refreshTtlSeconds: b.refresh_ttl,
       ...(b.rl ? { rl: b.rl } : {}),
+      ...(b.group ? { group: b.group } : {}),
     }),
   );
 
@@ -176,6 +185,7 @@ export async function issuePair(secret: string, req: MintRequest, nowSeconds: nu
     scp: req.scopes,
     iat: nowSeconds,
     ...(req.rl ? { rl: req.rl } : {}),
+    ...(req.group ? { grp: req.group } : {}),
   };
   const access: TokenClaims = {
     ...common,
@@ -290,6 +300,7 @@ tokens.post(documented(tokens, refreshRoute), secretRequired, jsonBody(RefreshBo
       // The new refresh token lives as long as the old one was meant to, counted from now.
       refreshTtlSeconds: Math.max(1, claims.exp - claims.iat),
       ...(claims.rl ? { rl: claims.rl } : {}),
+      ...(claims.grp ? { group: claims.grp } : {}),
     },
     now,
     session,
