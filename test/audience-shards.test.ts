@@ -606,3 +606,33 @@ describe("the shard registry's storage", () => {
     expect(await stub(ch).shardNames()).toEqual(["fr"]);
   });
 });
+
+describe("presence on a sharded channel", () => {
+  it("answers the caller's shard, names it, and its presence frames carry the shard", async () => {
+    const ch = `public:sharded.${uniq()}`;
+    const es = await member(["public:sharded.*"], "es");
+    const fr = await member(["public:sharded.*"], "fr");
+    const a = await socket(ch, es, undefined, "?presence=1");
+    const b = await socket(ch, es);
+    const c = await socket(ch, fr);
+    // The state frame of `a`'s own shard: itself, then `b` joins the same shard; `c` is in another.
+    await until(() => a.frames.some((f) => (f as { action?: string }).action === "state"), "a's state frame");
+    const state = a.frames.find((f) => (f as { action?: string }).action === "state") as unknown as Record<
+      string,
+      unknown
+    >;
+    expect(state).toMatchObject({ type: "presence", channel: ch, shard: "es" });
+    const presenceOf = async (token: string) => {
+      const res = await call(`/v1/presence/${ch}`, {
+        headers: { authorization: `Bearer ${token}`, "cf-connecting-ip": freshIp() },
+      });
+      expect(res.status).toBe(200);
+      return (await res.json()) as { channel: string; shard?: string; occupancy: number };
+    };
+    await until(async () => (await presenceOf(es)).occupancy === 2, "two in the es shard");
+    expect(await presenceOf(es)).toMatchObject({ channel: ch, shard: "es", occupancy: 2 });
+    expect(await presenceOf(fr)).toMatchObject({ channel: ch, shard: "fr", occupancy: 1 });
+    for (const f of a.frames) if ((f as { type: string }).type === "presence") expect(f).toMatchObject({ shard: "es" });
+    for (const s of [a, b, c]) s.ws.close();
+  });
+});

@@ -3,7 +3,7 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { callAndWait, freshIp, mint, uniq } from "./helpers";
+import { callAndWait, freshIp, mint, setRate, uniq } from "./helpers";
 import { closeQuietly, sse, ws } from "./raw-requests";
 
 describe("security headers", () => {
@@ -56,6 +56,26 @@ describe("security headers", () => {
         meta: { code: "RATE_LIMITED", bucket: "publish", retry_after_ms: expect.stringMatching(/^\d+$/) },
       });
     }
+    await reference.body?.cancel();
+  });
+
+  it("a drop's 202 carries every security header other answers carry, and the budget's headers", async () => {
+    const ch = `public:bound.${uniq()}`;
+    const { access_token } = await mint({ sub: uniq("drop"), channels: [ch], rl: "100/s" });
+    await setRate(ch, 1);
+    const res = await callAndWait(`/v1/publish/${ch}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${access_token}`, "content-type": "application/json" },
+      body: "{}",
+    });
+    const reference = await callAndWait("/no/such/route");
+    const own = new Set(["content-type", "content-length", "retry-after", "ratelimit", "ratelimit-policy"]);
+    const security = (r: Response) => Object.fromEntries([...r.headers].filter(([name]) => !own.has(name)));
+    expect(res.status).toBe(202);
+    expect(security(res)).toEqual(security(reference));
+    expect(res.headers.get("content-type")).toBe(reference.headers.get("content-type"));
+    expect(res.headers.get("ratelimit")).toMatch(/^"publish";r=\d+;t=\d+$/);
+    expect(await res.json()).toEqual({ status: "dropped" });
     await reference.body?.cancel();
   });
 });

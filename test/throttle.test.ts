@@ -68,8 +68,14 @@ describe("drop rate from KV", () => {
     }
     // Picked out by source channel, not by position: other tests of this file drop into the same
     // analytics channel, in whatever order the tests run.
-    const copies = await historyOf(ANALYTICS, reader, "?limit=1000");
-    const mine = copies.map((f) => f.data as Record<string, unknown>).filter((d) => d.source_channel === ch);
+    // The copies reach the analytics channel through the drops queue's consumer, which takes a
+    // delivery when its batch fills or its max_batch_timeout ends: wait for it, no fixed sleep.
+    const mineNow = async () =>
+      (await historyOf(ANALYTICS, reader, "?limit=1000"))
+        .map((f) => f.data as Record<string, unknown>)
+        .filter((d) => d.source_channel === ch);
+    await until(async () => (await mineNow()).length >= 20, "20 copies on the analytics channel");
+    const mine = await mineNow();
     expect(mine).toHaveLength(20);
     expect(mine.map((d) => (d.message as { i: number }).i)).toEqual(Array.from({ length: 20 }, (_, i) => i));
     for (const d of mine) {

@@ -25,6 +25,7 @@
  * report their counts and to fetch what they missed from its history.
  */
 import { DurableObject } from "cloudflare:workers";
+import { splitShardKey } from "../../functions/shard-key";
 import type { PresenceAnswer, PresenceSettings } from "../delivery/channel-presence";
 import { ChannelRelays } from "../delivery/channel-relays";
 import type { RelayReport } from "../delivery/relay-registry";
@@ -211,7 +212,10 @@ export class ChannelObject extends DurableObject<Env> {
    * nobody uses stores nothing for it.
    */
   presence(channel: string): PresenceAnswer {
-    return { ...this.relays.presenceNow(), channel };
+    // Named by the caller (an object that never stored its name still answers): a shard's key names
+    // its channel and its shard (functions/shard-key.ts).
+    const { channel: name, shard } = splitShardKey(channel);
+    return { ...this.relays.presenceNow(), channel: name, ...(shard === null ? {} : { shard }) };
   }
 
   stats(): ChannelStats {

@@ -19,6 +19,7 @@ import { parseJsonText, readBody } from "../body";
 import { invalidArgument, orUnavailable, permissionDenied } from "../errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../openapi";
 import { channelParam } from "../params";
+import { securedJson } from "../security-headers";
 import { publishAudience } from "../shard-header";
 
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,64}$/;
@@ -194,7 +195,9 @@ publish.post(documented(publish, publishRoute), async (c) => {
     // Only handed to waitUntil, never continued from here: the batch may belong to another request,
     // and code chained on another request's promise would run in that request's context.
     defer(svc.drops.enqueue(copy(false)));
-    return c.json({ status: "dropped" }, 202);
+    // Built with the security headers in one copy (src/http/security-headers.ts): a drop flood's
+    // every request ends here, like a denial's.
+    return securedJson({ status: "dropped" }, 202, charged.headers);
   }
 
   const outcome = await orUnavailable<PublishOutcome>(
