@@ -570,6 +570,8 @@ function renderOccupancy(c, card) {
           scales: { x: { time: true } },
           axes: [{ stroke: "#8b98a5" }, { stroke: "#8b98a5", label: "subscribers" }],
           series: [{}, { label: "occupancy", stroke: "#58a6ff", width: 2 }],
+          // One series, named by its axis: a legend would only repeat the card's subscriber count.
+          legend: { show: false },
         },
         made.data,
         chart,

@@ -74,12 +74,19 @@ export interface TokenPair {
   refresh_expires_at: number;
 }
 
+/** A publish's answer (docs/api.md): delivered with its seq, or dropped by the throttle. */
 export type PublishResult =
   /** `shard`: on a sharded channel, the shard the message went into (docs/api.md, "Shards"). */
   | { status: "delivered"; channel: string; shard?: string; seq: number; id: string; published_at: number }
-  /** A broadcast (`shard: "*"`): the shards it was delivered into, each with its own seq. */
-  | { status: "delivered"; channel: string; shards: string[]; published_at: number }
   | { status: "dropped" };
+
+/** A broadcast's answer (`shard: "*"`): the shards it was delivered into, each with its own seq. */
+export interface BroadcastResult {
+  status: "delivered";
+  channel: string;
+  shards: string[];
+  published_at: number;
+}
 
 export interface Message {
   type: "message";
@@ -255,7 +262,14 @@ export class FloodgateClient {
   }
 
   /** Publishes one JSON value. Resolves with the delivery or the drop; rejects with a FloodgateError. */
-  async publish(channel: string, data: unknown, options: PublishOptions = {}): Promise<PublishResult> {
+  /** A broadcast into every shard (`Floodgate-Shard: *`, a token with the `broadcast` scope). */
+  publish(channel: string, data: unknown, options: PublishOptions & { shard: "*" }): Promise<BroadcastResult>;
+  publish(channel: string, data: unknown, options?: PublishOptions): Promise<PublishResult>;
+  async publish(
+    channel: string,
+    data: unknown,
+    options: PublishOptions = {},
+  ): Promise<PublishResult | BroadcastResult> {
     const key = options.idempotencyKey ?? randomKey();
     const retries = options.retries ?? this.opts.maxRetries ?? 5;
     const body = JSON.stringify(data);
@@ -280,7 +294,7 @@ export class FloodgateClient {
         await this.sleep(this.backoff(attempt));
         continue;
       }
-      if (res.status === 200 || res.status === 202) return (await res.json()) as PublishResult;
+      if (res.status === 200 || res.status === 202) return (await res.json()) as PublishResult | BroadcastResult;
       const error = await toError(res);
       if (error.status === 401 && this.refreshToken && !refreshedAfter401) {
         refreshedAfter401 = true;
