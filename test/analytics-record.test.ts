@@ -284,7 +284,8 @@ describe("reconciliation under a flood past the byte cap", () => {
   it("counts every copy the full isolate queue turns away while the drops queue stalls, and dropped = recorded + failed", async () => {
     const r = await record();
     // The drops queue stalls until every publish has answered, so copies pile up in the isolate. A
-    // small MAX_MESSAGE_BYTES makes the isolate's cap small: 2 KiB × 512 = 1 MiB, about 250 of these copies.
+    // small MAX_MESSAGE_BYTES makes the isolate's cap small: 2 KiB × 1,024 = 2 MiB, about 530 of these
+    // copies (each counted at about 3.9 KB), so 700 pass it.
     let stalled = true;
     const real = env.DROPS_QUEUE;
     const stalling = {
@@ -308,7 +309,7 @@ describe("reconciliation under a flood past the byte cap", () => {
     };
     const before = await metric();
 
-    const N = 400;
+    const N = 700;
     const body = JSON.stringify({ pad: "x".repeat(1900) });
     const ctxs: ExecutionContext[] = [];
     try {

@@ -38,14 +38,16 @@ export function countedChannelStub(env: Env, channel: string): DurableObjectStub
 }
 
 /**
- * The isolate's queue of copies of dropped messages holds at most `MAX_MESSAGE_BYTES` × this many bytes: 16 MiB
- * at the default 32 KiB, an eighth of the 128 MB an isolate may use. Counted at 2 bytes a character
- * (see functions/drop-copies.ts, copyBytes), that is 256 copies of the largest message: the batch in
- * flight and the one filling (100 each) with room to spare, so a sustained flood of 30 KB drops at
- * the rate one isolate can take keeps every copy (docs/operations.md, "The record of dropped
- * messages"), and only a stalled drops queue makes copies overflow.
+ * The isolate's queue of copies of dropped messages holds at most `MAX_MESSAGE_BYTES` × this many bytes: 32 MiB
+ * at the default 32 KiB, a quarter of the 128 MB an isolate may use — and counted at 2 bytes a
+ * character (see functions/drop-copies.ts, copyBytes) where V8 keeps an ASCII or Latin-1 text in one,
+ * so for most payloads half of that is really held. That is 512 copies of the largest message: the
+ * batch in flight, the ones filling behind it while the drops queue answers, with room to spare. At
+ * 512 × (16 MiB) a 30 KB flood from 100 connections at 679 drops/s turned 9 of 6,792 copies away
+ * while the local queue answered slowly (docs/benchmarks.md, "The record under a flood"); at 1,024
+ * it kept every one. Only a stalled drops queue makes copies overflow.
  */
-export const COPY_QUEUE_MESSAGE_BYTES = 512;
+export const COPY_QUEUE_MESSAGE_BYTES = 1024;
 
 /** Copies turned away by a full queue: logged at most once per 10 s per isolate, with their sources. */
 const overflowLog = new OverflowLog((line) => console.error(line));
