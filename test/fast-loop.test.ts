@@ -298,7 +298,8 @@ describe("fast loop with priority messages", () => {
     await offerMix(ch, token, priority, normal);
     await endFastPeriod(ch);
     // 1 − (T − P) / N = 1 − 0.4 / 1.4: not the 0.5 that would hold the target without priority.
-    expect(await objectRate(ch)).toBeCloseTo(1 - (TARGET - priority / 30) / (normal / 30), 3);
+    // To 2 places: the measured period is PERIOD_MS plus the real milliseconds before the alarm ran.
+    expect(await objectRate(ch)).toBeCloseTo(1 - (TARGET - priority / 30) / (normal / 30), 2);
     // Period 1 begins on the old rate (the isolate hears the new one with its first answers); from
     // the second period on, the target holds within 10%.
     for (let k = 1; k <= 3; k++) {
@@ -307,7 +308,7 @@ describe("fast loop with priority messages", () => {
       const total = d.priority + d.normal;
       if (k >= 2) expect(within10(total, ALLOWED), `period ${k}: ${total} delivered, ${ALLOWED} allowed`).toBe(true);
       await endFastPeriod(ch);
-      expect(await objectRate(ch)).toBeCloseTo(1 - (TARGET - priority / 30) / (normal / 30), 3);
+      expect(await objectRate(ch)).toBeCloseTo(1 - (TARGET - priority / 30) / (normal / 30), 2);
     }
     const stats = (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
       priority_total: number;
@@ -328,9 +329,11 @@ describe("fast loop with priority messages", () => {
     expect(d).toEqual({ priority, normal: 0 });
     await endFastPeriod(ch);
     expect(await objectRate(ch)).toBe(1);
-    // Priority falls below the target again: the rest is let through again, to the target.
+    // Priority falls below the target again: the rest is let through again, to the target. (To 2
+    // places: the period the alarm measures is PERIOD_MS plus the real milliseconds between setting
+    // its start and the alarm running, tens of them on a loaded machine: 0.4995 for 0.5 in one run.)
     await offerMix(ch, token, ALLOWED / 2, ALLOWED);
     await endFastPeriod(ch);
-    expect(await objectRate(ch)).toBeCloseTo(0.5, 3);
+    expect(await objectRate(ch)).toBeCloseTo(0.5, 2);
   });
 });
