@@ -9,7 +9,7 @@
  */
 import { createExecutionContext, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
-import { type Summary as ClientSummary, FloodgateClient, type Message, type SocketLike } from "@floodgate/client";
+import { type Summary as ClientSummary, FloodgateClient, type Message } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import { OTHER_KEY } from "../functions/drop-summary";
 import worker from "../src/index";
@@ -30,6 +30,7 @@ import {
   setRate,
   uniq,
   until,
+  workerSocket,
 } from "./helpers";
 
 const relayEnv = envWith({ RELAY_CAPACITY: "2", SUBSCRIBE_BURST: "1000", READ_BURST: "1000" });
@@ -246,20 +247,7 @@ describe("summaries of drops", () => {
 
 describe("the client's summaries", () => {
   const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));
-  const openWebSocket = async (url: string, protocols: string[]): Promise<SocketLike> => {
-    const res = await exports.default.fetch(
-      new Request(url.replace(/^ws/, "http"), {
-        headers: {
-          upgrade: "websocket",
-          "sec-websocket-protocol": protocols.join(", "),
-          "cf-connecting-ip": freshIp(),
-        },
-      }),
-    );
-    if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);
-    res.webSocket.accept();
-    return res.webSocket as unknown as SocketLike;
-  };
+  const openWebSocket = workerSocket;
 
   it("hands summaries to onSummary over WebSocket and SSE, apart from messages, and publishes with priority", async () => {
     const ch = `public:summary.${uniq()}`;

@@ -3,7 +3,7 @@
  */
 
 import { env, exports } from "cloudflare:workers";
-import type { Message, TokenPair } from "@floodgate/client";
+import type { Message, SocketLike, TokenPair } from "@floodgate/client";
 import { readSse as readSseEvents } from "@floodgate/client";
 import type { BatchChargeResult, LeaseRequest } from "../src/rate-limit/bucket-charge";
 import type { BucketBackend } from "../src/rate-limit/limiter-gate";
@@ -323,4 +323,19 @@ export async function until(ready: () => boolean | Promise<boolean>, what: strin
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 5));
   }
+}
+
+/**
+ * The client's `openWebSocket` through the Worker itself, each socket from its own client IP (so
+ * many of them never share one read budget or per-client cap).
+ */
+export async function workerSocket(url: string, protocols: string[]): Promise<SocketLike> {
+  const res = await exports.default.fetch(
+    new Request(url.replace(/^ws/, "http"), {
+      headers: { upgrade: "websocket", "sec-websocket-protocol": protocols.join(", "), "cf-connecting-ip": freshIp() },
+    }),
+  );
+  if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);
+  res.webSocket.accept();
+  return res.webSocket as unknown as SocketLike;
 }

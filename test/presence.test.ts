@@ -8,7 +8,7 @@
  */
 import { createExecutionContext, runInDurableObject } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
-import { FloodgateClient, type PresenceFrame, type SocketLike } from "@floodgate/client";
+import { FloodgateClient, type PresenceFrame } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
 import { relayName } from "../src/delivery/placement";
 import type { Relay } from "../src/delivery/relay";
@@ -16,7 +16,7 @@ import worker from "../src/index";
 import { ConfigError, parseConfig } from "../src/platform/config";
 import { channelStub } from "../src/platform/stubs";
 import { presenceTick } from "./channel-internals";
-import { BASE, env, envWith, freshIp, historyOf, mint, publishTo, uniq, until } from "./helpers";
+import { BASE, env, envWith, freshIp, historyOf, mint, publishTo, uniq, until, workerSocket } from "./helpers";
 
 const HOUR = 3_600_000;
 const base = { RELAY_CAPACITY: "2", SUBSCRIBE_BURST: "1000", READ_BURST: "1000", PRESENCE_INTERVAL: "1h" };
@@ -297,20 +297,7 @@ describe("the client's presence", () => {
         exports.default.fetch(
           new Request(i, { ...init, headers: { ...init?.headers, "cf-connecting-ip": freshIp() } }),
         ),
-      openWebSocket: async (url, protocols) => {
-        const res = await exports.default.fetch(
-          new Request(url.replace(/^ws/, "http"), {
-            headers: {
-              upgrade: "websocket",
-              "sec-websocket-protocol": protocols.join(", "),
-              "cf-connecting-ip": freshIp(),
-            },
-          }),
-        );
-        if (res.status !== 101 || !res.webSocket) throw new Error(`upgrade failed: ${res.status}`);
-        res.webSocket.accept();
-        return res.webSocket as unknown as SocketLike;
-      },
+      openWebSocket: workerSocket,
     });
     const seen: PresenceFrame[] = [];
     const sub = fg.subscribe(ch, () => {}, { onPresence: (p) => seen.push(p) });
