@@ -3,7 +3,19 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { ADMIN_BEARER_REQUIRED } from "../src/auth/authorise";
-import { ADMIN, adminHeaders, call, callAndWait, envWith, freshIp, mint, openSocket, publishTo, uniq } from "./helpers";
+import {
+  ADMIN,
+  adminHeaders,
+  call,
+  callAndWait,
+  envWith,
+  freshIp,
+  mint,
+  openSocket,
+  publishTo,
+  uniq,
+  untilUnsubscribed,
+} from "./helpers";
 
 const put = (ch: string, body: string, headers = adminHeaders()) =>
   call(`/v1/admin/throttle/${ch}`, { method: "PUT", headers, body });
@@ -133,5 +145,6 @@ describe("channel stats", () => {
       last_sample: null,
     });
     s.ws.close();
+    await untilUnsubscribed(ch);
   });
 });

@@ -38,6 +38,7 @@ import {
   storedTables,
   uniq,
   until,
+  untilUnsubscribed,
 } from "./helpers";
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
@@ -634,5 +635,6 @@ describe("presence on a sharded channel", () => {
     expect(await presenceOf(fr)).toMatchObject({ channel: ch, shard: "fr", occupancy: 1 });
     for (const f of a.frames) if ((f as { type: string }).type === "presence") expect(f).toMatchObject({ shard: "es" });
     for (const s of [a, b, c]) s.ws.close();
+    await untilUnsubscribed(ch);
   });
 });

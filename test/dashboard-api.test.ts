@@ -10,7 +10,17 @@ import { rateKey } from "../functions/before-publish";
 import { OVERVIEW_MAX_CHANNELS } from "../src/http/routes/dashboard";
 import { activeChannelsStub } from "../src/platform/stubs";
 import { backdatePeriod, makeSeenReportDue } from "./channel-internals";
-import { adminHeaders, callAndWait, cron, envWith, mint, openSocket, publishAndWait, uniq } from "./helpers";
+import {
+  adminHeaders,
+  callAndWait,
+  cron,
+  envWith,
+  mint,
+  openSocket,
+  publishAndWait,
+  uniq,
+  untilUnsubscribed,
+} from "./helpers";
 
 const admin = (path: string, init: RequestInit = {}) => callAndWait(path, { ...init, headers: adminHeaders() });
 
@@ -282,5 +292,6 @@ describe("runtime targets", () => {
     expect(await (await admin(`/v1/channels/${ch}/stats`)).json()).toMatchObject({ target_rate: 2500 });
     sub.ws.close();
     sub2.ws.close();
+    await untilUnsubscribed(ch);
   });
 });

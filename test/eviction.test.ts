@@ -8,7 +8,7 @@ import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { relayName } from "../src/delivery/placement";
-import { mint, openSocket, publishTo, uniq, withFailing } from "./helpers";
+import { mint, openSocket, publishTo, uniq, untilUnsubscribed, withFailing } from "./helpers";
 
 /** Polls (no fixed sleep) until the channel's stats match: relays report their counts after a change. */
 async function statsUntil(ch: string, ready: (s: Record<string, unknown>) => boolean) {
@@ -136,5 +136,6 @@ describe("subscriber sockets", () => {
     expect((await publishTo(ch, t, "still here")).status).toBe(200);
     expect((await b.next(1)).map((f) => f.data)).toEqual(["still here"]);
     b.ws.close();
+    await untilUnsubscribed(ch);
   });
 });

@@ -339,3 +339,18 @@ export async function workerSocket(url: string, protocols: string[]): Promise<So
   res.webSocket.accept();
   return res.webSocket as unknown as SocketLike;
 }
+
+/**
+ * Waits until each channel has heard from its relays that every subscriber is gone and no relay is
+ * left. A test that closes its subscribers last awaits this, so no relay's count report is still in
+ * flight when the file's environment is torn down (vitest fails the run on an RPC cut off midway).
+ */
+export async function untilUnsubscribed(...channels: string[]): Promise<void> {
+  for (const channel of channels) {
+    await until(async () => {
+      const res = await callAndWait(`/v1/channels/${channel}/stats`, { headers: adminHeaders() });
+      const stats = (await res.json()) as { websockets: number; sse: number; relays: number };
+      return stats.websockets === 0 && stats.sse === 0 && stats.relays === 0;
+    }, `${channel} without subscribers`);
+  }
+}

@@ -30,6 +30,7 @@ import {
   SLOW_TEST_MS,
   uniq,
   until,
+  untilUnsubscribed,
   withFailing,
 } from "./helpers";
 
@@ -333,6 +334,7 @@ describe("client", () => {
     const sub = fg.subscribe(ch, (m) => got.push(m), { after: 0 });
     await until(() => got.length >= 3, "the replay");
     sub.close();
+    await untilUnsubscribed(ch);
     expect(opener.texts).toHaveLength(3);
     for (const text of opener.texts) expect(Array.isArray(JSON.parse(text))).toBe(false);
     expect(got.map((m) => m.seq)).toEqual([1, 2, 3]);

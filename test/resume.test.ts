@@ -1,6 +1,6 @@
 /** Resume after a disconnect: `?after=` (WebSocket, SSE) and `Last-Event-ID` (SSE). */
 import { describe, expect, it } from "vitest";
-import { call, mint, openSocket, publishTo, readSse, uniq } from "./helpers";
+import { call, mint, openSocket, publishTo, readSse, uniq, untilUnsubscribed } from "./helpers";
 
 describe("resume", () => {
   it("a WebSocket that reconnects with ?after= gets exactly what it missed, then live", async () => {
@@ -43,6 +43,7 @@ describe("resume", () => {
     const s = await openSocket(ch, "?after=0");
     expect((await s.next(3)).map((f) => f.seq)).toEqual([1, 2, 3]);
     s.ws.close();
+    await untilUnsubscribed(ch);
     const bad = await call(`/v1/subscribe/${ch}?after=abc`, { headers: { upgrade: "websocket" } });
     expect(bad.status).toBe(400);
   });

@@ -14,7 +14,7 @@ import type { Relay } from "../src/delivery/relay";
 import worker from "../src/index";
 import { channelStub } from "../src/platform/stubs";
 import { sendSide } from "./channel-internals";
-import { BASE, env, envWith, freshIp, historyOf, mint, publishTo, uniq, until } from "./helpers";
+import { BASE, env, envWith, freshIp, historyOf, mint, publishTo, uniq, until, untilUnsubscribed } from "./helpers";
 
 const CAPACITY = 2;
 const relayEnv = envWith({ RELAY_CAPACITY: String(CAPACITY), SUBSCRIBE_BURST: "1000", READ_BURST: "1000" });
@@ -139,6 +139,7 @@ describe("side frames through the relays", () => {
     expect(JSON.parse(packed.texts[3] as string)).toEqual([JSON.parse(summary(ch, 5).text)]);
     packed.ws.close();
     plain.ws.close();
+    await untilUnsubscribed(ch);
   });
 
   it("a relay with no subscribers drops side frames without failing the call", async () => {

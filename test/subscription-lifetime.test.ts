@@ -21,7 +21,18 @@ import {
   TOKEN_EXPIRED_CLOSE,
   TOKEN_EXPIRED_REASON,
 } from "../src/delivery/subscriber-bounds";
-import { adminHeaders, call, callAndWait, mint, openSocket, readSse, uniq, until, withFailing } from "./helpers";
+import {
+  adminHeaders,
+  call,
+  callAndWait,
+  mint,
+  openSocket,
+  readSse,
+  uniq,
+  until,
+  untilUnsubscribed,
+  withFailing,
+} from "./helpers";
 
 const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
 /** The channel's only relay (fewer subscribers than RELAY_CAPACITY; no colo locally). */
@@ -296,5 +307,6 @@ describe("one relay's memory is bounded", () => {
     expect(cut.length).toBeLessThan(6);
     expect(cut.map((e) => Number(e.id))).toEqual(Array.from({ length: cut.length }, (_, i) => i + 1));
     reading.ws.close();
+    await untilUnsubscribed(ch);
   });
 });

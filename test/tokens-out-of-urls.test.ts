@@ -5,7 +5,7 @@
 import { env } from "cloudflare:workers";
 import { FloodgateClient, type Message, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
-import { BASE, callAndWait, freshIp, publishTo, readSse, uniq } from "./helpers";
+import { BASE, callAndWait, freshIp, publishTo, readSse, uniq, untilUnsubscribed } from "./helpers";
 import { accessToken, sse, ws } from "./raw-requests";
 
 describe("tokens out of URLs", () => {
@@ -75,6 +75,7 @@ describe("tokens out of URLs", () => {
       sub.close();
       expect(got.length).toBeGreaterThan(0);
     }
+    await untilUnsubscribed(ch);
     expect(urls.length).toBeGreaterThanOrEqual(2);
     for (const url of urls) expect(url).not.toContain(token);
     expect(protocolsSeen[0]).toEqual(["floodgate", `bearer.${token}`]);

@@ -25,6 +25,7 @@ import {
   setRate,
   uniq,
   until,
+  untilUnsubscribed,
 } from "./helpers";
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
@@ -147,5 +148,6 @@ describe.each([
 
     for (const s of [wsA, wsB, analytics]) s.ws.close();
     await sse.close();
+    await untilUnsubscribed(ch, ANALYTICS);
   });
 });
