@@ -59,23 +59,30 @@ describe("security headers", () => {
     await reference.body?.cancel();
   });
 
-  it("a drop's 202 carries every security header other answers carry, and the budget's headers", async () => {
-    const ch = `public:bound.${uniq()}`;
-    const { access_token } = await mint({ sub: uniq("drop"), channels: [ch], rl: "100/s" });
-    await setRate(ch, 1);
-    const res = await callAndWait(`/v1/publish/${ch}`, {
-      method: "POST",
-      headers: { authorization: `Bearer ${access_token}`, "content-type": "application/json" },
-      body: "{}",
-    });
-    const reference = await callAndWait("/no/such/route");
-    const own = new Set(["content-type", "content-length", "retry-after", "ratelimit", "ratelimit-policy"]);
-    const security = (r: Response) => Object.fromEntries([...r.headers].filter(([name]) => !own.has(name)));
-    expect(res.status).toBe(202);
-    expect(security(res)).toEqual(security(reference));
-    expect(res.headers.get("content-type")).toBe(reference.headers.get("content-type"));
-    expect(res.headers.get("ratelimit")).toMatch(/^"publish";r=\d+;t=\d+$/);
-    expect(await res.json()).toEqual({ status: "dropped" });
-    await reference.body?.cancel();
-  });
+  it.each([
+    ["a drop's 202", 1, {}, 202, { status: "dropped" }],
+    ["a drop's 202 with an Idempotency-Key", 1, { "idempotency-key": "k-1" }, 202, { status: "dropped" }],
+    ["a delivered 200", 0, {}, 200, { status: "delivered" }],
+  ] as const)(
+    "%s carries every security header other answers carry, and the budget's headers",
+    async (_what, rate, extra, status, body) => {
+      const ch = `public:bound.${uniq()}`;
+      const { access_token } = await mint({ sub: uniq("drop"), channels: [ch], rl: "100/s" });
+      await setRate(ch, rate);
+      const res = await callAndWait(`/v1/publish/${ch}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${access_token}`, "content-type": "application/json", ...extra },
+        body: "{}",
+      });
+      const reference = await callAndWait("/no/such/route");
+      const own = new Set(["content-type", "content-length", "retry-after", "ratelimit", "ratelimit-policy"]);
+      const security = (r: Response) => Object.fromEntries([...r.headers].filter(([name]) => !own.has(name)));
+      expect(res.status).toBe(status);
+      expect(security(res)).toEqual(security(reference));
+      expect(res.headers.get("content-type")).toBe(reference.headers.get("content-type"));
+      expect(res.headers.get("ratelimit")).toMatch(/^"publish";r=\d+;t=\d+$/);
+      expect(await res.json()).toMatchObject(body);
+      await reference.body?.cancel();
+    },
+  );
 });

@@ -3,7 +3,7 @@
 // shows as a ratio below 1 in the same run, on the same machine at the same moment, which no figure
 // copied from an older run can give on a machine whose speed moves by 2× within a minute.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, symlinkSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { root } from "./root.mjs";
@@ -34,7 +34,16 @@ export function refTree(ref) {
     rmSync(tree, { recursive: true, force: true });
     renameSync(partial, tree);
   }
-  if (!existsSync(join(tree, "node_modules"))) symlinkSync(join(root, "node_modules"), join(tree, "node_modules"));
+  // Linked to this checkout's: a link left by another checkout (a worktree since removed) is replaced.
+  const link = join(tree, "node_modules");
+  let linked = null;
+  try {
+    linked = readlinkSync(link);
+  } catch {}
+  if (linked !== join(root, "node_modules")) {
+    rmSync(link, { recursive: true, force: true });
+    symlinkSync(join(root, "node_modules"), link);
+  }
   const theirs = JSON.parse(readFileSync(join(tree, "package.json"), "utf8")).dependencies?.hono;
   const ours = JSON.parse(readFileSync(join(root, "package.json"), "utf8")).dependencies?.hono;
   if (theirs !== ours) console.log(`note: ${ref} pins hono ${theirs}; both are bundled with ${ours}`);

@@ -224,9 +224,10 @@ publish.post(documented(publish, publishRoute), async (c) => {
       svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
       defer(svc.drops.enqueue(copy(true)));
     }
-    return c.json({ status: "dropped" }, 202);
+    return securedJson({ status: "dropped" }, 202, charged.headers);
   }
   if (!outcome.replayed) svc.metrics.inc("floodgate_messages_total", { result: "delivered" });
   const { replayed: _, ...body } = outcome;
-  return c.json(body, 200);
+  // With the security headers in one copy, as a drop's 202 (a delivered publish is the common answer).
+  return securedJson(body, 200, charged.headers);
 });
