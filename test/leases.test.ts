@@ -257,9 +257,9 @@ describe("spare leases at low demand", () => {
       await one.gate.check("publish", key, limit);
       clock.now += 300;
     }
-    // The first charge asks for no lease (a key seen once parks nothing here); the second takes 8 (of
-    // 18 left, those above half the burst) and spends them on the next eight publishes.
-    expect(one.seen).toMatchObject({ calls: 2, admitted: 10, fromLease: 8 });
+    // The first charge takes 9 (of 19 left, those above half the burst) and spends them on the next
+    // nine publishes: a subject's first publish already brings its spare lease.
+    expect(one.seen).toMatchObject({ calls: 1, admitted: 10, fromLease: 9 });
     // The same subject through another isolate meanwhile: the half of the burst below the floor.
     for (let i = 0; i < 11; i++) {
       await other.gate.check("publish", key, limit).catch(() => {});
@@ -271,7 +271,7 @@ describe("spare leases at low demand", () => {
     expect(one.seen.admitted + other.seen.admitted).toBe(limit.burst);
   });
 
-  it("are asked for only by the publish bucket, and only for a key this isolate charged within the window", async () => {
+  it("are asked for only by the publish bucket, from a key's first charge on", async () => {
     const clock = { now: 3_000_000 };
     const limit = hourly(20);
     // Reads (per client IP) and token issues: never a spare lease, however steady.
@@ -285,7 +285,9 @@ describe("spare leases at low demand", () => {
       expect(isolate.seen).toMatchObject({ calls: 5, fromLease: 0 });
       expect((await shardStub(env, key).peek(key))?.tokens).toBeCloseTo(15, 1);
     }
-    // A publisher seen again only after the window: each charge is a first sight, no lease parked.
+    // A publisher seen again only after each lease's window: each charge settles the lease before
+    // (its unused tokens back in the bucket) and takes a new one, so the bucket shows only what the
+    // three publishes spent and what the newest lease holds.
     const key = `publish:${uniq()}`;
     const isolate = isolateOn(key, clock);
     for (let i = 0; i < 3; i++) {
@@ -293,8 +295,26 @@ describe("spare leases at low demand", () => {
       clock.now += SPARE_LEASE_SPEND_MS;
     }
     expect(isolate.seen).toMatchObject({ calls: 3, fromLease: 0 });
-    // 17 and the hourly refill over those 30 s (0.17): nothing was leased.
-    expect((await shardStub(env, key).peek(key))?.tokens).toBeCloseTo(17, 0);
+    // 17 after three publishes (and the hourly refill over those 30 s, 0.17), then the 7 above the
+    // floor of 10 on the third charge's lease.
+    expect((await shardStub(env, key).peek(key))?.tokens).toBeCloseTo(10, 0);
+  });
+
+  it("come with a subject's first publish: a cold crowd publishing three times each costs one call per subject", async () => {
+    const limit: Limit = { rate: 50, perMs: 1000, burst: 100 }; // the shipped publish budget
+    const clock = { now: 7_000_000 };
+    const run = uniq("cold");
+    const key = (k: number) => `publish:${run}.${k}`;
+    const isolate = isolateOn(key(0), clock);
+    // Every subject new to this isolate, publishing three times, one request at a time.
+    for (let k = 0; k < 30; k++) {
+      for (let i = 0; i < 3; i++) {
+        // All on one shard object here (isolateOn's), which holds every key's bucket alike.
+        await isolate.gate.check("publish", key(k), limit);
+        clock.now += 20;
+      }
+    }
+    expect(isolate.seen).toMatchObject({ calls: 30, admitted: 90, fromLease: 60, denied: 0 });
   });
 
   it("are settled with the isolate's next call to their shard, made for another key: no call of their own", async () => {
@@ -302,15 +322,15 @@ describe("spare leases at low demand", () => {
     const limit: Limit = { rate: 20, perMs: 86_400_000, burst: 20 }; // next to no refill over the window
     const clock = { now: 2_000_000 };
     const isolate = isolateOn(a, clock);
-    await isolate.gate.check("publish", a, limit); // first sight: 1 admitted, no lease
-    await isolate.gate.check("publish", a, limit); // 1 admitted, 8 on lease, 10 in the bucket
+    await isolate.gate.check("publish", a, limit); // 1 admitted, 9 on lease, 10 in the bucket
+    await isolate.gate.check("publish", a, limit); // from the lease: 8 left on it
     await isolate.gate.check("publish", a, limit); // from the lease: 7 left on it
-    expect(isolate.seen).toMatchObject({ calls: 2, fromLease: 1 });
+    expect(isolate.seen).toMatchObject({ calls: 1, fromLease: 2 });
     expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(10, 1);
     // The lease's window passes with no more publishes of `a`; a publish of `b` calls the shard.
     clock.now += SPARE_LEASE_SPEND_MS;
     await isolate.gate.check("publish", b, limit);
-    expect(isolate.seen.calls).toBe(3);
+    expect(isolate.seen.calls).toBe(2);
     // The 7 unused came back with that call, long before the lease would have ended in the object.
     expect((await shardStub(env, a).peek(a))?.tokens).toBeCloseTo(17, 1); // (the refill adds next to nothing)
     // Settled once: the next call carries nothing for `a`.

@@ -6,17 +6,19 @@
  * leased tokens from the bucket when it grants them and keeps counting them as in the bucket until
  * they are settled, so leases never admit what the bucket would not (src/rate-limit/bucket-charge.ts). At low
  * demand a publish charge accepts a spare lease instead (tokens above half the burst, spent over
- * `SPARE_LEASE_SPEND_MS`), so a subject publishing now and then calls its object about once per window.
- * Only for the publish bucket, and only for a key this isolate charged within the window before: an
- * unsettled lease's tokens are not given back (they refill at the bucket's rate), so a key seen once
- * — a one-shot reader or minter, or keys an outsider makes up — never has tokens parked here.
+ * `SPARE_LEASE_SPEND_MS` in src/rate-limit/bucket-charge.ts), so a subject publishing now and then calls its object about once per window
+ * — from its first publish on: a crowd that arrives cold (each subject publishing a few times) then
+ * costs one call per subject, not one per publish. Only for the publish bucket, whose keys are verified
+ * subjects (a token names them): an unsettled lease's tokens are not given back (they refill at the
+ * bucket's rate), so read, subscribe and token-issue keys — a one-shot reader or minter, or client
+ * IPs an outsider picks — never have tokens parked here.
  *
  * Settling costs no call of its own: a lease this isolate stops spending is settled with its next
  * call to the lease's shard, whatever keys that call is for ({@link IsolateLeases.settlesFor}), or it
  * simply ends in the object when it expires.
  */
 import { BoundedMap } from "../../functions/bounded-map";
-import { LEASE_SPEND_MS, type Lease, type LeaseRequest, SPARE_LEASE_SPEND_MS } from "./bucket-charge";
+import { LEASE_SPEND_MS, type Lease, type LeaseRequest } from "./bucket-charge";
 import type { Limit } from "./limits";
 
 /** Requests for one key seen in this isolate over the last 250–500 ms before a charge asks for a lease. */
@@ -61,8 +63,6 @@ interface KeyState {
   windowStart: number;
   seen: number;
   seenBefore: number;
-  /** When this isolate last sent a charge for the key (0: never): a spare lease needs a recent one. */
-  lastChargeAt: number;
   /** Set once a lease is held: where it is settled. */
   home?: LeaseHome;
 }
@@ -103,17 +103,14 @@ export class IsolateLeases {
 
   /**
    * What a charge for `id` sent at `now` asks for: a lease if the key is hot, else a spare lease if
-   * `spareAllowed` (the publish bucket) and this isolate charged the key within the spare window before;
-   * and the leases to settle.
+   * `spareAllowed` (the publish bucket), its first charge included; and the leases to settle.
    */
   request(id: string, now: number, spareAllowed: boolean): LeaseRequest {
     const state = this.state(id, now);
     const demand = state.seen + state.seenBefore;
     const settle = state.settle.splice(0);
-    const recent = state.lastChargeAt > 0 && now - state.lastChargeAt < SPARE_LEASE_SPEND_MS;
-    state.lastChargeAt = now;
     if (demand >= LEASE_MIN_DEMAND) return { want: demand, settle };
-    return spareAllowed && recent ? { want: 0, settle, spare: true } : { want: 0, settle };
+    return spareAllowed ? { want: 0, settle, spare: true } : { want: 0, settle };
   }
 
   /**
@@ -174,7 +171,6 @@ export class IsolateLeases {
       windowStart: now,
       seen: 0,
       seenBefore: 0,
-      lastChargeAt: 0,
     }));
     const elapsed = now - state.windowStart;
     if (elapsed >= DEMAND_WINDOW_MS) {
