@@ -37,7 +37,7 @@ import {
   sseEvent,
   utf8Length,
 } from "../channel/frames";
-import { boundMemory } from "./relay-memory";
+import { boundMemory, SocketBacklog } from "./relay-memory";
 import type { RelayReporter } from "./relay-reporter";
 import { attachment, type RelaySubscribers, type Subscriber } from "./relay-subscribers";
 import type { SseClient } from "./sse-hub";
@@ -68,6 +68,8 @@ export interface StreamingRelay {
 interface SendTally {
   slow: number;
   closed: number;
+  /** A pass over every open WebSocket: what each has waiting, for the memory bound. */
+  backlog?: SocketBacklog;
 }
 
 export class RelayStream {
@@ -214,14 +216,19 @@ export class RelayStream {
    */
   private sendLive(frames: LiveFrame[], sockets: WebSocket[], side: readonly SideFrame[] = []): void {
     if (frames.length === 0 && side.length === 0) return;
-    const tally: SendTally = { slow: 0, closed: 0 };
+    // `sockets` are all that are open (taken after any await), so the pass reads every backlog.
+    const tally: SendTally = { slow: 0, closed: 0, backlog: new SocketBacklog() };
     const hold = this.relay.frameDelayMs() > 0;
     const cut = new SideCut(side, this.subs);
     const packed = new PackedOnce(frames, cut, this.relay.maxFrameBytes());
     for (const ws of sockets) {
-      if (this.subs.joining.has(ws)) continue;
+      if (this.subs.joining.has(ws)) {
+        tally.backlog?.add(ws, ws.bufferedAmount);
+        continue;
+      }
       if (this.subs.isBatched(ws)) {
         if (!hold) this.sendPacked(ws, frames, packed, tally);
+        else tally.backlog?.add(ws, ws.bufferedAmount);
         continue;
       }
       const floor = this.subs.floors.get(ws);
@@ -288,10 +295,11 @@ export class RelayStream {
     this.held = [];
     this.heldSide = [];
     this.heldBytes = 0;
-    const tally: SendTally = { slow: 0, closed: 0 };
+    const tally: SendTally = { slow: 0, closed: 0, backlog: new SocketBacklog() };
     const packed = new PackedOnce(frames, new SideCut(side, this.subs), this.relay.maxFrameBytes());
     for (const ws of this.subs.sockets()) {
       if (!this.subs.joining.has(ws) && this.subs.isBatched(ws)) this.sendPacked(ws, frames, packed, tally);
+      else tally.backlog?.add(ws, ws.bufferedAmount);
     }
     this.passFloors();
     this.settle(tally);
@@ -330,7 +338,10 @@ export class RelayStream {
       floor === undefined || floor < first
         ? packed.texts(mask)
         : packFrames([...frames.filter((f) => f.seq > floor), ...packed.cut.frames(mask)], this.relay.maxFrameBytes());
-    if (texts.length === 0) return;
+    if (texts.length === 0) {
+      tally.backlog?.add(ws, ws.bufferedAmount);
+      return;
+    }
     this.sendTo(ws, tally, () => {
       for (const text of texts) ws.send(text);
     });
@@ -342,10 +353,11 @@ export class RelayStream {
       send();
       // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
       // most the bound plus one batch, and never slows the others (sends do not block).
-      if (ws.bufferedAmount > SUBSCRIBER_MAX_BEHIND_BYTES) {
+      const waiting = ws.bufferedAmount;
+      if (waiting > SUBSCRIBER_MAX_BEHIND_BYTES) {
         tally.slow++;
         ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-      }
+      } else tally.backlog?.add(ws, waiting);
     } catch {
       // A socket whose send fails is dropped without disturbing the others.
       tally.closed++;
@@ -360,11 +372,11 @@ export class RelayStream {
   private settle(tally: SendTally): void {
     if (tally.slow > 0) this.reporter.slow(tally.slow);
     if (tally.slow > 0 || tally.closed > 0) this.reporter.changed();
-    this.boundMemory();
+    this.boundMemory(tally.backlog);
   }
 
-  private boundMemory(): void {
-    boundMemory(this.subs, this.relay.maxBufferedBytes(), () => this.reporter.slow());
+  private boundMemory(sockets?: SocketBacklog): void {
+    boundMemory(this.subs, this.relay.maxBufferedBytes(), () => this.reporter.slow(), sockets);
   }
 }
 
