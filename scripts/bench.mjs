@@ -14,7 +14,8 @@
 // Worker's own /metrics counters). Beside them run the floors of the same shape (lib/bench.mjs: the
 // bare POST, the one-write floor — a publish's request and one object call that stores it as one
 // row —, two no-op or writing object calls) and the literal before-publish recipe with 10 WebSocket
-// subscribers (lib/bench-recipe-worker.mjs), against Floodgate's publish with 10 (pub10).
+// subscribers (lib/bench-recipe-worker.mjs), against Floodgate's publish with 10 (pub10), and in the
+// fine check the recipe at drop rate 0.5 (recipe50) against Floodgate's at 0.5 (drop50).
 // Audience shards (docs/api.md, "Shards"): a publish into a sharded channel against pub1 (shard1; the
 // shard selection should cost at most 5%), and a broadcast into 10 shards (broadcast10: cost per shard).
 //
@@ -618,6 +619,12 @@ const TARGETS = [
     min: 2.5,
   },
   {
+    id: "drop50",
+    against: "recipe50",
+    title: `publish at drop rate 0.5, ${RECIPE_SUBSCRIBERS} subscribers / literal recipe at 0.5`,
+    min: 2.5,
+  },
+  {
     id: "drop50sum",
     against: "drop50",
     title: "publish at drop rate 0.5 with a summary rule / without (≤ 5% cost)",
@@ -705,6 +712,21 @@ const FINE_PATHS = {
       ...many(worker, tokens, () => "public:bench.crowd"),
       countLimiter: true,
       warm: () => touchAll(worker.base, tokens, () => "public:bench.crowd"),
+      dispose: async () => {
+        sub.close();
+        await worker.stop();
+      },
+    };
+  },
+  // The literal recipe at drop rate 0.5 (its KV key, read on every publish): drop50's counterpart.
+  recipe50: async () => {
+    const worker = await startRecipe();
+    await (await worker.mf.getKVNamespace("THROTTLE_KV")).put("throttleRate:public:bench.recipe50", "0.5");
+    const sub = await subscribers("public:bench.recipe50", RECIPE_SUBSCRIBERS, worker.base);
+    return {
+      url: `${worker.base}/v1/publish/public:bench.recipe50`,
+      pid: worker.pid,
+      opts: (({ path: _, ...o }) => o)(publishOpts("recipe-subject", "public:bench.recipe50")),
       dispose: async () => {
         sub.close();
         await worker.stop();

@@ -76,7 +76,8 @@ export async function startWorker({ inspectorPort, config: workerConfig = config
     await mf.dispose();
     if (storage) rmSync(storage, { recursive: true, force: true });
   };
-  return { base: url.toString().replace(/\/$/, ""), pid: listenerPid(Number(url.port)), stop };
+  // `mf`: the Miniflare instance, for a bench that seeds a binding directly (the recipe's KV).
+  return { base: url.toString().replace(/\/$/, ""), pid: listenerPid(Number(url.port)), stop, mf };
 }
 
 /**
