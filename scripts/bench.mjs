@@ -612,6 +612,7 @@ const TARGETS = [
   { id: "crowdcold", limiterCalls: true, title: "cold crowd limiter calls per 1,000 publishes", max: 100 },
   { id: "pub1", against: "write1", title: "delivered publish, 1 subscriber / one-write floor", min: 0.8 },
   { id: "deny", against: "post", title: "deny path / bare POST", min: 0.75 },
+  { id: "deny", against: "recipedeny", title: "flood of denials / the GCRA peer's (one object call each)", min: 2 },
   {
     id: "pub10",
     against: "recipe10",
@@ -716,6 +717,17 @@ const FINE_PATHS = {
         sub.close();
         await worker.stop();
       },
+    };
+  },
+  // The peer limiter's deny flood: the recipe's GCRA object (Cloudflare's chat example) refusing
+  // every publish of one subject, one object call each: deny's counterpart.
+  recipedeny: async () => {
+    const worker = await startRecipe({ gcraIntervalMs: 3_600_000 });
+    return {
+      url: `${worker.base}/v1/publish/public:bench.recipedeny`,
+      pid: worker.pid,
+      opts: (({ path: _, ...o }) => o)(publishOpts("recipe-flooder", "public:bench.recipedeny")),
+      dispose: () => worker.stop(),
     };
   },
   // The literal recipe at drop rate 0.5 (its KV key, read on every publish): drop50's counterpart.

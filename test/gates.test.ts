@@ -5,17 +5,7 @@ import { describe, expect, it, vi } from "vitest";
 import { signToken } from "../src/auth/tokens";
 import { LIMITER_BATCHING, LimiterGate } from "../src/rate-limit/limiter-gate";
 import { LimiterShard } from "../src/rate-limit/limiter-shard";
-import {
-  adminHeaders,
-  callAndWait,
-  envWith,
-  freshIp,
-  mint,
-  peekBucket,
-  perKey,
-  uniq,
-  withFailing,
-} from "./helpers";
+import { adminHeaders, callAndWait, envWith, freshIp, mint, peekBucket, perKey, uniq, withFailing } from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
 const peek = peekBucket;

@@ -12,7 +12,8 @@ import { DurableObject } from "cloudflare:workers";
 import { Hono } from "hono";
 
 // A budget the bench never exhausts (a million a second, a second of burst): every publish is
-// charged, none is denied.
+// charged, none is denied. `GCRA_INTERVAL_MS` (a binding) replaces it: the deny flood's peer uses an
+// hour, so every request is refused by the subject's object, as the chat example refuses a flood.
 const INTERVAL_MS = 0.001;
 const GRACE_MS = 1000;
 
@@ -86,7 +87,8 @@ app.post("/v1/publish/:channel", async (c) => {
     return c.json({ code: "invalid_argument", message: "body must be JSON" }, 400);
   }
   const subject = c.req.header("authorization") ?? "anonymous";
-  const wait = await c.env.LIMITER.get(c.env.LIMITER.idFromName(subject)).take(INTERVAL_MS, GRACE_MS);
+  const interval = c.env.GCRA_INTERVAL_MS ? Number(c.env.GCRA_INTERVAL_MS) : INTERVAL_MS;
+  const wait = await c.env.LIMITER.get(c.env.LIMITER.idFromName(subject)).take(interval, GRACE_MS);
   if (wait > 0) {
     return c.json({ code: "resource_exhausted", message: "rate limited" }, 429, {
       "retry-after": String(Math.ceil(wait / 1000)),

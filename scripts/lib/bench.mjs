@@ -72,9 +72,10 @@ export default app;`,
  * The literal before-publish recipe (scripts/lib/bench-recipe-worker.mjs) in its own workerd: per message
  * a rate-limiter object call, a KV read and one channel-object call that stores and sends it.
  */
-export async function startRecipe() {
+export async function startRecipe({ gcraIntervalMs } = {}) {
   return startWorker({
     name: "recipe",
+    ...(gcraIntervalMs ? { bindings: { GCRA_INTERVAL_MS: String(gcraIntervalMs) } } : {}),
     modules: [
       {
         type: "ESModule",
