@@ -161,7 +161,10 @@ async function main() {
       }
       const opening = Promise.all(clients.map((c) => c.ask("open")));
       const joined = async () => {
-        const failed = (await opening).reduce((a, o) => a + o.failed, 0);
+        const opened = await opening;
+        const failed = opened.reduce((a, o) => a + o.failed, 0);
+        const retried = opened.reduce((a, o) => a + o.retried, 0);
+        if (retried > 0) console.log(`  ${size} subscribers: ${retried} handshakes tried again`);
         if (failed > 0) throw new Error(`${failed} of ${size} subscribers could not connect`);
       };
       if (!crowd) await joined();
@@ -292,6 +295,9 @@ function loadAverage() {
     .join(" ");
 }
 
+/** How often a subscriber's handshake is tried before it counts as failed. */
+const OPEN_ATTEMPTS = 4;
+
 /** A subscriber thread, with `ask(command, data)` answered by its next reply. */
 function startClient(data) {
   const worker = new Worker(new URL(import.meta.url), { workerData: data });
@@ -338,36 +344,51 @@ async function subscriberThread({ wsUrl, n, maxSeq }) {
   };
   // Presence frames: `interval` and `join`/`leave` per socket, `state` in all.
   const presence = { interval: [], announce: [], states: 0 };
-  const open = (counts) =>
-    new Promise((resolve) => {
-      const ws = new WebSocket(wsUrl);
-      const me = presence.interval.length;
-      presence.interval.push(0);
-      presence.announce.push(0);
-      ws.onopen = () => resolve({ ws, ok: true });
-      ws.onerror = () => resolve({ ws, ok: false });
-      ws.onclose = () => {
-        if (!stopping) closed++;
-      };
-      ws.onmessage = (e) => {
-        const at = now();
-        frames++;
-        lastFrameAt = at;
-        const parsed = parseShared(e.data);
-        for (const m of Array.isArray(parsed) ? parsed : [parsed]) {
-          if (m.type === "presence") {
-            if (m.action === "interval") presence.interval[me]++;
-            else if (m.action === "state") presence.states++;
-            else presence.announce[me]++;
-            continue;
+  // A handshake refused in the connection storm (the listen backlog, an accept that came too late)
+  // is tried again a few times; only one that never opens counts as failed.
+  let retried = 0;
+  const open = (counts) => {
+    const me = presence.interval.length;
+    presence.interval.push(0);
+    presence.announce.push(0);
+    const attempt = (left) =>
+      new Promise((resolve) => {
+        const ws = new WebSocket(wsUrl);
+        let opened = false;
+        ws.onopen = () => {
+          opened = true;
+          resolve({ ws, ok: true });
+        };
+        ws.onerror = () => {
+          if (opened) return;
+          if (left === 0) return resolve({ ws, ok: false });
+          retried++;
+          setTimeout(() => attempt(left - 1).then(resolve), 250);
+        };
+        ws.onclose = () => {
+          if (opened && !stopping) closed++;
+        };
+        ws.onmessage = (e) => {
+          const at = now();
+          frames++;
+          lastFrameAt = at;
+          const parsed = parseShared(e.data);
+          for (const m of Array.isArray(parsed) ? parsed : [parsed]) {
+            if (m.type === "presence") {
+              if (m.action === "interval") presence.interval[me]++;
+              else if (m.action === "state") presence.states++;
+              else presence.announce[me]++;
+              continue;
+            }
+            if (m.type !== "message") continue;
+            messages++;
+            if (Number.isInteger(m.seq) && m.seq > 0 && m.seq <= maxSeq) counts[m.seq]++;
+            if (typeof m.data?.t === "number") latencies.push(at - m.data.t);
           }
-          if (m.type !== "message") continue;
-          messages++;
-          if (Number.isInteger(m.seq) && m.seq > 0 && m.seq <= maxSeq) counts[m.seq]++;
-          if (typeof m.data?.t === "number") latencies.push(at - m.data.t);
-        }
-      };
-    });
+        };
+      });
+    return attempt(OPEN_ATTEMPTS - 1);
+  };
   parentPort.on("message", async ({ command, payload }) => {
     if (command === "open") {
       let failed = 0;
@@ -380,7 +401,7 @@ async function subscriberThread({ wsUrl, n, maxSeq }) {
         });
         failed += (await Promise.all(batch)).filter((r) => !r.ok).length;
       }
-      parentPort.postMessage({ failed });
+      parentPort.postMessage({ failed, retried });
     } else if (command === "count") {
       parentPort.postMessage(messages);
     } else if (command === "tally") {

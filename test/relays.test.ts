@@ -388,6 +388,32 @@ describe("counts", () => {
     await settled(ch);
   });
 
+  it("a relay that left takes no position from a delivery sent before the channel heard it leave", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher("public:relays.*");
+    const sub = await openSocket(ch, "", relayEnv);
+    expect((await publishTo(ch, t, 1)).status).toBe(200);
+    await sub.next(1);
+    sub.ws.close();
+    await settled(ch, 1);
+    // A batch the channel's line still had on its way when the relay left.
+    const frame = { seq: 2, text: JSON.stringify({ type: "message", channel: ch, seq: 2, data: 2 }) };
+    await relayStub(ch, 0).deliver([frame], 2);
+    expect(await runInDurableObject(relayStub(ch, 0), (r) => r.counts())).toEqual({
+      websockets: 0,
+      sse: 0,
+      last_seq: null,
+    });
+    expect(Object.keys(await storedTables(relayStub(ch, 0)))).toHaveLength(0);
+    // And a subscriber that comes later still gets everything after its floor, on relay 0 again.
+    const again = await openSocket(ch, "?after=0", relayEnv);
+    expect(seqs(await again.next(1))).toEqual([1]);
+    expect((await publishTo(ch, t, 3)).status).toBe(200);
+    expect(seqs(await again.next(2))).toEqual([1, 2]);
+    again.ws.close();
+    await settled(ch, 1);
+  });
+
   it("a relay kept empty for a reserved slot whose subscriber never came leaves once the slot lapses", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher("public:relays.*");

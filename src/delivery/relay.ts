@@ -52,6 +52,11 @@ export class Relay extends DurableObject<Env> {
    * every batch stores, and the row's rewrite was its relay's largest SQL cost in a profile).
    */
   private storedRest: string | null = null;
+  /**
+   * It left its channel since this instance started and no subscriber came since: a delivery the
+   * channel sent before it heard the leave finds nobody, and must not bring back a position.
+   */
+  private left = false;
   private storedSeq: number | null = null;
   /** The one alarm: token expiries, the SSE heartbeat, a failed report's retry. */
   private readonly alarms: AlarmScheduler;
@@ -134,7 +139,9 @@ export class Relay extends DurableObject<Env> {
   deliver(frames: LiveFrame[], head: number, side: SideFrame[] = []): Promise<void> {
     // A relay that left its channel (or never joined one) has no one to send to: a call sent before
     // it left must not bring back a position it deleted with its storage.
-    if (!this.identity && frames.length === 0) return Promise.resolve();
+    // (Frames sent to a relay that never joined are kept as its position: a reserved slot's
+    // subscriber may be on its way, and its replay starts from there.)
+    if (!this.identity && (frames.length === 0 || this.left)) return Promise.resolve();
     return this.stream.inLane(() => this.stream.apply(frames, head, side));
   }
 
@@ -160,6 +167,7 @@ export class Relay extends DurableObject<Env> {
     const owner = q.get("client") ?? "";
     const presence = q.get("presence") === "1";
     if (!this.identity) {
+      this.left = false;
       this.identity = {
         channel: q.get("channel") ?? "",
         relay: q.get("relay") ?? "",
@@ -256,6 +264,7 @@ export class Relay extends DurableObject<Env> {
   private leaveChannel(): void {
     if (this.subs.count > 0 || this.reporter.joined.length > 0) return; // someone joined meanwhile
     this.identity = null;
+    this.left = true;
     this.stream.lastSeq = null;
     this.subs.floors.clear();
     this.reporter.reset();
