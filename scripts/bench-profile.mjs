@@ -27,7 +27,7 @@
 import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { load, median, publishOpts, setRate } from "./lib/bench.mjs";
+import { load, median, publishOpts, setRate, webSocketSubscribers } from "./lib/bench.mjs";
 import { refTree } from "./lib/bench-ref.mjs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
@@ -89,24 +89,6 @@ async function devtools(port, id) {
   };
 }
 
-/** `n` WebSocket subscribers on `channel`; resolves to a close function. */
-async function subscribe(base, channel, n) {
-  const sockets = await Promise.all(
-    Array.from(
-      { length: n },
-      () =>
-        new Promise((resolve, reject) => {
-          const ws = new WebSocket(`${base.replace(/^http/, "ws")}/v1/subscribe/${channel}`);
-          ws.onopen = () => resolve(ws);
-          ws.onerror = () => reject(new Error(`subscribe to ${channel} failed`));
-        }),
-    ),
-  );
-  return () => {
-    for (const ws of sockets) ws.close();
-  };
-}
-
 /** The scenario on `fg`: { url, opts, close }, as `npm run bench` sets it up. */
 async function scenario(fg, id) {
   if (id === "deny") {
@@ -119,7 +101,7 @@ async function scenario(fg, id) {
   if (id === "crowd") {
     const tokens = [];
     for (let k = 0; k < 500; k++) tokens.push(await mintToken(fg, { sub: `spread${k}`, channels, rl: "1000000/s" }));
-    const close = await subscribe(fg.base, "public:bench.crowd", 1);
+    const { close } = await webSocketSubscribers(fg.base, "public:bench.crowd", 1);
     let i = 0;
     const body = JSON.stringify({ emoji: "🔥", at: 1 });
     const setupRequest = (req) => ({
@@ -133,7 +115,7 @@ async function scenario(fg, id) {
   }
   const channel = id === "drop50" ? "public:bench.half" : "public:bench.ten";
   if (id === "drop50") await setRate(fg, channel, 0.5);
-  const close = await subscribe(fg.base, channel, opts.subscribers);
+  const { close } = await webSocketSubscribers(fg.base, channel, opts.subscribers);
   const { path, ...o } = publishOpts(await mintToken(fg, { sub: id, channels, rl: "1000000/s" }), channel);
   return { url: fg.base + path, opts: o, close };
 }

@@ -36,7 +36,17 @@
 // The fine check also measures the crowd cold (crowdcold): fresh subjects every slice, each publishing
 // COLD_PUBLISHES times, so every subject's first contact with the limiter is in the measurement —
 // next to the warm crowd, whose subjects are touched before each slice.
-import { load, median, metrics, publishOpts, setRate, startBare, startRecipe, sumStatuses } from "./lib/bench.mjs";
+import {
+  load,
+  median,
+  metrics,
+  publishOpts,
+  setRate,
+  startBare,
+  startRecipe,
+  sumStatuses,
+  webSocketSubscribers,
+} from "./lib/bench.mjs";
 import { refTree } from "./lib/bench-ref.mjs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
@@ -99,28 +109,8 @@ const generous = "1000000/s";
 const channels = ["public:bench.*"];
 
 /** Opens `n` WebSocket subscribers on a channel and counts the frames they receive. */
-async function subscribers(channel, n, base = fg.base) {
-  const counter = { frames: 0 };
-  const sockets = await Promise.all(
-    Array.from(
-      { length: n },
-      () =>
-        new Promise((resolve, reject) => {
-          const ws = new WebSocket(`${base.replace(/^http/, "ws")}/v1/subscribe/${channel}`);
-          ws.onopen = () => resolve(ws);
-          ws.onerror = () => reject(new Error(`subscribe to ${channel} failed`));
-          ws.onmessage = () => {
-            counter.frames++;
-          };
-        }),
-    ),
-  );
-  return {
-    counter,
-    close: () => {
-      for (const ws of sockets) ws.close();
-    },
-  };
+function subscribers(channel, n, base = fg.base) {
+  return webSocketSubscribers(base, channel, n);
 }
 
 /** Opens `n` SSE subscribers on a channel and counts the events they receive. */
@@ -656,6 +646,28 @@ async function floodgatePath(channel, { n = 1, rl = generous, rate = 0, tree } =
 }
 
 /**
+ * The literal recipe (lib/bench-recipe-worker.mjs) in a workerd of its own, publishing to `channel`
+ * with `n` subscribers; `rate` is its KV drop rate, `gcraIntervalMs` its limiter's interval.
+ */
+async function recipePath(
+  channel,
+  { n = RECIPE_SUBSCRIBERS, rate = 0, subject = "recipe-subject", gcraIntervalMs } = {},
+) {
+  const worker = await startRecipe({ gcraIntervalMs });
+  if (rate) await (await worker.mf.getKVNamespace("THROTTLE_KV")).put(`throttleRate:${channel}`, String(rate));
+  const sub = n ? await subscribers(channel, n, worker.base) : null;
+  return {
+    url: `${worker.base}/v1/publish/${channel}`,
+    pid: worker.pid,
+    opts: (({ path: _, ...o }) => o)(publishOpts(subject, channel)),
+    dispose: async () => {
+      sub?.close();
+      await worker.stop();
+    },
+  };
+}
+
+/**
  * Tokens for `SPREAD` new subjects named `<prefix><k>`, minted 25 at a time (the cold crowd mints a
  * crowd per slice, between slices).
  */
@@ -721,43 +733,11 @@ const FINE_PATHS = {
   },
   // The peer limiter's deny flood: the recipe's GCRA object (Cloudflare's chat example) refusing
   // every publish of one subject, one object call each: deny's counterpart.
-  recipedeny: async () => {
-    const worker = await startRecipe({ gcraIntervalMs: 3_600_000 });
-    return {
-      url: `${worker.base}/v1/publish/public:bench.recipedeny`,
-      pid: worker.pid,
-      opts: (({ path: _, ...o }) => o)(publishOpts("recipe-flooder", "public:bench.recipedeny")),
-      dispose: () => worker.stop(),
-    };
-  },
+  recipedeny: () =>
+    recipePath("public:bench.recipedeny", { n: 0, subject: "recipe-flooder", gcraIntervalMs: 3_600_000 }),
   // The literal recipe at drop rate 0.5 (its KV key, read on every publish): drop50's counterpart.
-  recipe50: async () => {
-    const worker = await startRecipe();
-    await (await worker.mf.getKVNamespace("THROTTLE_KV")).put("throttleRate:public:bench.recipe50", "0.5");
-    const sub = await subscribers("public:bench.recipe50", RECIPE_SUBSCRIBERS, worker.base);
-    return {
-      url: `${worker.base}/v1/publish/public:bench.recipe50`,
-      pid: worker.pid,
-      opts: (({ path: _, ...o }) => o)(publishOpts("recipe-subject", "public:bench.recipe50")),
-      dispose: async () => {
-        sub.close();
-        await worker.stop();
-      },
-    };
-  },
-  recipe10: async () => {
-    const worker = await startRecipe();
-    const sub = await subscribers("public:bench.recipe", RECIPE_SUBSCRIBERS, worker.base);
-    return {
-      url: `${worker.base}/v1/publish/public:bench.recipe`,
-      pid: worker.pid,
-      opts: (({ path: _, ...o }) => o)(publishOpts("recipe-subject", "public:bench.recipe")),
-      dispose: async () => {
-        sub.close();
-        await worker.stop();
-      },
-    };
-  },
+  recipe50: () => recipePath("public:bench.recipe50", { rate: 0.5 }),
+  recipe10: () => recipePath("public:bench.recipe"),
 };
 
 /**

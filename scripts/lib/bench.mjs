@@ -161,3 +161,31 @@ export function sumStatuses(list) {
   for (const r of list) for (const [k, n] of Object.entries(r.statuses)) out[k] = (out[k] ?? 0) + n;
   return out;
 }
+
+/**
+ * Opens `n` WebSocket subscribers on `channel` of the Worker at `base`, counting the frames they
+ * receive: resolves to { counter: { frames }, close }.
+ */
+export async function webSocketSubscribers(base, channel, n) {
+  const counter = { frames: 0 };
+  const sockets = await Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise((resolve, reject) => {
+          const ws = new WebSocket(`${base.replace(/^http/, "ws")}/v1/subscribe/${channel}`);
+          ws.onopen = () => resolve(ws);
+          ws.onerror = () => reject(new Error(`subscribe to ${channel} failed`));
+          ws.onmessage = () => {
+            counter.frames++;
+          };
+        }),
+    ),
+  );
+  return {
+    counter,
+    close: () => {
+      for (const ws of sockets) ws.close();
+    },
+  };
+}
