@@ -52,12 +52,12 @@ export class Relay extends DurableObject<Env> {
    * every batch stores, and the row's rewrite was its relay's largest SQL cost in a profile).
    */
   private storedRest: string | null = null;
+  private storedSeq: number | null = null;
   /**
    * It left its channel since this instance started and no subscriber came since: a delivery the
    * channel sent before it heard the leave finds nobody, and must not bring back a position.
    */
   private left = false;
-  private storedSeq: number | null = null;
   /** The one alarm: token expiries, the SSE heartbeat, a failed report's retry. */
   private readonly alarms: AlarmScheduler;
   private readonly subs: RelaySubscribers;

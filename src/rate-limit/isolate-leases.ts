@@ -6,12 +6,12 @@
  * leased tokens from the bucket when it grants them and keeps counting them as in the bucket until
  * they are settled, so leases never admit what the bucket would not (src/rate-limit/bucket-charge.ts). At low
  * demand a publish charge accepts a spare lease instead (tokens above half the burst, spent over
- * `SPARE_LEASE_SPEND_MS` in src/rate-limit/bucket-charge.ts), so a subject publishing now and then calls its object about once per window
- * — from its first publish on: a crowd that arrives cold (each subject publishing a few times) then
- * costs one call per subject, not one per publish. Only for the publish bucket, whose keys are verified
- * subjects (a token names them): an unsettled lease's tokens are not given back (they refill at the
- * bucket's rate), so read, subscribe and token-issue keys — a one-shot reader or minter, or client
- * IPs an outsider picks — never have tokens parked here.
+ * `SPARE_LEASE_SPEND_MS` in src/rate-limit/bucket-charge.ts), so a subject publishing now and then
+ * calls its object about once per window — from its first publish on: a crowd that arrives cold
+ * (each subject publishing a few times) then costs one call per subject, not one per publish. Only
+ * for the publish bucket, whose keys are verified subjects (a token names them): an unsettled lease's
+ * tokens are not given back (they refill at the bucket's rate), so read, subscribe and token-issue
+ * keys — a one-shot reader or minter, or client IPs an outsider picks — never have tokens parked here.
  *
  * Settling costs no call of its own: a lease this isolate stops spending is settled with its next
  * call to the lease's shard, whatever keys that call is for ({@link IsolateLeases.settlesFor}), or it
