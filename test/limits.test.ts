@@ -103,6 +103,12 @@ describe("durations", () => {
     expect(() => parseDuration("7d")).toThrow();
   });
 
+  it("takes 0 alone as zero, but no other number without its unit", () => {
+    expect(parseDuration("0")).toBe(0);
+    expect(parseDuration(" 0 ")).toBe(0);
+    for (const s of ["00", "0.0", "1", "-0"]) expect(() => parseDuration(s), s).toThrow();
+  });
+
   it.each(["", "5", "5x", "s", "1.s", "1m 30s"])("rejects %j", (s) => {
     expect(() => parseDuration(s)).toThrow();
   });

@@ -27,6 +27,9 @@ export interface DurationOptions {
 export function parseDuration(input: string, opts: DurationOptions = {}): number {
   const s = input.trim();
   if (s.length === 0) throw new DurationError("duration is empty");
+  // Zero needs no unit (an operator writes FRAME_DELAY=0 as readily as 0ms); any other bare number
+  // is refused, since its unit would be a guess.
+  if (s === "0") return 0;
   let total = 0;
   PART.lastIndex = 0;
   let pos = 0;
