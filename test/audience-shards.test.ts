@@ -240,6 +240,8 @@ describe("a sharded channel", () => {
 
     const b = await pub(ch, caster, { all: true }, { "floodgate-shard": "*" });
     expect(b.status).toBe(200);
+    // Charged once to the publish budget, and its answer says so, like any publish's.
+    expect(b.headers.get("ratelimit")).toMatch(/^"publish";r=\d+;t=\d+$/);
     expect(await b.json()).toMatchObject({ status: "delivered", channel: ch, shards: ["default", "es", "fr"] });
 
     for (const [name, s] of Object.entries(subs)) {

@@ -149,7 +149,6 @@ publish.post(documented(publish, publishRoute), async (c) => {
   // A denial is answered here rather than thrown: a flood's every request ends on this line.
   const charged = await svc.gate.charge("publish", budget.key, budget.limit, c.var.defer);
   if (charged.denial) return deniedResponse(charged.denial);
-  for (const [k, v] of Object.entries(charged.headers)) c.header(k, v);
 
   if ("broadcast" in target) {
     const now = Date.now();
@@ -161,7 +160,7 @@ publish.post(documented(publish, publishRoute), async (c) => {
     );
     svc.metrics.inc("floodgate_messages_total", { result: "delivered" }, delivered.length);
     const shards = delivered.map((d) => d.shard);
-    return c.json({ status: "delivered", channel: channel.name, shards, published_at: now }, 200);
+    return c.json({ status: "delivered", channel: channel.name, shards, published_at: now }, 200, charged.headers);
   }
   const { key, shard } = target.audience;
 
