@@ -29,6 +29,7 @@ import {
   storedTables,
   uniq,
   until,
+  untilUnsubscribed,
   withFailing,
 } from "./helpers";
 
@@ -77,10 +78,7 @@ async function openSse(ch: string, query = "", customEnv: Env = relayEnv) {
  * storage deletions finish inside the test that caused them, not after the file ends.
  */
 async function settled(ch: string, relays = 12): Promise<void> {
-  await until(async () => {
-    const s = await stats(ch);
-    return s.occupancy === 0 && s.relays === 0;
-  }, "every relay of the channel to leave");
+  await untilUnsubscribed(ch);
   for (let k = 0; k < relays; k++) {
     await until(
       async () => (await runInDurableObject(relayStub(ch, k), (r) => r.counts())).last_seq === null,

@@ -69,7 +69,7 @@ interface SendTally {
   slow: number;
   closed: number;
   /** A pass over every open WebSocket: what each has waiting, for the memory bound. */
-  backlog?: SocketBacklog;
+  backlog: SocketBacklog;
 }
 
 export class RelayStream {
@@ -223,12 +223,12 @@ export class RelayStream {
     const packed = new PackedOnce(frames, cut, this.relay.maxFrameBytes());
     for (const ws of sockets) {
       if (this.subs.joining.has(ws)) {
-        tally.backlog?.add(ws, ws.bufferedAmount);
+        tally.backlog.add(ws, ws.bufferedAmount);
         continue;
       }
       if (this.subs.isBatched(ws)) {
         if (!hold) this.sendPacked(ws, frames, packed, tally);
-        else tally.backlog?.add(ws, ws.bufferedAmount);
+        else tally.backlog.add(ws, ws.bufferedAmount);
         continue;
       }
       const floor = this.subs.floors.get(ws);
@@ -299,7 +299,7 @@ export class RelayStream {
     const packed = new PackedOnce(frames, new SideCut(side, this.subs), this.relay.maxFrameBytes());
     for (const ws of this.subs.sockets()) {
       if (!this.subs.joining.has(ws) && this.subs.isBatched(ws)) this.sendPacked(ws, frames, packed, tally);
-      else tally.backlog?.add(ws, ws.bufferedAmount);
+      else tally.backlog.add(ws, ws.bufferedAmount);
     }
     this.passFloors();
     this.settle(tally);
@@ -339,7 +339,7 @@ export class RelayStream {
         ? packed.texts(mask)
         : packFrames([...frames.filter((f) => f.seq > floor), ...packed.cut.frames(mask)], this.relay.maxFrameBytes());
     if (texts.length === 0) {
-      tally.backlog?.add(ws, ws.bufferedAmount);
+      tally.backlog.add(ws, ws.bufferedAmount);
       return;
     }
     this.sendTo(ws, tally, () => {
@@ -357,7 +357,7 @@ export class RelayStream {
       if (waiting > SUBSCRIBER_MAX_BEHIND_BYTES) {
         tally.slow++;
         ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-      } else tally.backlog?.add(ws, waiting);
+      } else tally.backlog.add(ws, waiting);
     } catch {
       // A socket whose send fails is dropped without disturbing the others.
       tally.closed++;
