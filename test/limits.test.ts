@@ -29,6 +29,7 @@ describe("rate shorthand", () => {
     ["-1/s", /whole number/],
     ["10/wat", /unit/],
     ["10/5", /unit/],
+    ["10/0", /unit/],
     ["10/1d", /unit/],
     ["10/", /window is empty/],
     ["10/0s", /positive/],
@@ -103,10 +104,11 @@ describe("durations", () => {
     expect(() => parseDuration("7d")).toThrow();
   });
 
-  it("takes 0 alone as zero, but no other number without its unit", () => {
-    expect(parseDuration("0")).toBe(0);
-    expect(parseDuration(" 0 ")).toBe(0);
-    for (const s of ["00", "0.0", "1", "-0"]) expect(() => parseDuration(s), s).toThrow();
+  it("takes 0 alone as zero only where asked (FRAME_DELAY), and no other number without its unit", () => {
+    expect(parseDuration("0", { allowBareZero: true })).toBe(0);
+    expect(parseDuration(" 0 ", { allowBareZero: true })).toBe(0);
+    expect(() => parseDuration("0")).toThrow();
+    for (const s of ["00", "0.0", "1", "-0"]) expect(() => parseDuration(s, { allowBareZero: true }), s).toThrow();
   });
 
   it.each(["", "5", "5x", "s", "1.s", "1m 30s"])("rejects %j", (s) => {

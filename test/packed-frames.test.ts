@@ -244,6 +244,7 @@ describe("FRAME_DELAY", () => {
     expect(parseConfig({ ...rest, FRAME_DELAY: "250ms" }).frameDelayMs).toBe(250);
     expect(parseConfig({ ...rest, FRAME_DELAY: "1s" }).frameDelayMs).toBe(1000);
     expect(parseConfig({ ...rest, FRAME_DELAY: "0ms" }).frameDelayMs).toBe(0);
+    expect(parseConfig({ ...rest, FRAME_DELAY: "0" }).frameDelayMs).toBe(0); // zero needs no unit
     for (const bad of ["1.5s", "2s", "10", "soon", "-5ms"]) {
       expect(() => parseConfig({ ...rest, FRAME_DELAY: bad })).toThrow(ConfigError);
       expect(() => parseConfig({ ...rest, FRAME_DELAY: bad })).toThrow(/FRAME_DELAY/);

@@ -299,7 +299,7 @@ export const MAX_FRAME_DELAY_MS = 1000;
 /** `FRAME_DELAY`: a duration from 0 (`0ms`, nothing waits) to {@link MAX_FRAME_DELAY_MS}. */
 function frameDelay(text: string | undefined): number {
   const t = (text ?? "").trim() || "0ms";
-  const ms = wrap("FRAME_DELAY", () => parseDuration(t));
+  const ms = wrap("FRAME_DELAY", () => parseDuration(t, { allowBareZero: true }));
   if (!(ms >= 0 && ms <= MAX_FRAME_DELAY_MS)) throw new ConfigError("FRAME_DELAY", `"${t}" must be from 0ms to 1s`);
   return ms;
 }

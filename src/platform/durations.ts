@@ -18,6 +18,11 @@ export class DurationError extends Error {
 export interface DurationOptions {
   /** Accept the `d` unit (token lifetimes); rate windows do not. Default false. */
   allowDays?: boolean;
+  /**
+   * Accept `0` alone as zero: for a setting whose range starts at 0 (`FRAME_DELAY`, written "0 to
+   * 1s"). Elsewhere a bare number, 0 too, is a missing unit (a rate window `10/0`). Default false.
+   */
+  allowBareZero?: boolean;
 }
 
 /**
@@ -27,9 +32,9 @@ export interface DurationOptions {
 export function parseDuration(input: string, opts: DurationOptions = {}): number {
   const s = input.trim();
   if (s.length === 0) throw new DurationError("duration is empty");
-  // Zero needs no unit (an operator writes FRAME_DELAY=0 as readily as 0ms); any other bare number
-  // is refused, since its unit would be a guess.
-  if (s === "0") return 0;
+  // Zero needs no unit where zero is in range (an operator writes FRAME_DELAY=0 as readily as 0ms);
+  // any other bare number is refused, since its unit would be a guess.
+  if (s === "0" && opts.allowBareZero) return 0;
   let total = 0;
   PART.lastIndex = 0;
   let pos = 0;
