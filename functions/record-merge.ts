@@ -9,6 +9,7 @@
  * whatever the hour holds — each holding one line and one read chunk. Platform-neutral: the caller
  * supplies the sources and their readers.
  */
+import { MinHeap } from "./min-heap";
 
 /** One line of the record with what orders it. */
 export interface TimedLine {
@@ -38,48 +39,6 @@ interface Head {
   rest: AsyncIterator<TimedLine>;
 }
 
-/** A binary min-heap of each open source's next line. */
-class Heads {
-  private readonly items: Head[] = [];
-  get size(): number {
-    return this.items.length;
-  }
-  peek(): Head | undefined {
-    return this.items[0];
-  }
-  push(h: Head): void {
-    const a = this.items;
-    a.push(h);
-    let i = a.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!before((a[i] as Head).line, (a[p] as Head).line)) break;
-      [a[i], a[p]] = [a[p] as Head, a[i] as Head];
-      i = p;
-    }
-  }
-  pop(): Head | undefined {
-    const a = this.items;
-    const top = a[0];
-    const last = a.pop();
-    if (a.length > 0 && last) {
-      a[0] = last;
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < a.length && before((a[l] as Head).line, (a[m] as Head).line)) m = l;
-        if (r < a.length && before((a[r] as Head).line, (a[m] as Head).line)) m = r;
-        if (m === i) break;
-        [a[i], a[m]] = [a[m] as Head, a[i] as Head];
-        i = m;
-      }
-    }
-    return top;
-  }
-}
-
 /**
  * Every line of every source, once, in (`dropped_at`, `id`) order, given sources in `first` order
  * whose lines are each in that order and no earlier than their `first`.
@@ -89,7 +48,7 @@ export async function* mergeByDropTime(
   sources: AsyncIterable<MergeSource>,
   maxOpen: number,
 ): AsyncGenerator<TimedLine, void, undefined> {
-  const heads = new Heads();
+  const heads = new MinHeap<Head>((a, b) => before(a.line, b.line));
   const pending = sources[Symbol.asyncIterator]();
   let next = await pending.next();
   for (;;) {

@@ -19,7 +19,7 @@
 // code is in the profile too. CPU spent on other threads of workerd is not (lib/workerd.mjs's
 // cpuMicros counts every thread).
 //
-// Options: --scenario deny|drop50|pub10|crowd (default deny), --seconds N (default 5), --connections
+// Options: --scenario deny|drop50|pub10|crowd|crowdcold (default deny), --seconds N (default 5), --connections
 // N (default 16), --subscribers N (default 10), --against <ref> (profile that commit too, one after
 // the other, twice each in turn: A B A B), --top N (functions shown, default 25), --interval µs
 // (sampling interval, default 200), --out DIR (where the .cpuprofile files go, default the system's
@@ -43,7 +43,11 @@ const opts = options("bench:profile", {
   interval: 200,
   out: tmpdir(),
 });
-const SCENARIOS = ["deny", "drop50", "pub10", "crowd"];
+const SCENARIOS = ["deny", "drop50", "pub10", "crowd", "crowdcold"];
+/** crowdcold: the bench's cold crowd, subjects never charged before, each publishing this many times in turn. */
+const COLD_SUBJECTS = 500;
+const COLD_PUBLISHES = 3;
+const COLD_CROWDS = 4;
 if (!SCENARIOS.includes(opts.scenario)) {
   console.error(`floodgate bench:profile: --scenario must be one of ${SCENARIOS.join(", ")}`);
   process.exit(2);
@@ -98,6 +102,43 @@ async function scenario(fg, id) {
     );
     return { url: fg.base + path, opts: o, close: () => {} };
   }
+  if (id === "crowdcold") {
+    // COLD_CROWDS crowds of new subjects one after the other, each subject publishing COLD_PUBLISHES
+    // times in turn (subject k's first publish is request k of its crowd), as `npm run bench`'s
+    // crowdcold slices: the profiled run is counted (`amount`), so first contacts are a third of it.
+    const crowds = [];
+    for (let g = 0; g < COLD_CROWDS; g++) {
+      const tokens = [];
+      for (let k = 0; k < COLD_SUBJECTS; k++)
+        tokens.push(await mintToken(fg, { sub: `cold${g}-${k}`, channels, rl: "1000000/s" }));
+      crowds.push(tokens);
+    }
+    const { close } = await webSocketSubscribers(fg.base, "public:bench.crowd", 1);
+    const warm = await mintToken(fg, { sub: "warm", channels, rl: "1000000/s" });
+    let i = 0;
+    const body = JSON.stringify({ emoji: "🔥", at: 1 });
+    const perCrowd = COLD_SUBJECTS * COLD_PUBLISHES;
+    const setupRequest = (req) => {
+      const n = i++;
+      const crowd = crowds[Math.floor(n / perCrowd) % COLD_CROWDS];
+      return {
+        ...req,
+        method: "POST",
+        path: "/v1/publish/public:bench.crowd",
+        headers: { authorization: `Bearer ${crowd[n % COLD_SUBJECTS]}`, "content-type": "application/json" },
+        body,
+      };
+    };
+    const { path, ...warmOpts } = publishOpts(warm, "public:bench.crowd");
+    return {
+      url: fg.base,
+      opts: { requests: [{ setupRequest }] },
+      amount: perCrowd * COLD_CROWDS,
+      // The warm-up must not touch the crowds: one subject on the same channel.
+      warmUp: { url: fg.base + path, opts: warmOpts },
+      close,
+    };
+  }
   if (id === "crowd") {
     const tokens = [];
     for (let k = 0; k < 500; k++) tokens.push(await mintToken(fg, { sub: `spread${k}`, channels, rl: "1000000/s" }));
@@ -149,12 +190,13 @@ async function profileOnce(label, tree) {
   try {
     const s = await scenario(fg, opts.scenario);
     if (opts.scenario === "crowd") await load(s.url, s.opts, { seconds: 2, connections: opts.connections });
-    await load(s.url, s.opts, { seconds: 1, connections: opts.connections }); // warm-up: compile, first calls
+    const warm = s.warmUp ?? s;
+    await load(warm.url, warm.opts, { seconds: 1, connections: opts.connections }); // warm-up: compile, first calls
     const cdp = await devtools(INSPECTOR_PORT, "core:user:floodgate");
     await cdp.send("Profiler.enable");
     await cdp.send("Profiler.setSamplingInterval", { interval: opts.interval });
     await cdp.send("Profiler.start");
-    const r = await load(s.url, s.opts, { seconds: opts.seconds, connections: opts.connections });
+    const r = await load(s.url, s.opts, { seconds: opts.seconds, connections: opts.connections, amount: s.amount });
     const { profile } = await cdp.send("Profiler.stop");
     cdp.close();
     s.close();
@@ -170,9 +212,14 @@ async function profileOnce(label, tree) {
 /** Self time (µs) per function and per file, and the busy total (everything but "(idle)"). */
 function summarise(profile, fileOf) {
   const self = new Map(profile.nodes.map((n) => [n.id, 0]));
+  // A sample's delta is the time since the one before. Busy, the isolate is sampled every interval;
+  // a delta far longer is time it spent idle with no "(idle)" sample to say so (the gap after the
+  // load ends, charged to whatever ran next: one 171 ms gap put a metrics flush's stub at 28 µs per
+  // request), so at most IDLE_GAP of it counts.
+  const IDLE_GAP = 10 * opts.interval;
   for (let i = 0; i < profile.samples.length; i++) {
     const id = profile.samples[i];
-    self.set(id, self.get(id) + (profile.timeDeltas[i] ?? 0));
+    self.set(id, self.get(id) + Math.min(profile.timeDeltas[i] ?? 0, IDLE_GAP));
   }
   const byFunction = new Map();
   const byFile = new Map();

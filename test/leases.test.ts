@@ -342,6 +342,26 @@ describe("spare leases at low demand", () => {
     await shardStub(env, gone).decide([{ key: gone, limit, count: 0, lease: settle, settleOnly: true }]);
     expect(await shardStub(env, gone).peek(gone)).toBeNull();
   });
+
+  it("a call settles every lease whose window has passed, 64 keys a call, and none still being spent", async () => {
+    const [first, second, ...crowd] = keysInOneShard(102) as [string, string, ...string[]];
+    const early = crowd.slice(0, 70);
+    const late = crowd.slice(70);
+    const limit: Limit = { rate: 20, perMs: 86_400_000, burst: 20 }; // next to no refill over the test
+    const clock = { now: 3_000_000 };
+    const isolate = isolateOn(first, clock);
+    for (const k of early) await isolate.gate.check("publish", k, limit); // each: 1 admitted, 9 on lease
+    clock.now += SPARE_LEASE_SPEND_MS / 2;
+    for (const k of late) await isolate.gate.check("publish", k, limit);
+    clock.now += SPARE_LEASE_SPEND_MS / 2; // the early leases' windows have passed, the late ones' not
+    await isolate.gate.check("publish", first, limit); // carries 64 of the early keys' settles
+    await isolate.gate.check("publish", second, limit); // and the other 6
+    expect(isolate.seen.calls).toBe(early.length + late.length + 2);
+    const tokens = async (keys: string[]) =>
+      Promise.all(keys.map(async (k) => Math.round((await shardStub(env, k).peek(k))?.tokens ?? Number.NaN)));
+    expect(await tokens(early)).toEqual(early.map(() => 19)); // the 9 unused came back
+    expect(await tokens(late)).toEqual(late.map(() => 10)); // still on lease, still being spent
+  });
 });
 
 describe("a crowd at low demand", () => {

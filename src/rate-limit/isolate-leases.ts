@@ -18,6 +18,7 @@
  * simply ends in the object when it expires.
  */
 import { BoundedMap } from "../../functions/bounded-map";
+import { MinHeap } from "../../functions/min-heap";
 import { LEASE_SPEND_MS, type Lease, type LeaseRequest } from "./bucket-charge";
 import type { Limit } from "./limits";
 
@@ -30,6 +31,13 @@ const MAX_TRACKED_KEYS = 10_000;
 const MAX_SETTLE = 100;
 /** Most other keys' settles one shard call carries; the rest go with the next call, or expire. */
 const MAX_SETTLE_KEYS_PER_CALL = 64;
+/**
+ * Most leases one shard's index of spending windows holds. Every call to the shard takes out those
+ * whose window has passed, so it holds the leases granted over the last spending window (10 s for a
+ * spare one); past this bound a lease goes unindexed and is settled with its key's own next call, or
+ * expires in the object.
+ */
+export const MAX_INDEXED_LEASES_PER_SHARD = 4 * MAX_TRACKED_KEYS;
 
 /** Where a key's leases go back: its shard, key and limit. */
 export interface LeaseHome {
@@ -67,6 +75,23 @@ interface KeyState {
   home?: LeaseHome;
 }
 
+/** When a key's lease stops being spent (isolate clock). */
+interface LeaseDue {
+  until: number;
+  id: string;
+}
+
+/**
+ * Per shard, what a call to it may settle for other keys: each lease held there by when its spending
+ * window ends, and the keys whose retired leases wait to be settled. A call takes out only what is
+ * due, so its cost does not grow with the leases still being spent (a cold crowd holds a spare lease
+ * per subject for 10 s: thousands per shard, which a scan of every holder visited on every call).
+ */
+interface ShardOwing {
+  due: MinHeap<LeaseDue>;
+  ready: Set<string>;
+}
+
 /** One token spent from a lease: what the bucket holds after it, counting the lease's rest. */
 export interface LeaseSpend {
   remaining: number;
@@ -75,8 +100,8 @@ export interface LeaseSpend {
 
 export class IsolateLeases {
   private readonly keys = new BoundedMap<string, KeyState>(MAX_TRACKED_KEYS);
-  /** Per shard, the keys that hold or owe leases there: what a call to that shard may settle. */
-  private readonly owing = new Map<string, Set<string>>();
+  /** Per shard, the leases held and owed there: what a call to that shard may settle. */
+  private readonly owing = new Map<string, ShardOwing>();
 
   /** Counts one request for `id` (a key and its limit) toward its demand. */
   note(id: string, now: number): void {
@@ -93,10 +118,10 @@ export class IsolateLeases {
       const lease = state.leases[0] as HeldLease;
       if (lease.until > now && lease.left > 0) {
         lease.left--;
-        if (lease.left === 0) this.retire(state);
+        if (lease.left === 0) this.retire(id, state);
         return { remaining: lease.objectRemaining + lease.left, fullAt: lease.fullAt };
       }
-      this.retire(state);
+      this.retire(id, state);
     }
     return null;
   }
@@ -118,27 +143,32 @@ export class IsolateLeases {
    * each lease past its spending window (retired now) or already retired and not yet settled.
    */
   settlesFor(shard: string, except: Set<string>, now: number): PendingSettle[] {
-    const ids = this.owing.get(shard);
-    if (!ids) return [];
+    const owing = this.owing.get(shard);
+    if (!owing) return [];
+    for (let next = owing.due.peek(); next && next.until <= now; next = owing.due.peek()) {
+      owing.due.pop();
+      // A look is not a use: it must not keep idle keys tracked. A forgotten key's leases expire in
+      // the object; one spent out or retired by its own charge has nothing left before `now`.
+      const state = this.keys.peek(next.id);
+      if (!state?.home) continue;
+      while (state.leases.length > 0 && (state.leases[0] as HeldLease).until <= now) this.retire(next.id, state);
+    }
     const out: PendingSettle[] = [];
-    for (const id of ids) {
+    for (const id of owing.ready) {
       if (out.length >= MAX_SETTLE_KEYS_PER_CALL) break;
-      if (except.has(id)) continue;
-      const state = this.keys.peek(id); // a scan is not a use: it must not keep idle keys tracked
-      if (!state?.home) {
-        ids.delete(id); // forgotten: its leases expire in the object
-        continue;
-      }
-      while (state.leases.length > 0 && (state.leases[0] as HeldLease).until <= now) this.retire(state);
-      if (state.settle.length > 0) out.push({ id, home: state.home, settle: state.settle.splice(0) });
-      if (state.leases.length === 0) ids.delete(id);
+      if (except.has(id)) continue; // the call's own keys settle with their own charge
+      owing.ready.delete(id);
+      const state = this.keys.peek(id);
+      if (state?.home && state.settle.length > 0) out.push({ id, home: state.home, settle: state.settle.splice(0) });
     }
     return out;
   }
 
   /** A charge failed: its leases to settle go again with the next one (settling is idempotent). */
   retry(id: string, settle: LeaseRequest["settle"], now: number): void {
-    this.state(id, now).settle.push(...settle);
+    const state = this.state(id, now);
+    state.settle.push(...settle);
+    this.owe(id, state);
   }
 
   /**
@@ -155,12 +185,26 @@ export class IsolateLeases {
       fullAt,
     });
     state.home = home;
-    let ids = this.owing.get(home.shard);
-    if (!ids) {
-      ids = new Set();
-      this.owing.set(home.shard, ids);
+    const owing = this.shard(home.shard);
+    if (owing.due.size < MAX_INDEXED_LEASES_PER_SHARD)
+      owing.due.push({ until: sentAt + (lease.spendMs ?? LEASE_SPEND_MS), id });
+  }
+
+  private shard(shard: string): ShardOwing {
+    let owing = this.owing.get(shard);
+    if (!owing) {
+      owing = { due: new MinHeap((a, b) => a.until < b.until), ready: new Set() };
+      this.owing.set(shard, owing);
     }
-    ids.add(id);
+    return owing;
+  }
+
+  /** Marks a key with leases to settle, so the next call to its shard for other keys carries them. */
+  private owe(id: string, state: KeyState): void {
+    if (!state.home || state.settle.length === 0) return;
+    const { ready } = this.shard(state.home.shard);
+    // Bounded like the keys themselves; past it a key settles with its own next call, or expires.
+    if (ready.size < MAX_TRACKED_KEYS) ready.add(id);
   }
 
   /** This key's state, with the demand window moved on to `now`. */
@@ -182,11 +226,12 @@ export class IsolateLeases {
   }
 
   /** Stops spending the oldest lease; its unused tokens go back with the next call (or it expires). */
-  private retire(state: KeyState): void {
+  private retire(id: string, state: KeyState): void {
     const lease = state.leases.shift();
     if (!lease) return;
     state.settle.push({ id: lease.id, unused: lease.left });
     // Unsettled leases simply expire in the object, counted as spent: a bound on memory, not on safety.
     if (state.settle.length > MAX_SETTLE) state.settle.shift();
+    this.owe(id, state);
   }
 }
