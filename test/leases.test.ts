@@ -14,7 +14,7 @@ import {
   SPARE_LEASE_MAX,
   SPARE_LEASE_SPEND_MS,
 } from "../src/rate-limit/bucket-charge";
-import { LEASE_MIN_DEMAND } from "../src/rate-limit/isolate-leases";
+import { IsolateLeases, LEASE_MIN_DEMAND } from "../src/rate-limit/isolate-leases";
 import { type BucketBackend, LimiterGate } from "../src/rate-limit/limiter-gate";
 import { shardName, shardStub } from "../src/rate-limit/limiter-shard";
 import type { Limit } from "../src/rate-limit/limits";
@@ -361,6 +361,25 @@ describe("spare leases at low demand", () => {
       Promise.all(keys.map(async (k) => Math.round((await shardStub(env, k).peek(k))?.tokens ?? Number.NaN)));
     expect(await tokens(early)).toEqual(early.map(() => 19)); // the 9 unused came back
     expect(await tokens(late)).toEqual(late.map(() => 10)); // still on lease, still being spent
+  });
+
+  it("a key holding a spare lease and a hot one settles the hot one when its window ends", () => {
+    // Two charges of one key in flight together can bring both: the spare one spent for 10 s, the hot
+    // one for 1 s. The hot one must go back with the next call after its window, not wait behind the
+    // spare one.
+    const leases = new IsolateLeases();
+    const home = { shard: "3", key: "publish:k", limit: { rate: 20, perMs: 86_400_000, burst: 20 } };
+    const t0 = 5_000_000;
+    leases.hold("k", { id: "spare", tokens: 9, spendMs: SPARE_LEASE_SPEND_MS }, t0, 10, t0, home);
+    leases.hold("k", { id: "hot", tokens: 4 }, t0 + 100, 6, t0, home);
+    expect(leases.spend("k", t0 + 200)).not.toBeNull(); // the hot one, ending first, is spent first
+    expect(leases.settlesFor("3", new Set(), t0 + 500)).toEqual([]);
+    expect(leases.settlesFor("3", new Set(), t0 + 1_200)).toEqual([
+      { id: "k", home, settle: [{ id: "hot", unused: 3 }] },
+    ]);
+    expect(leases.settlesFor("3", new Set(), t0 + SPARE_LEASE_SPEND_MS)).toEqual([
+      { id: "k", home, settle: [{ id: "spare", unused: 9 }] },
+    ]);
   });
 });
 

@@ -34,10 +34,14 @@ const MAX_SETTLE_KEYS_PER_CALL = 64;
 /**
  * Most leases one shard's index of spending windows holds. Every call to the shard takes out those
  * whose window has passed, so it holds the leases granted over the last spending window (10 s for a
- * spare one); past this bound a lease goes unindexed and is settled with its key's own next call, or
- * expires in the object.
+ * spare one): one per tracked key of the shard for a crowd, several for a key that is hot (a new
+ * lease a second) — four per tracked key is room for both. Past it a lease goes unindexed: its key's
+ * own next request retires it, to be settled with the next call to its shard, or it expires in the
+ * object.
  */
 export const MAX_INDEXED_LEASES_PER_SHARD = 4 * MAX_TRACKED_KEYS;
+/** Most keys one shard's set of keys owing a settle holds; past it a key settles with its own next call. */
+const MAX_READY_KEYS_PER_SHARD = MAX_TRACKED_KEYS;
 
 /** Where a key's leases go back: its shard, key and limit. */
 export interface LeaseHome {
@@ -66,6 +70,10 @@ interface HeldLease {
 
 /** Per key and limit: leases held, leases to settle, and recent demand. */
 interface KeyState {
+  /**
+   * Earliest `until` first: spent in that order, and so whatever window has passed is at the front
+   * (a key can hold a spare lease and a hot one, granted to charges in flight together).
+   */
   leases: HeldLease[];
   settle: LeaseRequest["settle"];
   windowStart: number;
@@ -148,7 +156,8 @@ export class IsolateLeases {
     for (let next = owing.due.peek(); next && next.until <= now; next = owing.due.peek()) {
       owing.due.pop();
       // A look is not a use: it must not keep idle keys tracked. A forgotten key's leases expire in
-      // the object; one spent out or retired by its own charge has nothing left before `now`.
+      // the object. Leases are in `until` order, so every one whose window has passed is at the
+      // front (none, when its own requests already retired it).
       const state = this.keys.peek(next.id);
       if (!state?.home) continue;
       while (state.leases.length > 0 && (state.leases[0] as HeldLease).until <= now) this.retire(next.id, state);
@@ -168,6 +177,7 @@ export class IsolateLeases {
   retry(id: string, settle: LeaseRequest["settle"], now: number): void {
     const state = this.state(id, now);
     state.settle.push(...settle);
+    if (state.settle.length > MAX_SETTLE) state.settle.splice(0, state.settle.length - MAX_SETTLE);
     this.owe(id, state);
   }
 
@@ -177,17 +187,13 @@ export class IsolateLeases {
    */
   hold(id: string, lease: Lease, sentAt: number, objectRemaining: number, fullAt: number, home: LeaseHome): void {
     const state = this.state(id, sentAt);
-    state.leases.push({
-      id: lease.id,
-      left: lease.tokens,
-      until: sentAt + (lease.spendMs ?? LEASE_SPEND_MS),
-      objectRemaining,
-      fullAt,
-    });
+    const until = sentAt + (lease.spendMs ?? LEASE_SPEND_MS);
+    let at = state.leases.length;
+    while (at > 0 && (state.leases[at - 1] as HeldLease).until > until) at--;
+    state.leases.splice(at, 0, { id: lease.id, left: lease.tokens, until, objectRemaining, fullAt });
     state.home = home;
     const owing = this.shard(home.shard);
-    if (owing.due.size < MAX_INDEXED_LEASES_PER_SHARD)
-      owing.due.push({ until: sentAt + (lease.spendMs ?? LEASE_SPEND_MS), id });
+    if (owing.due.size < MAX_INDEXED_LEASES_PER_SHARD) owing.due.push({ until, id });
   }
 
   private shard(shard: string): ShardOwing {
@@ -203,8 +209,7 @@ export class IsolateLeases {
   private owe(id: string, state: KeyState): void {
     if (!state.home || state.settle.length === 0) return;
     const { ready } = this.shard(state.home.shard);
-    // Bounded like the keys themselves; past it a key settles with its own next call, or expires.
-    if (ready.size < MAX_TRACKED_KEYS) ready.add(id);
+    if (ready.size < MAX_READY_KEYS_PER_SHARD) ready.add(id);
   }
 
   /** This key's state, with the demand window moved on to `now`. */
@@ -225,7 +230,7 @@ export class IsolateLeases {
     return state;
   }
 
-  /** Stops spending the oldest lease; its unused tokens go back with the next call (or it expires). */
+  /** Stops spending the first lease; its unused tokens go back with the next call (or it expires). */
   private retire(id: string, state: KeyState): void {
     const lease = state.leases.shift();
     if (!lease) return;
