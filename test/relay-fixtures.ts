@@ -4,8 +4,10 @@
  * wait until a channel's relays have left and forgotten it.
  */
 import { createExecutionContext, runInDurableObject } from "cloudflare:test";
+import type { ChannelStats } from "../src/channel/types";
 import { relayName } from "../src/delivery/placement";
 import worker from "../src/index";
+import { channelStub as channelObject, relayStub as relayObject } from "../src/platform/stubs";
 import {
   adminHeaders,
   BASE,
@@ -23,18 +25,15 @@ import {
 export const CAPACITY = 10;
 export const relayEnv = envWith({ RELAY_CAPACITY: String(CAPACITY) });
 
-export const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-export const relayStub = (ch: string, k: number) => env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", k)));
+export const channelStub = (ch: string) => channelObject(env, ch);
+/** Relay `k` of `ch` in the local group. */
+export const relayStub = (ch: string, k: number) => relayObject(env, relayName(ch, "local", k));
 
-export interface Stats {
-  occupancy: number;
-  websockets: number;
-  sse: number;
-  relays: number;
-  relay_sends_total: number;
-  last_seq: number;
-  target_rate: number | null;
-}
+/** What the relay tests read of `GET /v1/channels/{channel}/stats`: the object's counts and the view's target rate. */
+export type Stats = Pick<
+  ChannelStats,
+  "occupancy" | "websockets" | "sse" | "relays" | "relay_sends_total" | "last_seq"
+> & { target_rate: number | null };
 
 export async function stats(ch: string): Promise<Stats> {
   return (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as Stats;
