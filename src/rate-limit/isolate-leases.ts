@@ -175,10 +175,7 @@ export class IsolateLeases {
 
   /** A charge failed: its leases to settle go again with the next one (settling is idempotent). */
   retry(id: string, settle: LeaseRequest["settle"], now: number): void {
-    const state = this.state(id, now);
-    state.settle.push(...settle);
-    if (state.settle.length > MAX_SETTLE) state.settle.splice(0, state.settle.length - MAX_SETTLE);
-    this.owe(id, state);
+    this.owe(id, this.state(id, now), settle);
   }
 
   /**
@@ -205,8 +202,14 @@ export class IsolateLeases {
     return owing;
   }
 
-  /** Marks a key with leases to settle, so the next call to its shard for other keys carries them. */
-  private owe(id: string, state: KeyState): void {
+  /**
+   * Adds leases to settle for a key, the newest {@link MAX_SETTLE} kept, and marks the key so the next
+   * call to its shard for other keys carries them.
+   */
+  private owe(id: string, state: KeyState, settle: LeaseRequest["settle"]): void {
+    state.settle.push(...settle);
+    // Unsettled leases simply expire in the object, counted as spent: a bound on memory, not on safety.
+    if (state.settle.length > MAX_SETTLE) state.settle.splice(0, state.settle.length - MAX_SETTLE);
     if (!state.home || state.settle.length === 0) return;
     const { ready } = this.shard(state.home.shard);
     if (ready.size < MAX_READY_KEYS_PER_SHARD) ready.add(id);
@@ -233,10 +236,6 @@ export class IsolateLeases {
   /** Stops spending the first lease; its unused tokens go back with the next call (or it expires). */
   private retire(id: string, state: KeyState): void {
     const lease = state.leases.shift();
-    if (!lease) return;
-    state.settle.push({ id: lease.id, unused: lease.left });
-    // Unsettled leases simply expire in the object, counted as spent: a bound on memory, not on safety.
-    if (state.settle.length > MAX_SETTLE) state.settle.shift();
-    this.owe(id, state);
+    if (lease) this.owe(id, state, [{ id: lease.id, unused: lease.left }]);
   }
 }
