@@ -27,7 +27,7 @@
 import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { load, median, publishOpts, setRate, webSocketSubscribers } from "./lib/bench.mjs";
+import { COLD_PUBLISHES, load, median, publishOpts, setRate, webSocketSubscribers } from "./lib/bench.mjs";
 import { refTree } from "./lib/bench-ref.mjs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
@@ -44,9 +44,8 @@ const opts = options("bench:profile", {
   out: tmpdir(),
 });
 const SCENARIOS = ["deny", "drop50", "pub10", "crowd", "crowdcold"];
-/** crowdcold: the bench's cold crowd, subjects never charged before, each publishing this many times in turn. */
+/** crowdcold: crowds of this many subjects never charged before, each publishing COLD_PUBLISHES times in turn. */
 const COLD_SUBJECTS = 500;
-const COLD_PUBLISHES = 3;
 const COLD_CROWDS = 4;
 if (!SCENARIOS.includes(opts.scenario)) {
   console.error(`floodgate bench:profile: --scenario must be one of ${SCENARIOS.join(", ")}`);

@@ -37,6 +37,7 @@
 // COLD_PUBLISHES times, so every subject's first contact with the limiter is in the measurement —
 // next to the warm crowd, whose subjects are touched before each slice.
 import {
+  COLD_PUBLISHES,
   load,
   median,
   metrics,
@@ -78,8 +79,6 @@ const REF = opts.against ? refTree(opts.against) : null;
 // The routes compared with it by default (the ones a change to the publish path can move): a
 // delivered publish with 10 subscribers, drop rate 0.5 with 10, the deny flood, the crowd warm and cold.
 const AGAINST_ROUTES = ["pub10", "drop50", "deny", "crowd", "crowdcold"];
-// Publishes per subject of the cold crowd's slice: its first, and a few after it.
-const COLD_PUBLISHES = 3;
 // Subscribers of the publish channel Floodgate and the literal recipe are compared on (pub10, recipe10).
 const RECIPE_SUBSCRIBERS = 10;
 const run = { seconds: SECONDS, connections: CONNECTIONS };

@@ -6,6 +6,12 @@ import { root } from "./root.mjs";
 import { bundle, startWorker } from "./workerd.mjs";
 
 /**
+ * Publishes per subject of the cold crowd (`npm run bench`'s crowdcold slices, `bench:profile
+ * --scenario crowdcold`): its first, and a few after it.
+ */
+export const COLD_PUBLISHES = 3;
+
+/**
  * The reference: a bare Hono Worker in its own workerd. `GET /bare` answers a small JSON body;
  * `GET /bare-rpc2` also makes two no-op Durable Object calls in turn (the shape of a limited,
  * delivered publish); `POST /bare` reads the body and answers 429 (what a denied publish must do at
