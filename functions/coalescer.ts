@@ -1,7 +1,7 @@
 /**
  * Coalesces concurrent calls for one key from this isolate into one call that decides them all.
- * The limiter gate (one `chargeMany` per bucket key, src/rate-limit/limiter-gate.ts), the publish batcher (one
- * `publishMany` per channel, src/channel/publish-batcher.ts) and the queue of analytics copies (one append
+ * The limiter gate (one `chargeMany` per bucket key, src/worker/gate/limiter-gate.ts), the publish batcher (one
+ * `publishMany` per channel, src/worker/publish-batcher.ts) and the queue of analytics copies (one append
  * per batch, functions/drop-copies.ts) are all built on it.
  *
  * While a call for a key is in flight, items arriving for the same key join one open batch, sent as

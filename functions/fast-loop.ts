@@ -2,7 +2,7 @@
  * The decision of a channel's fast loop (docs/throttling.md, "Two loops") at the end of one of its
  * periods: the sampler's law (functions/sampler.ts) on the period's counts gives the rate the next
  * answers carry, and whether the loop goes on. Platform-neutral: the channel's object
- * (src/throttle/channel-fast-loop.ts) keeps the counts and the alarm. Priority messages in the
+ * (src/channel/fast-loop.ts) keeps the counts and the alarm. Priority messages in the
  * counts (`counts.priority`, never dropped) count as delivered: the law drops more of the rest so
  * the channel still holds its target, and all of the rest once priority alone reaches it.
  */

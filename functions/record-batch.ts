@@ -1,7 +1,7 @@
 /**
  * The record of dropped messages on a queue and an object store, as pure decisions: how copies are
  * packed into queue messages, how one message is split into hourly objects, how an object is named
- * and what its lines are. Platform-neutral (no queue, no bucket here); src/record/ does the I/O.
+ * and what its lines are. Platform-neutral (no queue, no bucket here); src/worker/record/ and src/worker/drops/ do the I/O.
  */
 
 /** One copy as it travels on the queue and as it is stored, one per line. */

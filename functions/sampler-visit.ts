@@ -4,7 +4,7 @@
  * wins, whether `throttleRate:<channel>` must be written, and whether the registry keeps the channel
  * on its throttled list.
  *
- * Pure and platform-neutral: src/throttle/sampler-run.ts reads the channel's counts and KV keys, calls
+ * Pure and platform-neutral: src/worker/sampler/sampler-run.ts reads the channel's counts and KV keys, calls
  * {@link decideVisit}, and writes what it says. The law itself is functions/sampler.ts.
  */
 import {

@@ -5,7 +5,7 @@
  * (the channel object, its relays, the `throttleRate:` KV key, the sampler's registry, drop counts)
  * keys a shard by this name, so each shard is a channel of its own to all of them.
  *
- * Pure: shared by the Worker (src/channel/shards.ts) and the drop copies (functions/drop-copies.ts).
+ * Pure: shared by the Worker (src/settings/shards.ts) and the drop copies (functions/drop-copies.ts).
  */
 
 /** Between the channel and the shard in a shard's key. */

@@ -236,7 +236,7 @@ function summarise(profile, fileOf) {
     const file = native ? null : url.endsWith("index.mjs") ? fileOf(lineNumber) : url;
     const name = native ? functionName || "(native, unnamed)" : functionName || "(anonymous)";
     // Functions by name and the file they are in; files move between commits (src/http.ts became
-    // src/http/body.ts), so the per-function table keys on the name and the dependency or "src".
+    // src/worker/http/body.ts), so the per-function table keys on the name and the dependency or "src".
     // An anonymous function is told apart by its file only.
     const key = native
       ? `${name} (runtime)`
@@ -256,7 +256,11 @@ function summarise(profile, fileOf) {
  */
 function areaOf(file) {
   if (file.includes("(dependency)")) return file;
-  const m = /^src\/(auth|channel|delivery|http|platform|rate-limit|record|throttle)\//.exec(file);
+  // Today's layout (src/worker/<part>/, one folder per object, src/wire/, src/settings/), then the older one.
+  const m =
+    /^src\/(worker\/[\w-]+|worker|channel|relay|limiter|metrics|active-channels|refresh-ledger|settings|wire|platform)\//.exec(
+      file,
+    ) ?? /^src\/(auth|channel|delivery|http|platform|rate-limit|record|throttle)\//.exec(file);
   if (m) return `src/${m[1]}/`;
   if (file.startsWith("functions/")) return "functions/";
   const flat = /^src\/(?:routes\/)?([\w-]+)\.ts$/.exec(file)?.[1];

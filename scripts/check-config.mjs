@@ -24,10 +24,10 @@ const config = unstable_readConfig({ config: join(root, "wrangler.toml"), env },
 
 // The Worker's own parser, bundled on the fly so this check can never drift from it.
 const mod = await importSource(
-  `export { parseConfig, rawConfigFrom } from "./src/platform/config"; export { SECRET_MIN, exampleSecrets, secretProblem } from "./src/auth/secrets";`,
+  `export { parseConfig, rawConfigFrom } from "./src/settings/settings"; export { SECRET_MIN, exampleSecrets, secretProblem } from "./src/settings/secrets";`,
 );
 
-/** The secret values shown in the repository's own files (src/auth/secrets.ts, `exampleSecrets`). */
+/** The secret values shown in the repository's own files (src/settings/secrets.ts, `exampleSecrets`). */
 const shownSecrets = mod.exampleSecrets(
   [
     ".dev.vars.example",

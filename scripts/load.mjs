@@ -53,10 +53,10 @@ function fail(message) {
   process.exit(2);
 }
 
-// The Worker's own parsers (src/rate-limit/limits.ts, src/platform/durations.ts), bundled on the fly, so --rate and
+// The Worker's own parsers (src/settings/limits.ts, src/settings/durations.ts), bundled on the fly, so --rate and
 // --duration accept exactly what the Worker's configuration does.
 const grammar = await importSource(
-  `export { parseRateShorthand } from "./src/rate-limit/limits"; export { parseDuration } from "./src/platform/durations";`,
+  `export { parseRateShorthand } from "./src/settings/limits"; export { parseDuration } from "./src/settings/durations";`,
 );
 
 /** `--rate` as publishes per second. */

@@ -332,7 +332,7 @@ async function checkNoTargetNow(page, channel) {
 }
 
 /**
- * Bad configuration: every route answers 500 naming the variable (src/http/app.ts); the page shows a
+ * Bad configuration: every route answers 500 naming the variable (src/worker/app.ts); the page shows a
  * banner with the message, on the login screen too, for as long as it lasts, and drops it with the
  * first good answer. The answer is the Worker's own shape, served here for the overview only.
  */

@@ -2,25 +2,25 @@
  * Floodgate's Worker entry: the HTTP API (Hono), the sampler's Cron Trigger, and the Durable Object
  * classes.
  */
-import { app } from "./http/app";
-import { services } from "./platform/services";
-import { consumeDeadLetters, consumeDrops, DEAD_LETTER_QUEUE } from "./record/record-queue";
-import { sweepRecord } from "./record/record-retention";
-import { runSampler } from "./throttle/sampler-run";
+import { app } from "./worker/app";
+import { consumeDeadLetters, consumeDrops, DEAD_LETTER_QUEUE } from "./worker/record/record-queue";
+import { sweepRecord } from "./worker/record/record-retention";
+import { runSampler } from "./worker/sampler/sampler-run";
+import { services } from "./worker/services";
 
-export { RefreshLedger } from "./auth/refresh-ledger";
+export { ActiveChannels } from "./active-channels/active-channels";
 export { ChannelObject } from "./channel/channel-object";
-export { Relay } from "./delivery/relay";
-export { MetricsStore } from "./platform/metrics";
-export { LimiterShard } from "./rate-limit/limiter-shard";
-export { ActiveChannels } from "./throttle/active-channels";
+export { LimiterShard } from "./limiter/limiter-shard";
+export { MetricsStore } from "./metrics/metrics-store";
+export { RefreshLedger } from "./refresh-ledger/refresh-ledger";
+export { Relay } from "./relay/relay";
 
 export default {
   fetch: app.fetch,
 
   /**
    * The drops queue and its dead-letter queue (wrangler.toml), both consumed here: the record of
-   * dropped messages (src/record/record-queue.ts).
+   * dropped messages (src/worker/record/record-queue.ts).
    */
   async queue(batch, env, ctx) {
     if (batch.queue === DEAD_LETTER_QUEUE) await consumeDeadLetters(batch, env, ctx);

@@ -2,7 +2,7 @@
 
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ADMIN_BEARER_REQUIRED } from "../src/auth/authorise";
+import { ADMIN_BEARER_REQUIRED } from "../src/worker/auth/authorise";
 import {
   ADMIN,
   adminHeaders,

@@ -17,10 +17,10 @@ import {
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { pollUntil } from "../functions/waiting";
+import type { CopyItem } from "../src/channel/calls";
 import type { ChannelObject } from "../src/channel/channel-object";
-import type { CopyItem } from "../src/channel/types";
-import { PAGE_MAX_BYTES } from "../src/delivery/subscriber-bounds";
 import worker from "../src/index";
+import { PAGE_MAX_BYTES } from "../src/relay/bounds";
 import {
   adminHeaders,
   BASE,

@@ -12,15 +12,15 @@ import { rateKey } from "../functions/before-publish";
 import { serialiseCopy } from "../functions/drop-copies";
 import { recordLine } from "../functions/record-batch";
 import { shardKey, splitShardKey } from "../functions/shard-key";
-import { frame } from "../src/channel/frames";
 import { UNUSED_CHANNEL_TTL_MS } from "../src/channel/idle-expiry";
-import { parseChannelName } from "../src/channel/names";
 import { SHARD_REFRESH_MS } from "../src/channel/shard-registry";
-import { audienceOf, MAX_SHARDS_PER_CHANNEL, parseShardRule } from "../src/channel/shards";
-import { leverOf } from "../src/http/routes/dashboard";
 import worker from "../src/index";
-import { ConfigError, parseConfig, type RawConfig } from "../src/platform/config";
-import type { ChannelSample } from "../src/throttle/sampler-run";
+import { ConfigError, parseConfig, type RawConfig } from "../src/settings/settings";
+import { audienceOf, MAX_SHARDS_PER_CHANNEL, parseShardRule } from "../src/settings/shards";
+import { parseChannelName } from "../src/wire/channel-names";
+import { frame } from "../src/wire/frames";
+import { leverOf } from "../src/worker/routes/dashboard";
+import type { ChannelSample } from "../src/worker/sampler/sampler-run";
 import { counter, fastRate, setCounters } from "./channel-internals";
 import {
   ADMIN,

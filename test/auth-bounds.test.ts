@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "vitest";
 import headersFile from "../public/_headers?raw";
-import { services } from "../src/platform/services";
+import { services } from "../src/worker/services";
 import { ADMIN, call, callAndWait, envWith, mint, peekBucket, publishTo, uniq } from "./helpers";
 
 const ANALYTICS = "private:floodgate.analytics.dropped";

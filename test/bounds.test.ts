@@ -8,16 +8,12 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import type { ChannelStats } from "../src/channel/calls";
 import { ChannelObject } from "../src/channel/channel-object";
 import { UNUSED_CHANNEL_TTL_MS, WIPE_RETRY_MS } from "../src/channel/idle-expiry";
-import type { ChannelStats } from "../src/channel/types";
-import { relayName } from "../src/delivery/placement";
-import {
-  SLOW_CONSUMER_CLOSE,
-  SUBSCRIBER_MAX_BEHIND_BYTES,
-  SUBSCRIBER_SPOKE_CLOSE,
-} from "../src/delivery/subscriber-bounds";
-import { shardStub } from "../src/rate-limit/limiter-shard";
+import { shardStub } from "../src/limiter/limiter-shard";
+import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES, SUBSCRIBER_SPOKE_CLOSE } from "../src/relay/bounds";
+import { relayName } from "../src/relay/placement";
 import { backdateIdle, counter, lapseReservations, withFailingAppend } from "./channel-internals";
 import {
   adminHeaders,

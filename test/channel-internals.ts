@@ -6,14 +6,14 @@
 
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import type { ChannelActivity } from "../src/channel/activity";
 import type { ChannelObject } from "../src/channel/channel-object";
-import type { ChannelStore, CounterName, CounterValues } from "../src/channel/channel-store";
-import type { SideFrame } from "../src/channel/frames";
+import type { ChannelFastLoop } from "../src/channel/fast-loop";
 import { MessageLog } from "../src/channel/messages";
-import type { Reservation } from "../src/delivery/relay-registry";
+import type { Reservation } from "../src/channel/relay-registry";
+import type { ChannelStore, CounterName, CounterValues } from "../src/channel/store";
 import { channelStub } from "../src/platform/stubs";
-import type { ChannelActivity } from "../src/throttle/channel-activity";
-import type { ChannelFastLoop } from "../src/throttle/channel-fast-loop";
+import type { SideFrame } from "../src/wire/frames";
 import { withFailing } from "./helpers";
 
 /** The parts of the object tests look into (private in the class). */

@@ -7,7 +7,7 @@ import {
   parseChannelName,
   parsePattern,
   selectRule,
-} from "../src/channel/names";
+} from "../src/wire/channel-names";
 
 const name = (s: string) => parseChannelName(s);
 

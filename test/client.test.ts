@@ -15,10 +15,10 @@ import {
   type SocketLike,
 } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
-import { relayName } from "../src/delivery/placement";
-import type { Relay } from "../src/delivery/relay";
-import { services } from "../src/platform/services";
-import { shardStub } from "../src/rate-limit/limiter-shard";
+import { shardStub } from "../src/limiter/limiter-shard";
+import { relayName } from "../src/relay/placement";
+import type { Relay } from "../src/relay/relay";
+import { services } from "../src/worker/services";
 import { ADMIN, adminHeaders, BASE, historyOf, mint, publishTo, setRate, uniq, until } from "./helpers";
 
 const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));

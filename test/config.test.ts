@@ -5,14 +5,14 @@ import apiDoc from "../docs/api.md?raw";
 import operationsDoc from "../docs/operations.md?raw";
 import throttlingDoc from "../docs/throttling.md?raw";
 import readme from "../README.md?raw";
-import { exampleSecrets, SECRET_MIN, secretProblem } from "../src/auth/secrets";
+import { exampleSecrets, SECRET_MIN, secretProblem } from "../src/settings/secrets";
 import {
   ConfigError,
   parseConfig as parseAll,
   type RawConfig,
   REQUIRED_BUDGETS,
   rawConfigFrom,
-} from "../src/platform/config";
+} from "../src/settings/settings";
 import { adminHeaders, callAndWait, envWith } from "./helpers";
 import vitestConfig from "./vitest.config.ts?raw";
 

@@ -9,7 +9,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it, vi } from "vitest";
 import { pollUntil } from "../functions/waiting";
-import { services } from "../src/platform/services";
+import { services } from "../src/worker/services";
 import { adminHeaders, call, callAndWait, freshIp, historyOf, mint, publishTo, setRate, uniq, until } from "./helpers";
 
 /** The deployment's record of dropped messages (wrangler.toml ANALYTICS_CHANNEL). */

@@ -7,8 +7,8 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
-import { OVERVIEW_MAX_CHANNELS } from "../src/http/routes/dashboard";
 import { activeChannelsStub } from "../src/platform/stubs";
+import { OVERVIEW_MAX_CHANNELS } from "../src/worker/routes/dashboard";
 import { backdatePeriod, makeSeenReportDue } from "./channel-internals";
 import {
   adminHeaders,

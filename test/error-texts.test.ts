@@ -4,8 +4,8 @@
  * one asked for — keeping the documented shape and status codes.
  */
 import { describe, expect, it } from "vitest";
-import { ADMIN_BEARER_REQUIRED, MISSING_BEARER } from "../src/auth/authorise";
-import { MALFORMED } from "../src/auth/tokens";
+import { ADMIN_BEARER_REQUIRED, MISSING_BEARER } from "../src/worker/auth/authorise";
+import { MALFORMED } from "../src/worker/auth/tokens";
 import { call, freshIp, mint, uniq } from "./helpers";
 
 const body = async (res: Response) => (await res.json()) as { code: string; msg: string; meta: { code: string } };

@@ -1,5 +1,5 @@
 /**
- * Subscriber sockets, held by the channel's relay (src/delivery/relay.ts): hibernation (after the channel and
+ * Subscriber sockets, held by the channel's relay (src/relay/relay.ts): hibernation (after the channel and
  * the relay are evicted the sockets still receive and seq continues), a socket whose send fails, and
  * the close and error handlers.
  */
@@ -7,7 +7,7 @@
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { relayName } from "../src/delivery/placement";
+import { relayName } from "../src/relay/placement";
 import { mint, openSocket, publishTo, uniq, untilUnsubscribed, withFailing } from "./helpers";
 
 /** Polls (no fixed sleep) until the channel's stats match: relays report their counts after a change. */

@@ -13,7 +13,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import { isMeaningfulChange } from "../functions/sampler";
-import type { ChannelSample } from "../src/throttle/sampler-run";
+import type { ChannelSample } from "../src/worker/sampler/sampler-run";
 import { backdatePeriod, counter, fastRate, setCounters } from "./channel-internals";
 import { adminHeaders, callAndWait, cron, envWith, mint, publishAndWait, publisher, uniq } from "./helpers";
 

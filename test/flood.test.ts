@@ -8,9 +8,9 @@ import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
-import { getConfig } from "../src/platform/config";
 import { activeChannelsStub, channelStub } from "../src/platform/stubs";
-import type { SamplerReport } from "../src/throttle/sampler-run";
+import { getConfig } from "../src/settings/settings";
+import type { SamplerReport } from "../src/worker/sampler/sampler-run";
 import { backdatePeriod, counter, setCounters } from "./channel-internals";
 import { adminHeaders, callAndWait, envWith, mint, publishTo, uniq } from "./helpers";
 

@@ -2,9 +2,9 @@
  * Rate-limit gates over HTTP: order, keys, headers, 429 bodies, overrides, failure, deny cache.
  */
 import { describe, expect, it, vi } from "vitest";
-import { signToken } from "../src/auth/tokens";
-import { LIMITER_BATCHING, LimiterGate } from "../src/rate-limit/limiter-gate";
-import { LimiterShard } from "../src/rate-limit/limiter-shard";
+import { LimiterShard } from "../src/limiter/limiter-shard";
+import { signToken } from "../src/worker/auth/tokens";
+import { LIMITER_BATCHING, LimiterGate } from "../src/worker/gate/limiter-gate";
 import { adminHeaders, callAndWait, envWith, freshIp, mint, peekBucket, perKey, uniq, withFailing } from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
@@ -403,7 +403,7 @@ describe("deny cache", () => {
       return Number(text.match(/^floodgate_rate_limit_deny_cache_hits_total\{bucket="publish"\} (\d+)$/m)?.[1]);
     };
     const hitsBefore = await hits();
-    const { services } = await import("../src/platform/services");
+    const { services } = await import("../src/worker/services");
     const callsBefore = services(e).gate.calls;
     const statuses = [];
     for (let i = 0; i < 50; i++) statuses.push((await publishWith(e, ch, t)).status);

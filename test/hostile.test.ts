@@ -5,9 +5,9 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { base64UrlEncode, signToken } from "../src/auth/tokens";
-import type { ChannelStats } from "../src/channel/types";
-import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/delivery/subscriber-bounds";
+import type { ChannelStats } from "../src/channel/calls";
+import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/relay/bounds";
+import { base64UrlEncode, signToken } from "../src/worker/auth/tokens";
 import {
   ADMIN,
   adminHeaders,

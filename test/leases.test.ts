@@ -5,7 +5,6 @@
 import { evictDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { limiterShardStub } from "../src/platform/stubs";
 import {
   type BatchChargeResult,
   LEASE_SPEND_MS,
@@ -13,12 +12,13 @@ import {
   type LeaseRequest,
   SPARE_LEASE_MAX,
   SPARE_LEASE_SPEND_MS,
-} from "../src/rate-limit/bucket-charge";
-import { IsolateLeases, LEASE_MIN_DEMAND } from "../src/rate-limit/isolate-leases";
-import { type BucketBackend, LimiterGate } from "../src/rate-limit/limiter-gate";
-import { shardName, shardStub } from "../src/rate-limit/limiter-shard";
-import type { Limit } from "../src/rate-limit/limits";
-import { fullBucket, take } from "../src/rate-limit/token-bucket";
+} from "../src/limiter/bucket-charge";
+import { shardName, shardStub } from "../src/limiter/limiter-shard";
+import { fullBucket, take } from "../src/limiter/token-bucket";
+import { limiterShardStub } from "../src/platform/stubs";
+import type { Limit } from "../src/settings/limits";
+import { IsolateLeases, LEASE_MIN_DEMAND } from "../src/worker/gate/isolate-leases";
+import { type BucketBackend, LimiterGate } from "../src/worker/gate/limiter-gate";
 import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, perKey, uniq } from "./helpers";
 import { seededRandom } from "./seeded-random";
 

@@ -5,10 +5,10 @@
 import { abortAllDurableObjects, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import type { BatchChargeResult } from "../src/limiter/bucket-charge";
+import { LIMITER_SHARDS, shardOf, shardStub } from "../src/limiter/limiter-shard";
 import { limiterShardStub } from "../src/platform/stubs";
-import type { BatchChargeResult } from "../src/rate-limit/bucket-charge";
-import { LIMITER_SHARDS, shardOf, shardStub } from "../src/rate-limit/limiter-shard";
-import type { Limit } from "../src/rate-limit/limits";
+import type { Limit } from "../src/settings/limits";
 import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, uniq } from "./helpers";
 
 const hourly = (n: number): Limit => ({ rate: n, perMs: 3_600_000, burst: n }); // no refill in a test
@@ -192,7 +192,7 @@ describe("a crowd over HTTP", () => {
       ),
     );
     const ch = `public:crowd.${uniq()}`;
-    const { services } = await import("../src/platform/services");
+    const { services } = await import("../src/worker/services");
     const callsBefore = services(e).gate.calls;
     // Every subject 5 times at once: 120 concurrent publishes for 72 tokens.
     const statuses = await Promise.all(

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { formatDuration, parseDuration } from "../src/platform/durations";
-import { LimitError, limitToJson, normaliseBurst, parseLimit, parseRateShorthand } from "../src/rate-limit/limits";
+import { formatDuration, parseDuration } from "../src/settings/durations";
+import { LimitError, limitToJson, normaliseBurst, parseLimit, parseRateShorthand } from "../src/settings/limits";
 
 describe("rate shorthand", () => {
   it.each([

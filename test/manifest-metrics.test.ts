@@ -1,7 +1,7 @@
 /** The public manifest and Prometheus metrics. */
 import { describe, expect, it } from "vitest";
-import { signToken } from "../src/auth/tokens";
-import { MetricsBuffer } from "../src/platform/metrics";
+import { MetricsBuffer } from "../src/metrics/metrics-store";
+import { signToken } from "../src/worker/auth/tokens";
 import { adminHeaders, callAndWait, envWith, SLOW_TEST_MS, uniq } from "./helpers";
 
 describe("manifest", () => {

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import apiDoc from "../docs/api.md?raw";
-import { app } from "../src/http/app";
+import { app } from "../src/worker/app";
 import { call } from "./helpers";
 
 interface Operation {

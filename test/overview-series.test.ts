@@ -1,5 +1,5 @@
 /**
- * The dashboard's series (src/throttle/throttle-series.ts): the overview answers both loops'
+ * The dashboard's series (src/active-channels/series.ts): the overview answers both loops'
  * decisions since a run began — the fast loop's every period and the sweep's — so a page opened
  * mid-run, or reloaded, charts the run from its first period; and the registry keeps the series
  * bounded in points per channel and in channels.
@@ -10,8 +10,8 @@
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { SERIES_CHANNELS, SERIES_POINTS, type SeriesPoint } from "../src/active-channels/series";
 import { activeChannelsStub } from "../src/platform/stubs";
-import { SERIES_CHANNELS, SERIES_POINTS, type SeriesPoint } from "../src/throttle/throttle-series";
 import { backdatePeriod, counter, setCounters } from "./channel-internals";
 import { adminHeaders, callAndWait, publishAndWait, publisher, uniq } from "./helpers";
 

@@ -11,12 +11,12 @@ import { createExecutionContext, evictDurableObject, runInDurableObject } from "
 import { exports } from "cloudflare:workers";
 import { FloodgateClient, type Message, type SocketLike } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
-import { type LiveFrame, packFrames, utf8Length } from "../src/channel/frames";
-import { relayName } from "../src/delivery/placement";
-import { Relay } from "../src/delivery/relay";
-import { FRAME_MAX_BYTES } from "../src/delivery/subscriber-bounds";
 import worker from "../src/index";
-import { ConfigError, parseConfig, rawConfigFrom } from "../src/platform/config";
+import { FRAME_MAX_BYTES } from "../src/relay/bounds";
+import { relayName } from "../src/relay/placement";
+import { Relay } from "../src/relay/relay";
+import { ConfigError, parseConfig, rawConfigFrom } from "../src/settings/settings";
+import { type LiveFrame, packFrames, utf8Length } from "../src/wire/frames";
 import {
   BASE,
   call,

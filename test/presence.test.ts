@@ -10,11 +10,11 @@ import { createExecutionContext, runInDurableObject } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
 import { FloodgateClient, type PresenceFrame } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
-import { relayName } from "../src/delivery/placement";
-import type { Relay } from "../src/delivery/relay";
 import worker from "../src/index";
-import { ConfigError, parseConfig } from "../src/platform/config";
 import { channelStub } from "../src/platform/stubs";
+import { relayName } from "../src/relay/placement";
+import type { Relay } from "../src/relay/relay";
+import { ConfigError, parseConfig } from "../src/settings/settings";
 import { presenceTick } from "./channel-internals";
 import { BASE, env, envWith, freshIp, historyOf, mint, publishTo, uniq, until, workerSocket } from "./helpers";
 

@@ -6,7 +6,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { feedForwardRate, nextDropRate } from "../functions/sampler";
-import { base64UrlEncode, signToken, TokenError, verifyToken } from "../src/auth/tokens";
+import { DurationError, formatDuration, parseDuration } from "../src/settings/durations";
+import { LimitError, limitToJson, parseLimit, parseRateShorthand } from "../src/settings/limits";
 import {
   GrammarError,
   MAX_CHANNEL_LENGTH,
@@ -14,9 +15,8 @@ import {
   matchesPattern,
   parseChannelName,
   parsePattern,
-} from "../src/channel/names";
-import { DurationError, formatDuration, parseDuration } from "../src/platform/durations";
-import { LimitError, limitToJson, parseLimit, parseRateShorthand } from "../src/rate-limit/limits";
+} from "../src/wire/channel-names";
+import { base64UrlEncode, signToken, TokenError, verifyToken } from "../src/worker/auth/tokens";
 
 const RUNS = { numRuns: 500, seed: 20261129 };
 

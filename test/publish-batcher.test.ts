@@ -1,9 +1,9 @@
 /** The publish batcher on its own: order, one call per batch, and no resend when an answer is lost. */
 import { describe, expect, it, vi } from "vitest";
 import { TAKEOVER_MS } from "../functions/coalescer";
-import { PUBLISH_BATCHING, PublishBatcher } from "../src/channel/publish-batcher";
-import type { PublishCommand, PublishOutcome } from "../src/channel/types";
-import { ApiError } from "../src/http/errors";
+import type { PublishCommand, PublishOutcome } from "../src/channel/calls";
+import { ApiError } from "../src/worker/http/errors";
+import { PUBLISH_BATCHING, PublishBatcher } from "../src/worker/publish-batcher";
 
 const cmd = (i: number): PublishCommand => ({
   channel: "public:a.b",

@@ -1,8 +1,8 @@
 /** Publish → WebSocket and SSE delivery, validation, idempotency and history, in workerd. */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import type { PublishCommand } from "../src/channel/calls";
 import { IDEMPOTENCY_TTL_MS } from "../src/channel/publishing";
-import type { PublishCommand } from "../src/channel/types";
 import { call, historyOf, mint, openSocket, publishTo, readSse, uniq, withFailing } from "./helpers";
 
 const token = async (chs = ["public:pub.*", "private:pub.team.*"], scopes = ["publish", "subscribe"]) =>

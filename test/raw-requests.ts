@@ -2,7 +2,7 @@
  * Tokens signed here (not minted through the API) and raw requests with a chosen client IP, for the
  * tests of the HTTP bounds: read budgets, verify-before-charge, sessions, tokens out of URLs, headers.
  */
-import { signToken } from "../src/auth/tokens";
+import { signToken } from "../src/worker/auth/tokens";
 import { callAndWait, uniq } from "./helpers";
 
 /** TOKEN_SECRET of the test configuration (test/vitest.config.ts). */

@@ -19,10 +19,10 @@ import { describe, expect, it, vi } from "vitest";
 import { batchId, HOUR_MS, hourPrefix, type RecordBatch, type RecordCopy } from "../functions/record-batch";
 import { ChannelObject } from "../src/channel/channel-object";
 import worker from "../src/index";
-import { services } from "../src/platform/services";
-import { gunzipText } from "../src/record/record-objects";
-import { DEAD_LETTER_QUEUE } from "../src/record/record-queue";
-import { sweepRecord } from "../src/record/record-retention";
+import { gunzipText } from "../src/worker/record/record-objects";
+import { DEAD_LETTER_QUEUE } from "../src/worker/record/record-queue";
+import { sweepRecord } from "../src/worker/record/record-retention";
+import { services } from "../src/worker/services";
 import { adminHeaders, callAndWait, env, envWith, mint, setRate, uniq, until, withFailing } from "./helpers";
 
 const QUEUE = "floodgate-drops";

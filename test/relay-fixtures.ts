@@ -4,10 +4,10 @@
  * wait until a channel's relays have left and forgotten it.
  */
 import { createExecutionContext, runInDurableObject } from "cloudflare:test";
-import type { ChannelStats } from "../src/channel/types";
-import { relayName } from "../src/delivery/placement";
+import type { ChannelStats } from "../src/channel/calls";
 import worker from "../src/index";
 import { channelStub as channelObject, relayStub as relayObject } from "../src/platform/stubs";
+import { relayName } from "../src/relay/placement";
 import {
   adminHeaders,
   BASE,

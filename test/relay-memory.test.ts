@@ -1,10 +1,10 @@
 /**
- * One relay's memory bound (src/delivery/relay-memory.ts) on its own: the most-behind subscribers are
+ * One relay's memory bound (src/relay/memory.ts) on its own: the most-behind subscribers are
  * closed until the rest fit, from the backlogs the sending pass read or, without them, read anew.
  */
 import { describe, expect, it } from "vitest";
-import { boundMemory, SocketBacklog } from "../src/delivery/relay-memory";
-import type { RelaySubscribers } from "../src/delivery/relay-subscribers";
+import { boundMemory, SocketBacklog } from "../src/relay/memory";
+import type { RelaySubscribers } from "../src/relay/subscribers";
 
 function relayOf(waiting: number[], sse: number[] = []) {
   const sockets = waiting.map((bufferedAmount, i) => ({ bufferedAmount, name: `ws${i}` }) as unknown as WebSocket);

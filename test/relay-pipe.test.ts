@@ -1,11 +1,10 @@
 /**
- * The channel's line to one relay (src/delivery/relay-pipe.ts), with a recorded send in place of the relay: one
+ * The channel's line to one relay (src/channel/relay-pipe.ts), with a recorded send in place of the relay: one
  * call at a time in order, batches queued behind a call go as one, the queue is bounded in bytes (the
  * oldest go and the head tells the relay to repair), and a failed call is followed by head-only calls
  * after a growing, capped backoff (fake timers) until one gets through, however long that takes.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { LiveFrame, SideFrame } from "../src/channel/frames";
 import {
   PIPE_QUICK_GAP_MS,
   PIPE_QUICK_RETRIES,
@@ -13,7 +12,8 @@ import {
   PIPE_RETRY_MAX_MS,
   PIPE_SIDE_MAX_BYTES,
   RelayPipe,
-} from "../src/delivery/relay-pipe";
+} from "../src/channel/relay-pipe";
+import type { LiveFrame, SideFrame } from "../src/wire/frames";
 
 const f = (seq: number, text = `m${seq}`): LiveFrame => ({ seq, text });
 

@@ -1,10 +1,10 @@
 /**
- * The channel's registry of relays (src/delivery/relay-registry.ts): the lowest relay with room in the
+ * The channel's registry of relays (src/channel/relay-registry.ts): the lowest relay with room in the
  * subscriber's group, reserved slots counted until joined or lapsed, MAX_SUBSCRIBERS, leaving, and
  * each client's subscriptions (MAX_SUBSCRIPTIONS_PER_CLIENT) counted from reservations and reports.
  */
 import { describe, expect, it } from "vitest";
-import { clientCounts, RESERVATION_TTL_MS, type RelayEntry, RelayRegistry } from "../src/delivery/relay-registry";
+import { clientCounts, RESERVATION_TTL_MS, type RelayEntry, RelayRegistry } from "../src/channel/relay-registry";
 
 function registry() {
   const stored = new Map<string, RelayEntry>();

@@ -8,8 +8,8 @@
 import { createExecutionContext, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ChannelObject } from "../src/channel/channel-object";
-import { Relay } from "../src/delivery/relay";
 import worker from "../src/index";
+import { Relay } from "../src/relay/relay";
 import { BASE, freshIp, openSocket, publisher, publishTo, SLOW_TEST_MS, uniq, until, withFailing } from "./helpers";
 import {
   CAPACITY,

@@ -8,7 +8,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { ACTIVE_KEPT, type ActiveChannels, MARK_TTL_MS } from "../src/throttle/active-channels";
+import { ACTIVE_KEPT, type ActiveChannels, MARK_TTL_MS } from "../src/active-channels/active-channels";
 import { uniq } from "./helpers";
 
 function ownRegistry(): DurableObjectStub<ActiveChannels> {

@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { rateKey } from "../functions/before-publish";
 import { ChannelObject } from "../src/channel/channel-object";
 import { activeChannelsStub, channelStub } from "../src/platform/stubs";
-import type { ChannelSample, SamplerReport } from "../src/throttle/sampler-run";
+import type { ChannelSample, SamplerReport } from "../src/worker/sampler/sampler-run";
 import { backdatePeriod, channelOf, counter, rememberChannel, setCounters } from "./channel-internals";
 import {
   adminHeaders,

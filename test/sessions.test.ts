@@ -5,8 +5,8 @@
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { RefreshLedger } from "../src/auth/refresh-ledger";
-import { signToken } from "../src/auth/tokens";
+import { RefreshLedger } from "../src/refresh-ledger/refresh-ledger";
+import { signToken } from "../src/worker/auth/tokens";
 import { adminHeaders, callAndWait, envWith, freshIp, mint, uniq, withFailing } from "./helpers";
 import { decode, SECRET } from "./raw-requests";
 

@@ -5,7 +5,7 @@
  * machine runs.
  */
 import { beforeEach } from "vitest";
-import { forgetServices } from "../src/platform/services";
+import { forgetServices } from "../src/worker/services";
 
 beforeEach(() => {
   forgetServices();

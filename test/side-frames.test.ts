@@ -8,11 +8,11 @@
  */
 import { createExecutionContext, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { SideFrame } from "../src/channel/frames";
-import { relayName } from "../src/delivery/placement";
-import type { Relay } from "../src/delivery/relay";
 import worker from "../src/index";
 import { channelStub } from "../src/platform/stubs";
+import { relayName } from "../src/relay/placement";
+import type { Relay } from "../src/relay/relay";
+import type { SideFrame } from "../src/wire/frames";
 import { sendSide } from "./channel-internals";
 import { BASE, env, envWith, freshIp, historyOf, mint, publishTo, uniq, until, untilUnsubscribed } from "./helpers";
 

@@ -5,7 +5,7 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import devVarsExample from "../.dev.vars.example?raw";
-import { secretProblem } from "../src/auth/secrets";
+import { secretProblem } from "../src/settings/secrets";
 import { ADMIN, adminHeaders, callAndWait, envWith, freshIp, uniq } from "./helpers";
 
 describe("strong secrets", () => {

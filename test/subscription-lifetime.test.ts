@@ -11,16 +11,11 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import type { ChannelStats } from "../src/channel/calls";
 import { ChannelObject } from "../src/channel/channel-object";
-import type { ChannelStats } from "../src/channel/types";
-import { relayName } from "../src/delivery/placement";
-import type { Relay } from "../src/delivery/relay";
-import {
-  REPORT_RETRY_MS,
-  SSE_HEARTBEAT_MS,
-  TOKEN_EXPIRED_CLOSE,
-  TOKEN_EXPIRED_REASON,
-} from "../src/delivery/subscriber-bounds";
+import { REPORT_RETRY_MS, SSE_HEARTBEAT_MS, TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../src/relay/bounds";
+import { relayName } from "../src/relay/placement";
+import type { Relay } from "../src/relay/relay";
 import {
   adminHeaders,
   call,

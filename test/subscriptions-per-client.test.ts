@@ -9,13 +9,13 @@
  */
 import { createExecutionContext, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import type { ChannelStats } from "../src/channel/calls";
 import { ChannelObject } from "../src/channel/channel-object";
-import type { ChannelStats } from "../src/channel/types";
-import { relayName } from "../src/delivery/placement";
-import type { Relay } from "../src/delivery/relay";
-import { REPORT_RETRY_MS } from "../src/delivery/subscriber-bounds";
 import worker from "../src/index";
-import { ConfigError, parseConfig, rawConfigFrom } from "../src/platform/config";
+import { REPORT_RETRY_MS } from "../src/relay/bounds";
+import { relayName } from "../src/relay/placement";
+import type { Relay } from "../src/relay/relay";
+import { ConfigError, parseConfig, rawConfigFrom } from "../src/settings/settings";
 import { adminHeaders, BASE, callAndWait, env, envWith, freshIp, mint, uniq, until, withFailing } from "./helpers";
 
 /** Budgets out of the way: the 21st subscribe must meet the cap, not `subscribe:<sub>`'s burst of 20. */

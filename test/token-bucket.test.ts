@@ -1,7 +1,7 @@
 /** The token bucket with a fake clock. */
 import { describe, expect, it } from "vitest";
-import type { Limit } from "../src/rate-limit/limits";
-import { type BucketState, fullBucket, refill, refund, rescale, take, takeMany } from "../src/rate-limit/token-bucket";
+import { type BucketState, fullBucket, refill, refund, rescale, take, takeMany } from "../src/limiter/token-bucket";
+import type { Limit } from "../src/settings/limits";
 import { seededRandom } from "./seeded-random";
 
 const limit: Limit = { rate: 10, perMs: 1000, burst: 10 }; // 10/s, one token per 100 ms

@@ -2,7 +2,7 @@
  * No unusable tokens: a mint whose token would exceed the size every route accepts is refused, naming the limit.
  */
 import { describe, expect, it } from "vitest";
-import { MAX_TOKEN_LENGTH } from "../src/auth/tokens";
+import { MAX_TOKEN_LENGTH } from "../src/worker/auth/tokens";
 import { adminHeaders, callAndWait, freshIp, mint, publishTo, uniq } from "./helpers";
 
 describe("no unusable tokens", () => {

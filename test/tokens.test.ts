@@ -1,7 +1,7 @@
 /** Token mint and refresh through the real routes, and token verification edge cases. */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { base64UrlEncode, signToken, type TokenClaims } from "../src/auth/tokens";
+import { base64UrlEncode, signToken, type TokenClaims } from "../src/worker/auth/tokens";
 import { ADMIN, adminHeaders, call, callAndWait, envWith, freshIp, mint, publishTo, uniq } from "./helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";

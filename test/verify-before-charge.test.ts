@@ -3,7 +3,7 @@
  * refresh token neither spends nor reveals anyone's budget.
  */
 import { describe, expect, it } from "vitest";
-import { base64UrlEncode, signToken } from "../src/auth/tokens";
+import { base64UrlEncode, signToken } from "../src/worker/auth/tokens";
 import { envWith, freshIp, peekBucket, uniq } from "./helpers";
 import { accessToken, closeQuietly, SECRET, sse, ws } from "./raw-requests";
 

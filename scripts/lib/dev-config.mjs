@@ -85,7 +85,7 @@ export function devVars(args) {
 /** The Worker's verdict on `vars`: null, or its one message (`invalid configuration: NAME: …`). */
 export async function configProblem(vars) {
   if (vars === null) return null;
-  const mod = await importSource(`export { parseConfig, rawConfigFrom } from "./src/platform/config";`);
+  const mod = await importSource(`export { parseConfig, rawConfigFrom } from "./src/settings/settings";`);
   try {
     mod.parseConfig(mod.rawConfigFrom(vars));
     return null;

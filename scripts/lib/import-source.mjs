@@ -5,7 +5,7 @@ import { root } from "./root.mjs";
 
 /**
  * Bundles `source` (a TypeScript module whose relative imports resolve from the project root, e.g.
- * `export { parseDuration } from "./src/platform/durations"`) and imports the result.
+ * `export { parseDuration } from "./src/settings/durations"`) and imports the result.
  */
 export async function importSource(source) {
   const out = await build({

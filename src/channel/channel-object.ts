@@ -5,17 +5,17 @@
  * the sampler.
  *
  * The class only routes each RPC to the part that does one job:
- * - src/channel/channel-store.ts: tables, counters, the batch transaction, the "nothing stored" state;
+ * - src/channel/store.ts: tables, counters, the batch transaction, the "nothing stored" state;
  * - src/channel/messages.ts: appending, trimming and reading the history;
  * - src/channel/publishing.ts: one publish and its Idempotency-Key, and the keys' expiry;
  * - src/channel/drop-summaries.ts: summaries of the drops per `SUMMARY_INTERVAL`, sent to every
  *   subscriber (docs/api.md, "Summaries of drops");
  * - src/channel/idle-expiry.ts: deleting everything once the channel is idle (docs/operations.md,
  *   "Storage bounded by activity");
- * - src/record/channel-record.ts: the analytics channel as the record of dropped messages;
- * - src/delivery/channel-relays.ts: its relays, which hold its subscribers (docs/api.md "Relays"), and
+ * - src/channel/record.ts: the analytics channel as the record of dropped messages;
+ * - src/channel/relays.ts: its relays, which hold its subscribers (docs/api.md "Relays"), and
  *   the fan-out to them;
- * - src/throttle/channel-activity.ts, channel-fast-loop.ts, channel-sampling.ts: traffic counts and
+ * - src/channel/activity.ts, channel-fast-loop.ts, channel-sampling.ts: traffic counts and
  *   reports, the throttle's fast loop (docs/throttling.md, "Two loops"), and the sampler's calls.
  *
  * Every deadline (Idempotency-Key expiry, the record's retention, idle expiry, the fast loop, relay
@@ -26,23 +26,10 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import { splitShardKey } from "../../functions/shard-key";
-import type { PresenceAnswer, PresenceSettings } from "../delivery/channel-presence";
-import { ChannelRelays } from "../delivery/channel-relays";
-import type { RelayReport } from "../delivery/relay-registry";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import type { TargetJson } from "../platform/config";
-import { ChannelRecord } from "../record/channel-record";
-import { ChannelActivity } from "../throttle/channel-activity";
-import { ChannelFastLoop } from "../throttle/channel-fast-loop";
-import { ChannelSampling } from "../throttle/channel-sampling";
-import { channelStats } from "./channel-stats";
-import { ChannelStore } from "./channel-store";
-import { DropSummaries } from "./drop-summaries";
-import type { LiveFrame } from "./frames";
-import { IdleExpiry } from "./idle-expiry";
-import { MessageLog } from "./messages";
-import { Publishing } from "./publishing";
-import { ShardMembership, ShardRegistry } from "./shard-registry";
+import type { TargetJson } from "../settings/settings";
+import type { LiveFrame } from "../wire/frames";
+import { ChannelActivity } from "./activity";
 import type {
   ChannelPeriod,
   ChannelRate,
@@ -54,7 +41,20 @@ import type {
   RecordCounts,
   RelayAssignment,
   RelayReportAnswer,
-} from "./types";
+} from "./calls";
+import { DropSummaries } from "./drop-summaries";
+import { ChannelFastLoop } from "./fast-loop";
+import { IdleExpiry } from "./idle-expiry";
+import { MessageLog } from "./messages";
+import type { PresenceAnswer, PresenceSettings } from "./presence";
+import { Publishing } from "./publishing";
+import { ChannelRecord } from "./record";
+import type { RelayReport } from "./relay-registry";
+import { ChannelRelays } from "./relays";
+import { ChannelSampling } from "./sampling";
+import { ShardMembership, ShardRegistry } from "./shard-registry";
+import { channelStats } from "./stats";
+import { ChannelStore } from "./store";
 
 export class ChannelObject extends DurableObject<Env> {
   private readonly scheduler: AlarmScheduler;
@@ -125,7 +125,7 @@ export class ChannelObject extends DurableObject<Env> {
 
   /**
    * Delivers or records the drop of each message, honouring its Idempotency-Key: the publishes that
-   * reached one Worker isolate together (src/channel/publish-batcher.ts), decided in order in one transaction —
+   * reached one Worker isolate together (src/worker/publish-batcher.ts), decided in order in one transaction —
    * one storage commit and one fan-out for all. Each gets exactly the outcome it would have had alone
    * (a key repeated inside the batch answers the first result again).
    */
@@ -208,7 +208,7 @@ export class ChannelObject extends DurableObject<Env> {
   }
 
   /**
-   * Occupancy now, and in a small room who (src/delivery/channel-presence.ts). A read: a channel
+   * Occupancy now, and in a small room who (src/channel/presence.ts). A read: a channel
    * nobody uses stores nothing for it.
    */
   presence(channel: string): PresenceAnswer {
@@ -260,17 +260,17 @@ export class ChannelObject extends DurableObject<Env> {
 
   // ---- the sampler -----------------------------------------------------------------------------
 
-  /** This period's counts, and a new period (src/throttle/channel-sampling.ts). */
+  /** This period's counts, and a new period (src/channel/sampling.ts). */
   takePeriod(now: number, target?: TargetJson | null): ChannelPeriod {
     return this.sampling.takePeriod(now, target);
   }
 
-  /** The sampler's latest decision (src/throttle/channel-sampling.ts). */
+  /** The sampler's latest decision (src/channel/sampling.ts). */
   recordSample(sample: { sampled_at: number; new_rate: number; decided_by?: "fast loop" | "sweep" }): Promise<void> {
     return this.sampling.recordSample(sample);
   }
 
-  /** The channel's target as the sampler or the admin API resolved it (src/throttle/channel-fast-loop.ts). */
+  /** The channel's target as the sampler or the admin API resolved it (src/channel/fast-loop.ts). */
   setTarget(target: TargetJson | null): void {
     this.fastLoop.setTarget(target);
   }
@@ -295,7 +295,7 @@ export class ChannelObject extends DurableObject<Env> {
   // ---- relays -------------------------------------------------------------------------------------
 
   /**
-   * A slot for one subscriber of `client` on a relay of its placement group (src/delivery/relay-registry.ts),
+   * A slot for one subscriber of `client` on a relay of its placement group (src/channel/relay-registry.ts),
    * or `full` past `maxSubscribers`, or `clientFull` past `maxPerClient`. The Worker passes the
    * capacities (and presence's settings) from its configuration.
    */
@@ -315,7 +315,7 @@ export class ChannelObject extends DurableObject<Env> {
     return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient, presence);
   }
 
-  /** A relay's counts after a change (src/delivery/channel-relays.ts). */
+  /** A relay's counts after a change (src/channel/relays.ts). */
   relayReport(channel: string, report: RelayReport): RelayReportAnswer {
     const empty = report.websockets + report.sse === 0;
     // A relay emptied after the channel deleted itself keeps it deleted.
@@ -328,7 +328,7 @@ export class ChannelObject extends DurableObject<Env> {
     return answer;
   }
 
-  /** Retained frames after `after` for a relay's repair or a joining subscriber's replay (src/delivery/channel-relays.ts). */
+  /** Retained frames after `after` for a relay's repair or a joining subscriber's replay (src/channel/relays.ts). */
   framesAfter(after: number, upTo: number, maxBytes: number): { frames: LiveFrame[]; more: boolean } {
     return this.relays.framesAfter(after, upTo, maxBytes);
   }

@@ -2,7 +2,7 @@
  * A channel's summaries of what the throttle dropped (docs/api.md, "Summaries of drops"): on a
  * channel with a `THROTTLE_SUMMARY` rule, the drops the channel counts are summed per key over one
  * `SUMMARY_INTERVAL`, and when the interval ends with drops in it every subscriber gets one summary
- * frame, a side frame through the relays (src/delivery/channel-relays.ts, `sendSide`): no seq, never in
+ * frame, a side frame through the relays (src/channel/relays.ts, `sendSide`): no seq, never in
  * history, never replayed.
  *
  * The keys are decided where the drop is (the publish route, functions/drop-summary.ts) and reach
@@ -16,13 +16,13 @@
  * interval's frame, and nothing about summaries is ever stored.
  */
 import { KeyTally, OTHER_KEY, summaryFrame } from "../../functions/drop-summary";
+import { SUMMARY_REPORT_MS } from "../active-channels/active-channels";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { getConfig, type SummaryRule, summaryFor } from "../platform/config";
 import { activeChannelsStub } from "../platform/stubs";
-import { SUMMARY_REPORT_MS } from "../throttle/active-channels";
-import type { ChannelStore } from "./channel-store";
-import type { SideFrame } from "./frames";
-import { parseChannelName } from "./names";
+import { getConfig, type SummaryRule, summaryFor } from "../settings/settings";
+import { parseChannelName } from "../wire/channel-names";
+import type { SideFrame } from "../wire/frames";
+import type { ChannelStore } from "./store";
 
 interface OpenInterval {
   from: number;
@@ -40,7 +40,7 @@ export class DropSummaries {
   /** When a summary was last reported to the sampler's registry for the dashboard (epoch ms). */
   private reportedAt = 0;
 
-  /** @param send side frames to every relay of the channel (src/delivery/channel-relays.ts). */
+  /** @param send side frames to every relay of the channel (src/channel/relays.ts). */
   constructor(
     private readonly store: ChannelStore,
     private readonly scheduler: AlarmScheduler,

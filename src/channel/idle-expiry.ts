@@ -4,12 +4,12 @@
  * everything it stored. A channel that never had a message (a made-up name somebody subscribed to)
  * has no history worth keeping: it is deleted {@link UNUSED_CHANNEL_TTL_MS} after its last subscriber
  * left, so a flood of subscribes to made-up names leaves nothing behind. The analytics channel is kept
- * by its own retention instead (src/record/channel-record.ts).
+ * by its own retention instead (src/channel/record.ts).
  */
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { getConfig } from "../platform/config";
-import type { ChannelStore } from "./channel-store";
+import { getConfig } from "../settings/settings";
 import { SHARD_REFRESH_MS } from "./shard-registry";
+import type { ChannelStore } from "./store";
 
 /** How long a channel that never had a message keeps its storage once nobody is subscribed. */
 export const UNUSED_CHANNEL_TTL_MS = 60_000;

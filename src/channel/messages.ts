@@ -1,13 +1,13 @@
 /**
  * A channel's retained messages: appending them in seq order, trimming to `HISTORY_LIMIT`, and the
  * history reads (docs/api.md, GET /v1/history). The analytics channel keeps its copies by
- * `ANALYTICS_RETENTION` instead (src/record/channel-record.ts).
+ * `ANALYTICS_RETENTION` instead (src/channel/record.ts).
  */
-import { PAGE_MAX_BYTES } from "../delivery/subscriber-bounds";
-import { getConfig } from "../platform/config";
-import type { ChannelStore, CounterValues } from "./channel-store";
-import { frame } from "./frames";
-import type { CopyItem } from "./types";
+import { PAGE_MAX_BYTES } from "../relay/bounds";
+import { getConfig } from "../settings/settings";
+import { frame } from "../wire/frames";
+import type { CopyItem } from "./calls";
+import type { ChannelStore, CounterValues } from "./store";
 
 export interface MessageRow {
   [key: string]: SqlStorageValue;
@@ -40,7 +40,7 @@ export function takeBytes(cursor: Iterable<MessageRow>): { rows: MessageRow[]; c
 
 export class MessageLog {
   /**
-   * @param count counts traffic (src/throttle/channel-activity.ts): an append is a delivered message.
+   * @param count counts traffic (src/channel/activity.ts): an append is a delivered message.
    * @param isRecord whether this object is the analytics record, which keeps its own columns and retention.
    */
   constructor(

@@ -5,9 +5,9 @@
  */
 import { splitShardKey } from "../../functions/shard-key";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import type { ChannelStore, CounterValues } from "./channel-store";
+import type { PublishCommand, PublishOutcome } from "./calls";
 import type { MessageLog } from "./messages";
-import type { PublishCommand, PublishOutcome } from "./types";
+import type { ChannelStore, CounterValues } from "./store";
 
 /** How long an Idempotency-Key is remembered (docs/api.md, POST /v1/publish). */
 export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
@@ -15,7 +15,7 @@ export const IDEMPOTENCY_TTL_MS = 10 * 60 * 1000;
 const ALARM_SLACK_MS = 60_000;
 
 export class Publishing {
-  /** @param count counts traffic (src/throttle/channel-activity.ts): a drop is traffic too. */
+  /** @param count counts traffic (src/channel/activity.ts): a drop is traffic too. */
   constructor(
     private readonly store: ChannelStore,
     private readonly messages: MessageLog,

@@ -13,8 +13,8 @@
  */
 import { splitShardKey } from "../../functions/shard-key";
 import { channelStub } from "../platform/stubs";
-import type { ChannelStore } from "./channel-store";
-import { MAX_SHARDS_PER_CHANNEL } from "./shards";
+import { MAX_SHARDS_PER_CHANNEL } from "../settings/shards";
+import type { ChannelStore } from "./store";
 
 /** How often a live shard tells its channel again that it exists. */
 export const SHARD_REFRESH_MS = 60 * 60_000;

@@ -3,7 +3,7 @@
  * object is found by.
  *
  * A stub belongs to the request that built it, so none is kept; ids are plain values, so they are
- * (see {@link objectId}). A channel call that counts as traffic goes through src/platform/services.ts's
+ * (see {@link objectId}). A channel call that counts as traffic goes through src/worker/services.ts's
  * `countedChannelStub`, which counts it in `floodgate_object_calls_total` and builds it here.
  */
 import { BoundedMap } from "../../functions/bounded-map";
@@ -51,7 +51,7 @@ export function refreshLedgerStub(env: Env, subject: string) {
   return env.REFRESH_LEDGER.get(objectId(env.REFRESH_LEDGER, subject));
 }
 
-/** A relay of a channel, by relay name (src/delivery/placement.ts names them). */
+/** A relay of a channel, by relay name (src/relay/placement.ts names them). */
 export function relayStub(env: Env, relay: string) {
   return env.RELAY.get(objectId(env.RELAY, relay));
 }

@@ -1,0 +1,213 @@
+/**
+ * A channel's relays and how full each is (docs/api.md, "Relays"): which relay a new subscriber goes
+ * to, and the counts stats and the sampler's delivery budgets use.
+ *
+ * - **Assignment**: within the subscriber's placement group, the relay with the lowest k that has room
+ *   (`RELAY_CAPACITY`); a new relay opens only when every relay of the group is full, so a channel
+ *   with fewer subscribers than the capacity has one relay, and relays with high k drain and leave.
+ * - **Reservations**: assignment reserves a slot at once, counted until the relay reports the
+ *   subscriber joined (or {@link RESERVATION_TTL_MS} passes: the subscribe failed on its way), so
+ *   concurrent subscribes cannot overfill a relay nor pass `MAX_SUBSCRIBERS`.
+ * - **Counts**: each relay reports its WebSockets and SSE streams after every change (coalesced on
+ *   the relay's side); a relay reported empty with no slot reserved leaves the registry.
+ * - **Per client** (`MAX_SUBSCRIPTIONS_PER_CLIENT`): a reservation names its client (src/channel/client-cap.ts),
+ *   and each report carries the relay's open subscriptions per client, so a client's total is what
+ *   its real sockets hold plus its slots on the way, and follows every close the relay reports.
+ * - **Active**: a relay is sent messages only once it has reported, i.e. once a subscriber's own
+ *   request has reached it first (src/relay/placement.ts). Only active relays are stored: a pending one is
+ *   re-entered by its first report if the channel restarts meanwhile.
+ */
+
+export interface RelayEntry {
+  name: string;
+  group: string;
+  k: number;
+  websockets: number;
+  sse: number;
+  active: boolean;
+  /** Open subscriptions per client key, as last reported (entries at most websockets + sse). */
+  clients: Map<string, number>;
+  /** Reserved slots: reservation id → when it lapses (epoch ms) and whose it is. */
+  reservations: Map<string, Reservation>;
+}
+
+export interface Reservation {
+  until: number;
+  client: string;
+}
+
+/** What a relay tells its channel (src/relay/reporter.ts). */
+export interface RelayReport {
+  relay: string;
+  group: string;
+  k: number;
+  websockets: number;
+  sse: number;
+  /** Open subscriptions per client key (every one of the relay's, in one report). */
+  clients: [string, number][];
+  /** Reservations of the subscribers that joined since the last report. */
+  joined: string[];
+  /** Subscribers closed for falling too far behind since the last report. */
+  slowClosed: number;
+  /** Subscribers that take presence frames (`?presence=1`, src/channel/presence.ts). */
+  presence?: number;
+}
+
+/** A slot, or refused: `full` past `MAX_SUBSCRIBERS`, `clientFull` past the client's own cap. */
+export type Assignment = { relay: string; reservation: string } | { full: true } | { clientFull: true };
+
+/** How long a reserved slot waits for its subscriber's relay to report it. */
+export const RESERVATION_TTL_MS = 30_000;
+
+/** Where the registry keeps active relays (the channel's SQLite table). */
+export interface RegistryStore {
+  save(entry: RelayEntry): void;
+  remove(name: string): void;
+}
+
+export class RelayRegistry {
+  private readonly entries = new Map<string, RelayEntry>();
+
+  constructor(
+    private readonly store: RegistryStore,
+    private readonly nameOf: (group: string, k: number) => string,
+  ) {}
+
+  /** Relays read back from storage. */
+  load(rows: Iterable<Pick<RelayEntry, "name" | "group" | "k" | "websockets" | "sse" | "clients">>): void {
+    for (const r of rows) this.entries.set(r.name, { ...r, active: true, reservations: new Map() });
+  }
+
+  clear(): void {
+    this.entries.clear();
+  }
+
+  /** Relays that receive messages. */
+  active(): RelayEntry[] {
+    return [...this.entries.values()].filter((e) => e.active);
+  }
+
+  get(name: string): RelayEntry | undefined {
+    return this.entries.get(name);
+  }
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** Subscribers of all relays, and slots reserved for subscribers on their way. */
+  totals(now: number): { websockets: number; sse: number; reserved: number } {
+    let websockets = 0;
+    let sse = 0;
+    let reserved = 0;
+    for (const e of this.entries.values()) {
+      websockets += e.websockets;
+      sse += e.sse;
+      reserved += live(e, now);
+    }
+    return { websockets, sse, reserved };
+  }
+
+  /** Subscriptions `client` holds on every relay together, its reserved slots included. */
+  held(client: string, now: number): number {
+    let n = 0;
+    for (const e of this.entries.values()) {
+      n += e.clients.get(client) ?? 0;
+      live(e, now);
+      for (const r of e.reservations.values()) if (r.client === client) n++;
+    }
+    return n;
+  }
+
+  /**
+   * Reserves a slot for one subscriber of `group` held by `client`, or answers `clientFull` when that
+   * client holds `maxPerClient` already and `full` past `maxSubscribers`.
+   */
+  assign(
+    group: string,
+    capacity: number,
+    maxSubscribers: number,
+    now: number,
+    client: string,
+    maxPerClient: number,
+  ): Assignment {
+    if (this.held(client, now) >= maxPerClient) return { clientFull: true };
+    const t = this.totals(now);
+    if (t.websockets + t.sse + t.reserved >= maxSubscribers) return { full: true };
+    const mine = [...this.entries.values()].filter((e) => e.group === group).sort((a, b) => a.k - b.k);
+    let entry = mine.find((e) => e.websockets + e.sse + live(e, now) < capacity);
+    if (!entry) {
+      const used = new Set(mine.map((e) => e.k));
+      let k = 0;
+      while (used.has(k)) k++;
+      entry = { name: this.nameOf(group, k), group, k, ...empty() };
+      this.entries.set(entry.name, entry);
+    }
+    const reservation = crypto.randomUUID();
+    entry.reservations.set(reservation, { until: now + RESERVATION_TTL_MS, client });
+    return { relay: entry.name, reservation };
+  }
+
+  /**
+   * Takes a relay's counts. Answers `leave` when it is empty with no slot reserved (it is out of the
+   * registry then), and `activated` when this is its first report (it is sent messages from now on).
+   */
+  report(r: RelayReport, now: number): { leave: boolean; activated: boolean } {
+    let entry = this.entries.get(r.relay);
+    if (!entry) {
+      if (r.websockets + r.sse === 0) return { leave: true, activated: false };
+      // Unknown (the channel restarted before its first report, or deleted its storage): known now.
+      entry = { name: r.relay, group: r.group, k: r.k, ...empty() };
+      this.entries.set(entry.name, entry);
+    }
+    entry.websockets = r.websockets;
+    entry.sse = r.sse;
+    entry.clients = clientCounts(r.clients, r.websockets + r.sse);
+    for (const id of r.joined) entry.reservations.delete(id);
+    if (entry.websockets + entry.sse === 0 && live(entry, now) === 0) {
+      this.entries.delete(entry.name);
+      if (entry.active) this.store.remove(entry.name);
+      return { leave: true, activated: false };
+    }
+    const activated = !entry.active;
+    entry.active = true;
+    this.store.save(entry);
+    return { leave: false, activated };
+  }
+
+  /** Forgets a relay that never reported and whose reservations all lapsed (its subscribes failed). */
+  sweep(now: number): void {
+    for (const e of [...this.entries.values()]) {
+      if (!e.active && live(e, now) === 0) this.entries.delete(e.name);
+    }
+  }
+}
+
+/** Reservations not yet lapsed (lapsed ones are deleted on the way). */
+function live(e: RelayEntry, now: number): number {
+  for (const [id, r] of e.reservations) if (r.until <= now) e.reservations.delete(id);
+  return e.reservations.size;
+}
+
+function empty(): Omit<RelayEntry, "name" | "group" | "k"> {
+  return { websockets: 0, sse: 0, active: false, clients: new Map(), reservations: new Map() };
+}
+
+/**
+ * A relay's per-client counts, bounded by its subscribers: no more entries, and no more in total,
+ * than the `subscribers` it reports (a relay holds at most RELAY_CAPACITY), so the map a channel keeps
+ * per relay never outgrows the relay's sockets whatever a report says. Malformed pairs are skipped.
+ */
+export function clientCounts(pairs: unknown, subscribers: number): Map<string, number> {
+  const counts = new Map<string, number>();
+  if (!Array.isArray(pairs)) return counts;
+  let left = subscribers;
+  for (const p of pairs) {
+    if (left <= 0) break;
+    if (!Array.isArray(p) || typeof p[0] !== "string" || !Number.isInteger(p[1]) || p[1] <= 0) continue;
+    const n = Math.min(p[1] as number, left);
+    counts.set(p[0], (counts.get(p[0]) ?? 0) + n);
+    left -= n;
+  }
+  return counts;
+}

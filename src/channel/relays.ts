@@ -1,0 +1,337 @@
+/**
+ * A channel's side of its relays (docs/api.md "Relays"): the registry of its relays
+ * (src/channel/relay-registry.ts: which relay a new subscriber goes to, how full each is), stored in
+ * the `relays` table, and the fan-out that sends each batch once per relay, concurrently, each on its
+ * own ordered line (src/channel/relay-pipe.ts) that the publish never waits for. Relays call back to
+ * report their counts and to fetch what they missed.
+ */
+
+import type { AlarmScheduler } from "../platform/alarm-scheduler";
+import { relayStub } from "../platform/stubs";
+import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
+import { relayName } from "../relay/placement";
+import { getConfig } from "../settings/settings";
+import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frames";
+import type { RelayAssignment, RelayReportAnswer } from "./calls";
+import type { MessageRow } from "./messages";
+import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
+import { RelayPipe } from "./relay-pipe";
+import { clientCounts, type RelayEntry, RelayRegistry, type RelayReport } from "./relay-registry";
+import type { ChannelStore } from "./store";
+
+/** How soon after a fan-out the channel wakes to re-send the head, in case it was reset meanwhile. */
+const RELAY_WAKE_MS = 10_000;
+/** Least time between two wake-ups of every relay to refresh their counts (see probe). */
+const RELAY_PROBE_MS = 5_000;
+
+interface RelayRow {
+  [key: string]: SqlStorageValue;
+  name: string;
+  grp: string;
+  k: number;
+  websockets: number;
+  sse: number;
+  clients: string;
+}
+
+export class ChannelRelays {
+  /** The channel's relays; active ones are stored in the `relays` table. */
+  private readonly relays: RelayRegistry;
+  /** The delivery line to each active relay (memory only: a new instance starts new lines). */
+  private readonly pipes = new Map<string, RelayPipe>();
+  /** When every relay was last woken to refresh its counts (see probe). */
+  private lastProbe = 0;
+  /**
+   * Relay calls made since they were last stored. Counted in memory and stored with the next publish's
+   * counters (in its transaction, at no extra write): a counter write per relay call would cost more
+   * than the count is worth. Calls made after the last publish are lost if the object restarts.
+   */
+  private unsavedSends = 0;
+  /** Occupancy and who is here, told to the subscribers that take presence (src/channel/presence.ts). */
+  private readonly presence: ChannelPresence;
+  /** Presence's settings: this object's configuration, or the Worker's as its last subscribe passed them. */
+  private presenceSettings: PresenceSettings;
+
+  /** @param subscriberLeft a relay left: idle expiry may count from the last publish (src/channel/idle-expiry.ts). */
+  constructor(
+    private readonly store: ChannelStore,
+    private readonly scheduler: AlarmScheduler,
+    private readonly env: Env,
+    private readonly subscriberLeft: () => void,
+  ) {
+    this.relays = new RelayRegistry(
+      {
+        save: (e) => this.save(e),
+        remove: (name) => {
+          if (!this.store.wiped) this.store.sql.exec("DELETE FROM relays WHERE name = ?", name);
+        },
+      },
+      (group, k) => relayName(this.store.channel ?? "", group, k),
+    );
+    this.presenceSettings = presenceSettings(env);
+    this.presence = new ChannelPresence(
+      {
+        channel: () => this.store.channel ?? "",
+        occupancy: () => {
+          const t = this.relays.totals(Date.now());
+          return t.websockets + t.sse;
+        },
+        clientMaps: () => this.relays.active().map((e) => e.clients),
+        send: (frames, relays) => {
+          for (const name of relays) if (this.relays.get(name)?.active) this.pipeTo(name).pushSide(frames);
+        },
+        probe: (now) => {
+          this.probe(now, true);
+          return this.relays.active().length;
+        },
+      },
+      scheduler,
+      () => this.presenceSettings,
+    );
+  }
+
+  /** In the object's `blockConcurrencyWhile`, once the store has loaded. */
+  load(): void {
+    if (this.store.wiped) return;
+    this.relays.load(
+      this.store.sql
+        .exec<RelayRow>("SELECT name, grp, k, websockets, sse, clients FROM relays")
+        .toArray()
+        .map((r) => ({ ...r, group: r.grp, clients: clientCounts(parseJson(r.clients), r.websockets + r.sse) })),
+    );
+    // A new instance (restart, eviction) does not know what its relays got: a batch that was on its
+    // way when the old one went is lost on the line, so each relay hears the head and repairs. A
+    // publish arriving first does the same with its own call, and then no extra call is made.
+    if (this.relays.size > 0) setTimeout(() => this.syncUnused(), 0);
+  }
+
+  /** Subscribers of every relay together, by kind. */
+  totals(now: number): { websockets: number; sse: number } {
+    const { websockets, sse } = this.relays.totals(now);
+    return { websockets, sse };
+  }
+
+  /** Subscribers of every relay, and those on their way to one (slots reserved). */
+  occupancy(): number {
+    const t = this.relays.totals(Date.now());
+    return t.websockets + t.sse + t.reserved;
+  }
+
+  /** Relays serving the channel. */
+  get activeCount(): number {
+    return this.relays.active().length;
+  }
+
+  /** Delivery calls made to relays, those not yet stored included. */
+  get sendsTotal(): number {
+    return this.store.counter("relay_sends_total") + this.unsavedSends;
+  }
+
+  /**
+   * A slot for one subscriber of `client` (src/channel/client-cap.ts) on a relay of its placement
+   * group, or `full` past `maxSubscribers`, or `clientFull` when the client holds `maxPerClient`
+   * here already; with the head seq: the subscriber gets every message after it (or after its
+   * `?after=`, if lower).
+   */
+  assign(
+    group: string,
+    capacity: number,
+    maxSubscribers: number,
+    client: string,
+    maxPerClient: number,
+    presence?: PresenceSettings,
+  ): RelayAssignment {
+    if (presence) this.presenceSettings = presence;
+    const now = Date.now();
+    this.relays.sweep(now);
+    const a = this.relays.assign(group, capacity, maxSubscribers, now, client, maxPerClient);
+    // Refused, or a new relay opened: counts matter now, and a relay reset since its last report
+    // (its WebSockets dropped) still counts them until something wakes it. Wake them all.
+    if (!("relay" in a) || !this.relays.get(a.relay)?.active) this.probe(now);
+    if (!("relay" in a)) return a;
+    const entry = this.relays.get(a.relay) as RelayEntry;
+    return { ...a, group, k: entry.k, head: this.store.counter("last_seq") };
+  }
+
+  /**
+   * A relay's counts after a change (src/relay/reporter.ts): joins confirm their reserved slots, and a relay
+   * reported empty with no slot reserved leaves. Its first report puts it on the delivery list.
+   */
+  report(report: RelayReport): RelayReportAnswer {
+    const now = Date.now();
+    const known = this.relays.get(report.relay);
+    const before = known?.active
+      ? { count: known.websockets + known.sse, clients: known.clients }
+      : { count: 0, clients: new Map<string, number>() };
+    const answer = this.relays.report(report, now);
+    if (report.slowClosed > 0) this.store.bump({ slow_consumers_closed: report.slowClosed });
+    if (answer.leave) {
+      this.pipes.get(report.relay)?.stop();
+      this.pipes.delete(report.relay);
+      this.subscriberLeft();
+    }
+    const entry = answer.leave ? undefined : this.relays.get(report.relay);
+    const after = entry
+      ? { count: entry.websockets + entry.sse, clients: entry.clients }
+      : { count: 0, clients: new Map() };
+    this.presence.reported(report.relay, before, after, report.joined.length, entry ? (report.presence ?? 0) : 0, now);
+    const state = this.presence.state();
+    return {
+      leave: answer.leave,
+      head: this.store.counter("last_seq"),
+      presence: state.text,
+      presenceVersion: state.version ?? 0,
+    };
+  }
+
+  /** `GET /v1/presence/{channel}`'s answer (docs/api.md, "Presence"). */
+  presenceNow(): PresenceAnswer {
+    return this.presence.answer();
+  }
+
+  /** Presence's mode now and its calls so far, for stats. */
+  presenceStats(): { mode: "announce" | "interval"; sends_total: number } {
+    return { mode: this.presence.answer().mode, sends_total: this.presence.sendsTotal };
+  }
+
+  /** The channel's alarm: presence's interval frame and its wake-ups of the relays. */
+  presenceTick(now: number): void {
+    this.presence.tick(now);
+  }
+
+  /**
+   * Retained frames with seq in (`after`, `upTo`], oldest first, up to `maxBytes` (at least one;
+   * `more` when some were left out): a relay's repair of a hole and a joining subscriber's replay.
+   */
+  framesAfter(after: number, upTo: number, maxBytes: number): { frames: LiveFrame[]; more: boolean } {
+    if (this.store.wiped) return { frames: [], more: false };
+    const channel = this.store.channel ?? "";
+    const rows = this.store.sql.exec<MessageRow>(
+      "SELECT seq, id, data, published_at FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
+      after,
+      upTo,
+    );
+    // Read lazily: rows past the bound are never loaded.
+    function* frames(): Generator<LiveFrame> {
+      for (const r of rows) yield { seq: r.seq, text: frame(channel, r) };
+    }
+    return takeFrameBytes(frames(), Math.min(maxBytes, PAGE_MAX_BYTES));
+  }
+
+  /** Sends the messages appended by the last transaction to every active relay, on its own line. */
+  fanOut(): void {
+    const messages = this.store.takeLive();
+    if (messages.length === 0) return;
+    const active = this.relays.active();
+    // No one listening (the analytics channel, usually): no frames to build.
+    if (active.length === 0) return;
+    const channel = this.store.channel ?? "";
+    const frames = messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
+    const head = this.store.counter("last_seq");
+    for (const e of active) this.pipeTo(e.name).push(frames, head);
+    // A wake-up soon after: if this instance is reset with frames still on a line, the next one
+    // (its constructor) tells every relay the head, so a quiet channel's relays still repair.
+    this.scheduler.request(Date.now() + RELAY_WAKE_MS);
+  }
+
+  /**
+   * Side frames (summaries, presence: docs/api.md, "Side frames") to every active relay, on each
+   * relay's line after the messages sent before them. Best effort: never stored, never repaired.
+   */
+  sendSide(frames: SideFrame[]): void {
+    if (frames.length === 0) return;
+    for (const e of this.relays.active()) this.pipeTo(e.name).pushSide(frames);
+  }
+
+  /**
+   * Every active relay hears the head (at most once per {@link RELAY_PROBE_MS} unless `force`): each
+   * wakes, and one reset since its last report reports its true counts from its constructor, while
+   * an empty one is told to leave (src/relay/relay.ts).
+   */
+  probe(now: number, force = false): void {
+    if (!force && now - this.lastProbe < RELAY_PROBE_MS) return;
+    this.lastProbe = now;
+    const head = this.store.counter("last_seq");
+    for (const e of this.relays.active()) this.pipeTo(e.name).sync(head);
+  }
+
+  /** After a restart: each relay no batch has been sent to yet hears the head (see load). */
+  private syncUnused(): void {
+    const head = this.store.counter("last_seq");
+    for (const e of this.relays.active()) {
+      const pipe = this.pipeTo(e.name);
+      if (!pipe.used) pipe.sync(head);
+    }
+  }
+
+  private pipeTo(name: string): RelayPipe {
+    let pipe = this.pipes.get(name);
+    if (!pipe) {
+      pipe = new RelayPipe((frames, head, side) => {
+        this.unsavedSends++;
+        return relayStub(this.env, name).deliver(frames, head, side);
+      }, SUBSCRIBER_MAX_BEHIND_BYTES);
+      this.pipes.set(name, pipe);
+    }
+    return pipe;
+  }
+
+  /**
+   * Inside a publish's transaction: the calls counted since the last one go into `relay_sends_total`.
+   * Answers how many, for {@link sendsSaved} once the transaction committed.
+   */
+  saveSends(): number {
+    const n = this.unsavedSends;
+    if (n > 0) this.store.bump({ relay_sends_total: n });
+    return n;
+  }
+
+  /** The transaction that stored `n` calls committed: they are no longer unsaved. */
+  sendsSaved(n: number): void {
+    this.unsavedSends -= n;
+  }
+
+  private save(e: RelayEntry): void {
+    this.store.revive();
+    this.store.sql.exec(
+      "INSERT OR REPLACE INTO relays (name, grp, k, websockets, sse, clients) VALUES (?, ?, ?, ?, ?, ?)",
+      e.name,
+      e.group,
+      e.k,
+      e.websockets,
+      e.sse,
+      JSON.stringify([...e.clients]),
+    );
+  }
+
+  /** Deleted with everything else (idle expiry): no relay is left on a line. */
+  forget(): void {
+    for (const pipe of this.pipes.values()) pipe.stop();
+    this.pipes.clear();
+    this.relays.clear();
+    this.presence.reset();
+    this.unsavedSends = 0;
+  }
+}
+
+/**
+ * `PRESENCE_ANNOUNCE_MAX` and `PRESENCE_INTERVAL`. Bad configuration never gets here (the Worker
+ * answers 500 before any subscribe), so it falls back to the defaults.
+ */
+function presenceSettings(env: Env): PresenceSettings {
+  try {
+    const c = getConfig(env);
+    return { announceMax: c.presenceAnnounceMax, intervalMs: c.presenceIntervalMs };
+  } catch {
+    return { announceMax: 20, intervalMs: 10_000 };
+  }
+}
+
+/** A stored column's JSON, or null when it does not parse (then it counts as nothing). */
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}

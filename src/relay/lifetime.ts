@@ -1,0 +1,86 @@
+/**
+ * How long a relay's subscriptions last, and the SSE heartbeat (docs/api.md, "How long a subscription
+ * lasts"): a subscription opened with a token ends when the token expires — the expiry is kept in the
+ * WebSocket's attachment (it survives hibernation) or on the SSE stream, and the relay's one alarm,
+ * set for the earliest expiry, closes it (WebSocket: an `expired` frame, then {@link TOKEN_EXPIRED_CLOSE};
+ * SSE: `event: expired`, then the end). The expired frame carries the subscriber's position, so its
+ * client resumes from there with `?after=` and loses nothing sent while it was away. The same alarm writes every SSE stream a comment line each {@link SSE_HEARTBEAT_MS}:
+ * the write is what finds a reader that went away, which then stops counting.
+ */
+import type { AlarmScheduler } from "../platform/alarm-scheduler";
+import { expiredFrame } from "../wire/expired-frame";
+import { SSE_HEARTBEAT_MS, TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "./bounds";
+import { attachment, type RelaySubscribers, type Subscriber } from "./subscribers";
+
+/** What the lifetime needs of the relay's stream (src/relay/stream.ts). */
+export interface StreamPosition {
+  /** The last seq a subscriber has been sent or is past. */
+  positionOf(sub: Subscriber): number;
+  /** Sends the frames held for packed sockets now. */
+  flushHeld(): void;
+}
+
+export class RelayLifetime {
+  /** When SSE streams are next written a comment line (epoch ms; 0: not scheduled). */
+  private nextHeartbeat = 0;
+
+  constructor(
+    private readonly subs: RelaySubscribers,
+    private readonly alarms: AlarmScheduler,
+    private readonly stream: StreamPosition,
+  ) {}
+
+  /**
+   * Closes the subscriptions whose token expired by `now` and writes a due heartbeat; answers the
+   * earliest expiry still to come (epoch ms, or Infinity).
+   */
+  expire(now: number): number {
+    let earliest = Number.POSITIVE_INFINITY;
+    const expired: WebSocket[] = [];
+    for (const ws of this.subs.sockets()) {
+      const expiresAt = attachment(ws)?.expiresAt ?? null;
+      if (expiresAt === null) continue;
+      if (expiresAt <= now) expired.push(ws);
+      else earliest = Math.min(earliest, expiresAt);
+    }
+    // What is held for packed sockets goes out first: an expiring one is sent what is owed to it,
+    // and its position covers it.
+    if (expired.some((ws) => this.subs.isBatched(ws))) this.stream.flushHeld();
+    for (const ws of expired) this.expireSocket(ws);
+    const hub = this.subs.hub;
+    hub.expire(now, (sse) => this.stream.positionOf({ sse }));
+    if (hub.size > 0 && now >= this.nextHeartbeat) {
+      hub.heartbeat();
+      this.nextHeartbeat = 0;
+    }
+    return Math.min(earliest, hub.earliestExpiry() ?? Number.POSITIVE_INFINITY);
+  }
+
+  /** Its last frame says where it is (packed sockets get it in an array, like every frame), then 4001. */
+  private expireSocket(ws: WebSocket): void {
+    const text = expiredFrame(this.stream.positionOf({ ws }));
+    try {
+      ws.send(this.subs.isBatched(ws) ? `[${text}]` : text);
+    } catch {
+      // already gone: the close below is all that is left
+    }
+    this.subs.closeSocket(ws, TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON);
+  }
+
+  /** The alarm is due at the earliest expiry, and for the next heartbeat while SSE streams are open. */
+  schedule(now: number, earliestExpiry: number): void {
+    this.alarms.request(earliestExpiry);
+    this.scheduleHeartbeat(now);
+  }
+
+  /** While SSE streams are open, the alarm is due for their next comment line. */
+  scheduleHeartbeat(now: number): void {
+    if (this.subs.hub.size === 0) return;
+    if (this.nextHeartbeat <= now) this.nextHeartbeat = now + SSE_HEARTBEAT_MS;
+    this.alarms.request(this.nextHeartbeat);
+  }
+
+  reset(): void {
+    this.nextHeartbeat = 0;
+  }
+}

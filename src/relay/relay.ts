@@ -1,0 +1,332 @@
+/**
+ * Relay — one Durable Object per `relay:{channel}:{group}:{k}` (src/relay/placement.ts): it holds up to
+ * `RELAY_CAPACITY` subscribers of one channel (hibernatable WebSockets and SSE streams) and sends them
+ * what the channel sends it, once per batch for all of them (docs/api.md, "Relays").
+ *
+ * The class routes calls; each job is its own module:
+ * - src/relay/subscribers.ts: its WebSockets (and what their attachments keep through
+ *   hibernation) and SSE streams, and how each is closed.
+ * - src/relay/stream.ts: order and repair (a hole is fetched from the channel's history
+ *   before anything newer), a joining subscriber's replay, live sends — in one lane of work.
+ * - src/relay/reporter.ts: count reports to the channel (coalesced, retried by the alarm).
+ *   A relay left empty is told to leave: it deletes its storage and is gone from the registry.
+ * - src/relay/lifetime.ts: token expiry and the SSE heartbeat, on the relay's one alarm.
+ *   WebSockets that go away are told by the runtime (webSocketClose / webSocketError).
+ * - src/relay/memory.ts: what waits for all subscribers together is bounded by
+ *   {@link RELAY_MAX_BUFFERED_BYTES}; past it the subscribers most behind are closed first.
+ */
+import { DurableObject } from "cloudflare:workers";
+import type { RelayReportAnswer } from "../channel/calls";
+import type { ChannelObject } from "../channel/channel-object";
+import { AlarmScheduler } from "../platform/alarm-scheduler";
+import { channelStub } from "../platform/stubs";
+import { getConfig } from "../settings/settings";
+import type { LiveFrame, SideFrame } from "../wire/frames";
+import { ApiError } from "../worker/http/errors";
+import { FRAME_MAX_BYTES, RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "./bounds";
+import { RelayLifetime } from "./lifetime";
+import { type RelayIdentity, RelayReporter } from "./reporter";
+import { RelayStream } from "./stream";
+import { RelaySubscribers, type Subscriber } from "./subscribers";
+
+export interface RelayCounts {
+  websockets: number;
+  sse: number;
+  /** The last seq this relay sent its subscribers, or null when it holds none and knows none. */
+  last_seq: number | null;
+}
+
+export class Relay extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private identity: RelayIdentity | null = null;
+  /** The `relay` table exists (it goes with deleteAll). */
+  private tableReady = false;
+  /**
+   * What the stored row holds but its seq (identity and reported counts), and its seq: a batch that
+   * moved only the seq updates that one column instead of rewriting the row (a delivered publish's
+   * every batch stores, and the row's rewrite was its relay's largest SQL cost in a profile).
+   */
+  private storedRest: string | null = null;
+  private storedSeq: number | null = null;
+  /**
+   * It left its channel since this instance started and no subscriber came since: a delivery the
+   * channel sent before it heard the leave finds nobody, and must not bring back a position.
+   */
+  private left = false;
+  /** The one alarm: token expiries, the SSE heartbeat, a failed report's retry. */
+  private readonly alarms: AlarmScheduler;
+  private readonly subs: RelaySubscribers;
+  private readonly reporter: RelayReporter;
+  private readonly stream: RelayStream;
+  private readonly lifetime: RelayLifetime;
+  /** Bytes waiting for all subscribers together before the most behind are closed (a test lowers it). */
+  maxBufferedBytes = RELAY_MAX_BUFFERED_BYTES;
+  /**
+   * `FRAME_DELAY` in ms (docs/api.md, "Packed frames"); a test sets its own. Bad configuration never
+   * gets here (the Worker answers 500 before any subscribe), so it falls back to no delay.
+   */
+  frameDelayMs: number;
+  /** Most bytes of one packed frame (a test lowers it). */
+  maxFrameBytes = FRAME_MAX_BYTES;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
+    this.frameDelayMs = configuredFrameDelay(env);
+    this.subs = new RelaySubscribers(ctx, () => this.reporter.changed());
+    this.reporter = new RelayReporter(
+      {
+        identity: () => this.identity,
+        counts: () => this.counts(),
+        clientCounts: () => this.subs.clientCounts(),
+        presenceCount: () => this.subs.presenceCount(),
+        subscriberCount: () => this.subs.count,
+        channel: () => this.channel(),
+        store: () => this.store(),
+        leave: () => this.leaveChannel(),
+      },
+      this.alarms,
+    );
+    this.stream = new RelayStream(
+      {
+        channel: () => this.channel(),
+        store: () => this.store(),
+        maxBufferedBytes: () => this.maxBufferedBytes,
+        frameDelayMs: () => this.frameDelayMs,
+        maxFrameBytes: () => this.maxFrameBytes,
+      },
+      this.subs,
+      this.reporter,
+    );
+    this.lifetime = new RelayLifetime(this.subs, this.alarms, this.stream);
+    // `ping` is answered by the runtime without waking the relay, so an idle relay stays asleep.
+    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
+    ctx.blockConcurrencyWhile(async () => {
+      await this.alarms.load();
+      const stored = this.sql
+        .exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'relay'")
+        .one().n;
+      if (stored === 0) return;
+      this.tableReady = true;
+      const row = this.sql.exec<RelayRow>("SELECT * FROM relay").toArray()[0];
+      if (!row) return;
+      this.identity = { channel: row.channel, relay: row.relay, group: row.grp, k: row.k };
+      this.stream.lastSeq = row.last_seq;
+      this.reporter.reported = { websockets: row.reported_ws, sse: row.reported_sse };
+      this.storedRest = this.restOfRow();
+      this.storedSeq = row.last_seq;
+      this.subs.restore(row.last_seq);
+      // Restarted: its SSE streams did not survive (their readers reconnect with Last-Event-ID).
+      const now = this.counts();
+      const heard = this.reporter.reported;
+      if (now.websockets !== heard.websockets || now.sse !== heard.sse) this.reporter.changed();
+    });
+  }
+
+  // ---- RPC from the channel ----------------------------------------------------------------------
+
+  /**
+   * A batch from the channel (possibly none: a head-only call after a failure), with the channel's
+   * head seq and side frames sent after it (summaries, presence). Answers once it is sent, so the
+   * channel's line to this relay stays in order.
+   */
+  deliver(frames: LiveFrame[], head: number, side: SideFrame[] = []): Promise<void> {
+    // A relay that left its channel (or never joined one) has no one to send to: a call sent before
+    // it left must not bring back a position it deleted with its storage.
+    // (Frames sent to a relay that never joined are kept as its position: a reserved slot's
+    // subscriber may be on its way, and its replay starts from there.)
+    if (!this.identity && (frames.length === 0 || this.left)) return Promise.resolve();
+    return this.stream.inLane(() => this.stream.apply(frames, head, side));
+  }
+
+  counts(): RelayCounts {
+    return { websockets: this.subs.sockets().length, sse: this.subs.hub.size, last_seq: this.stream.lastSeq };
+  }
+
+  // ---- subscribe (fetch from the Worker) -------------------------------------------------------------
+
+  /**
+   * `GET /subscribe?channel&relay&group&k&mode=ws|sse&floor&head&reservation&client[&expires][&batch=1]`,
+   * already authorised by the Worker, which took the slot from the channel (`floor`: the resume point,
+   * at most `head`; `client`: whose subscription it is, src/channel/client-cap.ts; `batch=1`: a
+   * WebSocket that asked for packed frames; `presence=1`: a subscriber that takes presence frames,
+   * the first of them, the channel's `state`, sent after its replay).
+   */
+  override async fetch(request: Request): Promise<Response> {
+    const q = new URL(request.url).searchParams;
+    const head = Number(q.get("head"));
+    const floor = Math.min(Number(q.get("floor")), head);
+    const expires = Number(q.get("expires") ?? Number.NaN);
+    const expiresAt = Number.isFinite(expires) ? expires : null;
+    const owner = q.get("client") ?? "";
+    const presence = q.get("presence") === "1";
+    if (!this.identity) {
+      this.left = false;
+      this.identity = {
+        channel: q.get("channel") ?? "",
+        relay: q.get("relay") ?? "",
+        group: q.get("group") ?? "",
+        k: Number(q.get("k")),
+      };
+    }
+    // A relay that knows nothing yet starts where the channel was when the slot was taken.
+    if (this.stream.lastSeq === null) this.stream.lastSeq = head;
+    this.reporter.joined.push(q.get("reservation") ?? "");
+    let sub: Subscriber;
+    let response: Response;
+    if (q.get("mode") === "ws") {
+      ({ sub, response } = this.subs.acceptSocket(floor, expiresAt, owner, q.get("batch") === "1", presence));
+    } else {
+      const opened = this.subs.hub.connect(floor, expiresAt, owner);
+      opened.client.presence = presence;
+      sub = { sse: opened.client };
+      response = opened.response;
+      this.lifetime.scheduleHeartbeat(Date.now());
+    }
+    // A token verified a moment before its expiry asks for a time already past: the alarm runs at once.
+    if (expiresAt !== null) this.alarms.request(expiresAt);
+    // Counted by the channel before the subscriber is answered: stats and MAX_SUBSCRIBERS see it,
+    // and a new relay is on the channel's delivery list before its first subscriber hears anything.
+    let answer: RelayReportAnswer;
+    try {
+      answer = await this.reporter.report();
+    } catch (e) {
+      console.error("floodgate relay: could not report a join", e instanceof Error ? e.message : e);
+      this.subs.leave(sub, 1011, "relay unavailable");
+      return new ApiError("unavailable", "channel is temporarily unavailable; retry").toResponse();
+    }
+    // The channel's seq went back: it deleted itself while idle (HISTORY_TTL) and this relay, left
+    // behind, still held the old stream's position. Start from the new stream's head instead. Only
+    // for a relay whose one subscriber is this joiner (an idle channel has none left): with others on
+    // it, a head below lastSeq is just an answer overtaken by a delivery, and moving back would send
+    // them frames again.
+    const lastSeq = this.stream.lastSeq;
+    if (lastSeq !== null && answer.head < lastSeq && this.subs.count === 1) this.stream.lastSeq = answer.head;
+    this.store();
+    // Its first presence frame: the channel's state as of its own join, counting itself.
+    const state: SideFrame | null =
+      presence && answer.presence
+        ? { event: "presence", text: answer.presence, version: answer.presenceVersion ?? 0 }
+        : null;
+    this.stream.inLane(() => this.stream.replay(sub, floor, state)).catch(() => {});
+    this.stream.inLane(() => this.stream.apply([], answer.head)).catch(() => {});
+    return response;
+  }
+
+  /**
+   * Subscribers do not talk (docs/api.md, "Subscribing"): `ping` never gets here (the runtime answers
+   * it), so any frame that does — text or binary, of any size — closes that socket with 1008. It is
+   * never published.
+   */
+  override webSocketMessage(ws: WebSocket, _message: string | ArrayBuffer): void {
+    this.subs.closeSocket(ws, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON);
+  }
+
+  override webSocketClose(ws: WebSocket, code: number, _reason: string, _wasClean: boolean): void {
+    this.subs.closeSocket(ws, code === 1005 || code === 1006 ? 1000 : code, "closing");
+  }
+
+  override webSocketError(ws: WebSocket, _error: unknown): void {
+    this.subs.closeSocket(ws, 1011, "error");
+  }
+
+  override async alarm(): Promise<void> {
+    this.alarms.fired();
+    this.tick(Date.now());
+  }
+
+  /**
+   * The relay's alarm (its time is `now`; tests pass their own): closes the subscriptions whose token
+   * expired, writes due SSE heartbeats, repeats a count report the channel did not get, then asks for
+   * the next time any of these is due.
+   */
+  tick(now: number): void {
+    if (!this.identity) return;
+    const earliest = this.lifetime.expire(now);
+    if (this.reporter.due()) this.reporter.changed();
+    this.lifetime.schedule(now, earliest);
+  }
+
+  // ---- internals ---------------------------------------------------------------------------------
+
+  private channel(): DurableObjectStub<ChannelObject> {
+    const channel = this.identity?.channel ?? "";
+    return channelStub(this.env, channel);
+  }
+
+  /** Empty, and out of the channel's registry: nothing about this relay stays in storage. */
+  private leaveChannel(): void {
+    if (this.subs.count > 0 || this.reporter.joined.length > 0) return; // someone joined meanwhile
+    this.identity = null;
+    this.left = true;
+    this.stream.lastSeq = null;
+    this.subs.floors.clear();
+    this.reporter.reset();
+    this.tableReady = false;
+    this.storedRest = null;
+    this.storedSeq = null;
+    this.lifetime.reset();
+    this.alarms.cleared(); // deleteAll deletes the alarm too
+    this.ctx.storage.deleteAll().catch((e: unknown) => {
+      console.error("floodgate relay: could not delete its storage", e instanceof Error ? e.message : e);
+    });
+  }
+
+  private store(): void {
+    const id = this.identity;
+    if (!id) return;
+    const seq = this.stream.lastSeq ?? 0;
+    const rest = this.restOfRow();
+    if (rest === this.storedRest) {
+      if (seq !== this.storedSeq) this.sql.exec("UPDATE relay SET last_seq = ? WHERE id = 1", seq);
+      this.storedSeq = seq;
+      return;
+    }
+    if (!this.tableReady) {
+      this.tableReady = true;
+      this.sql.exec(`CREATE TABLE IF NOT EXISTS relay (
+        id INTEGER PRIMARY KEY CHECK (id = 1), channel TEXT NOT NULL, relay TEXT NOT NULL, grp TEXT NOT NULL,
+        k INTEGER NOT NULL, last_seq INTEGER NOT NULL, reported_ws INTEGER NOT NULL, reported_sse INTEGER NOT NULL)`);
+    }
+    this.sql.exec(
+      "INSERT OR REPLACE INTO relay (id, channel, relay, grp, k, last_seq, reported_ws, reported_sse) VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
+      id.channel,
+      id.relay,
+      id.group,
+      id.k,
+      seq,
+      this.reporter.reported.websockets,
+      this.reporter.reported.sse,
+    );
+    this.storedRest = rest;
+    this.storedSeq = seq;
+  }
+
+  /** The stored row's columns other than its seq, as one comparable string. */
+  private restOfRow(): string | null {
+    const id = this.identity;
+    if (!id) return null;
+    const { websockets, sse } = this.reporter.reported;
+    return `${id.channel}\u0000${id.relay}\u0000${id.group}\u0000${id.k}\u0000${websockets}\u0000${sse}`;
+  }
+}
+
+function configuredFrameDelay(env: Env): number {
+  try {
+    return getConfig(env).frameDelayMs;
+  } catch {
+    return 0;
+  }
+}
+
+interface RelayRow {
+  [key: string]: SqlStorageValue;
+  channel: string;
+  relay: string;
+  grp: string;
+  k: number;
+  last_seq: number;
+  reported_ws: number;
+  reported_sse: number;
+}

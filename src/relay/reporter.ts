@@ -1,0 +1,150 @@
+/**
+ * A relay's count reports to its channel (docs/api.md, "Relays"): after every change the relay tells
+ * the channel its WebSockets, SSE streams, open subscriptions per client, the reservations that joined
+ * and the subscribers closed as slow. One report is in flight at a time; changes meanwhile go in the
+ * next; a report that failed is tried again by the relay's alarm ({@link REPORT_RETRY_MS}), so a
+ * subscriber gone stops counting even when the report of it is lost.
+ */
+
+import type { RelayReportAnswer } from "../channel/calls";
+import type { ChannelObject } from "../channel/channel-object";
+import type { AlarmScheduler } from "../platform/alarm-scheduler";
+import { REPORT_RETRY_MS } from "./bounds";
+
+/** Who this relay is; stored once it has a subscriber. */
+export interface RelayIdentity {
+  channel: string;
+  relay: string;
+  group: string;
+  k: number;
+}
+
+/** What the reporter needs of its relay. */
+export interface ReportingRelay {
+  identity(): RelayIdentity | null;
+  counts(): { websockets: number; sse: number };
+  clientCounts(): [string, number][];
+  /** Subscribers taking presence frames. */
+  presenceCount(): number;
+  subscriberCount(): number;
+  channel(): DurableObjectStub<ChannelObject>;
+  /** A report got through while the relay has subscribers: store what the channel heard. */
+  store(): void;
+  /** The channel answered `leave`. */
+  leave(): void;
+}
+
+export class RelayReporter {
+  /** Reservations of subscribers that joined since the last report. */
+  joined: string[] = [];
+  private slowClosed = 0;
+  private reporting: Promise<RelayReportAnswer> | null = null;
+  private nextReport: Promise<RelayReportAnswer> | null = null;
+  /** The counts the channel last heard (stored): after a restart a difference is reported. */
+  reported = { websockets: 0, sse: 0 };
+  /**
+   * A report failed and none has got through since: the alarm repeats it even when the totals match
+   * what the channel heard (one client's socket closed, another's opened: per-client counts differ).
+   */
+  private owed = false;
+
+  constructor(
+    private readonly relay: ReportingRelay,
+    private readonly alarms: AlarmScheduler,
+  ) {}
+
+  /** Subscribers closed as slow, told with the next report. */
+  slow(n = 1): void {
+    this.slowClosed += n;
+  }
+
+  /** No report on its way, and the channel's view may be wrong: the alarm reports again. */
+  due(): boolean {
+    if (this.reporting) return false;
+    const counts = this.relay.counts();
+    return this.owed || counts.websockets !== this.reported.websockets || counts.sse !== this.reported.sse;
+  }
+
+  /** The relay starts over (it left its channel). */
+  reset(): void {
+    this.reported = { websockets: 0, sse: 0 };
+    this.owed = false;
+  }
+
+  /** Counts changed: tell the channel (coalesced); a relay left empty then leaves. */
+  changed(): void {
+    if (!this.relay.identity()) return;
+    this.report().then(
+      (answer) => {
+        if (answer.leave) this.relay.leave();
+      },
+      (e) => {
+        console.error("floodgate relay: could not report counts", e instanceof Error ? e.message : e);
+        // Tried again even if nothing else changes: a subscriber gone must stop counting.
+        this.owed = true;
+        this.alarms.request(Date.now() + REPORT_RETRY_MS);
+      },
+    );
+  }
+
+  /**
+   * One report in flight at a time; a report asked for meanwhile is the next one, made when the
+   * first returns and carrying everything that changed by then (a join storm costs a few calls).
+   */
+  report(): Promise<RelayReportAnswer> {
+    if (!this.reporting) {
+      const sent = this.send();
+      this.reporting = sent;
+      sent.then(
+        () => {
+          if (this.reporting === sent) this.reporting = null;
+        },
+        () => {
+          if (this.reporting === sent) this.reporting = null;
+        },
+      );
+      return sent;
+    }
+    if (!this.nextReport) {
+      this.nextReport = this.reporting
+        .catch(() => null)
+        .then(() => {
+          this.nextReport = null;
+          return this.report();
+        });
+    }
+    return this.nextReport;
+  }
+
+  private async send(): Promise<RelayReportAnswer> {
+    const id = this.relay.identity();
+    if (!id) return { leave: true, head: 0 };
+    const joined = this.joined;
+    const slowClosed = this.slowClosed;
+    this.joined = [];
+    this.slowClosed = 0;
+    const counts = this.relay.counts();
+    try {
+      const answer = await this.relay.channel().relayReport(id.channel, {
+        relay: id.relay,
+        group: id.group,
+        k: id.k,
+        websockets: counts.websockets,
+        sse: counts.sse,
+        clients: this.relay.clientCounts(),
+        joined,
+        slowClosed,
+        presence: this.relay.presenceCount(),
+      });
+      this.reported = { websockets: counts.websockets, sse: counts.sse };
+      this.owed = false;
+      if (this.relay.subscriberCount() > 0) this.relay.store();
+      return answer;
+    } catch (e) {
+      // Told again with the next report.
+      this.joined.push(...joined);
+      this.slowClosed += slowClosed;
+      throw e;
+    }
+  }
+}

@@ -1,0 +1,169 @@
+/**
+ * A relay's Server-Sent Events subscribers (docs/api.md, "Subscribing"; "Slow subscribers"): each
+ * reader is a stream whose backlog is counted in bytes on its writable side, so a reader that falls
+ * {@link SUBSCRIBER_MAX_BEHIND_BYTES} behind is cut off (a clean end: the client reconnects with
+ * `Last-Event-ID`) instead of being buffered for without bound, and never slows the others (writes do
+ * not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
+ * one opened with a token ends with `event: expired` when the token does ({@link SseHub.expire}).
+ */
+import { expiredFrame } from "../wire/expired-frame";
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
+
+export interface SseClient {
+  writer: WritableStreamDefaultWriter<Uint8Array>;
+  /** Ends the reader's stream cleanly and discards what is still queued for it. */
+  terminate: () => void;
+  closed: boolean;
+  /** Messages up to this seq were replayed (or predate the subscription): never sent live. */
+  floor: number;
+  /** When the subscription's token expires (epoch ms), or null for an anonymous one. */
+  expiresAt: number | null;
+  /** Whose subscription this is (src/channel/client-cap.ts), for the relay's per-client counts. */
+  client: string;
+  /** It asked for presence frames (`?presence=1`, docs/api.md, "Presence"). */
+  presence?: boolean;
+}
+
+/**
+ * One chunk carries every frame of a flush (the runtime moves a stream chunk by chunk, so a frame
+ * per chunk could not keep up with a busy channel), and the bound counts the chunk's bytes: a reader
+ * of small frames and one of large frames are held to the same memory.
+ */
+const SSE_QUEUE: QueuingStrategy<Uint8Array> = {
+  highWaterMark: SUBSCRIBER_MAX_BEHIND_BYTES,
+  size: (chunk) => chunk.byteLength,
+};
+
+const encoder = new TextEncoder();
+const SSE_HELLO = encoder.encode(": subscribed\nretry: 1000\n\n");
+/** A comment line: ignored by every reader, and a write that finds a reader gone. */
+const SSE_KEEPALIVE = encoder.encode(": keepalive\n\n");
+
+export class SseHub {
+  /** Live readers (a reader still being replayed to is not here yet). */
+  readonly live = new Set<SseClient>();
+  /** Readers connected and not yet gone: live ones and those being replayed to. */
+  readonly all = new Set<SseClient>();
+
+  /** @param onLeave called once when a reader goes (cut off, ended, or disconnected). */
+  constructor(private readonly onLeave: () => void) {}
+
+  /** Readers connected now, live or being replayed to. */
+  get size(): number {
+    return this.all.size;
+  }
+
+  /** A new reader with the stream's greeting queued; not live until {@link goLive}. */
+  connect(floor: number, expiresAt: number | null, key: string): { client: SseClient; response: Response } {
+    let terminate = () => {};
+    const stream = new TransformStream<Uint8Array, Uint8Array>(
+      {
+        start(controller) {
+          terminate = () => controller.terminate();
+        },
+      },
+      SSE_QUEUE,
+    );
+    const client: SseClient = {
+      writer: stream.writable.getWriter(),
+      terminate,
+      closed: false,
+      floor,
+      expiresAt,
+      client: key,
+    };
+    this.all.add(client);
+    client.writer.closed.then(
+      () => this.drop(client),
+      () => this.drop(client),
+    );
+    this.write(client, SSE_HELLO);
+    return { client, response: sseResponse(stream.readable) };
+  }
+
+  goLive(client: SseClient): void {
+    if (!client.closed) this.live.add(client);
+  }
+
+  /** Writes one chunk of events; false when this write found the reader too far behind and cut it off. */
+  write(client: SseClient, chunk: Uint8Array): boolean {
+    if (client.closed) return true;
+    const backlog = client.writer.desiredSize;
+    if (backlog !== null && backlog <= 0) {
+      this.drop(client, true);
+      return false;
+    }
+    client.writer.write(chunk).catch(() => this.drop(client));
+    return true;
+  }
+
+  /** Bytes queued for a reader and not yet taken by its connection. */
+  backlog(client: SseClient): number {
+    const desired = client.writer.desiredSize;
+    return desired === null ? 0 : SUBSCRIBER_MAX_BEHIND_BYTES - desired;
+  }
+
+  /** A comment line to every reader: it keeps proxies from closing an idle stream and finds readers gone. */
+  heartbeat(): void {
+    for (const client of [...this.all]) this.write(client, SSE_KEEPALIVE);
+  }
+
+  /**
+   * Ends, with `event: expired`, every stream whose token expired by `now`; answers how many. The
+   * event carries the reader's position (`position`: the last seq it was sent or is past) as its
+   * `seq` and `id`, so the client resumes with `?after=` from there even when it was sent nothing.
+   */
+  expire(now: number, position: (client: SseClient) => number): number {
+    let n = 0;
+    for (const client of [...this.all]) {
+      if (client.expiresAt === null || client.expiresAt > now) continue;
+      n++;
+      const seq = position(client);
+      // Written whatever the backlog: it is the reader's last event, and the stream ends after it.
+      client.writer.write(encoder.encode(`id: ${seq}\nevent: expired\ndata: ${expiredFrame(seq)}\n\n`)).catch(() => {});
+      this.end(client);
+    }
+    return n;
+  }
+
+  /** The earliest token expiry among the readers (epoch ms), or null when none has a token. */
+  earliestExpiry(): number | null {
+    let earliest: number | null = null;
+    for (const c of this.all)
+      if (c.expiresAt !== null && (earliest === null || c.expiresAt < earliest)) earliest = c.expiresAt;
+    return earliest;
+  }
+
+  /** Ends a reader's stream after what was written (a replay past the bound, a gap in history). */
+  end(client: SseClient): void {
+    if (client.closed) return;
+    client.writer.close().catch(() => {});
+    this.drop(client);
+  }
+
+  /** Cuts a reader off at once, discarding its backlog (the relay's memory bound). */
+  cut(client: SseClient): void {
+    this.drop(client, true);
+  }
+
+  private drop(client: SseClient, abort = false): void {
+    if (client.closed) return;
+    client.closed = true;
+    this.live.delete(client);
+    this.all.delete(client);
+    // A clean end (the client reconnects with Last-Event-ID), not an error: aborting the stream made
+    // workerd log an uncaught exception for every reader cut off. The queued backlog is discarded.
+    if (abort) client.terminate();
+    this.onLeave();
+  }
+}
+
+export function sseResponse(body: ReadableStream<Uint8Array>): Response {
+  return new Response(body, {
+    headers: {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache, no-transform",
+      "x-accel-buffering": "no",
+    },
+  });
+}

@@ -1,0 +1,80 @@
+/**
+ * The Hono app: per-isolate services and config check for every request, the route sub-apps, and
+ * the API's error shape (docs/api.md) for every failure, unknown routes included.
+ */
+import { Hono } from "hono";
+import { createMiddleware } from "hono/factory";
+import * as z from "zod";
+import { ConfigError } from "../settings/settings";
+import type { AppEnv } from "./app-env";
+import { ApiError, errorResponse } from "./http/errors";
+import { documented, json, mount, openApiDocument, route } from "./http/openapi";
+import { noSuchRoute } from "./http/route-hints";
+import { securityHeaders } from "./http/security-headers";
+import { admin } from "./routes/admin";
+import { dashboard } from "./routes/dashboard";
+import { ops } from "./routes/ops";
+import { presence } from "./routes/presence";
+import { publish } from "./routes/publish";
+import { history, subscribe } from "./routes/subscribe";
+import { tokens } from "./routes/tokens";
+import { type Services, services } from "./services";
+
+export const app = new Hono<AppEnv>();
+
+/** Security headers on every API answer, errors included (src/worker/http/security-headers.ts). */
+app.use("*", securityHeaders);
+
+/**
+ * Per-isolate services (config checked) and `defer` for every request. Fail closed: a config typo
+ * never silently disables a rule; the 500 names the variable.
+ */
+const withServices = createMiddleware<AppEnv>(async (c, next) => {
+  let svc: Services;
+  try {
+    svc = services(c.env);
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      console.error(`floodgate: ${e.message}`);
+      throw new ApiError("internal", e.message, { variable: e.variable });
+    }
+    throw e;
+  }
+  const defer = (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
+  c.set("svc", svc);
+  c.set("defer", defer);
+  await next();
+  // Every request, denied ones included, makes sure its counts reach the metrics object soon.
+  svc.metrics.schedule(defer);
+});
+
+app.use("*", withServices);
+
+mount(app, "/v1/tokens", tokens);
+mount(app, "/v1/publish", publish);
+mount(app, "/v1/subscribe", subscribe);
+mount(app, "/v1/history", history);
+mount(app, "/v1/presence", presence);
+mount(app, "/v1/admin", admin);
+mount(app, "/v1/admin", dashboard);
+mount(app, "/", ops);
+
+const openApiRoute = route({
+  method: "get",
+  path: "/v1/openapi.json",
+  summary: "This OpenAPI 3.1 document",
+  description: "The API reference page of a deployment renders it at /docs/api.",
+  responses: { 200: json(z.looseObject({ openapi: z.literal("3.1.0") }), "The document.") },
+});
+
+/** Built on first use: it depends only on the routes, which never change while the isolate lives. */
+let document: ReturnType<typeof openApiDocument> | null = null;
+app.get(documented(app, openApiRoute), (c) => {
+  document ??= openApiDocument(app);
+  return c.json(document);
+});
+
+app.notFound((c) =>
+  new ApiError("not_found", noSuchRoute(app as unknown as Hono<never>, c.req.method, c.req.path)).toResponse(),
+);
+app.onError((err) => errorResponse(err));

@@ -1,0 +1,111 @@
+/**
+ * Who may make a request: bearer tokens, access-token checks (signature, expiry, scope, channel) and
+ * the admin bearer middleware (docs/api.md, Tokens and Operator routes; docs/security.md). Each
+ * failure is an ApiError in the API's error shape (docs/api.md).
+ */
+import { bearerAuth } from "hono/bearer-auth";
+import { createMiddleware } from "hono/factory";
+import { type SecretName, secretProblem } from "../../settings/secrets";
+import { anyPatternMatches, type ChannelName } from "../../wire/channel-names";
+import type { AppEnv } from "../app-env";
+import { adminAuthBudget } from "../gate/budgets";
+import { ApiError, permissionDenied, unauthenticated } from "../http/errors";
+import { clientIp } from "../http/params";
+import { type Scope, TokenError, type VerifiedToken, verifyToken } from "./tokens";
+
+/** The bearer token in `Authorization`, or null. */
+export function bearer(request: Request): string | null {
+  const h = request.headers.get("authorization");
+  if (!h) return null;
+  const m = /^Bearer[ ]+(\S+)\s*$/i.exec(h);
+  return m ? (m[1] as string) : null;
+}
+
+/** A secret the route needs, or a 500 naming it when it is missing or weak (fail closed). */
+function requiredSecret(env: Env, name: SecretName): string {
+  const value = (env as unknown as Record<string, unknown>)[name];
+  const problem = secretProblem(name, value);
+  if (problem) {
+    console.error(`floodgate: ${problem}; the routes that need it fail closed`);
+    throw new ApiError("internal", `server is not configured: ${problem}`, { variable: name });
+  }
+  return value as string;
+}
+
+/** The token secret, or a 500 when it is missing or weak (token routes fail closed). */
+export function tokenSecret(env: Env): string {
+  return requiredSecret(env, "TOKEN_SECRET");
+}
+
+/** What a request without a token is told: how to get one. */
+export const MISSING_BEARER =
+  "missing bearer token: send Authorization: Bearer <access token>; get one with POST /v1/tokens and the admin token (docs/api.md, Tokens)";
+
+/** What an admin route refuses a request with: which token it wants. */
+export const ADMIN_BEARER_REQUIRED =
+  "admin bearer token required: send Authorization: Bearer <ADMIN_TOKEN> (the server's secret; docs/api.md, Operator routes)";
+
+/** Verifies an access token: signature, shape, expiry and type. @throws ApiError 401 */
+export async function verifyAccess(env: Env, token: string | null): Promise<VerifiedToken> {
+  const secret = tokenSecret(env);
+  if (!token) throw unauthenticated(MISSING_BEARER);
+  try {
+    return await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
+  } catch (e) {
+    if (e instanceof TokenError) throw unauthenticated(e.message);
+    throw e;
+  }
+}
+
+/** Checks that a verified token grants `scope` on `channel`. @throws ApiError 403 */
+export function checkGrant(verified: VerifiedToken, scope: Scope, channel: ChannelName): void {
+  if (!verified.claims.scp.includes(scope)) throw permissionDenied(`token lacks the "${scope}" scope`);
+  if (!anyPatternMatches(verified.patterns, channel)) {
+    throw permissionDenied(`token does not grant channel ${channel.name}`);
+  }
+}
+
+/** Verifies an access token and checks scope and channel. @throws ApiError 401 / 403 */
+export async function authorise(
+  env: Env,
+  token: string | null,
+  scope: Scope,
+  channel: ChannelName,
+): Promise<VerifiedToken> {
+  const verified = await verifyAccess(env, token);
+  checkGrant(verified, scope, channel);
+  return verified;
+}
+
+/**
+ * The admin bearer (docs/api.md, Operator routes): Hono's `bearerAuth`, which compares in constant
+ * time, answering the 401 of docs/api.md for a missing, malformed or wrong token. Fails closed first:
+ * with `ADMIN_TOKEN` unset or weak every admin route answers 500 naming it, whatever was sent.
+ * Then the client's `admin-auth` budget (docs/security.md, "Guessing the admin token"): every request
+ * takes a token before its bearer is compared, through the gate like any charge, so the bucket is
+ * strict however many guesses arrive at once; an empty bucket answers 429 before the comparison, so
+ * a right guess cannot be told from a wrong one. A wrong bearer keeps its token spent (the 401 carries
+ * the bucket's headers); a right one gives it back off the response path, so good requests end up
+ * uncharged.
+ */
+export const adminAuth = createMiddleware<AppEnv>(async (c, next) => {
+  const token = requiredSecret(c.env, "ADMIN_TOKEN");
+  const { gate, config } = c.var.svc;
+  const budget = adminAuthBudget(config, clientIp(c.req.raw));
+  const headers = await gate.check("admin-auth", budget.key, budget.limit, c.var.defer);
+  const refused = () => {
+    const res = unauthenticated(ADMIN_BEARER_REQUIRED).toResponse();
+    for (const [k, v] of Object.entries(headers)) res.headers.set(k, v);
+    return res;
+  };
+  const check = bearerAuth<AppEnv>({
+    token,
+    noAuthenticationHeader: { message: refused },
+    invalidAuthenticationHeader: { message: refused },
+    invalidToken: { message: refused },
+  });
+  return check(c, async () => {
+    c.var.defer(gate.refund("admin-auth", budget.key, budget.limit));
+    await next();
+  });
+});

@@ -1,0 +1,276 @@
+/**
+ * The Worker side of the rate limiter: picks the bucket key and limit, answers from a lease or the
+ * deny cache when it can, and otherwise asks the bucket's shard, batching requests whose keys share a
+ * shard. One job each: src/worker/gate/isolate-leases.ts (leases), src/worker/gate/deny-cache.ts (cached denials),
+ * src/worker/gate/headers.ts (what the response says); this module batches and decides.
+ *
+ * Coalescing: buckets live in shards, many keys to an object (src/limiter/limiter-shard.ts). Requests whose
+ * keys share a shard and arrive while that shard's call is in flight go to it together as one
+ * `decide` call (functions/coalescer.ts), one entry per key with its count. The shard still decides every
+ * key's tokens against that key's own bucket (at most what it holds, in arrival order), so
+ * strictness holds, but a crowd of subjects costs one round trip per batch instead of one per
+ * request. A request whose batch never answers asks the shard itself after
+ * `LIMITER_BATCHING.patienceMs`: that can charge it twice (once in the lost batch), never admit it twice.
+ */
+
+import type { BatchChargeResult, LeaseRequest } from "../../limiter/bucket-charge";
+import { type KeyCharge, shardOf } from "../../limiter/limiter-shard";
+import { Coalescer, type CoalescerOptions, LOST } from "../../platform/coalescer";
+import type { Limit } from "../../settings/limits";
+import { ApiError } from "../http/errors";
+import { DenyCache } from "./deny-cache";
+import { type BucketName, type Denial, deniedError, rateLimitHeaders } from "./headers";
+import { IsolateLeases } from "./isolate-leases";
+
+/** What a shard answers for a batch of keys' charges, in order; backed by `LimiterShard.decide`. */
+export interface BucketBackend {
+  charge(shard: number, charges: KeyCharge[]): Promise<BatchChargeResult[]>;
+}
+
+/** Who answered: the bucket's object, this isolate's deny cache, or a lease this isolate holds. */
+export type DecisionSource = "object" | "deny_cache" | "lease";
+
+export interface GateEvents {
+  decision(bucket: BucketName, allowed: boolean, source: DecisionSource): void;
+  error(bucket: BucketName): void;
+}
+
+/** How charges to one shard are batched (functions/coalescer.ts, `CoalescerOptions`). */
+export const LIMITER_BATCHING: CoalescerOptions = {
+  /** Most requests one object call decides. */
+  maxBatch: 1000,
+  /** How long a batch with nothing ahead of it gathers company before it is sent, in ms. */
+  gatherMs: 1,
+  /** How long a batch waits for the call ahead of it before it is sent regardless, in ms. */
+  stallMs: 1000,
+  /** How long a follower waits for its batch before it asks the object itself, in ms. */
+  patienceMs: 2000,
+};
+
+/**
+ * The buckets whose charges may be given back ({@link LimiterGate.refund}): the admin-auth budget,
+ * whose token a right bearer returns. They take no leases: a refund goes to the shard, where a
+ * token spent from a lease would come back capped under that lease's hold and be lost.
+ */
+export type RefundableBucket = "admin-auth";
+const REFUNDABLE: ReadonlySet<BucketName> = new Set<RefundableBucket>(["admin-auth"]);
+
+/** `ctx.waitUntil`, so a batch's call outlives a leader whose client went away. */
+export type Defer = (p: Promise<unknown>) => void;
+
+/** One request's charge; every request in a batch has keys of the same shard. */
+interface Charge {
+  bucket: BucketName;
+  key: string;
+  limit: Limit;
+  /** The key and limit together: what leases, demand and one entry of a shard call are kept by. */
+  bucketId: string;
+}
+
+/** The requests of one batch that go to the shard under one key and limit. */
+interface Entry {
+  first: Charge;
+  /** Their places in the batch, in arrival order. */
+  at: number[];
+  settle: LeaseRequest["settle"];
+}
+
+interface Answer {
+  headers?: Record<string, string>;
+  /** Denied: what the 429 says (kept as data: a flood's denials need no Error object each). */
+  denial?: Denial;
+  error?: unknown;
+}
+
+/** What {@link LimiterGate.charge} answers: the allowed response's headers, or the denial. */
+export type Charged = { headers: Record<string, string>; denial?: undefined } | { denial: Denial };
+
+export class LimiterGate {
+  private readonly deny = new DenyCache();
+  private readonly leases = new IsolateLeases();
+  /** Batches per shard. */
+  private readonly batches = new Coalescer<Charge, Answer>(
+    (shard, charges) => this.chargeBatch(charges, shard),
+    LIMITER_BATCHING,
+  );
+  /** Object calls made, for the benchmark's calls-per-denial figure. */
+  calls = 0;
+
+  constructor(
+    private readonly backend: BucketBackend,
+    private readonly events: GateEvents,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /**
+   * Charges one request to `key`. Returns the headers for the allowed response ({} when the budget is
+   * disabled). @throws ApiError 429 when denied, 500 when the limiter fails (fail closed).
+   */
+  async check(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Record<string, string>> {
+    const charged = await this.charge(bucket, key, limit, defer);
+    if (charged.denial) throw deniedError(charged.denial);
+    return charged.headers;
+  }
+
+  /**
+   * {@link check} for a route that answers a denial itself (the publish route, whose deny path is
+   * a flood's): the same decision, with a denial returned as data instead of thrown as an ApiError,
+   * so a denied request builds no Error and unwinds no handler. @throws ApiError 500 when the
+   * limiter fails (fail closed).
+   */
+  async charge(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Charged> {
+    if (!limit) return { headers: {} };
+    const now = this.now();
+    const bucketId = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
+    this.leases.note(bucketId, now);
+    // Tokens already taken from the bucket are spent first, even past a cached denial.
+    const leased = this.spendLease(bucket, limit, bucketId, now);
+    if (leased) return { headers: leased };
+    const cached = this.deny.get(key, limit, now);
+    if (cached) {
+      this.events.decision(bucket, false, "deny_cache");
+      return { denial: { bucket, limit, retryAfterMs: cached.until - now, fullInMs: cached.fullAt - now } };
+    }
+
+    const charge: Charge = { bucket, key, limit, bucketId };
+    const shard = String(shardOf(key));
+    const batched = await this.batches.submit(shard, charge, defer);
+    // A batch that never answered (its leader went away): ask the shard alone.
+    const answer = batched === LOST ? ((await this.chargeBatch([charge], shard))[0] as Answer) : batched;
+    if (answer.error) throw answer.error;
+    if (answer.denial) return { denial: answer.denial };
+    return { headers: answer.headers ?? {} };
+  }
+
+  /**
+   * Gives back the token {@link check} took from the shard (a refundable bucket takes no lease) for
+   * a request that turned out not to owe it (the right admin bearer): one call to `key`'s shard, not batched, meant to run off the response path. A
+   * denial this isolate cached for the key is forgotten, since a token is back (the cache may only
+   * deny what the bucket would). Never rejects: a refund that fails is logged and counted as a
+   * limiter error, and leaves the token spent, which can only under-admit.
+   */
+  async refund(bucket: RefundableBucket, key: string, limit: Limit | null): Promise<void> {
+    if (!limit) return;
+    try {
+      this.calls++;
+      await this.backend.charge(shardOf(key), [{ key, limit, count: 0, refund: 1 }]);
+      this.deny.forget(key);
+    } catch (e) {
+      this.failure(bucket, e, true);
+    }
+  }
+
+  /**
+   * Answers `charges` (keys of one shard, arrival order): each first from a lease of its key that
+   * arrived while they waited, the rest with one call to the shard, one entry per key and limit.
+   * Never rejects: a failure is an answer each.
+   */
+  private async chargeBatch(charges: Charge[], shard: string): Promise<Answer[]> {
+    const sentAt = this.now();
+    const answers: Answer[] = new Array(charges.length);
+    const entries = new Map<string, Entry>();
+    charges.forEach((c, i) => {
+      const headers = this.spendLease(c.bucket, c.limit, c.bucketId, sentAt);
+      if (headers) {
+        answers[i] = { headers };
+        return;
+      }
+      const entry = entries.get(c.bucketId);
+      if (entry) entry.at.push(i);
+      else entries.set(c.bucketId, { first: c, at: [i], settle: [] });
+    });
+    if (entries.size === 0) return answers;
+    const sent = [...entries.values()];
+    const request: KeyCharge[] = sent.map((e) => {
+      const lease = REFUNDABLE.has(e.first.bucket)
+        ? { want: 0, settle: [] }
+        : this.leases.request(e.first.bucketId, sentAt, e.first.bucket === "publish");
+      e.settle = lease.settle;
+      return { key: e.first.key, limit: e.first.limit, count: e.at.length, lease };
+    });
+    // Other keys' leases of this shard that are done go back on the way: settling costs no call.
+    const riders = this.leases.settlesFor(shard, new Set(entries.keys()), sentAt);
+    for (const r of riders) {
+      request.push({
+        key: r.home.key,
+        limit: r.home.limit,
+        count: 0,
+        lease: { want: 0, settle: r.settle },
+        settleOnly: true,
+      });
+    }
+    let results: (BatchChargeResult | { error: unknown })[];
+    try {
+      this.calls++;
+      results = await this.backend.charge(Number(shard), request);
+    } catch (e) {
+      results = request.map(() => ({ error: e }));
+    }
+    riders.forEach((r, j) => {
+      const result = results[sent.length + j];
+      if (!result || "error" in result) this.leases.retry(r.id, r.settle, sentAt);
+    });
+    sent.forEach((e, j) => {
+      const { bucket, key, limit, bucketId } = e.first;
+      const result = results[j];
+      if (!result || "error" in result) {
+        this.leases.retry(bucketId, e.settle, sentAt);
+        const cause = result ? result.error : "no answer for this key";
+        e.at.forEach((i, k) => {
+          answers[i] = { error: this.failure(bucket, cause, k === 0) };
+        });
+        return;
+      }
+      if (result.lease)
+        this.leases.hold(bucketId, result.lease, sentAt, result.remaining, this.now() + result.fullInMs, {
+          shard,
+          key,
+          limit,
+        });
+      const decided = this.answers(bucket, key, limit, result, e.at.length);
+      e.at.forEach((i, k) => {
+        answers[i] = decided[k] as Answer;
+      });
+    });
+    return answers;
+  }
+
+  /** Admits one request from a lease this isolate holds for `bucketId`, or returns null. */
+  private spendLease(bucket: BucketName, limit: Limit, bucketId: string, now: number): Record<string, string> | null {
+    const spent = this.leases.spend(bucketId, now);
+    if (!spent) return null;
+    this.events.decision(bucket, true, "lease");
+    return rateLimitHeaders(bucket, limit, spent.remaining, spent.fullAt - now);
+  }
+
+  private failure(bucket: BucketName, e: unknown, log: boolean): ApiError {
+    if (log)
+      console.error(`floodgate limiter: ${bucket} bucket failed, failing closed`, e instanceof Error ? e.message : e);
+    this.events.error(bucket);
+    return new ApiError("internal", "rate limiter unavailable");
+  }
+
+  /** The answers for a batch of `count` in arrival order; records a denial in the deny cache. */
+  private answers(bucket: BucketName, key: string, limit: Limit, result: BatchChargeResult, count: number): Answer[] {
+    const granted = Math.min(result.granted, count);
+    if (granted < count) {
+      const at = this.now();
+      this.deny.set(key, { until: at + result.retryAfterMs, limit, fullAt: at + result.fullInMs });
+    }
+    return Array.from({ length: count }, (_, i) => {
+      const allowed = i < granted;
+      this.events.decision(bucket, allowed, "object");
+      // Earlier requests in the batch saw the tokens later ones took.
+      return allowed
+        ? {
+            headers: rateLimitHeaders(
+              bucket,
+              limit,
+              result.remaining + (result.lease?.tokens ?? 0) + (granted - 1 - i),
+              result.fullInMs,
+            ),
+          }
+        : { denial: { bucket, limit, retryAfterMs: result.retryAfterMs, fullInMs: result.fullInMs } };
+    });
+  }
+}

@@ -1,0 +1,335 @@
+/**
+ * Ops routes (docs/api.md, Operator routes): health, the public manifest, Prometheus metrics and a
+ * channel's stats. Metrics and stats need the admin bearer; health and the manifest do not. The
+ * admin API that changes things is in ./admin.ts.
+ */
+import { Hono } from "hono";
+import * as z from "zod";
+import type { ChannelStats } from "../../channel/calls";
+import { renderPrometheus, seriesKey } from "../../metrics/metrics-store";
+import { channelStub, metricsStub } from "../../platform/stubs";
+import { formatDuration } from "../../settings/durations";
+import { limitToJson } from "../../settings/limits";
+import { weakSecrets } from "../../settings/secrets";
+import { type Config, targetJson } from "../../settings/settings";
+import type { AppEnv } from "../app-env";
+import { adminAuth } from "../auth/authorise";
+import { ApiError, orUnavailable } from "../http/errors";
+import { ADMIN_ONLY, ChannelPath, documented, errors, json, LimitSchema, route, TargetSchema } from "../http/openapi";
+import { channelParam } from "../http/params";
+import type { Services } from "../services";
+import { ShardStatsSchema, shardRuleView, shardsStats, totalled } from "../shards/shard-view";
+import { ChannelViewSchema, channelView, targetOf } from "./channel-view";
+
+/** The public manifest (docs/api.md, Operator routes). Per-token overrides never appear. */
+export function manifest(config: Config) {
+  const perChannel = (rules: Config["perChannelPublish"]) =>
+    rules.map((r) => ({ pattern: r.pattern.source, limit: limitToJson(r.value) }));
+  const publish = perChannel(config.perChannelPublish);
+  const subscribe = perChannel(config.perChannelSubscribe);
+  return {
+    rate_limits: {
+      publish: limitToJson(config.publish),
+      subscribe: limitToJson(config.subscribe),
+      token_issue: limitToJson(config.tokenIssue),
+      read: limitToJson(config.read),
+      admin_auth: limitToJson(config.adminAuth),
+      ...(publish.length ? { per_channel_publish: publish } : {}),
+      ...(subscribe.length ? { per_channel_subscribe: subscribe } : {}),
+    },
+    throttle: {
+      fallback_rate: config.throttleFallbackRate,
+      target: targetJson(config.throttleTarget),
+      ...(config.throttleTargets.length
+        ? { targets: config.throttleTargets.map((r) => ({ pattern: r.pattern.source, target: targetJson(r.value) })) }
+        : {}),
+      ...(config.throttleThinning.length ? { thinning: config.throttleThinning.map((p) => p.source) } : {}),
+      analytics_channel: config.analyticsChannel.name,
+      rate_cache_ms: config.rateCacheMs,
+      fast_period: formatDuration(config.samplerFastPeriodMs),
+    },
+    // The record of dropped messages: how long the bucket keeps a copy (and the longest export), and
+    // how long the analytics channel pages them.
+    record: {
+      retention: formatDuration(config.recordRetentionMs),
+      analytics_retention: formatDuration(config.analyticsRetentionMs),
+    },
+    // Summaries of drops (docs/api.md, "Summaries of drops"): the period, and the rules in selection order.
+    summaries: {
+      interval: formatDuration(config.summaryIntervalMs),
+      ...(config.throttleSummary.length
+        ? { rules: config.throttleSummary.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })) }
+        : {}),
+    },
+    // Presence (docs/api.md, "Presence"): announced per join and leave up to announce_max, above it
+    // one interval frame per interval.
+    presence: { announce_max: config.presenceAnnounceMax, interval: formatDuration(config.presenceIntervalMs) },
+    // AUDIENCE_SHARDS in selection order (docs/api.md, "Shards"); omitted when no rule is set.
+    ...(config.audienceShards.length
+      ? { audience_shards: config.audienceShards.map((r) => ({ pattern: r.pattern.source, by: r.value.by })) }
+      : {}),
+  };
+}
+
+export const ops = new Hono<AppEnv>();
+
+const healthRoute = route({
+  method: "get",
+  path: "/healthz",
+  summary: "Health check",
+  description: "500 naming the variable when the configuration is invalid or a secret is weak.",
+  responses: { 200: json(z.object({ ok: z.literal(true) }), "Healthy."), ...errors(500) },
+});
+
+ops.get(documented(ops, healthRoute), (c) => {
+  // A weak secret is bad configuration: fail the health check so a deploy catches it.
+  const weak = weakSecrets(c.env)[0];
+  if (weak) throw new ApiError("internal", `server is not configured: ${weak.problem}`, { variable: weak.name });
+  return c.json({ ok: true });
+});
+
+const PerChannelLimits = z.array(z.object({ pattern: z.string(), limit: LimitSchema }));
+const Manifest = z
+  .object({
+    rate_limits: z.object({
+      publish: LimitSchema,
+      subscribe: LimitSchema,
+      token_issue: LimitSchema,
+      read: LimitSchema,
+      admin_auth: LimitSchema.openapi({ description: "Failed admin authentications per client IP." }),
+      per_channel_publish: PerChannelLimits.optional(),
+      per_channel_subscribe: PerChannelLimits.optional(),
+    }),
+    throttle: z.object({
+      fallback_rate: z.number(),
+      target: TargetSchema.nullable(),
+      targets: z.array(z.object({ pattern: z.string(), target: TargetSchema })).optional(),
+      thinning: z.array(z.string()).optional(),
+      analytics_channel: z.string(),
+      rate_cache_ms: z.number().int(),
+      fast_period: z.string(),
+    }),
+    record: z.object({
+      retention: z.string().openapi({ description: "RECORD_RETENTION: how long the record keeps a copy." }),
+      analytics_retention: z
+        .string()
+        .openapi({ description: "ANALYTICS_RETENTION: how long the analytics channel pages copies." }),
+    }),
+    summaries: z.object({
+      interval: z.string().openapi({ description: "SUMMARY_INTERVAL: the period of summary frames." }),
+      rules: z
+        .array(
+          z.object({ pattern: z.string(), pointer: z.string().openapi({ description: "A JSON Pointer (RFC 6901)." }) }),
+        )
+        .optional()
+        .openapi({ description: "THROTTLE_SUMMARY, in selection order (most specific first); omitted when empty." }),
+    }),
+    presence: z.object({
+      announce_max: z
+        .number()
+        .int()
+        .openapi({ description: "PRESENCE_ANNOUNCE_MAX: largest occupancy announced per join and leave." }),
+      interval: z.string().openapi({ description: "PRESENCE_INTERVAL: period of interval presence above it." }),
+    }),
+    audience_shards: z
+      .array(z.object({ pattern: z.string(), by: z.enum(["group", "continent"]) }))
+      .optional()
+      .openapi({ description: "AUDIENCE_SHARDS in selection order (most specific first); omitted when empty." }),
+  })
+  .openapi("Manifest");
+
+const manifestRoute = route({
+  method: "get",
+  path: "/v1/manifest",
+  summary: "Budgets and throttle settings (public)",
+  responses: { 200: json(Manifest, "The manifest; per-token overrides never appear."), ...errors(500) },
+});
+
+ops.get(documented(ops, manifestRoute), (c) => c.json(manifest(c.var.svc.config)));
+
+const metricsRoute = route({
+  method: "get",
+  path: "/metrics",
+  summary: "Prometheus metrics",
+  security: ADMIN_ONLY,
+  responses: {
+    200: {
+      description: "Prometheus text format (docs/api.md, Operator routes, lists the series).",
+      content: { "text/plain": { schema: z.string() } },
+    },
+    ...errors(401, 429, 500, 503),
+  },
+});
+
+ops.get(documented(ops, metricsRoute), adminAuth, async (c) => {
+  const svc = c.var.svc;
+  await svc.metrics.flushNow();
+  const [series, expired] = await Promise.all([
+    orUnavailable("metrics", () => metricsSeries(c.env)),
+    expiredCopies(c.env, svc.config),
+  ]);
+  if (expired !== null) series.floodgate_analytics_expired_total = expired;
+  return c.body(renderPrometheus(series), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+});
+
+export function metricsSeries(env: Env): Promise<Record<string, number>> {
+  return metricsStub(env).read();
+}
+
+/**
+ * Copies the analytics channel's retention deleted, counted by its object (where they are deleted),
+ * read at scrape time. A scrape is not traffic, so it is left out of `floodgate_object_calls_total`.
+ * Null when the object cannot answer: the series is left out of that scrape rather than failing it.
+ */
+async function expiredCopies(env: Env, config: Config): Promise<number | null> {
+  const stub = channelStub(env, config.analyticsChannel.name);
+  try {
+    return (await stub.recordCounts()).copies_expired_total;
+  } catch (e) {
+    console.error("floodgate: analytics channel unavailable for /metrics", e instanceof Error ? e.message : e);
+    return null;
+  }
+}
+
+const AnalyticsRecord = z
+  .object({
+    retention: z.string().openapi({ description: "RECORD_RETENTION." }),
+    copies_total: z.number().int().openapi({ description: "Copies written to the record (RECORD_BUCKET)." }),
+    copy_failures_total: z.number().int().openapi({ description: "Copies the record failed to take." }),
+    copies_expired_total: z.number().int().openapi({ description: "Copies deleted by RECORD_RETENTION." }),
+    dropped_total: z.number().int(),
+    analytics_retention: z.string().openapi({ description: "ANALYTICS_RETENTION: how long the channel pages copies." }),
+    copies_kept: z.number().int().openapi({ description: "Copies the analytics channel keeps for paging." }),
+    oldest_dropped_at: z.number().int().nullable().openapi({ description: "Oldest copy the channel keeps." }),
+  })
+  .openapi("AnalyticsRecord");
+
+const ChannelStatsSchema = ChannelViewSchema.extend({
+  websockets: z.number().int(),
+  sse: z.number().int(),
+  relays: z
+    .number()
+    .int()
+    .openapi({ description: "Relays serving the channel; occupancy, websockets and sse count them all." }),
+  relay_sends_total: z
+    .number()
+    .int()
+    .openapi({ description: "Channel-to-relay delivery calls made (each carries a batch of messages)." }),
+  last_seq: z.number().int(),
+  priority_total: z.number().int().openapi({
+    description: "Priority messages delivered (Floodgate-Priority: high), counted in delivered_total too.",
+  }),
+  last_summary: z
+    .looseObject({})
+    .nullable()
+    .openapi({ description: "The last summary frame of drops the channel sent, or null." }),
+  analytics_copy_failures_total: z.number().int(),
+  slow_consumers_closed: z.number().int(),
+  record: AnalyticsRecord.optional().openapi({ description: "On the analytics channel only." }),
+  presence: z
+    .object({
+      mode: z.enum(["announce", "interval"]),
+      sends_total: z.number().int().openapi({
+        description:
+          "Relay lines given presence frames, plus relays woken for presence, since the channel's object started.",
+      }),
+    })
+    .openapi({ description: "Presence (occupancy is `occupancy`): its mode and what it cost the channel." }),
+  shard_rule: z
+    .object({ pattern: z.string(), by: z.enum(["group", "continent"]) })
+    .optional()
+    .openapi({ description: "Sharded channels only: the AUDIENCE_SHARDS rule that shards it." }),
+  shards: z
+    .record(z.string(), ShardStatsSchema)
+    .optional()
+    .openapi({
+      description:
+        "Sharded channels only, by shard name: each shard's own counts and drop rate. The channel's occupancy, " +
+        "websockets, sse, relays and totals then add up every shard (and the channel's own object).",
+    }),
+}).openapi("ChannelStats");
+
+const statsRoute = route({
+  method: "get",
+  path: "/v1/channels/{channel}/stats",
+  summary: "A channel's stats",
+  security: ADMIN_ONLY,
+  request: { params: ChannelPath },
+  responses: {
+    200: json(ChannelStatsSchema, "The channel's view and its object's counts."),
+    ...errors(400, 401, 429, 500, 503),
+  },
+});
+
+ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
+  const svc = c.var.svc;
+  const channel = channelParam(c.req.param("channel"));
+  const { view, stats, analytics } = await channelView(c.env, svc, channel, targetOf(c.env, svc.config, channel));
+  // The object's own counts go between the view's totals and its rates, as this route has always
+  // answered them (the README's walk-through shows that order).
+  const { channel: name, ...rest } = view;
+  let { occupancy, delivered_total, dropped_total, ...rates } = rest;
+  const rule = shardRuleView(svc.config, channel);
+  let sharded: Record<string, unknown> = {};
+  let counts = stats;
+  if (rule) {
+    // A sharded channel: its totals add every shard's own counts (docs/api.md, "Shards").
+    const { shards, raw } = await shardsStats(c.env, svc, channel);
+    const keys = [
+      "occupancy",
+      "websockets",
+      "sse",
+      "relays",
+      "relay_sends_total",
+      "delivered_total",
+      "dropped_total",
+      "priority_total",
+      "analytics_copy_failures_total",
+      "slow_consumers_closed",
+    ] as const;
+    counts = { ...stats, ...totalled(stats, raw, keys) };
+    ({ occupancy, delivered_total, dropped_total } = counts);
+    sharded = { shard_rule: rule, shards };
+  }
+  return c.json({
+    channel: name,
+    occupancy,
+    websockets: counts.websockets,
+    sse: counts.sse,
+    relays: counts.relays,
+    relay_sends_total: counts.relay_sends_total,
+    last_seq: stats.last_seq,
+    delivered_total,
+    dropped_total,
+    priority_total: counts.priority_total,
+    analytics_copy_failures_total: counts.analytics_copy_failures_total,
+    slow_consumers_closed: counts.slow_consumers_closed,
+    ...rates,
+    last_summary: stats.last_summary,
+    ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
+    presence: stats.presence,
+    ...sharded,
+  });
+});
+
+/**
+ * The record's reconciliation: copies recorded, failed and expired (the metrics the queue's consumer
+ * and the retention sweep count), beside the deployment's dropped messages, so that
+ * `dropped_total = copies_total + copy_failures_total` can be checked by anyone once copies in
+ * flight have landed; and what the analytics channel (the live view) keeps for paging.
+ */
+async function recordView(env: Env, svc: Services, stats: ChannelStats) {
+  await svc.metrics.flushNow();
+  const series = await orUnavailable("metrics", () => metricsSeries(env));
+  const counts = stats.record ?? { copies_total: 0, copies_kept: 0, copies_expired_total: 0, oldest_dropped_at: null };
+  return {
+    retention: formatDuration(svc.config.recordRetentionMs),
+    copies_total: series.floodgate_record_copies_total ?? 0,
+    copy_failures_total: series.floodgate_record_failures_total ?? 0,
+    copies_expired_total: series.floodgate_record_expired_total ?? 0,
+    dropped_total: series[seriesKey("floodgate_messages_total", { result: "dropped" })] ?? 0,
+    analytics_retention: formatDuration(svc.config.analyticsRetentionMs),
+    copies_kept: counts.copies_kept,
+    oldest_dropped_at: counts.oldest_dropped_at,
+  };
+}

@@ -1,0 +1,347 @@
+/**
+ * `GET /v1/subscribe/{channel}` (WebSocket or SSE) and `GET /v1/history/{channel}` (docs/api.md,
+ * Subscribe and history; Bounds): on the analytics channel, history pages through every retained copy
+ * and filters by `source_channel`.
+ *
+ * Subscribe order: channel → mode → the token is verified (signature, expiry, type) → one budget is
+ * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
+ * that does not verify), so nobody can spend or read another subject's budget → private channels
+ * need that verified token with scope and channel → the channel reserves a slot on a relay of the
+ * subscriber's placement group (the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` reached: 429;
+ * `MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
+ * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
+ */
+import { type Context, Hono } from "hono";
+import * as z from "zod";
+import type { RelayAssignment } from "../../channel/calls";
+import { clientCapError, clientKey } from "../../channel/client-cap";
+import { relayStub } from "../../platform/stubs";
+import { placementGroup } from "../../relay/placement";
+import type { Config } from "../../settings/settings";
+import { audienceOf, shardRuleFor } from "../../settings/shards";
+import type { ChannelName } from "../../wire/channel-names";
+import type { AppEnv } from "../app-env";
+import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
+import type { TokenClaims, VerifiedToken } from "../auth/tokens";
+import { readBudget, subscribeBudget } from "../gate/budgets";
+import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../http/errors";
+import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";
+import { channelParam, clientIp, intParam, sourceChannelParam } from "../http/params";
+import { countedChannelStub } from "../services";
+
+/**
+ * The WebSocket subprotocol a browser offers with its token, since a browser cannot set headers on
+ * a WebSocket: `new WebSocket(url, ["floodgate", "bearer.<token>"])`. The upgrade is answered with
+ * `floodgate`, never with the token. Same idea as Kubernetes' `base64url.bearer.authorization.k8s.io.`
+ * prefix; a JWT is already URL-safe base64 with dots, all valid subprotocol characters, so it needs
+ * no second encoding. See docs/api.md, "Subscriber tokens".
+ */
+export const WS_PROTOCOL = "floodgate";
+const WS_BEARER_PREFIX = "bearer.";
+
+/** The subprotocols a WebSocket upgrade offers, in order. */
+function offeredProtocols(request: Request): string[] {
+  const h = request.headers.get("sec-websocket-protocol");
+  if (!h) return [];
+  return h
+    .split(",")
+    .map((p) => p.trim())
+    .filter((p) => p.length > 0);
+}
+
+/**
+ * The token a subscriber presents: `Authorization: Bearer`, the `bearer.<token>` WebSocket
+ * subprotocol, or `?token=` (the fallback that lands in request logs).
+ */
+function presentedToken(request: Request, query: string | undefined, protocols: string[]): string | null {
+  const header = bearer(request);
+  if (header) return header;
+  const offered = protocols.find((p) => p.startsWith(WS_BEARER_PREFIX));
+  if (offered && offered.length > WS_BEARER_PREFIX.length) return offered.slice(WS_BEARER_PREFIX.length);
+  if (query !== undefined && query.length > 0) return query;
+  return null;
+}
+
+/** `Retry-After` of a subscribe refused at `MAX_SUBSCRIBERS`: subscribers come and go by the second. */
+export const FULL_RETRY_AFTER_S = 5;
+
+/**
+ * A subscribe's `0`/`1` switch: `?batch=1` asks for packed frames (docs/api.md, "Packed frames";
+ * checked on SSE too, which sends one event per message either way), `?presence=1` for presence
+ * frames (docs/api.md, "Presence"); `0` or absent, off; anything else 400.
+ */
+function switchParam(name: string, value: string | undefined): boolean {
+  if (value === undefined || value === "0") return false;
+  if (value === "1") return true;
+  throw invalidArgument(`${name} must be 0 or 1`);
+}
+
+export const subscribe = new Hono<AppEnv>();
+
+/** One message as subscribers and history see it (docs/api.md, GET /v1/subscribe). */
+const Frame = z
+  .object({
+    type: z.literal("message"),
+    channel: z.string(),
+    seq: z.number().int(),
+    id: z.string(),
+    data: z.unknown().openapi({ description: "The message exactly as published." }),
+    published_at: z.number().int(),
+  })
+  .openapi("Frame");
+
+const subscribeRoute = route({
+  method: "get",
+  path: "/{channel}",
+  summary: "Subscribe over WebSocket or SSE",
+  description:
+    "WebSocket when the request upgrades (`Upgrade: websocket`), SSE with `Accept: text/event-stream`, otherwise 400. " +
+    "Each message is one JSON text frame (a `Frame`; SSE: `id: <seq>`, `event: message`); with `?batch=1` every " +
+    "WebSocket text frame is a JSON array of one or more `Frame`s in seq order, at most 1 MiB (what the relay has " +
+    "pending for the socket, held at most `FRAME_DELAY`). `public:` channels need no " +
+    "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
+    "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends), and so are the most-behind when " +
+    "one relay holds 32 MiB for its subscribers together; resume with `?after=`. A subscription opened with a " +
+    'token ends at the token\'s `exp`: a last WebSocket frame `{"type":"expired","reason":"token expired",' +
+    '"seq":N}` (with `?batch=1` inside an array) then close 4001 `token expired`; SSE `id: N`, `event: expired` ' +
+    "with that frame as data, then the end. N is the last seq the subscription was sent or is past (its resume " +
+    "point when it was sent nothing): reconnect with a fresh token and `?after=` the larger of N and the last seq " +
+    "received. SSE streams get a `: keepalive` comment line at least every 15 s. " +
+    "A client (its token's `sub`, else its IP, IPv6 per /64) holds at most `MAX_SUBSCRIPTIONS_PER_CLIENT` open " +
+    "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`. " +
+    "Every refusal is a plain HTTP response before any upgrade. " +
+    // Summaries of drops (docs/api.md, "Summaries of drops").
+    "On a channel with a `THROTTLE_SUMMARY` rule, every `SUMMARY_INTERVAL` with drops each subscriber also gets " +
+    '`{"type":"summary","channel","from","to","dropped":N,"by_key":{"<value>":count,…,"(other)":count}}` (the 20 ' +
+    "largest keys of the value at the rule's JSON Pointer, counts adding up to `dropped`, the channel's drops in " +
+    "[from, to)): no seq, never in history or replayed; with `?batch=1` packed like a `Frame`; SSE `event: summary`, no `id`.",
+  security: [{}, ...ACCESS_TOKEN],
+  request: {
+    params: ChannelPath,
+    query: z.object({
+      after: z.string().optional().openapi({ description: "Replay retained messages with a higher seq first." }),
+      token: z.string().optional().openapi({ description: "The fallback way to send a token (lands in logs)." }),
+      batch: z
+        .enum(["0", "1"])
+        .optional()
+        .openapi({
+          description:
+            "`1`: packed frames, each a JSON array of `Frame`s (WebSocket; SSE still sends one event per message). " +
+            "`0` or absent: one `Frame` per text frame. Any other value answers 400.",
+        }),
+      presence: z
+        .enum(["0", "1"])
+        .optional()
+        .openapi({
+          description:
+            '`1`: presence frames too (`{"type":"presence","action":"state"|"join"|"leave"|"interval",…}`: first a ' +
+            "`state`, then `join`/`leave` up to `PRESENCE_ANNOUNCE_MAX` subscribers or one `interval` per " +
+            "`PRESENCE_INTERVAL` above; SSE `event: presence` with no `id`); never in history, never replayed. " +
+            "Any other value answers 400.",
+        }),
+    }),
+    headers: z.object({
+      upgrade: z.string().optional().openapi({ example: "websocket" }),
+      accept: z.string().optional().openapi({ example: "text/event-stream" }),
+      "last-event-id": z.string().optional().openapi({ description: "SSE resume; `?after` wins." }),
+      "sec-websocket-protocol": z
+        .string()
+        .optional()
+        .openapi({ description: '`floodgate, bearer.<token>`: must offer "floodgate" when it offers any.' }),
+    }),
+  },
+  responses: {
+    101: {
+      description: "WebSocket upgrade; answers `Sec-WebSocket-Protocol: floodgate` when subprotocols were offered.",
+    },
+    200: {
+      description: "An SSE stream of `Frame`s.",
+      content: {
+        "text/event-stream": {
+          schema: z.string().openapi({
+            description:
+              "`id: <seq>`, `event: message`, `data: <Frame>`; `id: <seq>`, `event: expired`, " +
+              '`data: {"type":"expired","reason":"token expired","seq":<seq>}` (then the end) when the token ' +
+              "expires; `event: summary`, `data: <summary of drops>` with no `id` (see above); `: keepalive` comment lines.",
+          }),
+        },
+      },
+    },
+    ...errors(400, 401, 403, 429, 500, 503),
+    429: json(
+      ErrorBody,
+      "`resource_exhausted` / `RATE_LIMITED` with `Retry-After`: bucket `subscribe` (the subject's budget) or " +
+        "`read` (the client IP's, without a verified token), with `RateLimit` headers; or bucket `subscriptions`: " +
+        "the client already holds `MAX_SUBSCRIPTIONS_PER_CLIENT` open subscriptions of this channel.",
+    ),
+  },
+});
+
+subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
+  const svc = c.get("svc");
+  const channel = channelParam(c.req.param("channel"));
+  const upgrade = (c.req.header("upgrade") ?? "").toLowerCase() === "websocket";
+  const sse = (c.req.header("accept") ?? "").toLowerCase().includes("text/event-stream");
+  if (!upgrade && !sse) {
+    throw invalidArgument("subscribe needs a WebSocket upgrade or Accept: text/event-stream");
+  }
+  const batch = switchParam("batch", c.req.query("batch"));
+  const presence = switchParam("presence", c.req.query("presence"));
+  let after = intParam(c.req.query("after"), "after");
+  if (after === null && !upgrade) after = intParam(c.req.header("last-event-id"), "Last-Event-ID");
+  const protocols = upgrade ? offeredProtocols(c.req.raw) : [];
+  if (protocols.length > 0 && !protocols.includes(WS_PROTOCOL)) {
+    // The upgrade must answer with one offered subprotocol, and the only other one is the token.
+    throw invalidArgument(`a WebSocket that offers subprotocols must offer "${WS_PROTOCOL}"`);
+  }
+
+  const token = presentedToken(c.req.raw, c.req.query("token"), protocols);
+  let verified: VerifiedToken | null = null;
+  let refused: ApiError | null = null;
+  if (token) {
+    try {
+      verified = await verifyAccess(c.env, token);
+    } catch (e) {
+      if (!(e instanceof ApiError) || e.kind !== "unauthenticated") throw e;
+      refused = e;
+    }
+  }
+  const budget = verified
+    ? subscribeBudget(svc.config, channel, verified.claims.sub)
+    : readBudget(svc.config, clientIp(c.req.raw));
+  const limitHeaders = await svc.gate.check(verified ? "subscribe" : "read", budget.key, budget.limit, c.var.defer);
+  if (channel.visibility === "private") {
+    if (!verified) throw refused ?? unauthenticated(MISSING_BEARER);
+    checkGrant(verified, "subscribe", channel);
+  }
+
+  // Counted per token subject, or per IP (/64) for a subscriber without a verified token.
+  const client = clientKey(verified ? verified.claims.sub : null, clientIp(c.req.raw));
+  // A sharded channel's subscriber joins its own shard, a channel of its own (docs/api.md, "Shards").
+  const { key } = audienceOf(svc.config, channel, verified?.claims, c.req.raw);
+  const slot = await orUnavailable(
+    "channel",
+    async (): Promise<RelayAssignment> =>
+      await countedChannelStub(c.env, key).assignRelay(
+        key,
+        placementGroup(c.req.raw),
+        svc.config.relayCapacity,
+        svc.config.maxSubscribers,
+        client,
+        svc.config.maxSubscriptionsPerClient,
+        { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
+      ),
+  );
+  if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
+  if ("full" in slot) {
+    throw new ApiError(
+      "unavailable",
+      "channel has as many subscribers as it serves (MAX_SUBSCRIBERS); retry later",
+      {},
+      { "retry-after": String(FULL_RETRY_AFTER_S) },
+    );
+  }
+  const target = new URL("https://relay.internal/subscribe");
+  target.searchParams.set("channel", key);
+  target.searchParams.set("relay", slot.relay);
+  target.searchParams.set("group", slot.group);
+  target.searchParams.set("k", String(slot.k));
+  target.searchParams.set("reservation", slot.reservation);
+  target.searchParams.set("client", client);
+  target.searchParams.set("mode", upgrade ? "ws" : "sse");
+  if (upgrade && batch) target.searchParams.set("batch", "1");
+  if (presence) target.searchParams.set("presence", "1");
+  target.searchParams.set("head", String(slot.head));
+  // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
+  target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
+  // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
+  if (verified) target.searchParams.set("expires", String(verified.claims.exp * 1000));
+  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(new Request(target, c.req.raw)));
+  // A new response, since the object's headers are immutable and the app adds security headers.
+  const headers = new Headers(res.headers);
+  for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);
+  if (res.webSocket && protocols.length > 0) headers.set("Sec-WebSocket-Protocol", WS_PROTOCOL);
+  if (res.webSocket) return new Response(null, { status: 101, webSocket: res.webSocket, headers });
+  return new Response(res.body, { status: res.status, headers });
+});
+
+/**
+ * Private channels need an access token with `subscribe` scope and a matching pattern. Answers the
+ * claims of the token that picks the caller's shard: the verified one, or on a public channel sharded
+ * by group a token that verifies (one that does not reads the `default` shard, as no token would).
+ */
+async function checkAccess(
+  env: Env,
+  config: Config,
+  channel: ChannelName,
+  token: string | null,
+): Promise<TokenClaims | null> {
+  if (channel.visibility === "private") return (await authorise(env, token, "subscribe", channel)).claims;
+  if (!token || shardRuleFor(config, channel)?.value.by !== "group") return null;
+  try {
+    return (await verifyAccess(env, token)).claims;
+  } catch (e) {
+    if (!(e instanceof ApiError)) throw e;
+    return null;
+  }
+}
+
+/**
+ * The door of a read of what a channel holds (history, presence: docs/api.md): the client IP's read
+ * budget is charged, with or without a token, then a private channel needs a token with `subscribe`
+ * scope and a matching pattern. Answers the budget's headers, and the object that holds what the
+ * caller reads: the channel's, or on a sharded channel the caller's shard's (docs/api.md, "Shards").
+ */
+export async function readAccess(
+  c: Context<AppEnv>,
+  channel: ChannelName,
+): Promise<{ limitHeaders: Record<string, string>; key: string; shard: string | null }> {
+  const svc = c.get("svc");
+  const budget = readBudget(svc.config, clientIp(c.req.raw));
+  const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, c.var.defer);
+  const claims = await checkAccess(c.env, svc.config, channel, presentedToken(c.req.raw, c.req.query("token"), []));
+  const { key, shard } = audienceOf(svc.config, channel, claims, c.req.raw);
+  return { limitHeaders, key, shard };
+}
+
+export const history = new Hono<AppEnv>();
+
+const historyRoute = route({
+  method: "get",
+  path: "/{channel}",
+  summary: "Read a channel's retained messages",
+  description:
+    "Oldest first. With `after`: the first `limit` messages with a higher seq; without: the newest `limit`. A page " +
+    "also stops after 4 MiB. Parameters are checked first (400), then the client IP's read budget (429), then the token.",
+  security: [{}, ...ACCESS_TOKEN],
+  request: {
+    params: ChannelPath,
+    query: z.object({
+      after: z.string().optional(),
+      limit: z.string().optional().openapi({ description: "1–1000, default 100." }),
+      source_channel: z
+        .string()
+        .optional()
+        .openapi({ description: "On the analytics channel only: copies from this channel." }),
+      token: z.string().optional(),
+    }),
+  },
+  responses: {
+    200: json(z.object({ messages: z.array(Frame) }).openapi("HistoryPage"), "A page of frames."),
+    ...errors(400, 401, 403, 429, 500, 503),
+  },
+});
+
+history.get(documented(history, historyRoute), async (c) => {
+  const svc = c.get("svc");
+  const channel = channelParam(c.req.param("channel"));
+  const after = intParam(c.req.query("after"), "after");
+  const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
+  if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
+  const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
+  const { limitHeaders, key } = await readAccess(c, channel);
+  const frames = await orUnavailable("channel", () =>
+    countedChannelStub(c.env, key).history(after, limit, source?.name ?? null),
+  );
+  return c.body(`{"messages":[${frames.join(",")}]}`, 200, { ...limitHeaders, "content-type": "application/json" });
+});
