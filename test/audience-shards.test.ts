@@ -16,11 +16,12 @@ import { UNUSED_CHANNEL_TTL_MS } from "../src/channel/idle-expiry";
 import { SHARD_REFRESH_MS } from "../src/channel/shard-registry";
 import worker from "../src/index";
 import { ConfigError, parseConfig, type RawConfig } from "../src/settings/settings";
-import { audienceOf, MAX_SHARDS_PER_CHANNEL, parseShardRule } from "../src/settings/shards";
+import { MAX_SHARDS_PER_CHANNEL, parseShardRule } from "../src/settings/shards";
 import { parseChannelName } from "../src/wire/channel-names";
 import { frame } from "../src/wire/frames";
 import { leverOf } from "../src/worker/routes/dashboard";
 import type { ChannelSample } from "../src/worker/sampler/sampler-run";
+import { audienceOf } from "../src/worker/shards/audience";
 import { counter, fastRate, setCounters } from "./channel-internals";
 import {
   ADMIN,

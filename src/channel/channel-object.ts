@@ -27,7 +27,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { splitShardKey } from "../../functions/shard-key";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import type { TargetJson } from "../settings/settings";
+import type { TargetJson } from "../settings/targets";
 import type { LiveFrame } from "../wire/frames";
 import { ChannelActivity } from "./activity";
 import type {
@@ -82,7 +82,7 @@ export class ChannelObject extends DurableObject<Env> {
     const count = activity.count.bind(activity);
     const messages = new MessageLog(store, env, count, () => record.isRecord());
     const expiry = new IdleExpiry(store, scheduler, env, {
-      isAnalytics: () => record.isAnalytics(),
+      isRecord: () => record.isRecord(),
       occupancy,
       subscribed: () => {
         const { websockets, sse } = this.relays.totals(Date.now());

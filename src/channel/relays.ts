@@ -10,7 +10,7 @@ import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { relayStub } from "../platform/stubs";
 import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
 import { relayName } from "../relay/placement";
-import { getConfig } from "../settings/settings";
+import { settingsOf } from "../settings/settings";
 import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frames";
 import type { RelayAssignment, RelayReportAnswer } from "./calls";
 import type { MessageRow } from "./messages";
@@ -314,17 +314,10 @@ export class ChannelRelays {
   }
 }
 
-/**
- * `PRESENCE_ANNOUNCE_MAX` and `PRESENCE_INTERVAL`. Bad configuration never gets here (the Worker
- * answers 500 before any subscribe), so it falls back to the defaults.
- */
+/** `PRESENCE_ANNOUNCE_MAX` and `PRESENCE_INTERVAL`, as presence takes them. */
 function presenceSettings(env: Env): PresenceSettings {
-  try {
-    const c = getConfig(env);
-    return { announceMax: c.presenceAnnounceMax, intervalMs: c.presenceIntervalMs };
-  } catch {
-    return { announceMax: 20, intervalMs: 10_000 };
-  }
+  const s = settingsOf(env);
+  return { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs };
 }
 
 /** A stored column's JSON, or null when it does not parse (then it counts as nothing). */

@@ -20,7 +20,7 @@ import type { RelayReportAnswer } from "../channel/calls";
 import type { ChannelObject } from "../channel/channel-object";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
 import { channelStub } from "../platform/stubs";
-import { getConfig } from "../settings/settings";
+import { settingsOf } from "../settings/settings";
 import type { LiveFrame, SideFrame } from "../wire/frames";
 import { ApiError } from "../worker/http/errors";
 import { FRAME_MAX_BYTES, RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "./bounds";
@@ -61,10 +61,7 @@ export class Relay extends DurableObject<Env> {
   private readonly lifetime: RelayLifetime;
   /** Bytes waiting for all subscribers together before the most behind are closed (a test lowers it). */
   maxBufferedBytes = RELAY_MAX_BUFFERED_BYTES;
-  /**
-   * `FRAME_DELAY` in ms (docs/api.md, "Packed frames"); a test sets its own. Bad configuration never
-   * gets here (the Worker answers 500 before any subscribe), so it falls back to no delay.
-   */
+  /** `FRAME_DELAY` in ms (docs/api.md, "Packed frames"); a test sets its own. */
   frameDelayMs: number;
   /** Most bytes of one packed frame (a test lowers it). */
   maxFrameBytes = FRAME_MAX_BYTES;
@@ -73,7 +70,7 @@ export class Relay extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
-    this.frameDelayMs = configuredFrameDelay(env);
+    this.frameDelayMs = settingsOf(env).frameDelayMs;
     this.subs = new RelaySubscribers(ctx, () => this.reporter.changed());
     this.reporter = new RelayReporter(
       {
@@ -309,14 +306,6 @@ export class Relay extends DurableObject<Env> {
     if (!id) return null;
     const { websockets, sse } = this.reporter.reported;
     return `${id.channel}\u0000${id.relay}\u0000${id.group}\u0000${id.k}\u0000${websockets}\u0000${sse}`;
-  }
-}
-
-function configuredFrameDelay(env: Env): number {
-  try {
-    return getConfig(env).frameDelayMs;
-  } catch {
-    return 0;
   }
 }
 

@@ -4,6 +4,8 @@
  */
 
 import { DurationError, parseDuration } from "../../settings/durations";
+import { isAnalytics } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
 import { type ChannelName, GrammarError, parseChannelName } from "../../wire/channel-names";
 import { invalidArgument } from "./errors";
 
@@ -22,13 +24,9 @@ export function channelParam(raw: string | undefined): ChannelName {
  * only on the analytics channel (`on`), where the copies are — elsewhere it could only ever match
  * nothing, so it is refused rather than silently answered empty. Null when absent. @throws ApiError 400
  */
-export function sourceChannelParam(
-  raw: string | undefined,
-  on: ChannelName,
-  config: { analyticsChannel: ChannelName },
-): ChannelName | null {
+export function sourceChannelParam(raw: string | undefined, on: ChannelName, config: Settings): ChannelName | null {
   if (raw === undefined) return null;
-  if (on.name !== config.analyticsChannel.name) {
+  if (!isAnalytics(config, on)) {
     throw invalidArgument(`source_channel applies only to the analytics channel ${config.analyticsChannel.name}`);
   }
   try {

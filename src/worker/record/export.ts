@@ -10,7 +10,7 @@
 import { firstDropOfKey, HOUR_MS, hourOf, hourPrefix } from "../../../functions/record-batch";
 import { type MergeSource, mergeByDropTime, type TimedLine, TooManyOpen } from "../../../functions/record-merge";
 import { formatDuration } from "../../settings/durations";
-import type { Config } from "../../settings/settings";
+import type { Settings } from "../../settings/settings";
 import { ApiError, invalidArgument, orUnavailable } from "../http/errors";
 import { intParam, sourceChannelParam } from "../http/params";
 
@@ -35,7 +35,7 @@ export interface ExportQuery {
  * Validates the query: `from` and `to` are required epoch ms, `from` < `to`, at most
  * `RECORD_RETENTION` apart. @throws ApiError 400
  */
-export function exportQuery(query: (name: string) => string | undefined, config: Config): ExportQuery {
+export function exportQuery(query: (name: string) => string | undefined, config: Settings): ExportQuery {
   const from = intParam(query("from"), "from");
   const to = intParam(query("to"), "to");
   if (from === null || to === null) throw invalidArgument("from and to are required: epoch milliseconds, from < to");
@@ -106,7 +106,7 @@ const encoder = new TextEncoder();
  * answering, so a bucket that fails then answers 503; later failures end the stream early (without
  * its last newline-terminated line).
  */
-export async function exportResponse(env: Env, _config: Config, q: ExportQuery): Promise<Response> {
+export async function exportResponse(env: Env, _config: Settings, q: ExportQuery): Promise<Response> {
   const lines = rangeLines(env.RECORD_BUCKET, q);
   const tooDense = (e: unknown): never => {
     if (e instanceof TooManyOpen) {

@@ -17,8 +17,8 @@ import type { RelayAssignment } from "../../channel/calls";
 import { clientCapError, clientKey } from "../../channel/client-cap";
 import { relayStub } from "../../platform/stubs";
 import { placementGroup } from "../../relay/placement";
-import type { Config } from "../../settings/settings";
-import { audienceOf, shardRuleFor } from "../../settings/shards";
+import { shardRuleFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
 import type { ChannelName } from "../../wire/channel-names";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
@@ -28,6 +28,7 @@ import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../ht
 import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";
 import { channelParam, clientIp, intParam, sourceChannelParam } from "../http/params";
 import { countedChannelStub } from "../services";
+import { audienceOf } from "../shards/audience";
 
 /**
  * The WebSocket subprotocol a browser offers with its token, since a browser cannot set headers on
@@ -272,7 +273,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
  */
 async function checkAccess(
   env: Env,
-  config: Config,
+  config: Settings,
   channel: ChannelName,
   token: string | null,
 ): Promise<TokenClaims | null> {
