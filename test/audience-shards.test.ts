@@ -18,7 +18,7 @@ import worker from "../src/index";
 import { ConfigError, parseConfig, type RawConfig } from "../src/settings/settings";
 import { MAX_SHARDS_PER_CHANNEL, parseShardRule } from "../src/settings/shards";
 import { parseChannelName } from "../src/wire/channel-names";
-import { frame } from "../src/wire/frames";
+import { frame } from "../src/wire/frame-text";
 import { leverOf } from "../src/worker/routes/dashboard";
 import type { ChannelSample } from "../src/worker/sampler/sampler-run";
 import { audienceOf } from "../src/worker/shards/audience";

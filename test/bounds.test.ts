@@ -12,8 +12,9 @@ import type { ChannelStats } from "../src/channel/calls";
 import { ChannelObject } from "../src/channel/channel-object";
 import { UNUSED_CHANNEL_TTL_MS, WIPE_RETRY_MS } from "../src/channel/idle-expiry";
 import { shardStub } from "../src/limiter/limiter-shard";
-import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES, SUBSCRIBER_SPOKE_CLOSE } from "../src/relay/bounds";
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/relay/bounds";
 import { relayName } from "../src/relay/placement";
+import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_SPOKE_CLOSE } from "../src/wire/close-codes";
 import { backdateIdle, counter, lapseReservations, withFailingAppend } from "./channel-internals";
 import {
   adminHeaders,

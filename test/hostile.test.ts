@@ -6,7 +6,8 @@
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { ChannelStats } from "../src/channel/calls";
-import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/relay/bounds";
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "../src/relay/bounds";
+import { SLOW_CONSUMER_CLOSE } from "../src/wire/close-codes";
 import { base64UrlEncode, signToken } from "../src/worker/auth/tokens";
 import {
   ADMIN,

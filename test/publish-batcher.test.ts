@@ -2,7 +2,7 @@
 import { describe, expect, it, vi } from "vitest";
 import { TAKEOVER_MS } from "../functions/coalescer";
 import type { PublishCommand, PublishOutcome } from "../src/channel/calls";
-import { ApiError } from "../src/worker/http/errors";
+import { ApiError } from "../src/wire/errors";
 import { PUBLISH_BATCHING, PublishBatcher } from "../src/worker/publish-batcher";
 
 const cmd = (i: number): PublishCommand => ({

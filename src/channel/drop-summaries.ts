@@ -22,7 +22,7 @@ import { activeChannelsStub } from "../platform/stubs";
 import { summaryFor } from "../settings/rules";
 import { type SummaryRule, settingsOf } from "../settings/settings";
 import { parseChannelName } from "../wire/channel-names";
-import type { SideFrame } from "../wire/frames";
+import type { SideFrame } from "../wire/frame-text";
 import type { ChannelStore } from "./store";
 
 interface OpenInterval {

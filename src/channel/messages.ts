@@ -3,9 +3,10 @@
  * history reads (docs/api.md, GET /v1/history). The analytics channel keeps its copies by
  * `ANALYTICS_RETENTION` instead (src/channel/record.ts).
  */
+
 import { PAGE_MAX_BYTES } from "../relay/bounds";
 import { settingsOf } from "../settings/settings";
-import { frame } from "../wire/frames";
+import { frame } from "../wire/frame-text";
 import type { CopyItem } from "./calls";
 import type { ChannelStore, CounterValues } from "./store";
 

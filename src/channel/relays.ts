@@ -9,14 +9,15 @@
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { relayStub } from "../platform/stubs";
 import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
+import type { RelayReport, RelayReportAnswer } from "../relay/calls";
 import { relayName } from "../relay/placement";
 import { settingsOf } from "../settings/settings";
-import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frames";
-import type { RelayAssignment, RelayReportAnswer } from "./calls";
+import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frame-text";
+import type { RelayAssignment } from "./calls";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
 import { RelayPipe } from "./relay-pipe";
-import { clientCounts, type RelayEntry, RelayRegistry, type RelayReport } from "./relay-registry";
+import { clientCounts, type RelayEntry, RelayRegistry } from "./relay-registry";
 import type { ChannelStore } from "./store";
 
 /** How soon after a fan-out the channel wakes to re-send the head, in case it was reset meanwhile. */

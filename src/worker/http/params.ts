@@ -7,7 +7,7 @@ import { DurationError, parseDuration } from "../../settings/durations";
 import { isAnalytics } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
 import { type ChannelName, GrammarError, parseChannelName } from "../../wire/channel-names";
-import { invalidArgument } from "./errors";
+import { invalidArgument } from "../../wire/errors";
 
 /** Parses a channel path parameter. @throws ApiError 400 */
 export function channelParam(raw: string | undefined): ChannelName {

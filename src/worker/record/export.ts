@@ -11,7 +11,8 @@ import { firstDropOfKey, HOUR_MS, hourOf, hourPrefix } from "../../../functions/
 import { type MergeSource, mergeByDropTime, type TimedLine, TooManyOpen } from "../../../functions/record-merge";
 import { formatDuration } from "../../settings/durations";
 import type { Settings } from "../../settings/settings";
-import { ApiError, invalidArgument, orUnavailable } from "../http/errors";
+import { ApiError, invalidArgument } from "../../wire/errors";
+import { orUnavailable } from "../http/errors";
 import { intParam, sourceChannelParam } from "../http/params";
 
 /**

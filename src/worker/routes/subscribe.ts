@@ -16,15 +16,17 @@ import * as z from "zod";
 import type { RelayAssignment } from "../../channel/calls";
 import { clientCapError, clientKey } from "../../channel/client-cap";
 import { relayStub } from "../../platform/stubs";
+import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
 import { shardRuleFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
 import type { ChannelName } from "../../wire/channel-names";
+import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
 import type { TokenClaims, VerifiedToken } from "../auth/tokens";
 import { readBudget, subscribeBudget } from "../gate/budgets";
-import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../http/errors";
+import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";
 import { channelParam, clientIp, intParam, sourceChannelParam } from "../http/params";
 import { countedChannelStub } from "../services";
@@ -242,22 +244,28 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
       { "retry-after": String(FULL_RETRY_AFTER_S) },
     );
   }
-  const target = new URL("https://relay.internal/subscribe");
-  target.searchParams.set("channel", key);
-  target.searchParams.set("relay", slot.relay);
-  target.searchParams.set("group", slot.group);
-  target.searchParams.set("k", String(slot.k));
-  target.searchParams.set("reservation", slot.reservation);
-  target.searchParams.set("client", client);
-  target.searchParams.set("mode", upgrade ? "ws" : "sse");
-  if (upgrade && batch) target.searchParams.set("batch", "1");
-  if (presence) target.searchParams.set("presence", "1");
-  target.searchParams.set("head", String(slot.head));
-  // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
-  target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
-  // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
-  if (verified) target.searchParams.set("expires", String(verified.claims.exp * 1000));
-  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(new Request(target, c.req.raw)));
+  const relaySubscribe = subscribeRequest(
+    {
+      channel: key,
+      relay: slot.relay,
+      group: slot.group,
+      k: slot.k,
+      reservation: slot.reservation,
+      client,
+      mode: upgrade ? "ws" : "sse",
+      batch: upgrade && batch,
+      presence,
+      head: slot.head,
+      // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
+      floor: after === null ? slot.head : Math.min(after, slot.head),
+      // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
+      expiresAt: verified ? verified.claims.exp * 1000 : null,
+    },
+    c.req.raw,
+  );
+  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(relaySubscribe));
+  if (res.status === RELAY_REFUSED_STATUS)
+    throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
   // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);
   for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);

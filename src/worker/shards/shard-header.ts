@@ -9,8 +9,8 @@ import { shardRuleFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
 import { isShardName } from "../../settings/shards";
 import type { ChannelName } from "../../wire/channel-names";
+import { invalidArgument, permissionDenied } from "../../wire/errors";
 import type { VerifiedToken } from "../auth/tokens";
-import { invalidArgument, permissionDenied } from "../http/errors";
 import { type Audience, audienceOf } from "./audience";
 
 export const SHARD_HEADER = "floodgate-shard";
