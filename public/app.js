@@ -1,6 +1,6 @@
 // @ts-check
 // Floodgate dashboard: polls GET /v1/admin/overview (docs/api.md, Operator routes) and charts each busy
-// channel. No build step: plain browser JavaScript, typechecked by public/tsconfig.json (npm run
+// channel. No build step: a plain browser ES module, typechecked by public/tsconfig.json (npm run
 // typecheck); uPlot is copied into /vendor by scripts/build-assets.mjs.
 
 const POLL_MS = 2000;
