@@ -1,4 +1,5 @@
 /** A subscription's WebSocket connection: opening one (the token in a subprotocol) and reading its frames. */
+import { TOKEN_EXPIRED_CLOSE } from "../../../src/wire/close-codes.js";
 import { FloodgateError } from "./errors.js";
 import type { ConnectionEvents } from "./transport.js";
 
@@ -8,9 +9,6 @@ export interface SocketLike {
   addEventListener(type: "close" | "error", fn: (ev: { code?: number }) => void): void;
   close(code?: number, reason?: string): void;
 }
-
-/** The close code of a WebSocket subscription whose token expired (docs/api.md). */
-const TOKEN_EXPIRED_CLOSE = 4001;
 
 /** The subprotocol Floodgate answers, and the prefix of the one that carries the token (docs/api.md). */
 const WS_PROTOCOL = "floodgate";
