@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm run test:client-package`: the client package (packages/client) used as another project uses
-// it. Packs it (`prepack` builds dist/), checks the tarball holds only what a consumer needs,
+// it. Packs it (`prepare` builds dist/), checks the tarball holds only what a consumer needs,
 // installs the tarball into a fresh project under the OS temp directory (offline: it has no
 // dependencies), typechecks a consumer file against the installed .d.ts (DOM and Node typings;
 // bundler, node10 and nodenext resolution; no skipLibCheck), then runs one consumer program
@@ -60,7 +60,7 @@ const project = mkdtempSync(join(tmpdir(), "floodgate-client-consumer-"));
 let worker;
 let browser;
 try {
-  // 1. Pack, with dist/ removed first so the tarball's dist/ can only come from `prepack`.
+  // 1. Pack, with dist/ removed first so the tarball's dist/ can only come from `prepare`.
   rmSync(join(root, "packages/client/dist"), { recursive: true, force: true });
   const packed = await run("npm", ["pack", "-w", "@floodgate/client", "--pack-destination", project, "--json"], {
     cwd: root,
