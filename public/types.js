@@ -4,9 +4,11 @@
 // never loads it.
 
 // ---- what the server sends: GET /v1/admin/overview and POST /v1/admin/sample (docs/api.md, Operator routes) ----
+// Shapes the server defines in TypeScript are imported from there (the wire's frames, the settings'
+// target), so each is written once.
 
 /**
- * @typedef {string | { deliveries: string } | null} TargetJson
+ * @typedef {import("../src/settings/targets").TargetJson | null} TargetJson
  * @typedef {{ sampled_at: number, offered_rate: number | null, allowed_rate: number | null,
  *   delivered: number, dropped: number, elapsed_ms: number, new_rate: number, written: boolean }} Sample
  * @typedef {{ at: number, by: "fast loop" | "sweep", elapsed_ms: number, delivered: number, dropped: number,
@@ -16,7 +18,8 @@
  *   target: TargetJson, target_rate: number | null, occupancy: number | null, last_sample: Sample | null,
  *   last_summary?: DropSummary | null, series?: Point[], snapshot?: Point | null,
  *   lever?: Lever, shard?: string, sharding?: { pattern: string, by: string } | null, shards?: Channel[] }} Channel
- * @typedef {{ from: number, to: number, dropped: number, by_key: Record<string, number> }} DropSummary
+ * @typedef {Omit<import("../src/wire/frames").SummaryFrame, "type" | "channel" | "shard">} DropSummary the
+ *   channel's last summary of drops, as its subscribers got it (src/wire/frames.ts)
  * @typedef {{ points_to: "throttle" | "shard" | "none", message_rate: number | null, occupancy: number | null,
  *   rule: string }} Lever
  * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals

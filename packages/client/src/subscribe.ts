@@ -3,6 +3,7 @@
  * ./transport.ts), reconnecting with backoff and resuming from the last seq it saw (`?after=`), so
  * `onMessage` gets every message once, in seq order; renewed at once when its token expires.
  */
+import { subscribeQuery } from "../../../src/wire/subscribe-params.js";
 import { type ConnectionState, connectionStates, type StateChange } from "./connection-state.js";
 import { FloodgateError } from "./errors.js";
 import type { ExpiredFrame, Message, PresenceFrame, Summary } from "./frames.js";
@@ -120,17 +121,14 @@ export function subscribe(
   const connect = async () => {
     if (closed) return;
     await session.freshToken().catch(() => {});
-    const query = new URLSearchParams();
     // Resume from the last seq (or the position the server gave, when further); with an explicit
     // `after` (even 0) the first connect replays too.
     const resume = lastSeq > 0 || options.after !== undefined || position !== null;
-    const after = Math.max(lastSeq, position ?? 0);
-    if (resume) query.set("after", String(after));
-    if (options.onPresence) query.set("presence", "1");
+    const params = { after: resume ? Math.max(lastSeq, position ?? 0) : undefined, presence: !!options.onPresence };
+    const query = subscribeQuery(params);
     const qs = query.toString() ? `?${query}` : "";
     // WebSockets ask for packed frames: fewer sends per message for the relay, same messages here.
-    const wsQuery = new URLSearchParams(query);
-    wsQuery.set("batch", "1");
+    const wsQuery = subscribeQuery({ ...params, batch: true });
     // The token goes in a header or subprotocol, never the URL (URLs land in request logs). With a
     // token the subscribe is charged to its subject's budget, else to this client's IP.
     const token = session.accessToken;
@@ -163,7 +161,7 @@ export function subscribe(
       (input, init) => session.fetchFn(input, init),
       `${session.baseUrl}/v1/subscribe/${channel}${qs}`,
       token,
-      resume ? after : undefined,
+      params.after,
       on,
     );
   };

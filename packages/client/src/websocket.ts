@@ -1,5 +1,6 @@
 /** A subscription's WebSocket connection: opening one (the token in a subprotocol) and reading its frames. */
 import { TOKEN_EXPIRED_CLOSE } from "../../../src/wire/close-codes.js";
+import { WS_BEARER_PREFIX, WS_PROTOCOL } from "../../../src/wire/subscribe-params.js";
 import { FloodgateError } from "./errors.js";
 import type { ConnectionEvents } from "./transport.js";
 
@@ -9,10 +10,6 @@ export interface SocketLike {
   addEventListener(type: "close" | "error", fn: (ev: { code?: number }) => void): void;
   close(code?: number, reason?: string): void;
 }
-
-/** The subprotocol Floodgate answers, and the prefix of the one that carries the token (docs/api.md). */
-const WS_PROTOCOL = "floodgate";
-const WS_BEARER_PREFIX = "bearer.";
 
 /**
  * Opens one WebSocket connection of a subscription with `open` (`ClientOptions.openWebSocket`, else

@@ -37,15 +37,6 @@ export function sourceChannelParam(raw: string | undefined, on: ChannelName, con
   }
 }
 
-/** A non-negative integer query parameter, or null when absent. @throws ApiError 400 */
-export function intParam(value: string | undefined | null, name: string, max = Number.MAX_SAFE_INTEGER): number | null {
-  if (value === undefined || value === null) return null;
-  if (!/^\d{1,16}$/.test(value) || Number(value) > max) {
-    throw invalidArgument(`${name} must be a whole number between 0 and ${max}`);
-  }
-  return Number(value);
-}
-
 /** A `within` query parameter (a duration, default 10m) in milliseconds. @throws ApiError 400 */
 export function withinParam(value: string | undefined): number {
   try {

@@ -12,8 +12,9 @@ import { type MergeSource, mergeByDropTime, type TimedLine, TooManyOpen } from "
 import { formatDuration } from "../../settings/durations";
 import type { Settings } from "../../settings/settings";
 import { ApiError, invalidArgument } from "../../wire/errors";
+import { wholeParam } from "../../wire/subscribe-params";
 import { orUnavailable } from "../http/errors";
-import { intParam, sourceChannelParam } from "../http/params";
+import { sourceChannelParam } from "../http/params";
 
 /**
  * Most record objects of one hour open at once: those whose drop times overlap one moment (about one
@@ -37,8 +38,8 @@ export interface ExportQuery {
  * `RECORD_RETENTION` apart. @throws ApiError 400
  */
 export function exportQuery(query: (name: string) => string | undefined, config: Settings): ExportQuery {
-  const from = intParam(query("from"), "from");
-  const to = intParam(query("to"), "to");
+  const from = wholeParam(query("from"), "from");
+  const to = wholeParam(query("to"), "to");
   if (from === null || to === null) throw invalidArgument("from and to are required: epoch milliseconds, from < to");
   if (to <= from) throw invalidArgument("to must be later than from");
   if (to - from > config.recordRetentionMs)

@@ -22,25 +22,16 @@ import { shardRuleFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
 import type { ChannelName } from "../../wire/channel-names";
 import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
+import { readSubscribeQuery, WS_BEARER_PREFIX, WS_PROTOCOL, wholeParam } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
 import type { TokenClaims, VerifiedToken } from "../auth/tokens";
 import { readBudget, subscribeBudget } from "../gate/budgets";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";
-import { channelParam, clientIp, intParam, sourceChannelParam } from "../http/params";
+import { channelParam, clientIp, sourceChannelParam } from "../http/params";
 import { countedChannelStub } from "../services";
 import { audienceOf } from "../shards/audience";
-
-/**
- * The WebSocket subprotocol a browser offers with its token, since a browser cannot set headers on
- * a WebSocket: `new WebSocket(url, ["floodgate", "bearer.<token>"])`. The upgrade is answered with
- * `floodgate`, never with the token. Same idea as Kubernetes' `base64url.bearer.authorization.k8s.io.`
- * prefix; a JWT is already URL-safe base64 with dots, all valid subprotocol characters, so it needs
- * no second encoding. See docs/api.md, "Subscriber tokens".
- */
-export const WS_PROTOCOL = "floodgate";
-const WS_BEARER_PREFIX = "bearer.";
 
 /** The subprotocols a WebSocket upgrade offers, in order. */
 function offeredProtocols(request: Request): string[] {
@@ -67,17 +58,6 @@ function presentedToken(request: Request, query: string | undefined, protocols: 
 
 /** `Retry-After` of a subscribe refused at `MAX_SUBSCRIBERS`: subscribers come and go by the second. */
 export const FULL_RETRY_AFTER_S = 5;
-
-/**
- * A subscribe's `0`/`1` switch: `?batch=1` asks for packed frames (docs/api.md, "Packed frames";
- * checked on SSE too, which sends one event per message either way), `?presence=1` for presence
- * frames (docs/api.md, "Presence"); `0` or absent, off; anything else 400.
- */
-function switchParam(name: string, value: string | undefined): boolean {
-  if (value === undefined || value === "0") return false;
-  if (value === "1") return true;
-  throw invalidArgument(`${name} must be 0 or 1`);
-}
 
 export const subscribe = new Hono<AppEnv>();
 
@@ -188,10 +168,10 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   if (!upgrade && !sse) {
     throw invalidArgument("subscribe needs a WebSocket upgrade or Accept: text/event-stream");
   }
-  const batch = switchParam("batch", c.req.query("batch"));
-  const presence = switchParam("presence", c.req.query("presence"));
-  let after = intParam(c.req.query("after"), "after");
-  if (after === null && !upgrade) after = intParam(c.req.header("last-event-id"), "Last-Event-ID");
+  const { after, batch, presence } = readSubscribeQuery(
+    (name) => c.req.query(name),
+    upgrade ? undefined : c.req.header("last-event-id"),
+  );
   const protocols = upgrade ? offeredProtocols(c.req.raw) : [];
   if (protocols.length > 0 && !protocols.includes(WS_PROTOCOL)) {
     // The upgrade must answer with one offered subprotocol, and the only other one is the token.
@@ -344,8 +324,8 @@ const historyRoute = route({
 history.get(documented(history, historyRoute), async (c) => {
   const svc = c.get("svc");
   const channel = channelParam(c.req.param("channel"));
-  const after = intParam(c.req.query("after"), "after");
-  const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
+  const after = wholeParam(c.req.query("after"), "after");
+  const limit = wholeParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
   const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
   const { limitHeaders, key } = await readAccess(c, channel);
