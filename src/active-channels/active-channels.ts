@@ -29,6 +29,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { TargetJson } from "../settings/targets";
+import { createActiveChannelsTables } from "./schema";
 import { SERIES_CHANNELS, SERIES_POINTS, type SeriesPoint } from "./series";
 
 /** Channels the dashboard's "recently seen" list keeps. */
@@ -57,34 +58,7 @@ export class ActiveChannels extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec("CREATE TABLE IF NOT EXISTS active (channel TEXT PRIMARY KEY, generation INTEGER NOT NULL)");
-    const columns = this.sql.exec<{ name: string }>("PRAGMA table_info(active)").toArray();
-    if (!columns.some((c) => c.name === "weight")) {
-      this.sql.exec("ALTER TABLE active ADD COLUMN weight INTEGER NOT NULL DEFAULT 0");
-    }
-    if (!columns.some((c) => c.name === "marked_at")) {
-      this.sql.exec("ALTER TABLE active ADD COLUMN marked_at INTEGER NOT NULL DEFAULT 0");
-    }
-    // A run reads the heaviest marks first and expiry the oldest: each through its own index.
-    this.sql.exec("CREATE INDEX IF NOT EXISTS active_by_weight ON active (weight DESC, generation ASC)");
-    this.sql.exec("CREATE INDEX IF NOT EXISTS active_by_marked_at ON active (marked_at)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS throttled (channel TEXT PRIMARY KEY)");
-    const throttledColumns = this.sql.exec<{ name: string }>("PRAGMA table_info(throttled)").toArray();
-    if (!throttledColumns.some((c) => c.name === "visited_at")) {
-      this.sql.exec("ALTER TABLE throttled ADD COLUMN visited_at INTEGER NOT NULL DEFAULT 0");
-    }
-    this.sql.exec("CREATE INDEX IF NOT EXISTS throttled_by_visit ON throttled (visited_at)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS seen (channel TEXT PRIMARY KEY, at INTEGER NOT NULL)");
-    const seenColumns = this.sql.exec<{ name: string }>("PRAGMA table_info(seen)").toArray();
-    if (!seenColumns.some((c) => c.name === "sample")) this.sql.exec("ALTER TABLE seen ADD COLUMN sample TEXT");
-    // The channel's latest summary of drops (docs/api.md, "Summaries of drops"), for the dashboard.
-    if (!seenColumns.some((c) => c.name === "summary")) this.sql.exec("ALTER TABLE seen ADD COLUMN summary TEXT");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS targets (channel TEXT PRIMARY KEY, target TEXT NOT NULL)");
-    // The dashboard's series (src/active-channels/series.ts): one row per decision of either loop.
-    this.sql.exec(
-      "CREATE TABLE IF NOT EXISTS series (channel TEXT NOT NULL, at INTEGER NOT NULL, by TEXT NOT NULL, point TEXT NOT NULL, PRIMARY KEY (channel, at, by))",
-    );
+    createActiveChannelsTables(this.sql);
   }
 
   /** Rows in `seen`, once counted: trimming is needed only when it grows past the bound. */

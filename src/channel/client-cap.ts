@@ -33,16 +33,3 @@ export function clientCapError(maxPerClient: number): ApiError {
     },
   );
 }
-
-/**
- * The `clients` column of the channel's `relays` table: each relay's per-client counts, stored with
- * its other counts so a channel that restarts (eviction is routine for a quiet channel) still knows
- * what every client holds. Added to a table made before the column existed.
- */
-export function addRelayClientsColumn(sql: SqlStorage): void {
-  const columns = sql
-    .exec<{ name: string }>("PRAGMA table_info(relays)")
-    .toArray()
-    .map((r) => r.name);
-  if (!columns.includes("clients")) sql.exec("ALTER TABLE relays ADD COLUMN clients TEXT NOT NULL DEFAULT '[]'");
-}

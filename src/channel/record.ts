@@ -1,7 +1,7 @@
 /**
  * The record's live view (docs/operations.md): the analytics channel's object keeps every copy the
  * queue's consumer hands it (src/worker/record/record-queue.ts) for `ANALYTICS_RETENTION` instead of
- * `HISTORY_LIMIT`, indexed by source channel and by drop time (src/channel/record-schema.ts) for
+ * `HISTORY_LIMIT`, indexed by source channel and by drop time (src/channel/schema.ts) for
  * history filters and retention, and its alarm deletes expired copies in batches. The record itself
  * is in RECORD_BUCKET.
  */

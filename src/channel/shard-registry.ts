@@ -31,15 +31,10 @@ export class ShardLimitError extends Error {
 export class ShardRegistry {
   constructor(private readonly store: ChannelStore) {}
 
-  private table(): void {
-    this.store.revive();
-    this.store.sql.exec("CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, seen_at INTEGER NOT NULL)");
-  }
-
   /** Lists `shard` (or sees it again); false when the registry is full and does not list it. */
   register(channel: string, shard: string, now: number): boolean {
     this.store.remember(channel);
-    this.table();
+    this.store.revive();
     const sql = this.store.sql;
     const known = sql.exec("SELECT 1 FROM shards WHERE name = ?", shard).toArray().length > 0;
     if (!known) {
@@ -53,23 +48,17 @@ export class ShardRegistry {
 
   /** Forgets shards that are gone (deleted as idle, or found empty by a broadcast). */
   forget(names: readonly string[]): void {
-    if (this.store.wiped || names.length === 0 || !this.hasTable()) return;
+    if (this.store.wiped || names.length === 0) return;
     for (const n of names) this.store.sql.exec("DELETE FROM shards WHERE name = ?", n);
   }
 
   /** The shards listed, by name. */
   names(): string[] {
-    if (this.store.wiped || !this.hasTable()) return [];
+    if (this.store.wiped) return [];
     return this.store.sql
       .exec<{ name: string }>("SELECT name FROM shards ORDER BY name")
       .toArray()
       .map((r) => r.name);
-  }
-
-  private hasTable(): boolean {
-    return (
-      this.store.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'shards'").toArray().length > 0
-    );
   }
 }
 

@@ -7,8 +7,7 @@
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import type { MessageFields } from "../wire/frame-text";
-import { addRelayClientsColumn } from "./client-cap";
-import { addRecordColumns } from "./record-schema";
+import { channelTablesExist, createChannelTables } from "./schema";
 
 export type CounterName =
   /** The last seq assigned (0: none yet). */
@@ -75,14 +74,11 @@ export class ChannelStore {
     const meta = new Map<string, string>();
     // A channel never written to (a history read or stats of a name nobody used) creates nothing:
     // its tables come with its first write.
-    const stored = this.sql
-      .exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'counters'")
-      .one().n;
-    if (stored === 0) {
+    if (!channelTablesExist(this.sql)) {
       this.wiped = true;
       return meta;
     }
-    this.createTables();
+    createChannelTables(this.sql);
     for (const row of this.sql.exec<{ name: string; value: number }>("SELECT name, value FROM counters")) {
       this.counters.set(row.name as CounterName, row.value);
     }
@@ -93,26 +89,11 @@ export class ChannelStore {
     return meta;
   }
 
-  private createTables(): void {
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS messages (
-        seq INTEGER PRIMARY KEY, id TEXT NOT NULL, data TEXT NOT NULL, publisher TEXT NOT NULL,
-        published_at INTEGER NOT NULL)`);
-    addRecordColumns(this.sql);
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
-        key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
-    this.sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
-    this.sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)");
-    this.sql.exec(`CREATE TABLE IF NOT EXISTS relays (
-        name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, websockets INTEGER NOT NULL, sse INTEGER NOT NULL)`);
-    addRelayClientsColumn(this.sql);
-  }
-
   /** Before any use of storage: the tables, if an idle expiry deleted them. */
   revive(): void {
     if (!this.wiped) return;
     this.wiped = false;
-    this.createTables();
+    createChannelTables(this.sql);
   }
 
   /** Learns the channel's name from the first call that carries it, and stores it. */

@@ -19,6 +19,7 @@ import { AlarmScheduler } from "../platform/alarm-scheduler";
 import { limiterShardStub } from "../platform/stubs";
 import type { Limit } from "../settings/limits";
 import { type BatchChargeResult, chargeBucket, fullAt, type LeaseRequest, type StoredBucket } from "./bucket-charge";
+import { createLimiterTables } from "./schema";
 import { type BucketState, endLeases, isFull, type OpenLease } from "./token-bucket";
 
 /**
@@ -96,13 +97,7 @@ export class LimiterShard extends DurableObject<Env> {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     const sql = ctx.storage.sql;
-    sql.exec(`CREATE TABLE IF NOT EXISTS bucket (
-      key TEXT PRIMARY KEY, tokens REAL NOT NULL, updated_at INTEGER NOT NULL,
-      rate INTEGER NOT NULL, per_ms REAL NOT NULL, burst INTEGER NOT NULL, full_at REAL NOT NULL)`);
-    sql.exec("CREATE INDEX IF NOT EXISTS bucket_full_at ON bucket (full_at)");
-    sql.exec(`CREATE TABLE IF NOT EXISTS lease (
-      id TEXT PRIMARY KEY, key TEXT NOT NULL, tokens INTEGER NOT NULL, expires_at INTEGER NOT NULL)`);
-    sql.exec("CREATE INDEX IF NOT EXISTS lease_key ON lease (key)");
+    createLimiterTables(sql);
     for (const r of sql.exec<{ key: string; n: number }>("SELECT key, COUNT(*) AS n FROM lease GROUP BY key")) {
       this.openLeases.set(r.key, r.n);
     }

@@ -31,6 +31,7 @@ import {
 } from "./calls";
 import { RelayLifetime } from "./lifetime";
 import { type RelayIdentity, RelayReporter } from "./reporter";
+import { createRelayTable, readRelayRow } from "./schema";
 import { RelayStream } from "./stream";
 import { RelaySubscribers, type Subscriber } from "./subscribers";
 
@@ -99,13 +100,9 @@ export class Relay extends DurableObject<Env> {
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     ctx.blockConcurrencyWhile(async () => {
       await this.alarms.load();
-      const stored = this.sql
-        .exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'relay'")
-        .one().n;
-      if (stored === 0) return;
-      this.tableReady = true;
-      const row = this.sql.exec<RelayRow>("SELECT * FROM relay").toArray()[0];
+      const row = readRelayRow(this.sql);
       if (!row) return;
+      this.tableReady = true;
       this.identity = { channel: row.channel, relay: row.relay, group: row.grp, k: row.k };
       this.stream.lastSeq = row.last_seq;
       this.reporter.reported = { websockets: row.reported_ws, sse: row.reported_sse };
@@ -267,9 +264,7 @@ export class Relay extends DurableObject<Env> {
     }
     if (!this.tableReady) {
       this.tableReady = true;
-      this.sql.exec(`CREATE TABLE IF NOT EXISTS relay (
-        id INTEGER PRIMARY KEY CHECK (id = 1), channel TEXT NOT NULL, relay TEXT NOT NULL, grp TEXT NOT NULL,
-        k INTEGER NOT NULL, last_seq INTEGER NOT NULL, reported_ws INTEGER NOT NULL, reported_sse INTEGER NOT NULL)`);
+      createRelayTable(this.sql);
     }
     this.sql.exec(
       "INSERT OR REPLACE INTO relay (id, channel, relay, grp, k, last_seq, reported_ws, reported_sse) VALUES (1, ?, ?, ?, ?, ?, ?, ?)",
@@ -292,15 +287,4 @@ export class Relay extends DurableObject<Env> {
     const { websockets, sse } = this.reporter.reported;
     return `${id.channel}\u0000${id.relay}\u0000${id.group}\u0000${id.k}\u0000${websockets}\u0000${sse}`;
   }
-}
-
-interface RelayRow {
-  [key: string]: SqlStorageValue;
-  channel: string;
-  relay: string;
-  grp: string;
-  k: number;
-  last_seq: number;
-  reported_ws: number;
-  reported_sse: number;
 }

@@ -37,7 +37,6 @@ import {
 import {
   type LiveFrame,
   packFrames,
-  type SideEvent,
   type SideFrame,
   sideSseEvent,
   sseChunk,
@@ -46,8 +45,9 @@ import {
 } from "../wire/frame-text";
 import { FRAME_MAX_BYTES, PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 import type { ChannelForRelay } from "./calls";
-import { boundMemory, SocketBacklog } from "./memory";
+import { boundMemory, type SocketBacklog } from "./memory";
 import type { RelayReporter } from "./reporter";
+import { newTally, PackedOnce, type SendTally, SideCut, sendTo } from "./send-pass";
 import type { SseClient } from "./sse-hub";
 import { attachment, type RelaySubscribers, type Subscriber } from "./subscribers";
 
@@ -62,14 +62,6 @@ export interface StreamingRelay {
   frameDelayMs(): number;
   /** Most bytes of one packed frame ({@link FRAME_MAX_BYTES}; a test lowers it). */
   maxFrameBytes(): number;
-}
-
-/** What one pass of sends found: sockets closed as slow, sockets whose send failed. */
-interface SendTally {
-  slow: number;
-  closed: number;
-  /** A pass over every open WebSocket: what each has waiting, for the memory bound. */
-  backlog: SocketBacklog;
 }
 
 export class RelayStream {
@@ -217,7 +209,7 @@ export class RelayStream {
   private sendLive(frames: LiveFrame[], sockets: WebSocket[], side: readonly SideFrame[] = []): void {
     if (frames.length === 0 && side.length === 0) return;
     // `sockets` are all that are open (taken after any await), so the pass reads every backlog.
-    const tally: SendTally = { slow: 0, closed: 0, backlog: new SocketBacklog() };
+    const tally = newTally();
     const hold = this.relay.frameDelayMs() > 0;
     const cut = new SideCut(side, this.subs);
     const packed = new PackedOnce(frames, cut, this.relay.maxFrameBytes());
@@ -233,7 +225,7 @@ export class RelayStream {
       }
       const floor = this.subs.floors.get(ws);
       const own = cut.framesFor(ws);
-      this.sendTo(ws, tally, () => {
+      sendTo(ws, tally, () => {
         for (const f of frames) if (floor === undefined || f.seq > floor) ws.send(f.text);
         for (const f of own) ws.send(f.text);
       });
@@ -295,7 +287,7 @@ export class RelayStream {
     this.held = [];
     this.heldSide = [];
     this.heldBytes = 0;
-    const tally: SendTally = { slow: 0, closed: 0, backlog: new SocketBacklog() };
+    const tally = newTally();
     const packed = new PackedOnce(frames, new SideCut(side, this.subs), this.relay.maxFrameBytes());
     for (const ws of this.subs.sockets()) {
       if (!this.subs.joining.has(ws) && this.subs.isBatched(ws)) this.sendPacked(ws, frames, packed, tally);
@@ -342,31 +334,9 @@ export class RelayStream {
       tally.backlog.add(ws, ws.bufferedAmount);
       return;
     }
-    this.sendTo(ws, tally, () => {
+    sendTo(ws, tally, () => {
       for (const text of texts) ws.send(text);
     });
-  }
-
-  /** Runs one socket's sends; a socket past the byte bound is closed, one whose send fails is dropped. */
-  private sendTo(ws: WebSocket, tally: SendTally, send: () => void): void {
-    try {
-      send();
-      // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
-      // most the bound plus one batch, and never slows the others (sends do not block).
-      const waiting = ws.bufferedAmount;
-      if (waiting > SUBSCRIBER_MAX_BEHIND_BYTES) {
-        tally.slow++;
-        ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-      } else tally.backlog.add(ws, waiting);
-    } catch {
-      // A socket whose send fails is dropped without disturbing the others.
-      tally.closed++;
-      try {
-        ws.close(INTERNAL_CLOSE, "send failed");
-      } catch {
-        // already gone
-      }
-    }
   }
 
   private settle(tally: SendTally): void {
@@ -377,60 +347,5 @@ export class RelayStream {
 
   private boundMemory(sockets?: SocketBacklog): void {
     boundMemory(this.subs, this.relay.maxBufferedBytes(), () => this.reporter.slow(), sockets);
-  }
-}
-
-/** The kinds of side frame, in the order of their bits in a {@link SideCut} mask. */
-const SIDE_EVENTS: readonly SideEvent[] = ["summary", "presence"];
-
-/**
- * Which of a call's side frames each subscriber takes, as a mask over their kinds: subscribers that
- * take the same kinds share one list, one packing and one SSE chunk.
- */
-class SideCut {
-  private readonly byMask = new Map<number, readonly SideFrame[]>();
-  constructor(
-    private readonly side: readonly SideFrame[],
-    private readonly subs: RelaySubscribers,
-  ) {}
-
-  mask(sub: WebSocket | SseClient): number {
-    if (this.side.length === 0) return 0;
-    let m = 0;
-    for (let i = 0; i < SIDE_EVENTS.length; i++) if (this.subs.wantsSide(sub, SIDE_EVENTS[i] as SideEvent)) m |= 1 << i;
-    return m;
-  }
-
-  frames(mask: number): readonly SideFrame[] {
-    if (mask === 0) return [];
-    let list = this.byMask.get(mask);
-    if (!list) {
-      list = this.side.filter((f) => (mask & (1 << SIDE_EVENTS.indexOf(f.event))) !== 0);
-      this.byMask.set(mask, list);
-    }
-    return list;
-  }
-
-  framesFor(sub: WebSocket | SseClient): readonly SideFrame[] {
-    return this.frames(this.mask(sub));
-  }
-}
-
-/** The packed texts of a call's frames and side frames, joined once per set of side frames. */
-class PackedOnce {
-  private readonly packed = new Map<number, string[]>();
-  constructor(
-    private readonly frames: readonly LiveFrame[],
-    readonly cut: SideCut,
-    private readonly maxBytes: number,
-  ) {}
-  texts(mask: number): string[] {
-    let texts = this.packed.get(mask);
-    if (!texts) {
-      const side = this.cut.frames(mask);
-      texts = packFrames(side.length > 0 ? [...this.frames, ...side] : this.frames, this.maxBytes);
-      this.packed.set(mask, texts);
-    }
-    return texts;
   }
 }

@@ -8,16 +8,19 @@ import * as z from "zod";
 import { ConfigError } from "../settings/settings";
 import { ApiError } from "../wire/errors";
 import type { AppEnv } from "./app-env";
+import { adminAuth } from "./auth/authorise";
 import { apiErrorResponse, errorResponse } from "./http/errors";
 import { documented, json, mount, openApiDocument, route } from "./http/openapi";
 import { noSuchRoute } from "./http/route-hints";
 import { securityHeaders } from "./http/security-headers";
 import { admin } from "./routes/admin";
+import { adminTargets } from "./routes/admin-targets";
 import { dashboard } from "./routes/dashboard";
+import { history } from "./routes/history";
 import { ops } from "./routes/ops";
 import { presence } from "./routes/presence";
 import { publish } from "./routes/publish";
-import { history, subscribe } from "./routes/subscribe";
+import { subscribe } from "./routes/subscribe";
 import { tokens } from "./routes/tokens";
 import { type Services, services } from "./services";
 
@@ -56,8 +59,17 @@ mount(app, "/v1/publish", publish);
 mount(app, "/v1/subscribe", subscribe);
 mount(app, "/v1/history", history);
 mount(app, "/v1/presence", presence);
-mount(app, "/v1/admin", admin);
-mount(app, "/v1/admin", dashboard);
+/**
+ * The admin area: every route under `/v1/admin` behind the admin bearer, checked once per request
+ * (a middleware of each sub-app mounted here would run for every route under the prefix, each
+ * charging and refunding the admin-auth budget again).
+ */
+const adminArea = new Hono<AppEnv>();
+adminArea.use("*", adminAuth);
+mount(adminArea, "/", admin);
+mount(adminArea, "/", adminTargets);
+mount(adminArea, "/", dashboard);
+mount(app, "/v1/admin", adminArea);
 mount(app, "/", ops);
 
 const openApiRoute = route({

@@ -199,3 +199,15 @@ export const TargetSchema = z
 export const LimitSchema = z
   .object({ rate: z.number().int(), per: z.string(), burst: z.number().int() })
   .openapi("Limit", { example: { rate: 10, per: "1s", burst: 20 } });
+
+/** One message as subscribers and history see it (docs/api.md, GET /v1/subscribe). */
+export const Frame = z
+  .object({
+    type: z.literal("message"),
+    channel: z.string(),
+    seq: z.number().int(),
+    id: z.string(),
+    data: z.unknown().openapi({ description: "The message exactly as published." }),
+    published_at: z.number().int(),
+  })
+  .openapi("Frame");

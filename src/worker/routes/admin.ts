@@ -1,7 +1,7 @@
 /**
  * The admin API (docs/api.md, Operator routes), mounted at `/v1/admin`, every route behind the admin
- * bearer: drop rates, the sampler, runtime targets, the analytics export and the list of active
- * channels (the dashboard's).
+ * bearer: drop rates, the sampler, the analytics export and the list of active channels (the
+ * dashboard's). Runtime targets are in ./admin-targets.ts.
  */
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
@@ -9,37 +9,31 @@ import * as z from "zod";
 import { parseStoredRate, rateKey } from "../../../functions/before-publish";
 import { shardKey, splitShardKey } from "../../../functions/shard-key";
 import { activeChannelsStub } from "../../platform/stubs";
-import { LimitError } from "../../settings/limits";
 import { shardRuleFor, targetFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
-import { parseTarget, type TargetJson, targetJson } from "../../settings/targets";
-import type { ChannelName } from "../../wire/channel-names";
+import { targetJson } from "../../settings/targets";
 import { invalidArgument } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
-import { adminAuth } from "../auth/authorise";
 import { orUnavailable } from "../http/errors";
-import { ADMIN_ONLY, ChannelPath, documented, errors, json, route, TargetSchema, WithinQuery } from "../http/openapi";
+import { ADMIN_ONLY, documented, errors, json, route, TargetSchema, WithinQuery } from "../http/openapi";
 import { channelParam, withinParam } from "../http/params";
-import { bodyObject, custom, jsonBody } from "../http/validation";
+import { bodyObject, jsonBody } from "../http/validation";
 import { exportQuery, exportResponse } from "../record/export";
 import { runSampler } from "../sampler/sampler-run";
-import { countedChannelStub } from "../services";
 import { namedAudience } from "../shards/audience";
 import { shardNames } from "../shards/shard-view";
-import { ChannelViewSchema, channelStats, channelView, runtimeTargets, targetOf } from "./channel-view";
+import { ChannelViewSchema, channelStats, channelView, targetOf } from "./channel-view";
 
 /** Admin bodies are a few fields: anything longer is not one. */
-const MAX_ADMIN_BODY = 1024;
+export const MAX_ADMIN_BODY = 1024;
 
 export const admin = new Hono<AppEnv>();
-
-admin.use("*", adminAuth);
 
 /**
  * Checks the `{channel}` parameter before the body is read, so a bad channel is the error named
  * whatever the body holds. `star`: the throttle routes also take `*`, the global key.
  */
-const channelFirst = (star: boolean) =>
+export const channelFirst = (star: boolean) =>
   createMiddleware<AppEnv>(async (c, next) => {
     const name = c.req.param("channel");
     if (!(star && name === "*")) channelParam(name);
@@ -229,124 +223,6 @@ const sampleRoute = route({
 admin.post(documented(admin, sampleRoute), async (c) => {
   const svc = c.var.svc;
   return c.json(await orUnavailable("sampler", () => runSampler(c.env, svc.config, Date.now(), svc.reader)));
-});
-
-const NOT_TARGET = 'body must be {"target": "50/s"} or {"target": {"deliveries": "5000/s"}}';
-
-/** `PUT /v1/admin/target/{channel}`'s body: a positive target (DELETE clears one). */
-const TargetBody = bodyObject(
-  {
-    target: z
-      .unknown()
-      .transform((value, ctx) => {
-        try {
-          const parsed = parseTarget(value);
-          if (parsed) return parsed;
-          ctx.addIssue(custom("target must be a positive rate; DELETE clears it", value));
-        } catch (e) {
-          if (!(e instanceof LimitError)) throw e;
-          ctx.addIssue(custom(`target: ${e.message}`, value));
-        }
-        return z.NEVER;
-      })
-      .openapi({ allOf: [{ $ref: "#/components/schemas/Target" }] }),
-  },
-  NOT_TARGET,
-).openapi("TargetRequest");
-
-const TargetView = z
-  .object({
-    channel: z.string(),
-    target: TargetSchema.nullable(),
-    source: z.enum(["runtime", "config"]).nullable(),
-    config_target: TargetSchema.nullable(),
-  })
-  .openapi("TargetView");
-
-async function targetView(env: Env, config: Settings, channel: ChannelName) {
-  const runtime = (await runtimeTargets(env))[channel.name];
-  const configured = targetFor(config, channel);
-  const effective = targetFor(config, channel, runtime);
-  return {
-    channel: channel.name,
-    target: targetJson(effective),
-    source: runtime !== undefined && effective ? "runtime" : configured ? "config" : null,
-    config_target: targetJson(configured),
-  };
-}
-
-/**
- * Gives the channel's fast loop its new target at once. Best effort: the registry holds the target
- * and the next sampler run hands it over anyway (docs/throttling.md, "Two loops").
- */
-async function tellChannel(env: Env, channel: string, target: TargetJson | null): Promise<void> {
-  try {
-    await countedChannelStub(env, channel).setTarget(target);
-  } catch (e) {
-    console.error("floodgate: could not give the channel its target", e instanceof Error ? e.message : e);
-  }
-}
-
-/** The objects a runtime target goes to: the channel's, and each shard its registry lists now. */
-async function targetKeys(env: Env, config: Settings, channel: ChannelName): Promise<string[]> {
-  const shards = await shardNames(env, config, channel);
-  return [channel.name, ...shards.map((s) => shardKey(channel.name, s))];
-}
-
-const targetGet = route({
-  method: "get",
-  path: "/target/{channel}",
-  summary: "Read a channel's target",
-  security: ADMIN_ONLY,
-  request: { params: ChannelPath },
-  responses: {
-    200: json(TargetView, "The effective target and where it comes from."),
-    ...errors(400, 401, 429, 500, 503),
-  },
-});
-
-admin.get(documented(admin, targetGet), async (c) => {
-  const channel = channelParam(c.req.param("channel"));
-  return c.json(await targetView(c.env, c.var.svc.config, channel));
-});
-
-const targetPut = route({
-  method: "put",
-  path: "/target/{channel}",
-  summary: "Set a runtime target",
-  description: "Wins over THROTTLE_TARGET(S) and makes the sampler visit the channel every run.",
-  security: ADMIN_ONLY,
-  request: { params: ChannelPath, body: { ...json(TargetBody, "The target."), required: true } },
-  responses: { 200: json(TargetView, "The target now in force."), ...errors(400, 401, 413, 429, 500, 503) },
-});
-
-admin.put(documented(admin, targetPut), channelFirst(false), jsonBody(TargetBody, MAX_ADMIN_BODY), async (c) => {
-  const channel = channelParam(c.req.param("channel"));
-  const target = targetJson(c.req.valid("json").target);
-  // A sharded channel's target applies to each shard on its own (docs/api.md, "Shards").
-  for (const key of await targetKeys(c.env, c.var.svc.config, channel)) {
-    await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(key, target));
-    await tellChannel(c.env, key, target);
-  }
-  return c.json(await targetView(c.env, c.var.svc.config, channel));
-});
-
-const targetDelete = route({
-  method: "delete",
-  path: "/target/{channel}",
-  summary: "Hand a channel back to the configured target",
-  security: ADMIN_ONLY,
-  request: { params: ChannelPath },
-  responses: { 204: { description: "Cleared." }, ...errors(400, 401, 429, 500, 503) },
-});
-
-admin.delete(documented(admin, targetDelete), async (c) => {
-  const channel = channelParam(c.req.param("channel"));
-  for (const key of await targetKeys(c.env, c.var.svc.config, channel)) {
-    await orUnavailable("sampler registry", () => activeChannelsStub(c.env).setTarget(key, null));
-    await tellChannel(c.env, key, targetJson(targetFor(c.var.svc.config, channel)));
-  }
-  return c.body(null, 204);
 });
 
 const exportRoute = route({

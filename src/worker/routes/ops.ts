@@ -6,7 +6,7 @@
 import { Hono } from "hono";
 import * as z from "zod";
 import type { ChannelStats } from "../../channel/calls";
-import { renderPrometheus, seriesKey } from "../../metrics/metrics-store";
+import { renderPrometheus, seriesKey } from "../../metrics/series";
 import { channelStub, metricsStub } from "../../platform/stubs";
 import { formatDuration } from "../../settings/durations";
 import { limitToJson } from "../../settings/limits";

@@ -6,11 +6,11 @@
 import { Hono } from "hono";
 import * as z from "zod";
 import type { AppEnv } from "../app-env";
+import { readAccess } from "../auth/subscriber-access";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../http/openapi";
 import { channelParam } from "../http/params";
 import { countedChannelStub } from "../services";
-import { readAccess } from "./subscribe";
 
 export const PresenceAnswerSchema = z
   .object({

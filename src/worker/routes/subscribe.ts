@@ -1,7 +1,5 @@
 /**
- * `GET /v1/subscribe/{channel}` (WebSocket or SSE) and `GET /v1/history/{channel}` (docs/api.md,
- * Subscribe and history; Bounds): on the analytics channel, history pages through every retained copy
- * and filters by `source_channel`.
+ * `GET /v1/subscribe/{channel}`, WebSocket or SSE (docs/api.md, Subscribe and history; Bounds).
  *
  * Subscribe order: channel → mode → the token is verified (signature, expiry, type) → one budget is
  * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
@@ -11,67 +9,30 @@
  * `MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
  * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
  */
-import { type Context, Hono } from "hono";
+import { Hono } from "hono";
 import * as z from "zod";
 import type { RelayAssignment } from "../../channel/calls";
 import { clientCapError, clientKey } from "../../channel/client-cap";
 import { relayStub } from "../../platform/stubs";
 import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
-import { shardRuleFor } from "../../settings/rules";
-import type { Settings } from "../../settings/settings";
-import type { ChannelName } from "../../wire/channel-names";
 import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
-import { readSubscribeQuery, WS_BEARER_PREFIX, WS_PROTOCOL, wholeParam } from "../../wire/subscribe-params";
+import { readSubscribeQuery, WS_PROTOCOL } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
-import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
-import type { TokenClaims, VerifiedToken } from "../auth/tokens";
+import { checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
+import { offeredProtocols, presentedToken } from "../auth/subscriber-access";
+import type { VerifiedToken } from "../auth/tokens";
 import { readBudget, subscribeBudget } from "../gate/budgets";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";
-import { channelParam, clientIp, sourceChannelParam } from "../http/params";
+import { channelParam, clientIp } from "../http/params";
 import { countedChannelStub } from "../services";
 import { audienceOf } from "../shards/audience";
-
-/** The subprotocols a WebSocket upgrade offers, in order. */
-function offeredProtocols(request: Request): string[] {
-  const h = request.headers.get("sec-websocket-protocol");
-  if (!h) return [];
-  return h
-    .split(",")
-    .map((p) => p.trim())
-    .filter((p) => p.length > 0);
-}
-
-/**
- * The token a subscriber presents: `Authorization: Bearer`, the `bearer.<token>` WebSocket
- * subprotocol, or `?token=` (the fallback that lands in request logs).
- */
-function presentedToken(request: Request, query: string | undefined, protocols: string[]): string | null {
-  const header = bearer(request);
-  if (header) return header;
-  const offered = protocols.find((p) => p.startsWith(WS_BEARER_PREFIX));
-  if (offered && offered.length > WS_BEARER_PREFIX.length) return offered.slice(WS_BEARER_PREFIX.length);
-  if (query !== undefined && query.length > 0) return query;
-  return null;
-}
 
 /** `Retry-After` of a subscribe refused at `MAX_SUBSCRIBERS`: subscribers come and go by the second. */
 export const FULL_RETRY_AFTER_S = 5;
 
 export const subscribe = new Hono<AppEnv>();
-
-/** One message as subscribers and history see it (docs/api.md, GET /v1/subscribe). */
-const Frame = z
-  .object({
-    type: z.literal("message"),
-    channel: z.string(),
-    seq: z.number().int(),
-    id: z.string(),
-    data: z.unknown().openapi({ description: "The message exactly as published." }),
-    published_at: z.number().int(),
-  })
-  .openapi("Frame");
 
 const subscribeRoute = route({
   method: "get",
@@ -252,85 +213,4 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   if (res.webSocket && protocols.length > 0) headers.set("Sec-WebSocket-Protocol", WS_PROTOCOL);
   if (res.webSocket) return new Response(null, { status: 101, webSocket: res.webSocket, headers });
   return new Response(res.body, { status: res.status, headers });
-});
-
-/**
- * Private channels need an access token with `subscribe` scope and a matching pattern. Answers the
- * claims of the token that picks the caller's shard: the verified one, or on a public channel sharded
- * by group a token that verifies (one that does not reads the `default` shard, as no token would).
- */
-async function checkAccess(
-  env: Env,
-  config: Settings,
-  channel: ChannelName,
-  token: string | null,
-): Promise<TokenClaims | null> {
-  if (channel.visibility === "private") return (await authorise(env, token, "subscribe", channel)).claims;
-  if (!token || shardRuleFor(config, channel)?.value.by !== "group") return null;
-  try {
-    return (await verifyAccess(env, token)).claims;
-  } catch (e) {
-    if (!(e instanceof ApiError)) throw e;
-    return null;
-  }
-}
-
-/**
- * The door of a read of what a channel holds (history, presence: docs/api.md): the client IP's read
- * budget is charged, with or without a token, then a private channel needs a token with `subscribe`
- * scope and a matching pattern. Answers the budget's headers, and the object that holds what the
- * caller reads: the channel's, or on a sharded channel the caller's shard's (docs/api.md, "Shards").
- */
-export async function readAccess(
-  c: Context<AppEnv>,
-  channel: ChannelName,
-): Promise<{ limitHeaders: Record<string, string>; key: string; shard: string | null }> {
-  const svc = c.get("svc");
-  const budget = readBudget(svc.config, clientIp(c.req.raw));
-  const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, c.var.defer);
-  const claims = await checkAccess(c.env, svc.config, channel, presentedToken(c.req.raw, c.req.query("token"), []));
-  const { key, shard } = audienceOf(svc.config, channel, claims, c.req.raw);
-  return { limitHeaders, key, shard };
-}
-
-export const history = new Hono<AppEnv>();
-
-const historyRoute = route({
-  method: "get",
-  path: "/{channel}",
-  summary: "Read a channel's retained messages",
-  description:
-    "Oldest first. With `after`: the first `limit` messages with a higher seq; without: the newest `limit`. A page " +
-    "also stops after 4 MiB. Parameters are checked first (400), then the client IP's read budget (429), then the token.",
-  security: [{}, ...ACCESS_TOKEN],
-  request: {
-    params: ChannelPath,
-    query: z.object({
-      after: z.string().optional(),
-      limit: z.string().optional().openapi({ description: "1–1000, default 100." }),
-      source_channel: z
-        .string()
-        .optional()
-        .openapi({ description: "On the analytics channel only: copies from this channel." }),
-      token: z.string().optional(),
-    }),
-  },
-  responses: {
-    200: json(z.object({ messages: z.array(Frame) }).openapi("HistoryPage"), "A page of frames."),
-    ...errors(400, 401, 403, 429, 500, 503),
-  },
-});
-
-history.get(documented(history, historyRoute), async (c) => {
-  const svc = c.get("svc");
-  const channel = channelParam(c.req.param("channel"));
-  const after = wholeParam(c.req.query("after"), "after");
-  const limit = wholeParam(c.req.query("limit"), "limit", 1000) ?? 100;
-  if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
-  const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
-  const { limitHeaders, key } = await readAccess(c, channel);
-  const frames = await orUnavailable("channel", () =>
-    countedChannelStub(c.env, key).history(after, limit, source?.name ?? null),
-  );
-  return c.body(`{"messages":[${frames.join(",")}]}`, 200, { ...limitHeaders, "content-type": "application/json" });
 });

@@ -1,0 +1,40 @@
+/**
+ * Every table of a channel's object (src/channel/channel-object.ts), created in one place:
+ * src/channel/store.ts runs {@link createChannelTables} on the first write (a channel never written
+ * to stores nothing) and again after idle expiry deleted everything.
+ *
+ * - `messages`: the history (`seq` is the rowid, the tie-break of every order used). On the analytics
+ *   channel each copy also keeps its `source_channel` and `dropped_at` (src/channel/record.ts), each
+ *   behind a partial index: any other channel leaves both null, so its publishes write no index entry.
+ * - `idempotency`: `Idempotency-Key`s and the result they answer, for 10 minutes (src/channel/publishing.ts).
+ * - `counters` and `meta`: the channel's totals and named values (src/channel/store.ts).
+ * - `relays`: the relays holding its subscribers, with each one's counts and per-client counts
+ *   (src/channel/relay-registry.ts).
+ * - `shards`: on a sharded channel's own object, the shards it has seen (src/channel/shard-registry.ts).
+ */
+export function createChannelTables(sql: SqlStorage): void {
+  sql.exec(`CREATE TABLE IF NOT EXISTS messages (
+      seq INTEGER PRIMARY KEY, id TEXT NOT NULL, data TEXT NOT NULL, publisher TEXT NOT NULL,
+      published_at INTEGER NOT NULL, source_channel TEXT, dropped_at INTEGER)`);
+  sql.exec(
+    "CREATE INDEX IF NOT EXISTS messages_by_source ON messages (source_channel, seq) WHERE source_channel IS NOT NULL",
+  );
+  sql.exec("CREATE INDEX IF NOT EXISTS messages_by_drop_time ON messages (dropped_at) WHERE dropped_at IS NOT NULL");
+  sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
+      key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
+  sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
+  sql.exec("CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)");
+  sql.exec("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)");
+  sql.exec(`CREATE TABLE IF NOT EXISTS relays (
+      name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, websockets INTEGER NOT NULL, sse INTEGER NOT NULL,
+      clients TEXT NOT NULL DEFAULT '[]')`);
+  sql.exec("CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, seen_at INTEGER NOT NULL)");
+}
+
+/** Whether a channel's tables exist (they do from its first write until idle expiry deletes them). */
+export function channelTablesExist(sql: SqlStorage): boolean {
+  return (
+    sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM sqlite_master WHERE type = 'table' AND name = 'counters'").one()
+      .n > 0
+  );
+}

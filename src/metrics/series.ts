@@ -1,0 +1,88 @@
+/**
+ * The deployment's metrics as series (docs/operations.md, Metrics): each family's help text, how a
+ * series is keyed by its name and labels, and the Prometheus text of them all. Pure: the Worker's
+ * buffer (src/worker/metrics-buffer.ts) counts by these keys, the metrics object (./metrics-store.ts)
+ * sums them, `GET /metrics` renders them.
+ */
+/** The help text of each metric family, which is also the list of families rendered. */
+export const METRIC_HELP: Record<string, string> = {
+  floodgate_rate_limit_decisions_total: "Rate-limit decisions by bucket and result.",
+  floodgate_rate_limit_errors_total: "Rate-limiter failures (requests failed closed) by bucket.",
+  floodgate_rate_limit_deny_cache_hits_total:
+    "Denials answered from an isolate's deny cache, without a limiter object call, by bucket.",
+  floodgate_rate_limit_lease_hits_total:
+    "Admissions paid from tokens an isolate holds on lease, without a limiter object call, by bucket.",
+  floodgate_messages_total: "Published messages by result (delivered or dropped by the throttle).",
+  floodgate_record_copies_total:
+    "Copies of dropped messages written to the record (RECORD_BUCKET), each once (dropped = record copies + record failures).",
+  floodgate_record_failures_total:
+    "Copies of dropped messages not recorded: refused by the drops queue, too large for a queue message, or given up after the queue's retries.",
+  floodgate_record_queue_messages_total:
+    "Messages sent to the drops queue (DROPS_QUEUE), each carrying many copies of dropped messages.",
+  floodgate_record_objects_written_total:
+    "Objects written to the record (RECORD_BUCKET) by the drops queue's consumer, redeliveries included.",
+  floodgate_record_expired_total: "Copies in record objects deleted by RECORD_RETENTION (the Cron sweep).",
+  floodgate_analytics_copy_failures_total:
+    "Copies of dropped messages that did not reach the analytics channel (the record's live view) after the queue's retries.",
+  floodgate_analytics_copies_unsettled_total:
+    "Copies of dropped messages in a send that did not settle within 5 s (its request was cut off): each reached the drops queue or was lost.",
+  floodgate_analytics_copies_total:
+    "Copies of dropped messages appended to the analytics channel by the queue's consumer (at least once).",
+  floodgate_analytics_expired_total:
+    "Copies on the analytics channel deleted by ANALYTICS_RETENTION (counted by its object, read at scrape time).",
+  floodgate_object_calls_total:
+    "Durable Object calls made by the Worker, by object (channel, analytics, limiter); metric flushes not included.",
+  floodgate_kv_reads_total: "Drop-rate reads from Workers KV (isolate cache misses).",
+  floodgate_publish_overflow_total:
+    "Publishes refused with 503 because an isolate's waiting publishes were at their byte cap.",
+};
+
+/** The rate-limit buckets, each always present in a scrape (docs/api.md, Operator routes). */
+export const RATE_LIMIT_BUCKETS = ["publish", "subscribe", "token-issue", "read", "admin-auth"] as const;
+
+/** Builds a series key such as `floodgate_messages_total{result="delivered"}`. */
+export function seriesKey(name: string, labels: Record<string, string> = {}): string {
+  const parts = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, "_")}"`);
+  return parts.length ? `${name}{${parts.join(",")}}` : name;
+}
+
+/** Renders stored series as Prometheus text, with zero series for the always-present families. */
+export function renderPrometheus(series: Record<string, number>): string {
+  const all: Record<string, number> = {
+    [seriesKey("floodgate_messages_total", { result: "delivered" })]: 0,
+    [seriesKey("floodgate_messages_total", { result: "dropped" })]: 0,
+    floodgate_record_copies_total: 0,
+    floodgate_record_failures_total: 0,
+    floodgate_record_queue_messages_total: 0,
+    floodgate_record_objects_written_total: 0,
+    floodgate_record_expired_total: 0,
+    floodgate_analytics_copy_failures_total: 0,
+    floodgate_analytics_copies_unsettled_total: 0,
+    floodgate_analytics_copies_total: 0,
+    floodgate_analytics_expired_total: 0,
+    [seriesKey("floodgate_object_calls_total", { object: "channel" })]: 0,
+    [seriesKey("floodgate_object_calls_total", { object: "analytics" })]: 0,
+    [seriesKey("floodgate_object_calls_total", { object: "limiter" })]: 0,
+    floodgate_kv_reads_total: 0,
+    floodgate_publish_overflow_total: 0,
+    ...series,
+  };
+  for (const bucket of RATE_LIMIT_BUCKETS) {
+    for (const result of ["allowed", "denied"]) {
+      const k = seriesKey("floodgate_rate_limit_decisions_total", { bucket, result });
+      all[k] ??= 0;
+    }
+    all[seriesKey("floodgate_rate_limit_errors_total", { bucket })] ??= 0;
+    all[seriesKey("floodgate_rate_limit_deny_cache_hits_total", { bucket })] ??= 0;
+    all[seriesKey("floodgate_rate_limit_lease_hits_total", { bucket })] ??= 0;
+  }
+  const lines: string[] = [];
+  for (const [name, help] of Object.entries(METRIC_HELP)) {
+    lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`);
+    const keys = Object.keys(all)
+      .filter((k) => k === name || k.startsWith(`${name}{`))
+      .sort();
+    for (const k of keys) lines.push(`${k} ${all[k]}`);
+  }
+  return `${lines.join("\n")}\n`;
+}
