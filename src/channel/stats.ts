@@ -1,4 +1,6 @@
-/** A channel's stats (docs/api.md, GET /v1/channels/{channel}/stats), gathered from its parts. */
+/**
+ * A channel's stats (docs/api.md, GET /v1/channels/{channel}/stats), gathered from its parts.
+ */
 
 import type { ChannelStats } from "./calls";
 import type { ChannelRecord } from "./record";

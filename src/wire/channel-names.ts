@@ -1,10 +1,9 @@
-import { splitShardKey } from "../../functions/shard-key";
-
 /**
  * Channel names and channel patterns (docs/api.md, Channels), and most-specific rule selection.
  *
  * Pure: no platform imports, so the same code serves routes, config parsing and unit tests.
  */
+import { splitShardKey } from "../../functions/shard-key";
 
 export type Visibility = "public" | "private";
 

@@ -1,5 +1,5 @@
 /**
- * How a subscription is told it ended (docs/api.md, "Close codes"): each WebSocket close code
+ * How a subscription is told it ended (docs/api.md, "Slow subscribers", "How long a subscription lasts", "Relays"): each WebSocket close code
  * Floodgate sends, with its reason. Pure and self-contained, so the TypeScript client ships it too.
  */
 
