@@ -1,7 +1,9 @@
 /**
  * The sampler's control law and its guarantees, proved on a seeded simulation with one period of
- * actuation lag (test/loop-simulation.ts), and the naive ratio law shown failing the same checks.
+ * actuation lag (test/support/loop-simulation.ts), and the naive ratio law shown failing the same
+ * checks; with priority traffic, the law's solution checked property-based (fast-check) too.
  */
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   allowedMessageRate,
@@ -23,11 +25,15 @@ import {
   timingScenarios,
   traces,
 } from "../support/loop-simulation";
+import { RUNS } from "../support/property-inputs";
 import { seededRandom } from "../support/seeded-random";
 
 const T = 20; // messages per second
+
 const PERIOD_S = 60;
+
 const target: SamplerTarget = { kind: "messages", perSecond: T };
+
 const perPeriod = T * PERIOD_S;
 
 function run(name: string, law: Law = nextDropRate, mode: "random" | "thinning" = "random", seed = 1) {
@@ -291,5 +297,66 @@ describe("the law with priority traffic", () => {
     const after = summarise(results, perPeriod, { stepAt: 20, window: 15, periodS: PERIOD_S });
     expect(after.settlingPeriods as number).toBeLessThanOrEqual(2);
     expect(after.steadyStateError).toBeLessThan(0.02);
+  });
+});
+
+/**
+ * The throttle's law with priority traffic (docs/throttling.md, "Priority messages"), for priority
+ * from none to far above the target: the drop rate of the rest is in [0,1]; below the target the
+ * channel delivers exactly the target (priority + what passes of the rest) or everything offered;
+ * from the target on, every other message is dropped.
+ */
+describe("the throttle's law with priority traffic", () => {
+  const rate = fc.double({ min: 0, max: 1e5, noNaN: true, noDefaultInfinity: true });
+
+  it("solves for the rest: P + N·(1 − p) = T below the target, p = 1 from it, p = 0 when all fits", () => {
+    fc.assert(
+      fc.property(
+        rate,
+        fc.double({ min: 0.01, max: 1e4, noNaN: true }),
+        fc.double({ min: 0, max: 3, noNaN: true }),
+        (rest, t, priorityShare) => {
+          // Priority from 0 to 3× the target, the rest anything.
+          const priority = priorityShare * t;
+          const offered = priority + rest;
+          const p = feedForwardRate(offered, t, priority);
+          expect(p).toBeGreaterThanOrEqual(0);
+          expect(p).toBeLessThanOrEqual(1);
+          const delivered = priority + rest * (1 - p);
+          if (offered <= t) {
+            expect(p).toBe(0);
+          } else if (priority >= t) {
+            expect(p).toBe(1);
+          } else {
+            expect(p).toBeLessThan(1);
+            expect(Math.abs(delivered - t)).toBeLessThanOrEqual(1e-9 * Math.max(1, offered));
+          }
+          // Priority is never held back: what is delivered is never below it, nor below min(offered, T).
+          expect(delivered + 1e-9 * Math.max(1, offered)).toBeGreaterThanOrEqual(
+            Math.min(offered, Math.max(t, priority)),
+          );
+        },
+      ),
+      RUNS,
+    );
+  });
+
+  it("from a period's counts, the same law, whatever the period's length", () => {
+    fc.assert(
+      fc.property(
+        fc.nat({ max: 100_000 }),
+        fc.nat({ max: 100_000 }),
+        fc.nat({ max: 100_000 }),
+        fc.integer({ min: 1, max: 600_000 }),
+        fc.integer({ min: 1, max: 1000 }),
+        (priority, restDelivered, dropped, elapsedMs, perSecond) => {
+          const counts = { delivered: priority + restDelivered, dropped, priority, elapsedMs, occupancy: 1 };
+          const s = elapsedMs / 1000;
+          const p = nextDropRate(counts, 0.5, { kind: "messages", perSecond });
+          expect(p).toBe(feedForwardRate((priority + restDelivered + dropped) / s, perSecond, priority / s));
+        },
+      ),
+      RUNS,
+    );
   });
 });

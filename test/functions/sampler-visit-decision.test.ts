@@ -1,7 +1,7 @@
 /**
  * What one sampler visit decides (functions/sampler-visit.ts), without a Worker: which rate wins,
  * whether KV is written, whether the channel stays throttled, whether it is skipped, and whether it
- * fits the run's KV budget. test/scheduled.test.ts runs the same decisions end to end in workerd.
+ * fits the run's KV budget. test/worker/sampler/cron-sweep.test.ts runs the same decisions end to end in workerd.
  */
 import { describe, expect, it } from "vitest";
 import type { SamplerTarget } from "../../functions/sampler";

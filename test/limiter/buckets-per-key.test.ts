@@ -9,7 +9,7 @@ import type { BatchChargeResult } from "../../src/limiter/bucket-charge";
 import { LIMITER_SHARDS, shardOf, shardStub } from "../../src/limiter/limiter-shard";
 import { limiterShardStub } from "../../src/platform/stubs";
 import type { Limit } from "../../src/settings/limits";
-import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, uniq } from "../support/helpers";
+import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, publishTo, uniq } from "../support/helpers";
 
 const hourly = (n: number): Limit => ({ rate: n, perMs: 3_600_000, burst: n }); // no refill in a test
 const granted = (r: BatchChargeResult | undefined) => r?.granted ?? -1;
@@ -179,6 +179,47 @@ describe("limiter shards", () => {
     expect(await runDurableObjectAlarm(s)).toBe(true);
     expect(await s.peek("soon")).toBeNull();
     expect(await alarm()).toBe(await fullAtOf("later"));
+  });
+});
+
+describe("storage is bounded by activity", () => {
+  it("a rate-limit bucket keeps its row in its shard until it is full again, then the shard's alarm deletes it", async () => {
+    const sub = uniq("bucket");
+    const key = `publish:${sub}`;
+    // 10 an hour: three publishes leave it far from full for the whole test.
+    const t = (await mint({ sub, channels: ["public:bounds.*"], rl: "10/h" })).access_token;
+    for (let i = 0; i < 3; i++) expect((await publishTo(`public:bounds.${uniq()}`, t, i)).status).toBe(200);
+    const stub = shardStub(env, key);
+    const rows = () =>
+      runInDurableObject(stub, (_i, state) => ({
+        bucket: state.storage.sql.exec("SELECT * FROM bucket WHERE key = ?", key).toArray().length,
+        lease: state.storage.sql.exec("SELECT * FROM lease WHERE key = ?", key).toArray().length,
+      }));
+    // Not full yet: the alarm keeps the bucket (strictness across eviction), and the next charge sees it.
+    await runInDurableObject(stub, (_i, state) => {
+      state.storage.sql.exec("UPDATE bucket SET full_at = 0 WHERE key = ?", key);
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    const kept = await stub.peek(key);
+    expect(kept).not.toBeNull();
+    expect(kept?.tokens).toBeLessThan(8);
+    // Its lease (the first publish took a spare one) ends: its tokens count as spent from then on.
+    const hourLater = () =>
+      runInDurableObject(stub, (_i, state) => {
+        state.storage.sql.exec("UPDATE bucket SET updated_at = updated_at - 3600000, full_at = 0 WHERE key = ?", key);
+        state.storage.sql.exec("UPDATE lease SET expires_at = 0 WHERE key = ?", key);
+      });
+    await hourLater();
+    await evictDurableObject(stub);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    // An hour after that (stored times moved back), the bucket is full: nothing is kept for it.
+    await hourLater();
+    await evictDurableObject(stub);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    expect(await rows()).toEqual({ bucket: 0, lease: 0 });
+    // And the bucket starts full again.
+    const [r] = await stub.decide([{ key, limit: { rate: 1, perMs: 3_600_000, burst: 5 }, count: 1 }]);
+    expect(r).toMatchObject({ granted: 1, remaining: 4 });
   });
 });
 

@@ -3,7 +3,7 @@
  * RELAY_CAPACITY 10 (a Worker with that configuration; the channel and relays take the capacities the
  * Worker passes), real sockets in workerd. Every subscriber gets every message once, in order, across
  * relays, a relay's eviction, failed calls and a resume on another relay; a slow relay or subscriber
- * holds up nobody else. How relays are counted and let go: test/relay-counts.test.ts.
+ * holds up nobody else. How relays are counted and let go: test/relay/relay-counts.test.ts.
  */
 import { createExecutionContext, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";

@@ -1,6 +1,13 @@
+/**
+ * Rate shorthand, bursts, limit objects and durations (src/settings/limits.ts, src/settings/durations.ts):
+ * by example, and property-based (fast-check): nothing thrown but LimitError / DurationError, and every
+ * accepted limit round-trips through its canonical wire form.
+ */
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { formatDuration, parseDuration } from "../../src/settings/durations";
+import { DurationError, formatDuration, parseDuration } from "../../src/settings/durations";
 import { LimitError, limitToJson, normaliseBurst, parseLimit, parseRateShorthand } from "../../src/settings/limits";
+import { anyString, onlyThrows, RUNS } from "../support/property-inputs";
 
 describe("rate shorthand", () => {
   it.each([
@@ -113,5 +120,47 @@ describe("durations", () => {
 
   it.each(["", "5", "5x", "s", "1.s", "1m 30s"])("rejects %j", (s) => {
     expect(() => parseDuration(s)).toThrow();
+  });
+});
+
+describe("rate shorthand and durations", () => {
+  it("never throw anything but LimitError / DurationError", () => {
+    fc.assert(
+      fc.property(anyString, (s) => {
+        const r = onlyThrows(() => parseRateShorthand(s), LimitError);
+        if (r) {
+          expect(Number.isSafeInteger(r.rate) && r.rate > 0).toBe(true);
+          expect(r.perMs).toBeGreaterThan(0);
+        }
+        onlyThrows(() => parseDuration(s), DurationError);
+        onlyThrows(() => parseLimit(s), LimitError);
+      }),
+      RUNS,
+    );
+  });
+
+  it("round-trip every accepted limit through its canonical wire form", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 1_000_000 }),
+        fc.integer({ min: 1, max: 86_400_000 }),
+        fc.integer({ min: 0, max: 2_000_000 }),
+        (rate, perMs, burst) => {
+          const limit = parseLimit({ rate, per: formatDuration(perMs), burst });
+          expect(limit).not.toBeNull();
+          const json = limitToJson(limit);
+          expect(parseLimit(json)).toEqual(limit);
+          expect(parseDuration(json.per)).toBe(perMs);
+          expect(limit?.burst).toBe(Math.max(rate, burst === 0 ? rate : burst));
+        },
+      ),
+      RUNS,
+    );
+  });
+
+  it("refuse non-integers, negative rates and unknown units", () => {
+    for (const bad of ["1.5/s", "-1/s", "10/", "/s", "10/fortnight", "10/-1s", "1e3/s", "0x10/s", "10/s/s"]) {
+      expect(() => parseRateShorthand(bad), bad).toThrow(LimitError);
+    }
   });
 });

@@ -1,12 +1,19 @@
 /**
  * Strong secrets: a short TOKEN_SECRET or ADMIN_TOKEN fails the routes that need it and the health check,
- * naming it; a public ANALYTICS_CHANNEL is bad configuration; the shipped secrets are strong enough.
+ * naming it; a public ANALYTICS_CHANNEL is bad configuration; the shipped secrets are strong enough; no
+ * answer reveals a secret's length, and the example secrets the repository shows are found, so the
+ * deploy check can refuse them.
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import devVarsExample from "../../.dev.vars.example?raw";
-import { secretProblem } from "../../src/settings/secrets";
+import apiDoc from "../../docs/api.md?raw";
+import operationsDoc from "../../docs/operations.md?raw";
+import throttlingDoc from "../../docs/throttling.md?raw";
+import readme from "../../README.md?raw";
+import { exampleSecrets, SECRET_MIN, secretProblem } from "../../src/settings/secrets";
 import { ADMIN, adminHeaders, callAndWait, envWith, freshIp, uniq } from "../support/helpers";
+import vitestConfig from "../vitest.config.ts?raw";
 
 describe("strong secrets", () => {
   const mintWith = (e: Env) =>
@@ -82,5 +89,42 @@ describe("strong secrets", () => {
     expect(secretProblem("TOKEN_SECRET", env.TOKEN_SECRET)).toBeNull();
     expect(secretProblem("ADMIN_TOKEN", env.ADMIN_TOKEN)).toBeNull();
     expect(env.ADMIN_TOKEN).toBe(ADMIN);
+  });
+});
+
+describe("nothing reveals a secret", () => {
+  it("a weak secret's problem states the minimum, never the secret's own length", async () => {
+    for (const length of [1, 7, 15, 31]) {
+      const problem = secretProblem("TOKEN_SECRET", "x".repeat(length)) as string;
+      expect(problem).toContain(`at least ${SECRET_MIN.TOKEN_SECRET.length} bytes`);
+      expect(problem.replace(String(SECRET_MIN.TOKEN_SECRET.length), "")).not.toMatch(/\d/);
+    }
+    const admin = secretProblem("ADMIN_TOKEN", "y".repeat(9)) as string;
+    expect(admin).toContain("at least 16 characters");
+    expect(admin).not.toContain("9");
+    // Nor the 500 a route answers with it.
+    const res = await callAndWait("/healthz", {}, envWith({ TOKEN_SECRET: "z".repeat(29) }));
+    expect(res.status).toBe(500);
+    expect(await res.text()).not.toContain("29");
+  });
+
+  it("finds the example secrets the repository shows, so the deploy check can refuse them", () => {
+    const shown = exampleSecrets([devVarsExample, readme, apiDoc, operationsDoc, throttlingDoc, vitestConfig]);
+    const devVars = Object.fromEntries(
+      devVarsExample
+        .split("\n")
+        .filter((l) => /^[A-Z_]+=/.test(l))
+        .map((l) => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1).trim()]),
+    );
+    expect(shown).toContain(devVars.TOKEN_SECRET);
+    expect(shown).toContain(devVars.ADMIN_TOKEN);
+    expect(shown).toContain("test-token-secret-0123456789abcdef");
+    expect(shown).toContain("test-admin-token");
+    // `Bearer <token>` examples in prose count; placeholders do not.
+    expect(exampleSecrets(["curl -H 'Authorization: Bearer some-long-admin-token-123'"])).toContain(
+      "some-long-admin-token-123",
+    );
+    expect([...exampleSecrets(["Bearer $ADMIN", "Bearer <ADMIN_TOKEN>", `Bearer $${"{"}token}`])]).toEqual([]);
+    expect(shown).not.toContain(`private-${crypto.randomUUID()}`);
   });
 });

@@ -15,8 +15,8 @@ export const BASE = "https://floodgate.test";
 
 /**
  * Time allowed to a test that makes hundreds of requests one after another (a drop-rate share, the
- * zero-loss run): what it checks is what arrives, not how fast, and on a busy 2-core machine
- * (`npm run test:stress`, CI) it takes three to four times as long as on an idle one.
+ * delivered-or-recorded run): what it checks is what arrives, not how fast, and on a busy 2-core
+ * machine (`npm run test:stress`, CI) it takes three to four times as long as on an idle one.
  */
 export const SLOW_TEST_MS = 90_000;
 

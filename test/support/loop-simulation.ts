@@ -1,7 +1,7 @@
 /**
  * A deterministic simulation of the throttle loop: synthetic traffic, the drop decision per message
  * (random or thinning, seeded), the sampler's law once per period, and actuation lag between the two.
- * Used by test/sampler-law.test.ts to assert the law's guarantees and by `npm run bench:loop`; a test
+ * Used by test/functions/sampler-law.test.ts to assert the law's guarantees and by `npm run bench:loop`; a test
  * and benchmark harness around the shipped law (functions/sampler.ts), not part of the pack.
  *
  * Model: period k lasts `periodS` seconds and offers `round(A_k · periodS)` messages, where A_k comes

@@ -1,6 +1,7 @@
 /**
  * Tokens signed here (not minted through the API) and raw requests with a chosen client IP, for the
- * tests of the HTTP bounds: read budgets, verify-before-charge, sessions, tokens out of URLs, headers.
+ * tests of the HTTP bounds: the read budget, verified subjects' budgets, sessions, tokens in headers and
+ * security headers.
  */
 import { signToken } from "../../src/worker/auth/tokens";
 import { callAndWait, uniq } from "./helpers";

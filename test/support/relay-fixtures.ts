@@ -1,5 +1,5 @@
 /**
- * What the relay tests share (test/relays.test.ts, test/relay-counts.test.ts): a Worker with
+ * What the relay tests share (test/relay/fan-out.test.ts, test/relay/relay-counts.test.ts): a Worker with
  * RELAY_CAPACITY 10, stubs of a channel and its relays, stats, subscribers opened in order, and the
  * wait until a channel's relays have left and forgotten it.
  */

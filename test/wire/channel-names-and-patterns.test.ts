@@ -1,13 +1,22 @@
+/**
+ * Channel names and patterns (src/wire/channel-names.ts): the grammar by example, matching, scores and
+ * rule selection; and, property-based (fast-check), that the parsers throw nothing but GrammarError,
+ * never accept what the grammar forbids, and round-trip what they accept.
+ */
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
   compileRules,
   GrammarError,
   isChannelName,
+  MAX_CHANNEL_LENGTH,
+  MAX_COMPONENT_LENGTH,
   matchesPattern,
   parseChannelName,
   parsePattern,
   selectRule,
 } from "../../src/wire/channel-names";
+import { anyString, component, onlyThrows, RUNS } from "../support/property-inputs";
 
 const name = (s: string) => parseChannelName(s);
 
@@ -57,6 +66,56 @@ describe("channel names", () => {
     expect(s.length).toBe(200);
     expect(isChannelName(s)).toBe(true);
   });
+
+  it("never throw anything but GrammarError, and accept only what the grammar allows", () => {
+    fc.assert(
+      fc.property(anyString, (s) => {
+        const name = onlyThrows(() => parseChannelName(s), GrammarError);
+        if (!name) return;
+        expect(name.name).toBe(s);
+        expect(s.length).toBeLessThanOrEqual(MAX_CHANNEL_LENGTH);
+        expect(s).toMatch(/^(public|private):[a-z0-9_-]+(\.[a-z0-9_-]+){1,3}$/);
+        expect(name.components.every((c) => c.length <= MAX_COMPONENT_LENGTH)).toBe(true);
+        if (name.visibility === "private") expect(name.components.length).toBeGreaterThanOrEqual(3);
+      }),
+      RUNS,
+    );
+  });
+
+  it("accept every well-formed name and round-trip it", () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom("public", "private"),
+        fc.array(component, { minLength: 3, maxLength: 4 }),
+        (v, cs) => {
+          const text = `${v}:${cs.join(".")}`;
+          const name = parseChannelName(text);
+          expect(name.name).toBe(text);
+          expect(`${name.visibility}:${name.components.join(".")}`).toBe(text);
+        },
+      ),
+      RUNS,
+    );
+  });
+
+  it("refuse path traversal, separators, upper case and control characters", () => {
+    for (const bad of [
+      "public:../../etc.passwd",
+      "public:a..b",
+      "public:a/b.c",
+      "public:a.%2e%2e",
+      "public:A.b",
+      "public:a.b\u0000",
+      "public:a.b\n",
+      "public: a.b",
+      "public:a.b.c.d.e",
+      `public:${"a".repeat(65)}.b`,
+      "Public:a.b",
+      "*:a.b",
+    ]) {
+      expect(() => parseChannelName(bad), bad).toThrow(GrammarError);
+    }
+  });
 });
 
 describe("patterns", () => {
@@ -104,6 +163,45 @@ describe("patterns", () => {
     expect(parsePattern("public:a.**").score).toBe(8);
     expect(parsePattern("public:**").score).toBe(4);
     expect(parsePattern("private:*.*.*").score).toBe(7);
+  });
+
+  it("never throw anything but GrammarError; what they accept round-trips and never has a misplaced **", () => {
+    fc.assert(
+      fc.property(anyString, (s) => {
+        const p = onlyThrows(() => parsePattern(s), GrammarError);
+        if (!p) return;
+        expect(p.source).toBe(s);
+        expect(parsePattern(p.source)).toEqual(p);
+        expect(p.segments.length).toBeGreaterThanOrEqual(1);
+        expect(p.segments.length).toBeLessThanOrEqual(8);
+        p.segments.forEach((seg, i) => {
+          if (seg === "**") expect(i).toBe(p.segments.length - 1);
+          else if (seg !== "*") expect(seg).toMatch(/^[a-z0-9_-]{1,64}$/);
+        });
+        expect(s).toMatch(/^(public|private):/);
+      }),
+      RUNS,
+    );
+  });
+
+  it("a literal pattern matches exactly its own name; * matches one component, ** one or more", () => {
+    fc.assert(
+      fc.property(fc.array(component, { minLength: 2, maxLength: 4 }), component, (cs, extra) => {
+        const text = `public:${cs.join(".")}`;
+        const name = parseChannelName(text);
+        expect(matchesPattern(parsePattern(text), name)).toBe(true);
+        const star = `public:${[...cs.slice(0, -1), "*"].join(".")}`;
+        expect(matchesPattern(parsePattern(star), name)).toBe(true);
+        const prefix = `public:${cs[0]}.**`;
+        expect(matchesPattern(parsePattern(prefix), name)).toBe(true);
+        if (cs.length < 4) {
+          const longer = parseChannelName(`${text}.${extra}`);
+          expect(matchesPattern(parsePattern(text), longer)).toBe(false);
+          expect(matchesPattern(parsePattern(star), longer)).toBe(false);
+        }
+      }),
+      RUNS,
+    );
   });
 });
 

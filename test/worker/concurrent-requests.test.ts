@@ -7,8 +7,7 @@
  * requests. (Tests that call the handler directly run in one context and cannot see this.)
  */
 import { env } from "cloudflare:workers";
-import { describe, expect, it, vi } from "vitest";
-import { pollUntil } from "../../functions/waiting";
+import { describe, expect, it } from "vitest";
 import { services } from "../../src/worker/services";
 import {
   adminHeaders,
@@ -25,25 +24,6 @@ import {
 
 /** The deployment's record of dropped messages (wrangler.toml ANALYTICS_CHANNEL). */
 const ANALYTICS = env.ANALYTICS_CHANNEL;
-
-describe("pollUntil", () => {
-  it("resolves true as soon as the condition holds, false after the timeout, on its own timers", async () => {
-    vi.useFakeTimers();
-    try {
-      let ready = false;
-      const hit = pollUntil(() => ready, 1000);
-      await vi.advanceTimersByTimeAsync(30);
-      ready = true;
-      await vi.advanceTimersByTimeAsync(10);
-      await expect(hit).resolves.toBe(true);
-      const miss = pollUntil(() => false, 100);
-      await vi.advanceTimersByTimeAsync(120);
-      await expect(miss).resolves.toBe(false);
-    } finally {
-      vi.useRealTimers();
-    }
-  });
-});
 
 describe("real request contexts", () => {
   it("50 concurrent publishes from one subject: one coalesced limiter, all delivered once", async () => {

@@ -1,9 +1,15 @@
-/** The publish batcher on its own: order, one call per batch, and no resend when an answer is lost. */
+/**
+ * The Worker's publish batcher: publishes of one tick go to the channel as one call, in order, each
+ * answered with its own outcome and never resent when an answer is lost; a follower takes over from a
+ * leader whose request died; publishes waiting in one isolate are bounded in bytes (503, counted).
+ */
 import { describe, expect, it, vi } from "vitest";
 import { TAKEOVER_MS } from "../../functions/coalescer";
-import type { PublishCommand, PublishOutcome } from "../../src/channel/calls";
+import type { ChannelStats, PublishCommand, PublishOutcome } from "../../src/channel/calls";
+import { ChannelObject } from "../../src/channel/channel-object";
 import { ApiError } from "../../src/worker/http/errors";
 import { PUBLISH_BATCHING, PublishBatcher } from "../../src/worker/publish-batcher";
+import { adminHeaders, callAndWait, publisher, publishTo, uniq } from "../support/helpers";
 
 const cmd = (i: number): PublishCommand => ({
   channel: "public:a.b",
@@ -12,6 +18,11 @@ const cmd = (i: number): PublishCommand => ({
   action: "deliver",
   now: i,
 });
+
+async function channelStats(ch: string): Promise<ChannelStats> {
+  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
+  return (await res.json()) as ChannelStats;
+}
 
 describe("publish batcher", () => {
   it("sends publishes of one tick as one call, in order, and answers each with its own outcome", async () => {
@@ -57,64 +68,6 @@ describe("publish batcher", () => {
     } finally {
       vi.useRealTimers();
     }
-  });
-});
-
-describe("batches in the channel object", () => {
-  it("keep exactly HISTORY_LIMIT messages, with counters that are right and stored", async () => {
-    const { env } = await import("cloudflare:workers");
-    const ch = `public:batch.trim${crypto.randomUUID().slice(0, 8)}`;
-    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-    // 4 batches through publishMany (50, 50, 50, 30): 180 > 100 kept.
-    for (const [start, n] of [
-      [0, 50],
-      [50, 50],
-      [100, 50],
-      [150, 30],
-    ] as const) {
-      await stub.publishMany(
-        Array.from({ length: n }, (_, i) => ({ ...cmd(start + i), channel: ch, now: Date.now() })),
-      );
-    }
-    const history = (await stub.history(0, 1000)).map((f) => JSON.parse(f) as { seq: number; data: { i: number } });
-    expect(history.map((f) => f.seq)).toEqual(Array.from({ length: 100 }, (_, i) => 81 + i));
-    expect(history.map((f) => f.data.i)).toEqual(Array.from({ length: 100 }, (_, i) => 80 + i));
-    expect(await stub.stats()).toMatchObject({ last_seq: 180, delivered_total: 180 });
-    // The counters were stored, not only held in memory: a fresh instance reads the same.
-    const { evictDurableObject } = await import("cloudflare:test");
-    await evictDurableObject(stub);
-    expect(await env.CHANNEL.get(env.CHANNEL.idFromName(ch)).stats()).toMatchObject({
-      last_seq: 180,
-      delivered_total: 180,
-    });
-  });
-
-  it("write the counters in one statement per batch, not one per message", async () => {
-    const { env } = await import("cloudflare:workers");
-    const { runInDurableObject } = await import("cloudflare:test");
-    const ch = `public:batch.writes${crypto.randomUUID().slice(0, 8)}`;
-    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-    await stub.publishMany([{ ...cmd(0), channel: ch, now: Date.now() }]); // the first publish stores the name
-    const counterWrites = await runInDurableObject(stub, async (instance, state) => {
-      // Count the statements that write the counters table while one batch of 50 is applied.
-      const sql = state.storage.sql;
-      const exec = sql.exec.bind(sql);
-      let writes = 0;
-      sql.exec = ((query: string, ...bindings: SqlStorageValue[]) => {
-        if (/INTO counters/.test(query)) writes++;
-        return exec(query, ...bindings);
-      }) as typeof sql.exec;
-      try {
-        await instance.publishMany(
-          Array.from({ length: 50 }, (_, i) => ({ ...cmd(1 + i), channel: ch, now: Date.now() })),
-        );
-      } finally {
-        sql.exec = exec;
-      }
-      return writes;
-    });
-    expect(counterWrites).toBe(1);
-    expect(await stub.stats()).toMatchObject({ last_seq: 51, delivered_total: 51 });
   });
 });
 
@@ -204,5 +157,52 @@ describe("byte cap on waiting publishes", () => {
     expect((await Promise.all(waiting)).map((o) => (o as { id: string }).id)).toEqual(["m0", "m1", "m2"]);
     expect(b.queuedBytes).toBe(0);
     expect(((await b.publish(big(4))) as { id: string }).id).toBe("m4");
+  });
+});
+
+describe("memory is bounded by bytes", () => {
+  it("publishes waiting in one isolate past the byte cap get 503 unavailable with Retry-After, counted; the rest are delivered", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    const t = await publisher("public:bounds.*");
+    // The channel's object stalls (a slow storage commit) until released, so publishes pile up.
+    const proto = ChannelObject.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
+    const original = proto.publishMany as (...a: unknown[]) => unknown;
+    let release = false;
+    proto.publishMany = async function (this: unknown, ...args: unknown[]) {
+      while (!release) await new Promise((r) => setTimeout(r, 2));
+      return original.apply(this, args);
+    };
+    const metric = async () => {
+      const text = await (await callAndWait("/metrics", { headers: adminHeaders() })).text();
+      return Number(/^floodgate_publish_overflow_total (\d+)$/m.exec(text)?.[1] ?? "NaN");
+    };
+    const before = await metric();
+    const body = "x".repeat(30_000);
+    let answers: Response[];
+    try {
+      let settled = 0;
+      const pending = Array.from({ length: 300 }, () =>
+        publishTo(ch, t, body).then((r) => {
+          settled++;
+          return r;
+        }),
+      ); // 9 MB > the 8 MiB cap
+      // Refusals answer at once, while the accepted publishes still wait.
+      for (let i = 0; i < 2000 && settled === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      release = true;
+      answers = await Promise.all(pending);
+    } finally {
+      proto.publishMany = original;
+    }
+    const over = answers.filter((r) => r.status === 503);
+    const ok = answers.filter((r) => r.status === 200);
+    expect(over.length).toBeGreaterThan(0);
+    expect(ok.length + over.length).toBe(300);
+    expect(ok.length).toBeGreaterThanOrEqual(250);
+    expect(over[0]?.headers.get("retry-after")).toBe("1");
+    expect(await over[0]?.json()).toMatchObject({ code: "unavailable", meta: { code: "UNAVAILABLE" } });
+    // Every accepted publish was delivered; every refused one was counted.
+    expect((await channelStats(ch)).delivered_total).toBe(ok.length);
+    expect((await metric()) - before).toBe(over.length);
   });
 });

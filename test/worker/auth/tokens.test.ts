@@ -1,10 +1,16 @@
-/** Token mint and refresh through the real routes, and token verification edge cases. */
+/**
+ * Token mint and refresh through the real routes, token verification edge cases, and the token decoder
+ * property-based (fast-check): nothing thrown but TokenError, no single-character change accepted.
+ */
 import { env } from "cloudflare:workers";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { base64UrlEncode, signToken, type TokenClaims } from "../../../src/worker/auth/tokens";
+import { base64UrlEncode, signToken, type TokenClaims, TokenError, verifyToken } from "../../../src/worker/auth/tokens";
 import { ADMIN, adminHeaders, call, callAndWait, envWith, freshIp, mint, publishTo, uniq } from "../../support/helpers";
+import { anyString, RUNS } from "../../support/property-inputs";
 
 const SECRET = "test-token-secret-0123456789abcdef";
+
 const decode = (t: string) =>
   JSON.parse(atob((t.split(".")[1] as string).replace(/-/g, "+").replace(/_/g, "/"))) as TokenClaims;
 
@@ -261,5 +267,71 @@ describe("verification on publish", () => {
     });
     expect(res.status).toBe(401);
     expect(env.ADMIN_TOKEN).toBe(ADMIN);
+  });
+});
+
+describe("token decoder", () => {
+  const secret = "property-secret-0123456789";
+  const now = 1_800_000_000;
+
+  it("never throws anything but TokenError on arbitrary input", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.oneof(
+          anyString,
+          fc.tuple(anyString, anyString, anyString).map(([a, b, c]) => `${a}.${b}.${c}`),
+        ),
+        async (s) => {
+          await expect(verifyToken(s, secret, "access", now)).rejects.toBeInstanceOf(TokenError);
+        },
+      ),
+      { ...RUNS, numRuns: 300 },
+    );
+  });
+
+  it("refuses any single-character change to a valid token", async () => {
+    const token = await signToken(
+      { sub: "alice", typ: "access", chs: ["public:a.b"], scp: ["publish"], iat: now - 10, exp: now + 600, jti: "j1" },
+      secret,
+    );
+    await expect(verifyToken(token, secret, "access", now)).resolves.toBeDefined();
+    await fc.assert(
+      fc.asyncProperty(
+        fc.nat({ max: token.length - 1 }),
+        fc.constantFrom(..."ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.".split("")),
+        async (i, ch) => {
+          fc.pre(token[i] !== ch);
+          const tampered = token.slice(0, i) + ch + token.slice(i + 1);
+          // Base64url has spare bits: a change in the last character can decode to the same bytes.
+          const same = await verifyToken(tampered, secret, "access", now).then(
+            (v) => JSON.stringify(v.claims),
+            () => null,
+          );
+          if (same !== null)
+            expect(same).toBe(JSON.stringify((await verifyToken(token, secret, "access", now)).claims));
+        },
+      ),
+      { ...RUNS, numRuns: 300 },
+    );
+  });
+
+  it("refuses alg none, other algorithms, and a token signed with a different secret", async () => {
+    const claims = {
+      sub: "mallory",
+      typ: "access",
+      chs: ["public:**"],
+      scp: ["publish"],
+      iat: now,
+      exp: now + 60,
+      jti: "x",
+    };
+    const payload = base64UrlEncode(new TextEncoder().encode(JSON.stringify(claims)));
+    for (const alg of ["none", "HS512", "RS256", "hs256"]) {
+      const header = base64UrlEncode(new TextEncoder().encode(JSON.stringify({ alg, typ: "JWT" })));
+      await expect(verifyToken(`${header}.${payload}.`, secret, "access", now)).rejects.toBeInstanceOf(TokenError);
+      await expect(verifyToken(`${header}.${payload}.c2ln`, secret, "access", now)).rejects.toBeInstanceOf(TokenError);
+    }
+    const other = await signToken(claims as never, "the-admin-token-or-any-other-secret");
+    await expect(verifyToken(other, secret, "access", now)).rejects.toMatchObject({ failure: "bad_signature" });
   });
 });

@@ -1,5 +1,5 @@
 /**
- * The zero-loss invariant, end to end in workerd: whatever the drop rate, every message that answered
+ * Nothing accepted is lost, end to end in workerd: whatever the drop rate, every message that answered
  * 200 reaches every subscriber exactly once in seq order, every message that answered 202 is on the
  * analytics channel exactly once, retries with an Idempotency-Key change nothing, and the counters and
  * metrics agree with the answers — with the channel's subscribers on one relay, and on a relay each

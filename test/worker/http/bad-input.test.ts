@@ -1,25 +1,12 @@
 /**
- * Hostile input over HTTP: each request gets the API's error (never a 500, never backend text)
- * and leaves state unchanged. Plus the slow-consumer fault: a reader that stops reading is cut off
- * after a bounded backlog without stalling the others.
+ * Bad input over HTTP: hostile bodies, headers and forged tokens each get the API's error (never a
+ * 500, never backend text) and leave the channel's state unchanged.
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { ChannelStats } from "../../../src/channel/calls";
-import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES } from "../../../src/relay/bounds";
 import { base64UrlEncode, signToken } from "../../../src/worker/auth/tokens";
-import {
-  ADMIN,
-  adminHeaders,
-  call,
-  callAndWait,
-  historyOf,
-  openSocket,
-  publisher,
-  publishTo,
-  readSse,
-  uniq,
-} from "../../support/helpers";
+import { ADMIN, adminHeaders, call, callAndWait, historyOf, publisher, publishTo, uniq } from "../../support/helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
 
@@ -156,83 +143,6 @@ describe("hostile tokens", () => {
       "unauthenticated",
     );
     expect(await lastSeq(ch)).toBe(0);
-  });
-});
-
-describe("slow consumer", () => {
-  it("a WebSocket reader that stops reading is closed with 4008 past 1 MiB unread, and can resume", async () => {
-    const ch = `public:hostile.${uniq()}`;
-    const res = await call(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } });
-    const stalled = res.webSocket;
-    if (!stalled) throw new Error("no socket");
-    // Not accepted yet: nothing is read, so the channel's sends pile up in the socket's buffer.
-    const live = await openSocket(ch);
-    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-    const big = "x".repeat(30_000);
-    const total = 100; // 3 MB: about three times the bound
-    for (let i = 0; i < total; i++) {
-      await stub.publishMany([
-        { channel: ch, data: JSON.stringify({ i, big }), publisher: "p", action: "deliver", now: Date.now() },
-      ]);
-    }
-    // The reader that keeps up gets everything, in order.
-    const frames = await live.next(total);
-    expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
-    const stats = await channelStats(ch);
-    expect(stats).toMatchObject({ websockets: 1, slow_consumers_closed: 1 });
-    // The stalled reader, reading at last: a gapless prefix of about the bound, then the close.
-    const got: number[] = [];
-    const closed = new Promise<{ code: number; reason: string }>((resolve) => {
-      stalled.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason }));
-    });
-    stalled.addEventListener("message", (ev) => got.push((JSON.parse(ev.data as string) as { seq: number }).seq));
-    stalled.accept();
-    const close = await closed;
-    expect(close.code).toBe(SLOW_CONSUMER_CLOSE);
-    expect(close.reason).toMatch(/slow consumer.*after=/);
-    expect(got).toEqual(Array.from({ length: got.length }, (_, i) => i + 1));
-    const bytesPerFrame = 30_100;
-    expect(got.length).toBeGreaterThanOrEqual(Math.floor(SUBSCRIBER_MAX_BEHIND_BYTES / bytesPerFrame));
-    expect(got.length).toBeLessThan(total);
-    // Resuming after the last seq it got brings the rest, nothing skipped or repeated (a replay is
-    // bounded in bytes too, so the rest may take more than one resume: test/bounds.test.ts).
-    const resumed = await openSocket(ch, `?after=${got.at(-1)}`);
-    const rest = await resumed.next(10);
-    expect(rest.map((f) => f.seq)).toEqual(Array.from({ length: 10 }, (_, i) => got.length + i + 1));
-    live.ws.close();
-    resumed.ws.close();
-  });
-  // The SSE reader that stops reading: test/bounds.test.ts (the bound is in bytes).
-});
-
-describe("SSE under a busy channel", () => {
-  it("a flush of thousands of frames reaches every reading SSE subscriber whole", async () => {
-    // One flush used to be one stream chunk per frame: a big batch (a busy channel, a long replay)
-    // filled the queue before the reader could take a chunk, and cut off a reader that was keeping
-    // up. Now a flush is one chunk, shared by all SSE readers.
-    const ch = `public:hostile.${uniq()}`;
-    const readers = await Promise.all(
-      [1, 2].map(() => call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } })),
-    );
-    for (const res of readers) expect(res.status).toBe(200);
-    const total = 1500;
-    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-    await stub.publishMany(
-      Array.from({ length: total }, (_, i) => ({
-        channel: ch,
-        data: `{"i":${i}}`,
-        publisher: "p",
-        action: "deliver" as const,
-        now: Date.now(),
-      })),
-    );
-    const stats = await channelStats(ch);
-    expect(stats).toMatchObject({ sse: 2, slow_consumers_closed: 0 });
-    for (const res of readers) {
-      const events = await readSse(res, total);
-      expect(events.map((e) => (e.data.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
-      expect(events.map((e) => Number(e.id))).toEqual(Array.from({ length: total }, (_, i) => i + 1));
-    }
   });
 });
 

@@ -1,9 +1,11 @@
 /**
- * Security headers: every API answer carries a CSP that allows nothing, forbids framing, and nosniff.
+ * Security headers: every API answer carries a CSP that allows nothing, forbids framing, and nosniff;
+ * HSTS on every API answer and on the dashboard's files.
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { callAndWait, freshIp, mint, setRate, uniq } from "../../support/helpers";
+import headersFile from "../../../public/_headers?raw";
+import { call, callAndWait, freshIp, mint, setRate, uniq } from "../../support/helpers";
 import { closeQuietly, sse, ws } from "../../support/raw-requests";
 
 describe("security headers", () => {
@@ -85,4 +87,20 @@ describe("security headers", () => {
       await reference.body?.cancel();
     },
   );
+});
+
+describe("HSTS", () => {
+  it("every API answer carries Strict-Transport-Security for a year with subdomains, errors included", async () => {
+    for (const res of [
+      await call("/healthz"),
+      await call("/v1/nope"),
+      await callAndWait("/metrics", { headers: { "cf-connecting-ip": freshIp() } }),
+    ]) {
+      expect(res.headers.get("strict-transport-security")).toBe("max-age=31536000; includeSubDomains");
+    }
+  });
+
+  it("the dashboard's files carry it too (public/_headers, served by the assets layer)", () => {
+    expect(headersFile).toMatch(/^\s+Strict-Transport-Security: max-age=31536000; includeSubDomains$/m);
+  });
 });

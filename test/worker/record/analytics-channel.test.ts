@@ -1,9 +1,10 @@
 /**
- * The record of dropped messages, end to end in workerd: the analytics channel keeps copies for
+ * The analytics channel, the record of dropped messages end to end in workerd: it keeps copies for
  * ANALYTICS_RETENTION (expired by its alarm, run with runDurableObjectAlarm after moving stored times
- * back), pages through every copy, filters by source channel, checks the export's parameters, and a flood
- * past the isolate's byte cap (the drops queue stalled) counts every copy it turns away, so dropped =
- * recorded + failed exactly. The record in RECORD_BUCKET is tested in test/record-store.test.ts.
+ * back), pages through every copy, filters by source channel, takes no publish from anyone but
+ * Floodgate, checks the export's parameters, and a flood past the isolate's byte cap (the drops queue
+ * stalled) counts every copy it turns away, so dropped = recorded + failed exactly. The record in
+ * RECORD_BUCKET is tested in test/worker/record/record-bucket.test.ts.
  *
  * Each test uses an analytics channel of its own (ANALYTICS_CHANNEL in a custom env), so no test sees
  * another's copies.
@@ -24,12 +25,14 @@ import { PAGE_MAX_BYTES } from "../../../src/relay/bounds";
 import {
   adminHeaders,
   BASE,
+  call,
   callAndWait,
   env,
   envWith,
   type Frame,
   mint,
   openSocket,
+  publishTo,
   setRate,
   uniq,
   until,
@@ -94,6 +97,8 @@ async function recordStats(r: Awaited<ReturnType<typeof record>>) {
   return ((await res.json()) as { record: Record<string, unknown> }).record;
 }
 
+const ANALYTICS = "private:floodgate.analytics.dropped";
+
 describe("retention", () => {
   it("the alarm expires copies older than ANALYTICS_RETENTION in batches and keeps the newer ones", async () => {
     const r = await record();
@@ -127,7 +132,7 @@ describe("retention", () => {
       copies_expired_total: 2500,
       oldest_dropped_at: now,
     });
-    // The stats show what the channel keeps beside the record's own counts (test/record-store.test.ts).
+    // The stats show what the channel keeps beside the record's own counts (test/worker/record/record-bucket.test.ts).
     expect(await recordStats(r)).toMatchObject({
       analytics_retention: "24h", // ANALYTICS_RETENTION's default 1d, in canonical form
       copies_kept: 101,
@@ -219,6 +224,26 @@ describe("paging and filtering", () => {
   });
 });
 
+describe("the record is written by Floodgate alone", () => {
+  it("a publish to ANALYTICS_CHANNEL answers 403 whatever the token, and adds nothing", async () => {
+    const writer = (await mint({ sub: uniq("ops"), channels: ["private:floodgate.analytics.**"] })).access_token;
+    const other = (await mint({ sub: uniq("u"), channels: ["public:a.b"] })).access_token;
+    const marker = uniq("forged");
+    for (const token of [writer, other, "garbage"]) {
+      const res = await publishTo(ANALYTICS, token, { source_channel: "public:a.b", marker });
+      expect(res.status).toBe(403);
+      expect(await res.json()).toMatchObject({ code: "permission_denied", meta: { code: "PERMISSION_DENIED" } });
+    }
+    const anonymous = await call(`/v1/publish/${ANALYTICS}`, { method: "POST", body: "1" });
+    expect(anonymous.status).toBe(403);
+    const history = await call(`/v1/history/${ANALYTICS}?limit=1000`, {
+      headers: { authorization: `Bearer ${writer}` },
+    });
+    expect(history.status).toBe(200);
+    expect(await history.text()).not.toContain(marker);
+  });
+});
+
 describe("resume on the analytics channel", () => {
   it("a replay past the 1 MiB bound ends with close 4008, and resuming from the last seq continues", async () => {
     const r = await record();
@@ -251,7 +276,8 @@ describe("resume on the analytics channel", () => {
 });
 
 describe("export", () => {
-  // The export reads the record in RECORD_BUCKET: its contents are tested in test/record-store.test.ts.
+  // The export reads the record in RECORD_BUCKET: its contents are tested in
+  // test/worker/record/record-bucket.test.ts.
   async function exportOf(r: Awaited<ReturnType<typeof record>>, query: string, headers = adminHeaders()) {
     const ctx = createExecutionContext();
     const res = await worker.fetch(new Request(`${BASE}/v1/admin/analytics/export${query}`, { headers }), r.env, ctx);
