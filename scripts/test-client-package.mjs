@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm run test:client-package`: the client package (packages/client) used as another project uses
-// it. Packs it (`prepack` builds dist/), checks the tarball holds only what a consumer needs,
+// it. Packs it (`prepare` builds dist/), checks the tarball holds only what a consumer needs,
 // installs the tarball into a fresh project under the OS temp directory (offline: it has no
 // dependencies), typechecks a consumer file against the installed .d.ts (DOM and Node typings;
 // bundler, node10 and nodenext resolution; no skipLibCheck), then runs one consumer program
@@ -60,7 +60,7 @@ const project = mkdtempSync(join(tmpdir(), "floodgate-client-consumer-"));
 let worker;
 let browser;
 try {
-  // 1. Pack, with dist/ removed first so the tarball's dist/ can only come from `prepack`.
+  // 1. Pack, with dist/ removed first so the tarball's dist/ can only come from `prepare`.
   rmSync(join(root, "packages/client/dist"), { recursive: true, force: true });
   const packed = await run("npm", ["pack", "-w", "@floodgate/client", "--pack-destination", project, "--json"], {
     cwd: root,
@@ -68,8 +68,17 @@ try {
   if (packed.code !== 0) throw new Error(`npm pack failed:\n${packed.out}`);
   const [info] = JSON.parse(packed.out.slice(packed.out.indexOf("[")));
   const files = info.files.map((f) => f.path).sort();
+  // What a consumer needs: the README, package.json, and dist/'s modules, each .js with its .d.ts
+  // (the entry dist/index.js among them); no sources, configs or build scripts.
+  const built = files.filter((f) => f !== "README.md" && f !== "package.json");
+  const modules = built.filter((f) => f.endsWith(".js")).map((f) => f.slice(0, -".js".length));
   check(
-    JSON.stringify(files) === JSON.stringify(["README.md", "dist/index.d.ts", "dist/index.js", "package.json"]),
+    files.includes("README.md") &&
+      files.includes("package.json") &&
+      modules.includes("dist/index") &&
+      built.every((f) => f.startsWith("dist/") && (f.endsWith(".js") || f.endsWith(".d.ts"))) &&
+      built.length === 2 * modules.length &&
+      modules.every((m) => built.includes(`${m}.d.ts`)),
     `npm pack builds the package and ships only ${files.join(", ")} (${info.size} bytes packed)`,
   );
 

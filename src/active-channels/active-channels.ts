@@ -28,7 +28,7 @@
  * those channels every run.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { TargetJson } from "../settings/settings";
+import type { TargetJson } from "../settings/targets";
 import { SERIES_CHANNELS, SERIES_POINTS, type SeriesPoint } from "./series";
 
 /** Channels the dashboard's "recently seen" list keeps. */

@@ -5,8 +5,9 @@
  */
 
 import { activeChannelsStub } from "../platform/stubs";
-import { getConfig, targetFor } from "../settings/settings";
-import { channelOfKey } from "../settings/shards";
+import { isAnalytics, targetFor } from "../settings/rules";
+import { settingsOf } from "../settings/settings";
+import { channelOfKey } from "../wire/channel-names";
 import type { ChannelFastLoop } from "./fast-loop";
 import type { ChannelStore, CounterValues } from "./store";
 
@@ -118,7 +119,7 @@ export class ChannelActivity {
   /** At most once a minute: lets the dashboard list channels without a target too. */
   private reportSeen(channel: string): void {
     const now = Date.now();
-    if (now - this.lastSeenReport < 60_000 || channel === getConfig(this.env).analyticsChannel.name) return;
+    if (now - this.lastSeenReport < 60_000 || isAnalytics(settingsOf(this.env), channel)) return;
     this.lastSeenReport = now;
     const registry = activeChannelsStub(this.env);
     this.marking = registry.markSeen(channel, now).then(
@@ -139,8 +140,8 @@ export class ChannelActivity {
 
   private computeSampled(channel: string): boolean {
     try {
-      const config = getConfig(this.env);
-      if (channel === config.analyticsChannel.name) return false;
+      const config = settingsOf(this.env);
+      if (isAnalytics(config, channel)) return false;
       return targetFor(config, channelOfKey(channel)) !== null;
     } catch {
       return false; // bad config or a name that is not a channel: nothing to sample

@@ -83,19 +83,6 @@ export interface ChannelPeriod {
   fastPoints?: SeriesPoint[];
 }
 
-/** What a relay's report is answered: whether to leave (it is empty), and the channel's head seq. */
-export interface RelayReportAnswer {
-  leave: boolean;
-  head: number;
-  /**
-   * The presence `state` frame as of this report (docs/api.md, "Presence"): what a subscriber that
-   * joined with `?presence=1` is sent first, counting itself.
-   */
-  presence?: string;
-  /** That state's version: presence frames up to it are already counted in it. */
-  presenceVersion?: number;
-}
-
 /** A slot on a relay for one subscriber, with the channel's head seq when it was taken. */
 export type RelayAssignment =
   | { relay: string; group: string; k: number; reservation: string; head: number }

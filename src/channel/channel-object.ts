@@ -27,8 +27,9 @@
 import { DurableObject } from "cloudflare:workers";
 import { splitShardKey } from "../../functions/shard-key";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import type { TargetJson } from "../settings/settings";
-import type { LiveFrame } from "../wire/frames";
+import type { ChannelForRelay, RelayReport, RelayReportAnswer } from "../relay/calls";
+import type { TargetJson } from "../settings/targets";
+import type { LiveFrame } from "../wire/frame-text";
 import { ChannelActivity } from "./activity";
 import type {
   ChannelPeriod,
@@ -40,7 +41,6 @@ import type {
   PublishOutcome,
   RecordCounts,
   RelayAssignment,
-  RelayReportAnswer,
 } from "./calls";
 import { DropSummaries } from "./drop-summaries";
 import { ChannelFastLoop } from "./fast-loop";
@@ -49,14 +49,13 @@ import { MessageLog } from "./messages";
 import type { PresenceAnswer, PresenceSettings } from "./presence";
 import { Publishing } from "./publishing";
 import { ChannelRecord } from "./record";
-import type { RelayReport } from "./relay-registry";
 import { ChannelRelays } from "./relays";
 import { ChannelSampling } from "./sampling";
 import { ShardMembership, ShardRegistry } from "./shard-registry";
 import { channelStats } from "./stats";
 import { ChannelStore } from "./store";
 
-export class ChannelObject extends DurableObject<Env> {
+export class ChannelObject extends DurableObject<Env> implements ChannelForRelay {
   private readonly scheduler: AlarmScheduler;
   private readonly store: ChannelStore;
   private readonly record: ChannelRecord;
@@ -82,7 +81,7 @@ export class ChannelObject extends DurableObject<Env> {
     const count = activity.count.bind(activity);
     const messages = new MessageLog(store, env, count, () => record.isRecord());
     const expiry = new IdleExpiry(store, scheduler, env, {
-      isAnalytics: () => record.isAnalytics(),
+      isRecord: () => record.isRecord(),
       occupancy,
       subscribed: () => {
         const { websockets, sse } = this.relays.totals(Date.now());

@@ -1,3 +1,4 @@
+import { ApiError } from "../wire/errors";
 /**
  * One client cannot take a channel (docs/api.md, "Relays"; docs/security.md): at most
  * `MAX_SUBSCRIPTIONS_PER_CLIENT` open subscriptions per channel per client, counted by the channel's
@@ -7,7 +8,6 @@
  * /64, src/worker/http/params.ts `clientIp`): one subscriber usually holds a whole /64. The two kinds are
  * prefixed apart, so a subject named like an address never shares an address's count.
  */
-import { ApiError } from "../worker/http/errors";
 
 /**
  * `Retry-After` of a subscribe refused at the client's cap. The client frees a slot by closing one

@@ -19,9 +19,10 @@ import { KeyTally, OTHER_KEY, summaryFrame } from "../../functions/drop-summary"
 import { SUMMARY_REPORT_MS } from "../active-channels/active-channels";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { activeChannelsStub } from "../platform/stubs";
-import { getConfig, type SummaryRule, summaryFor } from "../settings/settings";
+import { summaryFor } from "../settings/rules";
+import { type SummaryRule, settingsOf } from "../settings/settings";
 import { parseChannelName } from "../wire/channel-names";
-import type { SideFrame } from "../wire/frames";
+import type { SideFrame } from "../wire/frame-text";
 import type { ChannelStore } from "./store";
 
 interface OpenInterval {
@@ -113,7 +114,7 @@ export class DropSummaries {
 
   private openAt(now: number): OpenInterval {
     if (this.open) return this.open;
-    const due = now + getConfig(this.env).summaryIntervalMs;
+    const due = now + settingsOf(this.env).summaryIntervalMs;
     this.open = { from: now, due, tally: new KeyTally() };
     this.scheduler.request(due);
     return this.open;
@@ -124,7 +125,7 @@ export class DropSummaries {
     const channel = this.store.channel;
     if (!channel) return null; // not known yet: decide once it is
     try {
-      this.ruleCache = summaryFor(getConfig(this.env), parseChannelName(channel));
+      this.ruleCache = summaryFor(settingsOf(this.env), parseChannelName(channel));
     } catch {
       this.ruleCache = null; // bad config, or a name that is not a channel: no summaries
     }

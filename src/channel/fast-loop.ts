@@ -7,12 +7,12 @@
 import { fastLoopStep } from "../../functions/fast-loop";
 import { FAST_POINTS_HELD, fastLoopPoint, type SeriesPoint } from "../active-channels/series";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { getConfig, parseTarget, type Target, type TargetJson, targetFor } from "../settings/settings";
-import { channelOfKey } from "../settings/shards";
+import { targetFor } from "../settings/rules";
+import { settingsOf } from "../settings/settings";
+import type { Target, TargetJson } from "../settings/targets";
+import { type ChannelName, channelOfKey } from "../wire/channel-names";
 import type { ChannelRate } from "./calls";
 import type { ChannelStore } from "./store";
-
-type FastTarget = { kind: Target["kind"]; perSecond: number };
 
 export class ChannelFastLoop {
   /** The fast loop's current drop rate (stored in `meta` as `fast_rate`). */
@@ -22,7 +22,7 @@ export class ChannelFastLoop {
   /** The target the sampler or the admin API last gave this channel; undefined: never told. */
   private toldTarget: TargetJson | null | undefined = undefined;
   /** The fast loop's target in messages per second; undefined until computed. */
-  private targetCache: FastTarget | null | undefined = undefined;
+  private targetCache: Target | null | undefined = undefined;
   /**
    * The decisions since the sweep last visited, for the dashboard's series (src/active-channels/series.ts).
    * In memory only: an object evicted between two visits loses a few points of a chart, nothing else.
@@ -85,7 +85,7 @@ export class ChannelFastLoop {
       elapsedMs: Math.max(0, now - this.store.counter("fast_started_at")),
       occupancy: target ? this.occupancy() : 0,
     };
-    const step = fastLoopStep(counts, this.rate, target, getConfig(this.env).samplerFastPeriodMs, now);
+    const step = fastLoopStep(counts, this.rate, target, settingsOf(this.env).samplerFastPeriodMs, now);
     this.setRate(step.rate);
     if (target) {
       this.points.push(fastLoopPoint(now, counts, target, step.rate));
@@ -109,7 +109,7 @@ export class ChannelFastLoop {
   /** Starts the fast loop's first period at `now` when a channel with a target is not running it yet. */
   start(now: number): void {
     if (!this.target()) return;
-    const period = getConfig(this.env).samplerFastPeriodMs;
+    const period = settingsOf(this.env).samplerFastPeriodMs;
     const running = this.store.counter("fast_due_at");
     let wake: number;
     if (running) {
@@ -148,22 +148,23 @@ export class ChannelFastLoop {
     if (!this.store.wiped) this.store.putMeta("target", JSON.stringify(target));
   }
 
-  /** The target the fast loop holds: the one the sampler or admin API gave, else the configured one. */
-  target(): FastTarget | null {
+  /**
+   * The target the fast loop holds. The sampler and the admin API tell the object the target they
+   * resolved (src/settings/rules.ts `targetFor`, a runtime target included; null: none); until told,
+   * the object resolves it from the settings by the same rule.
+   */
+  target(): Target | null {
     if (this.targetCache !== undefined) return this.targetCache;
     const channel = this.store.channel;
     if (!channel) return null; // not known yet: decide once it is
-    let target: Target | null = null;
+    const settings = settingsOf(this.env);
+    let name: ChannelName | null = null;
     try {
-      const config = getConfig(this.env);
-      if (channel !== config.analyticsChannel.name) {
-        target =
-          this.toldTarget !== undefined ? parseTarget(this.toldTarget) : targetFor(config, channelOfKey(channel));
-      }
+      name = channelOfKey(channel);
     } catch {
-      target = null; // bad config, or a name that is not a channel: no fast loop
+      // a name that is not a channel: no fast loop
     }
-    this.targetCache = target ? { kind: target.kind, perSecond: target.perSecond } : null;
+    this.targetCache = name === null || this.toldTarget === null ? null : targetFor(settings, name, this.toldTarget);
     return this.targetCache;
   }
 }

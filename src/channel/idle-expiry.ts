@@ -7,7 +7,7 @@
  * by its own retention instead (src/channel/record.ts).
  */
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { getConfig } from "../settings/settings";
+import { settingsOf } from "../settings/settings";
 import { SHARD_REFRESH_MS } from "./shard-registry";
 import type { ChannelStore } from "./store";
 
@@ -20,7 +20,7 @@ export const WIPE_RETRY_MS = 60_000;
 /** What idle expiry needs to know of the rest of the channel's object. */
 export interface IdleExpiryParts {
   /** Kept by `ANALYTICS_RETENTION` instead: never expired as idle. */
-  isAnalytics(): boolean;
+  isRecord(): boolean;
   /** Subscribers of every relay, and those on their way to one. */
   occupancy(): number;
   /** Subscribers of every relay as they reported them (slots reserved for those on their way not included). */
@@ -44,7 +44,7 @@ export class IdleExpiry {
 
   /** After a write: an alarm is set, so a channel that then goes quiet is still expired. */
   ensure(): void {
-    if (this.parts.isAnalytics()) return;
+    if (this.parts.isRecord()) return;
     this.scheduler.request((this.store.counter("last_publish_at") || Date.now()) + this.ttl());
   }
 
@@ -64,7 +64,7 @@ export class IdleExpiry {
     if (!this.used()) return UNUSED_CHANNEL_TTL_MS;
     // A sharded channel's registry outlives every shard it lists (src/channel/shard-registry.ts).
     const shards = this.store.counter("shards_seen_at") > 0 ? SHARD_REFRESH_MS : 0;
-    return getConfig(this.env).historyTtlMs + shards;
+    return settingsOf(this.env).historyTtlMs + shards;
   }
 
   /** When idle expiry is due, counted from the last publish (or first use), or from the last leave if never used. */
@@ -78,7 +78,7 @@ export class IdleExpiry {
    * otherwise asks the alarm for when it will be. Returns true when it deleted.
    */
   async expire(now: number): Promise<boolean> {
-    if (this.parts.isAnalytics() || this.store.wiped) return false;
+    if (this.parts.isRecord() || this.store.wiped) return false;
     // Revived without a publish (a subscriber, a sampler visit): the expiry counts from now.
     if (!this.store.counter("last_publish_at")) this.store.set({ last_publish_at: now });
     if (this.parts.occupancy() > 0) {
@@ -86,7 +86,7 @@ export class IdleExpiry {
       // reserved for subscribers on their way (which lapse within a minute, unannounced if the
       // subscribe failed): look again soon.
       const subscribed = this.parts.subscribed() > 0;
-      this.scheduler.request(now + (subscribed ? getConfig(this.env).historyTtlMs : UNUSED_CHANNEL_TTL_MS));
+      this.scheduler.request(now + (subscribed ? settingsOf(this.env).historyTtlMs : UNUSED_CHANNEL_TTL_MS));
       return false;
     }
     const expiresAt = this.dueAt(now);
@@ -112,7 +112,7 @@ export class IdleExpiry {
    */
   subscriberLeft(): void {
     const store = this.store;
-    if (store.wiped || this.parts.subscribed() > 0 || this.parts.isAnalytics() || store.channel === null) return;
+    if (store.wiped || this.parts.subscribed() > 0 || this.parts.isRecord() || store.channel === null) return;
     const now = Date.now();
     this.lastLeftAt = now;
     // A slot still reserved lapses unannounced if its subscribe failed: the alarm looks again soon.

@@ -3,9 +3,10 @@
  * history reads (docs/api.md, GET /v1/history). The analytics channel keeps its copies by
  * `ANALYTICS_RETENTION` instead (src/channel/record.ts).
  */
+
 import { PAGE_MAX_BYTES } from "../relay/bounds";
-import { getConfig } from "../settings/settings";
-import { frame } from "../wire/frames";
+import { settingsOf } from "../settings/settings";
+import { frame } from "../wire/frame-text";
 import type { CopyItem } from "./calls";
 import type { ChannelStore, CounterValues } from "./store";
 
@@ -82,7 +83,7 @@ export class MessageLog {
   trimHistory(): void {
     if (this.isRecord()) return; // kept for ANALYTICS_RETENTION instead, trimmed by the alarm
     const lastSeq = this.store.counter("last_seq");
-    const limit = getConfig(this.env).historyLimit;
+    const limit = settingsOf(this.env).historyLimit;
     if (lastSeq > limit) this.store.sql.exec("DELETE FROM messages WHERE seq <= ?", lastSeq - limit);
   }
 

@@ -24,7 +24,7 @@
  */
 import { splitShardKey } from "../../functions/shard-key";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { channelFields, type SideFrame } from "../wire/frames";
+import { channelFields, type SideFrame } from "../wire/frame-text";
 
 export type PresenceMode = "announce" | "interval";
 

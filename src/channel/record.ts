@@ -7,7 +7,8 @@
  */
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { getConfig } from "../settings/settings";
+import { isAnalytics } from "../settings/rules";
+import { settingsOf } from "../settings/settings";
 import type { RecordCounts } from "./calls";
 import type { ChannelStore } from "./store";
 
@@ -30,30 +31,13 @@ export class ChannelRecord {
   }
 
   /**
-   * Whether this object is the analytics channel: it has received copies, or it bears the configured
-   * name (a message published to it directly, before any copy, is kept for the retention too).
+   * Whether this object is the analytics channel, kept by `ANALYTICS_RETENTION` rather than expired
+   * as idle: it has received copies (so also after `ANALYTICS_CHANNEL` was renamed), or it bears the
+   * configured name (a message published to it directly, before any copy, is kept for the retention too).
    */
   isRecord(): boolean {
     if (this.recordRole) return true;
-    if (this.store.channel === null) return false;
-    try {
-      return this.store.channel === getConfig(this.env).analyticsChannel.name;
-    } catch {
-      return false; // bad config: the Worker refuses every request anyway
-    }
-  }
-
-  /**
-   * Whether this object is kept by `ANALYTICS_RETENTION` rather than expired as idle: the record of
-   * dropped messages (also after `ANALYTICS_CHANNEL` was renamed), or the configured analytics channel.
-   */
-  isAnalytics(): boolean {
-    if (this.isRecord()) return true;
-    try {
-      return this.store.channel !== null && this.store.channel === getConfig(this.env).analyticsChannel.name;
-    } catch {
-      return true; // bad configuration: never delete on a guess
-    }
+    return this.store.channel !== null && isAnalytics(settingsOf(this.env), this.store.channel);
   }
 
   becomeRecord(): void {
@@ -90,7 +74,7 @@ export class ChannelRecord {
 
   private expire(now: number): number | null {
     if (this.store.wiped || !this.isRecord()) return null;
-    const retention = getConfig(this.env).analyticsRetentionMs;
+    const retention = settingsOf(this.env).analyticsRetentionMs;
     const cutoff = now - retention;
     for (let deleted = 0; deleted < EXPIRE_PER_RUN; ) {
       let n = 0;
@@ -120,7 +104,7 @@ export class ChannelRecord {
   /** Makes sure the alarm will expire the oldest message the analytics channel keeps. */
   scheduleExpiry(): void {
     const oldest = this.oldestDroppedAt();
-    if (oldest !== null) this.scheduler.request(oldest + getConfig(this.env).analyticsRetentionMs);
+    if (oldest !== null) this.scheduler.request(oldest + settingsOf(this.env).analyticsRetentionMs);
   }
 
   private oldestDroppedAt(): number | null {

@@ -1,3 +1,4 @@
+import { type LiveFrame, type SideFrame, utf8Length } from "../wire/frame-text";
 /**
  * The channel's delivery line to one relay (docs/api.md, "Relays"): batches go out in seq order, one
  * call at a time, so a relay never sees them reordered; relays are independent, so a slow or failed
@@ -18,8 +19,6 @@
  * ({@link PIPE_SIDE_MAX_BYTES}) the oldest are let go, and a failed call's side frames are lost. Each
  * kind is a periodic report whose next frame supersedes it, so a lost one is corrected by the next.
  */
-import type { LiveFrame, SideFrame } from "../wire/frames";
-import { utf8Length } from "../wire/frames";
 
 /** Sends frames (possibly none), the channel's head seq and side frames (possibly none) to the relay. */
 export type RelaySend = (frames: LiveFrame[], head: number, side: SideFrame[]) => Promise<unknown>;

@@ -17,6 +17,7 @@
  *   request has reached it first (src/relay/placement.ts). Only active relays are stored: a pending one is
  *   re-entered by its first report if the channel restarts meanwhile.
  */
+import type { RelayReport } from "../relay/calls";
 
 export interface RelayEntry {
   name: string;
@@ -34,23 +35,6 @@ export interface RelayEntry {
 export interface Reservation {
   until: number;
   client: string;
-}
-
-/** What a relay tells its channel (src/relay/reporter.ts). */
-export interface RelayReport {
-  relay: string;
-  group: string;
-  k: number;
-  websockets: number;
-  sse: number;
-  /** Open subscriptions per client key (every one of the relay's, in one report). */
-  clients: [string, number][];
-  /** Reservations of the subscribers that joined since the last report. */
-  joined: string[];
-  /** Subscribers closed for falling too far behind since the last report. */
-  slowClosed: number;
-  /** Subscribers that take presence frames (`?presence=1`, src/channel/presence.ts). */
-  presence?: number;
 }
 
 /** A slot, or refused: `full` past `MAX_SUBSCRIBERS`, `clientFull` past the client's own cap. */

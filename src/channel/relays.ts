@@ -9,14 +9,15 @@
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { relayStub } from "../platform/stubs";
 import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
+import type { RelayReport, RelayReportAnswer } from "../relay/calls";
 import { relayName } from "../relay/placement";
-import { getConfig } from "../settings/settings";
-import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frames";
-import type { RelayAssignment, RelayReportAnswer } from "./calls";
+import { settingsOf } from "../settings/settings";
+import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frame-text";
+import type { RelayAssignment } from "./calls";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
 import { RelayPipe } from "./relay-pipe";
-import { clientCounts, type RelayEntry, RelayRegistry, type RelayReport } from "./relay-registry";
+import { clientCounts, type RelayEntry, RelayRegistry } from "./relay-registry";
 import type { ChannelStore } from "./store";
 
 /** How soon after a fan-out the channel wakes to re-send the head, in case it was reset meanwhile. */
@@ -314,17 +315,10 @@ export class ChannelRelays {
   }
 }
 
-/**
- * `PRESENCE_ANNOUNCE_MAX` and `PRESENCE_INTERVAL`. Bad configuration never gets here (the Worker
- * answers 500 before any subscribe), so it falls back to the defaults.
- */
+/** `PRESENCE_ANNOUNCE_MAX` and `PRESENCE_INTERVAL`, as presence takes them. */
 function presenceSettings(env: Env): PresenceSettings {
-  try {
-    const c = getConfig(env);
-    return { announceMax: c.presenceAnnounceMax, intervalMs: c.presenceIntervalMs };
-  } catch {
-    return { announceMax: 20, intervalMs: 10_000 };
-  }
+  const s = settingsOf(env);
+  return { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs };
 }
 
 /** A stored column's JSON, or null when it does not parse (then it counts as nothing). */

@@ -3,7 +3,7 @@
  * decision to keep, and the channel's target.
  */
 
-import type { TargetJson } from "../settings/settings";
+import type { TargetJson } from "../settings/targets";
 import type { ChannelActivity } from "./activity";
 import type { ChannelPeriod } from "./calls";
 import type { ChannelFastLoop } from "./fast-loop";

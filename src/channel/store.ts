@@ -6,7 +6,7 @@
  */
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import type { MessageFields } from "../wire/frames";
+import type { MessageFields } from "../wire/frame-text";
 import { addRelayClientsColumn } from "./client-cap";
 import { addRecordColumns } from "./record-schema";
 

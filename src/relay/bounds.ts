@@ -1,12 +1,13 @@
 /**
- * What a subscriber may cost and how it is told it went too far (docs/api.md, "Bounds"): the byte
- * bound on how far behind a subscriber may fall, and the close codes a relay uses.
+ * What a subscriber and a relay may cost (docs/api.md, "Bounds"): how far behind a subscriber may
+ * fall, how much waits in one relay, how big a frame or a page is, and the relay's timings. How a
+ * subscriber is told it went too far is the wire's (src/wire/close-codes.ts).
  */
 
 /**
  * Bytes a subscriber may be behind — a WebSocket's unread `bufferedAmount`, an SSE stream's queued
- * bytes, or a replay on connect — before it is closed ({@link SLOW_CONSUMER_CLOSE}; an SSE stream
- * ends): 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md, "Slow subscribers").
+ * bytes, or a replay on connect — before it is closed (`SLOW_CONSUMER_CLOSE`; an SSE stream ends):
+ * 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md, "Slow subscribers").
  */
 export const SUBSCRIBER_MAX_BEHIND_BYTES = 1024 * 1024;
 /**
@@ -15,12 +16,9 @@ export const SUBSCRIBER_MAX_BEHIND_BYTES = 1024 * 1024;
  * at most: a full frame is sent at once.
  */
 export const FRAME_MAX_BYTES = 1024 * 1024;
-/** The close code for a WebSocket subscriber that fell too far behind; it may resume with `?after=`. */
-export const SLOW_CONSUMER_CLOSE = 4008;
-export const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?after=<last seq received>";
 /**
  * Bytes waiting in one relay for all its subscribers together (WebSockets' `bufferedAmount`, SSE
- * streams' queued bytes) before the most-behind are closed with {@link SLOW_CONSUMER_CLOSE}: 32 MiB.
+ * streams' queued bytes) before the most-behind are closed (`SLOW_CONSUMER_CLOSE`): 32 MiB.
  * A Durable Object's isolate has 128 MB, shared with the runtime, the relay's own state, replay and
  * repair pages ({@link PAGE_MAX_BYTES} each) and possibly other objects of the class; the per-subscriber
  * bound alone would allow `RELAY_CAPACITY` × 1 MiB (1,000 MiB with the defaults). A quarter of the
@@ -28,11 +26,6 @@ export const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect
  * 32 KiB behind.
  */
 export const RELAY_MAX_BUFFERED_BYTES = 32 * 1024 * 1024;
-export const RELAY_MEMORY_REASON =
-  "slow consumer: relay memory full, this one most behind; reconnect with ?after=<last seq received>";
-/** The close code for a subscription whose token expired; the client reconnects with a fresh token and `?after=`. */
-export const TOKEN_EXPIRED_CLOSE = 4001;
-export const TOKEN_EXPIRED_REASON = "token expired";
 /**
  * How often a relay writes a comment line to each SSE stream: at most 15 s apart, so proxies keep the
  * stream open, and the write is what finds a reader that went away (an aborted stream is noticed only
@@ -42,17 +35,6 @@ export const TOKEN_EXPIRED_REASON = "token expired";
 export const SSE_HEARTBEAT_MS = 10_000;
 /** When a count report failed, the relay tries again this much later even if nothing else changes. */
 export const REPORT_RETRY_MS = 5_000;
-/** The close code for a subscriber that sent a frame other than `ping` (policy violation). */
-export const SUBSCRIBER_SPOKE_CLOSE = 1008;
-export const SUBSCRIBER_SPOKE_REASON = 'subscribers do not send frames; only "ping" is answered ("pong")';
-/**
- * The close code for subscribers of a relay that missed messages the channel no longer keeps
- * (docs/api.md, "Relays"): they are not sent anything newer across the hole. Resuming with `?after=`
- * replays what is still retained, as a resume always does; `GET /v1/history` shows the same.
- */
-export const HISTORY_GAP_CLOSE = 4009;
-export const HISTORY_GAP_REASON =
-  "missed messages are no longer in history; reconnect with ?after=<last seq received> for what is retained";
 /**
  * Most bytes of messages one history page, export page, relay repair or catch-up carries (at least
  * one message). The analytics channel keeps far more than `HISTORY_LIMIT`, and a page of 1,000 of

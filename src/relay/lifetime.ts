@@ -8,8 +8,9 @@
  * the write is what finds a reader that went away, which then stops counting.
  */
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { expiredFrame } from "../wire/expired-frame";
-import { SSE_HEARTBEAT_MS, TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "./bounds";
+import { TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../wire/close-codes";
+import { expiredFrame } from "../wire/frame-text";
+import { SSE_HEARTBEAT_MS } from "./bounds";
 import { attachment, type RelaySubscribers, type Subscriber } from "./subscribers";
 
 /** What the lifetime needs of the relay's stream (src/relay/stream.ts). */

@@ -5,7 +5,7 @@
  * one pass over its subscribers.
  */
 
-import { RELAY_MEMORY_REASON, SLOW_CONSUMER_CLOSE } from "./bounds";
+import { RELAY_MEMORY_REASON, SLOW_CONSUMER_CLOSE } from "../wire/close-codes";
 import type { RelaySubscribers, Subscriber } from "./subscribers";
 
 /** The bytes waiting on a relay's WebSockets, read in the pass that sent to them. */

@@ -16,25 +16,23 @@
  *   {@link RELAY_MAX_BUFFERED_BYTES}; past it the subscribers most behind are closed first.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { RelayReportAnswer } from "../channel/calls";
-import type { ChannelObject } from "../channel/channel-object";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
 import { channelStub } from "../platform/stubs";
-import { getConfig } from "../settings/settings";
-import type { LiveFrame, SideFrame } from "../wire/frames";
-import { ApiError } from "../worker/http/errors";
-import { FRAME_MAX_BYTES, RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "./bounds";
+import { settingsOf } from "../settings/settings";
+import { INTERNAL_CLOSE, NORMAL_CLOSE, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "../wire/close-codes";
+import type { LiveFrame, SideFrame } from "../wire/frame-text";
+import { FRAME_MAX_BYTES, RELAY_MAX_BUFFERED_BYTES } from "./bounds";
+import {
+  type ChannelForRelay,
+  RELAY_REFUSED_STATUS,
+  type RelayCounts,
+  type RelayReportAnswer,
+  readSubscribe,
+} from "./calls";
 import { RelayLifetime } from "./lifetime";
 import { type RelayIdentity, RelayReporter } from "./reporter";
 import { RelayStream } from "./stream";
 import { RelaySubscribers, type Subscriber } from "./subscribers";
-
-export interface RelayCounts {
-  websockets: number;
-  sse: number;
-  /** The last seq this relay sent its subscribers, or null when it holds none and knows none. */
-  last_seq: number | null;
-}
 
 export class Relay extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -61,10 +59,7 @@ export class Relay extends DurableObject<Env> {
   private readonly lifetime: RelayLifetime;
   /** Bytes waiting for all subscribers together before the most behind are closed (a test lowers it). */
   maxBufferedBytes = RELAY_MAX_BUFFERED_BYTES;
-  /**
-   * `FRAME_DELAY` in ms (docs/api.md, "Packed frames"); a test sets its own. Bad configuration never
-   * gets here (the Worker answers 500 before any subscribe), so it falls back to no delay.
-   */
+  /** `FRAME_DELAY` in ms (docs/api.md, "Packed frames"); a test sets its own. */
   frameDelayMs: number;
   /** Most bytes of one packed frame (a test lowers it). */
   maxFrameBytes = FRAME_MAX_BYTES;
@@ -73,7 +68,7 @@ export class Relay extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
-    this.frameDelayMs = configuredFrameDelay(env);
+    this.frameDelayMs = settingsOf(env).frameDelayMs;
     this.subs = new RelaySubscribers(ctx, () => this.reporter.changed());
     this.reporter = new RelayReporter(
       {
@@ -147,45 +142,32 @@ export class Relay extends DurableObject<Env> {
   // ---- subscribe (fetch from the Worker) -------------------------------------------------------------
 
   /**
-   * `GET /subscribe?channel&relay&group&k&mode=ws|sse&floor&head&reservation&client[&expires][&batch=1]`,
-   * already authorised by the Worker, which took the slot from the channel (`floor`: the resume point,
-   * at most `head`; `client`: whose subscription it is, src/channel/client-cap.ts; `batch=1`: a
-   * WebSocket that asked for packed frames; `presence=1`: a subscriber that takes presence frames,
-   * the first of them, the channel's `state`, sent after its replay).
+   * One subscriber, already authorised by the Worker, which took the slot from the channel: the
+   * request is src/relay/calls.ts's `subscribeRequest` (the subscriber's own request, for its
+   * upgrade), read back here with `readSubscribe`.
    */
   override async fetch(request: Request): Promise<Response> {
-    const q = new URL(request.url).searchParams;
-    const head = Number(q.get("head"));
-    const floor = Math.min(Number(q.get("floor")), head);
-    const expires = Number(q.get("expires") ?? Number.NaN);
-    const expiresAt = Number.isFinite(expires) ? expires : null;
-    const owner = q.get("client") ?? "";
-    const presence = q.get("presence") === "1";
+    const s = readSubscribe(request);
     if (!this.identity) {
       this.left = false;
-      this.identity = {
-        channel: q.get("channel") ?? "",
-        relay: q.get("relay") ?? "",
-        group: q.get("group") ?? "",
-        k: Number(q.get("k")),
-      };
+      this.identity = { channel: s.channel, relay: s.relay, group: s.group, k: s.k };
     }
     // A relay that knows nothing yet starts where the channel was when the slot was taken.
-    if (this.stream.lastSeq === null) this.stream.lastSeq = head;
-    this.reporter.joined.push(q.get("reservation") ?? "");
+    if (this.stream.lastSeq === null) this.stream.lastSeq = s.head;
+    this.reporter.joined.push(s.reservation);
     let sub: Subscriber;
     let response: Response;
-    if (q.get("mode") === "ws") {
-      ({ sub, response } = this.subs.acceptSocket(floor, expiresAt, owner, q.get("batch") === "1", presence));
+    if (s.mode === "ws") {
+      ({ sub, response } = this.subs.acceptSocket(s.floor, s.expiresAt, s.client, s.batch, s.presence));
     } else {
-      const opened = this.subs.hub.connect(floor, expiresAt, owner);
-      opened.client.presence = presence;
+      const opened = this.subs.hub.connect(s.floor, s.expiresAt, s.client);
+      opened.client.presence = s.presence;
       sub = { sse: opened.client };
       response = opened.response;
       this.lifetime.scheduleHeartbeat(Date.now());
     }
     // A token verified a moment before its expiry asks for a time already past: the alarm runs at once.
-    if (expiresAt !== null) this.alarms.request(expiresAt);
+    if (s.expiresAt !== null) this.alarms.request(s.expiresAt);
     // Counted by the channel before the subscriber is answered: stats and MAX_SUBSCRIBERS see it,
     // and a new relay is on the channel's delivery list before its first subscriber hears anything.
     let answer: RelayReportAnswer;
@@ -193,8 +175,8 @@ export class Relay extends DurableObject<Env> {
       answer = await this.reporter.report();
     } catch (e) {
       console.error("floodgate relay: could not report a join", e instanceof Error ? e.message : e);
-      this.subs.leave(sub, 1011, "relay unavailable");
-      return new ApiError("unavailable", "channel is temporarily unavailable; retry").toResponse();
+      this.subs.leave(sub, INTERNAL_CLOSE, "relay unavailable");
+      return new Response(null, { status: RELAY_REFUSED_STATUS });
     }
     // The channel's seq went back: it deleted itself while idle (HISTORY_TTL) and this relay, left
     // behind, still held the old stream's position. Start from the new stream's head instead. Only
@@ -206,10 +188,10 @@ export class Relay extends DurableObject<Env> {
     this.store();
     // Its first presence frame: the channel's state as of its own join, counting itself.
     const state: SideFrame | null =
-      presence && answer.presence
+      s.presence && answer.presence
         ? { event: "presence", text: answer.presence, version: answer.presenceVersion ?? 0 }
         : null;
-    this.stream.inLane(() => this.stream.replay(sub, floor, state)).catch(() => {});
+    this.stream.inLane(() => this.stream.replay(sub, s.floor, state)).catch(() => {});
     this.stream.inLane(() => this.stream.apply([], answer.head)).catch(() => {});
     return response;
   }
@@ -224,11 +206,11 @@ export class Relay extends DurableObject<Env> {
   }
 
   override webSocketClose(ws: WebSocket, code: number, _reason: string, _wasClean: boolean): void {
-    this.subs.closeSocket(ws, code === 1005 || code === 1006 ? 1000 : code, "closing");
+    this.subs.closeSocket(ws, code === 1005 || code === 1006 ? NORMAL_CLOSE : code, "closing");
   }
 
   override webSocketError(ws: WebSocket, _error: unknown): void {
-    this.subs.closeSocket(ws, 1011, "error");
+    this.subs.closeSocket(ws, INTERNAL_CLOSE, "error");
   }
 
   override async alarm(): Promise<void> {
@@ -250,7 +232,7 @@ export class Relay extends DurableObject<Env> {
 
   // ---- internals ---------------------------------------------------------------------------------
 
-  private channel(): DurableObjectStub<ChannelObject> {
+  private channel(): ChannelForRelay {
     const channel = this.identity?.channel ?? "";
     return channelStub(this.env, channel);
   }
@@ -309,14 +291,6 @@ export class Relay extends DurableObject<Env> {
     if (!id) return null;
     const { websockets, sse } = this.reporter.reported;
     return `${id.channel}\u0000${id.relay}\u0000${id.group}\u0000${id.k}\u0000${websockets}\u0000${sse}`;
-  }
-}
-
-function configuredFrameDelay(env: Env): number {
-  try {
-    return getConfig(env).frameDelayMs;
-  } catch {
-    return 0;
   }
 }
 

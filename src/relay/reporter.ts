@@ -6,10 +6,9 @@
  * subscriber gone stops counting even when the report of it is lost.
  */
 
-import type { RelayReportAnswer } from "../channel/calls";
-import type { ChannelObject } from "../channel/channel-object";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { REPORT_RETRY_MS } from "./bounds";
+import type { ChannelForRelay, RelayReportAnswer } from "./calls";
 
 /** Who this relay is; stored once it has a subscriber. */
 export interface RelayIdentity {
@@ -27,7 +26,7 @@ export interface ReportingRelay {
   /** Subscribers taking presence frames. */
   presenceCount(): number;
   subscriberCount(): number;
-  channel(): DurableObjectStub<ChannelObject>;
+  channel(): ChannelForRelay;
   /** A report got through while the relay has subscribers: store what the channel heard. */
   store(): void;
   /** The channel answered `leave`. */

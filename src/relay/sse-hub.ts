@@ -6,7 +6,8 @@
  * not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
  * one opened with a token ends with `event: expired` when the token does ({@link SseHub.expire}).
  */
-import { expiredFrame } from "../wire/expired-frame";
+
+import { expiredFrame } from "../wire/frame-text";
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 
 export interface SseClient {

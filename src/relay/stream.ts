@@ -26,7 +26,14 @@
  * with the messages for packed sockets (and held with them under `FRAME_DELAY`); they carry no seq,
  * so they never touch order, repair, replay or floors.
  */
-import type { ChannelObject } from "../channel/channel-object";
+
+import {
+  HISTORY_GAP_CLOSE,
+  HISTORY_GAP_REASON,
+  INTERNAL_CLOSE,
+  SLOW_CONSUMER_CLOSE,
+  SLOW_CONSUMER_REASON,
+} from "../wire/close-codes";
 import {
   type LiveFrame,
   packFrames,
@@ -36,16 +43,9 @@ import {
   sseChunk,
   sseEvent,
   utf8Length,
-} from "../wire/frames";
-import {
-  FRAME_MAX_BYTES,
-  HISTORY_GAP_CLOSE,
-  HISTORY_GAP_REASON,
-  PAGE_MAX_BYTES,
-  SLOW_CONSUMER_CLOSE,
-  SLOW_CONSUMER_REASON,
-  SUBSCRIBER_MAX_BEHIND_BYTES,
-} from "./bounds";
+} from "../wire/frame-text";
+import { FRAME_MAX_BYTES, PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
+import type { ChannelForRelay } from "./calls";
 import { boundMemory, SocketBacklog } from "./memory";
 import type { RelayReporter } from "./reporter";
 import type { SseClient } from "./sse-hub";
@@ -53,7 +53,7 @@ import { attachment, type RelaySubscribers, type Subscriber } from "./subscriber
 
 /** What the stream needs of its relay. */
 export interface StreamingRelay {
-  channel(): DurableObjectStub<ChannelObject>;
+  channel(): ChannelForRelay;
   /** Stores `lastSeq` (so it survives eviction). */
   store(): void;
   /** Bytes waiting for all subscribers together before the most behind are closed. */
@@ -171,7 +171,7 @@ export class RelayStream {
         page = await this.relay.channel().framesAfter(floor, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
       } catch (e) {
         console.error("floodgate relay: replay failed", e instanceof Error ? e.message : e);
-        this.subs.leave(sub, 1011, "replay failed; reconnect with ?after=<last seq received>");
+        this.subs.leave(sub, INTERNAL_CLOSE, "replay failed; reconnect with ?after=<last seq received>");
         return;
       }
       if ("ws" in sub) {
@@ -362,7 +362,7 @@ export class RelayStream {
       // A socket whose send fails is dropped without disturbing the others.
       tally.closed++;
       try {
-        ws.close(1011, "send failed");
+        ws.close(INTERNAL_CLOSE, "send failed");
       } catch {
         // already gone
       }

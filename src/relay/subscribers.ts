@@ -4,7 +4,8 @@
  * open, which are still being replayed to, which joined ahead of the relay's last seq, whose each
  * is, and how each is closed.
  */
-import type { SideEvent, SideFrame } from "../wire/frames";
+
+import type { SideEvent, SideFrame } from "../wire/frame-text";
 import { type SseClient, SseHub } from "./sse-hub";
 
 /** `WebSocket.OPEN`. */

@@ -1,3 +1,5 @@
+import { splitShardKey } from "../../functions/shard-key";
+
 /**
  * Channel names and channel patterns (docs/api.md, Channels), and most-specific rule selection.
  *
@@ -152,4 +154,9 @@ export function selectRule<T>(rules: readonly Rule<T>[], channel: ChannelName): 
 /** True when any of the patterns matches the channel (a token's `chs`, `THROTTLE_THINNING`). */
 export function anyPatternMatches(patterns: readonly ChannelPattern[], channel: ChannelName): boolean {
   return patterns.some((p) => matchesPattern(p, channel));
+}
+
+/** The channel name a channel object's key stands for, parsed (a shard's key names its channel). */
+export function channelOfKey(key: string): ChannelName {
+  return parseChannelName(splitShardKey(key).channel);
 }

@@ -1,136 +1,56 @@
 /**
- * The subscriber wire format (docs/api.md, GET /v1/subscribe): one message as its JSON text frame,
- * and as one SSE event. Built once where a message is appended (the channel) and sent as text to
- * every relay, so no relay parses or re-encodes a payload.
+ * The frames a subscriber receives (docs/api.md, "Subscribing", "Side frames"), as shapes: what the
+ * server sends (built as text by ./frame-text.ts), what the TypeScript client hands an application
+ * and what the dashboard reads. Pure and self-contained, so the client package ships it too.
  */
-import { splitShardKey } from "../../functions/shard-key";
 
-/** The fields of a stored message a frame carries. */
-export interface MessageFields {
+/** One delivered message (WebSocket text frame; SSE `message` event with `id: <seq>`). */
+export interface MessageFrame {
+  type: "message";
+  channel: string;
+  /** On a sharded channel only: the subscriber's shard (docs/api.md, "Shards"). */
+  shard?: string;
   seq: number;
   id: string;
-  /** The payload as minified JSON text. */
-  data: string;
+  data: unknown;
   published_at: number;
 }
 
-/** One message's frame with its seq (SSE uses the seq as the event id; relays use it for order). */
-export interface LiveFrame {
+/**
+ * A summary of what the throttle dropped on a channel in [`from`, `to`) (epoch ms), grouped by the
+ * value its `THROTTLE_SUMMARY` rule points to: the 20 largest keys and `"(other)"`, adding up to
+ * `dropped`. A side frame: no seq, never in history, never replayed (docs/api.md, "Summaries of drops").
+ */
+export interface SummaryFrame {
+  type: "summary";
+  channel: string;
+  shard?: string;
+  from: number;
+  to: number;
+  dropped: number;
+  by_key: Record<string, number>;
+}
+
+/**
+ * A presence frame (docs/api.md, "Presence"), a side frame: `state` first (counting the new
+ * subscriber), then `join` and `leave` in a small channel, or at most one `interval` per
+ * `PRESENCE_INTERVAL` in a large one.
+ */
+export type PresenceFrame = { type: "presence"; channel: string; shard?: string } & (
+  | { action: "state"; occupancy: number; subjects?: string[] }
+  | { action: "join" | "leave"; subject: string | null; occupancy: number }
+  | { action: "interval"; occupancy: number; joined: number; left: number }
+);
+
+/** The last frame of a subscription whose token expired: resume with `?after=<seq>` and a fresh token. */
+export interface ExpiredFrame {
+  type: "expired";
+  reason: string;
   seq: number;
-  text: string;
 }
 
-/**
- * Which subscribers a side frame is for: `summary` goes to every subscriber, `presence` to those
- * that asked for it (`?presence=1`). Also the frame's SSE event name.
- */
-export type SideEvent = "summary" | "presence";
+/** Every frame a subscriber may receive; with `?batch=1` a WebSocket text frame is an array of them. */
+export type SubscriberFrame = MessageFrame | SummaryFrame | PresenceFrame | ExpiredFrame;
 
-/**
- * A frame outside the message order (docs/api.md, "Side frames"): it carries no seq, is never stored
- * in history and never replayed on resume. Built once by the channel as text, like a message frame.
- */
-export interface SideFrame {
-  event: SideEvent;
-  text: string;
-  /**
-   * Presence frames only: their place in the channel's presence news (increasing). A subscriber sent
-   * the `state` as of version v skips frames up to v, which that state already counts.
-   */
-  version?: number;
-}
-
-/**
- * The wire frame, built as text so the payload is never parsed again. `key` is the channel object's
- * name: a shard's key (functions/shard-key.ts) gives frames `"shard":"<name>"` after `channel`; a
- * channel without shards gets the frame it always had, byte for byte.
- */
-export function frame(key: string, m: MessageFields): string {
-  return `${frameHead(key)}"seq":${m.seq},"id":${JSON.stringify(m.id)},"data":${m.data},"published_at":${m.published_at}}`;
-}
-
-/** The one key an object frames for, and its head, kept: every frame of a channel starts the same. */
-let headKey = "";
-let headText = '{"type":"message","channel":"",';
-
-/** `{"type":"message","channel":…,` and, for a shard, `"shard":…,`: what every frame of `key` starts with. */
-export function frameHead(key: string): string {
-  if (key !== headKey) {
-    const { channel, shard } = splitShardKey(key);
-    const shardField = shard === null ? "" : `"shard":${JSON.stringify(shard)},`;
-    headText = `{"type":"message","channel":${JSON.stringify(channel)},${shardField}`;
-    headKey = key;
-  }
-  return headText;
-}
-
-/**
- * `"channel":…` and, for a shard's object (its key, functions/shard-key.ts), `,"shard":…`: how a side
- * frame names where it comes from, like a message frame's head.
- */
-export function channelFields(key: string): string {
-  const { channel, shard } = splitShardKey(key);
-  return `"channel":${JSON.stringify(channel)}${shard === null ? "" : `,"shard":${JSON.stringify(shard)}`}`;
-}
-
-/** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */
-export function sseEvent(f: LiveFrame): string {
-  return `id: ${f.seq}\nevent: message\ndata: ${f.text}\n\n`;
-}
-
-const encoder = new TextEncoder();
-
-/** One SSE side event: no `id`, so a reader's `Last-Event-ID` stays the last message's seq. */
-export function sideSseEvent(f: SideFrame): string {
-  return `event: ${f.event}\ndata: ${f.text}\n\n`;
-}
-
-/** Events as one chunk for every SSE reader (read-only once written). */
-export function sseChunk(events: string[]): Uint8Array {
-  return encoder.encode(events.join(""));
-}
-
-/** UTF-8 size of a string without encoding it. */
-export function utf8Length(s: string): number {
-  let n = s.length;
-  for (let i = 0; i < s.length; i++) {
-    const c = s.charCodeAt(i);
-    if (c >= 0x80) n += c >= 0x800 && (c < 0xd800 || c > 0xdfff) ? 2 : 1;
-  }
-  return n;
-}
-
-/** Frames until they hold `maxBytes` (at least one); `more` when frames were left out. */
-export function takeFrameBytes(frames: Iterable<LiveFrame>, maxBytes: number): { frames: LiveFrame[]; more: boolean } {
-  const out: LiveFrame[] = [];
-  let bytes = 0;
-  for (const f of frames) {
-    bytes += utf8Length(f.text);
-    if (bytes > maxBytes && out.length > 0) return { frames: out, more: true };
-    out.push(f);
-  }
-  return { frames: out, more: false };
-}
-
-/**
- * Frames packed as JSON arrays (`[frame,frame,…]`, docs/api.md, "Packed frames"), in order, each array
- * at most `maxBytes` (one frame alone may be more: every array holds at least one). The texts are
- * joined, never parsed or encoded again.
- */
-export function packFrames(frames: readonly { text: string }[], maxBytes: number): string[] {
-  const out: string[] = [];
-  let part: string[] = [];
-  let bytes = 2; // the brackets
-  for (const f of frames) {
-    const n = utf8Length(f.text);
-    if (part.length > 0 && bytes + 1 + n > maxBytes) {
-      out.push(`[${part.join(",")}]`);
-      part = [];
-      bytes = 2;
-    }
-    bytes += (part.length > 0 ? 1 : 0) + n;
-    part.push(f.text);
-  }
-  if (part.length > 0) out.push(`[${part.join(",")}]`);
-  return out;
-}
+/** The SSE event name of each side frame (`event: summary`, `event: presence`, `event: expired`). */
+export type SideEventName = "summary" | "presence" | "expired";

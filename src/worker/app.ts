@@ -6,8 +6,9 @@ import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
 import { ConfigError } from "../settings/settings";
+import { ApiError } from "../wire/errors";
 import type { AppEnv } from "./app-env";
-import { ApiError, errorResponse } from "./http/errors";
+import { apiErrorResponse, errorResponse } from "./http/errors";
 import { documented, json, mount, openApiDocument, route } from "./http/openapi";
 import { noSuchRoute } from "./http/route-hints";
 import { securityHeaders } from "./http/security-headers";
@@ -75,6 +76,6 @@ app.get(documented(app, openApiRoute), (c) => {
 });
 
 app.notFound((c) =>
-  new ApiError("not_found", noSuchRoute(app as unknown as Hono<never>, c.req.method, c.req.path)).toResponse(),
+  apiErrorResponse(new ApiError("not_found", noSuchRoute(app as unknown as Hono<never>, c.req.method, c.req.path))),
 );
 app.onError((err) => errorResponse(err));

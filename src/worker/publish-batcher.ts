@@ -19,7 +19,7 @@
 
 import type { PublishCommand, PublishOutcome } from "../channel/calls";
 import { Coalescer, type CoalescerOptions, LOST } from "../platform/coalescer";
-import { ApiError } from "./http/errors";
+import { ApiError } from "../wire/errors";
 
 /** How publishes to one channel are batched (functions/coalescer.ts, `CoalescerOptions`). */
 export const PUBLISH_BATCHING: CoalescerOptions = {

@@ -10,13 +10,14 @@ import type { ChannelObject } from "../channel/channel-object";
 import { shardName } from "../limiter/limiter-shard";
 import { MetricsBuffer } from "../metrics/metrics-store";
 import { channelStub, limiterShardStub, metricsStub } from "../platform/stubs";
-import { type Config, getConfig } from "../settings/settings";
+import { isAnalytics } from "../settings/rules";
+import { type Settings, settingsOf } from "../settings/settings";
 import { sendToQueue } from "./drops/record-producer";
 import { LimiterGate } from "./gate/limiter-gate";
 import { PublishBatcher } from "./publish-batcher";
 
 export interface Services {
-  config: Config;
+  config: Settings;
   reader: DropRateReader;
   drops: DropCopyQueue;
   gate: LimiterGate;
@@ -31,7 +32,7 @@ export interface Services {
 export function countedChannelStub(env: Env, channel: string): DurableObjectStub<ChannelObject> {
   const svc = cache.get(env);
   if (svc) {
-    const object = channel === svc.config.analyticsChannel.name ? "analytics" : "channel";
+    const object = isAnalytics(svc.config, channel) ? "analytics" : "channel";
     svc.metrics.inc("floodgate_object_calls_total", { object });
   }
   return channelStub(env, channel);
@@ -70,7 +71,7 @@ export function forgetServices(): void {
 export function services(env: Env): Services {
   let s = cache.get(env);
   if (s) return s;
-  const config = getConfig(env);
+  const config = settingsOf(env);
   const metrics = new MetricsBuffer(() => metricsStub(env), config.metricsFlushMs);
   const reader = new DropRateReader({
     store: {
@@ -145,7 +146,7 @@ export function services(env: Env): Services {
  */
 async function sendCopies(
   env: Env,
-  config: Config,
+  config: Settings,
   reader: DropRateReader,
   metrics: MetricsBuffer,
   batch: QueuedCopy[],

@@ -13,7 +13,7 @@ import {
   PIPE_SIDE_MAX_BYTES,
   RelayPipe,
 } from "../../src/channel/relay-pipe";
-import type { LiveFrame, SideFrame } from "../../src/wire/frames";
+import type { LiveFrame, SideFrame } from "../../src/wire/frame-text";
 
 const f = (seq: number, text = `m${seq}`): LiveFrame => ({ seq, text });
 

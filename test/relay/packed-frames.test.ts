@@ -16,7 +16,7 @@ import { FRAME_MAX_BYTES } from "../../src/relay/bounds";
 import { relayName } from "../../src/relay/placement";
 import { Relay } from "../../src/relay/relay";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
-import { type LiveFrame, packFrames, utf8Length } from "../../src/wire/frames";
+import { type LiveFrame, packFrames, utf8Length } from "../../src/wire/frame-text";
 import {
   BASE,
   call,

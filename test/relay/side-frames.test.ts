@@ -12,7 +12,7 @@ import worker from "../../src/index";
 import { channelStub } from "../../src/platform/stubs";
 import { relayName } from "../../src/relay/placement";
 import type { Relay } from "../../src/relay/relay";
-import type { SideFrame } from "../../src/wire/frames";
+import type { SideFrame } from "../../src/wire/frame-text";
 import { sendSide } from "../support/channel-internals";
 import {
   BASE,

@@ -8,8 +8,9 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { ChannelStats } from "../../src/channel/calls";
-import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_MAX_BEHIND_BYTES, SUBSCRIBER_SPOKE_CLOSE } from "../../src/relay/bounds";
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "../../src/relay/bounds";
 import { relayName } from "../../src/relay/placement";
+import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_SPOKE_CLOSE } from "../../src/wire/close-codes";
 import {
   adminHeaders,
   call,

@@ -13,9 +13,10 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { ChannelStats } from "../../src/channel/calls";
 import { ChannelObject } from "../../src/channel/channel-object";
-import { REPORT_RETRY_MS, SSE_HEARTBEAT_MS, TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../../src/relay/bounds";
+import { REPORT_RETRY_MS, SSE_HEARTBEAT_MS } from "../../src/relay/bounds";
 import { relayName } from "../../src/relay/placement";
 import type { Relay } from "../../src/relay/relay";
+import { TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../../src/wire/close-codes";
 import {
   adminHeaders,
   call,

@@ -13,7 +13,7 @@ import { MessageLog } from "../../src/channel/messages";
 import type { Reservation } from "../../src/channel/relay-registry";
 import type { ChannelStore, CounterName, CounterValues } from "../../src/channel/store";
 import { channelStub } from "../../src/platform/stubs";
-import type { SideFrame } from "../../src/wire/frames";
+import type { SideFrame } from "../../src/wire/frame-text";
 import { withFailing } from "./helpers";
 
 /** The parts of the object tests look into (private in the class). */

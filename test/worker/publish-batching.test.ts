@@ -7,7 +7,7 @@ import { describe, expect, it, vi } from "vitest";
 import { TAKEOVER_MS } from "../../functions/coalescer";
 import type { ChannelStats, PublishCommand, PublishOutcome } from "../../src/channel/calls";
 import { ChannelObject } from "../../src/channel/channel-object";
-import { ApiError } from "../../src/worker/http/errors";
+import { ApiError } from "../../src/wire/errors";
 import { PUBLISH_BATCHING, PublishBatcher } from "../../src/worker/publish-batcher";
 import { adminHeaders, callAndWait, publisher, publishTo, uniq } from "../support/helpers";
 

@@ -7,9 +7,10 @@ import { bearerAuth } from "hono/bearer-auth";
 import { createMiddleware } from "hono/factory";
 import { type SecretName, secretProblem } from "../../settings/secrets";
 import { anyPatternMatches, type ChannelName } from "../../wire/channel-names";
+import { ApiError, permissionDenied, unauthenticated } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { adminAuthBudget } from "../gate/budgets";
-import { ApiError, permissionDenied, unauthenticated } from "../http/errors";
+import { apiErrorResponse } from "../http/errors";
 import { clientIp } from "../http/params";
 import { type Scope, TokenError, type VerifiedToken, verifyToken } from "./tokens";
 
@@ -94,7 +95,7 @@ export const adminAuth = createMiddleware<AppEnv>(async (c, next) => {
   const budget = adminAuthBudget(config, clientIp(c.req.raw));
   const headers = await gate.check("admin-auth", budget.key, budget.limit, c.var.defer);
   const refused = () => {
-    const res = unauthenticated(ADMIN_BEARER_REQUIRED).toResponse();
+    const res = apiErrorResponse(unauthenticated(ADMIN_BEARER_REQUIRED));
     for (const [k, v] of Object.entries(headers)) res.headers.set(k, v);
     return res;
   };

@@ -4,7 +4,7 @@
  */
 
 import type { Limit } from "../../settings/limits";
-import { ApiError, ERROR_KINDS } from "../http/errors";
+import { ApiError, ERROR_KINDS } from "../../wire/errors";
 import { securedJson } from "../http/security-headers";
 
 export type BucketName = "publish" | "subscribe" | "token-issue" | "read" | "admin-auth";

@@ -17,7 +17,7 @@ import type { BatchChargeResult, LeaseRequest } from "../../limiter/bucket-charg
 import { type KeyCharge, shardOf } from "../../limiter/limiter-shard";
 import { Coalescer, type CoalescerOptions, LOST } from "../../platform/coalescer";
 import type { Limit } from "../../settings/limits";
-import { ApiError } from "../http/errors";
+import { ApiError } from "../../wire/errors";
 import { DenyCache } from "./deny-cache";
 import { type BucketName, type Denial, deniedError, rateLimitHeaders } from "./headers";
 import { IsolateLeases } from "./isolate-leases";

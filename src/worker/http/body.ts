@@ -1,8 +1,8 @@
+import { ApiError, invalidArgument } from "../../wire/errors";
 /**
  * Request bodies read within a byte bound and parsed as JSON (docs/api.md, Bounds). Each failure is
  * an ApiError in the API's error shape (docs/api.md).
  */
-import { ApiError, invalidArgument } from "./errors";
 
 /**
  * Reads a body of at most `max` bytes, counting as it streams (a missing or lying Content-Length

@@ -16,8 +16,8 @@ import {
 } from "@asteasolutions/zod-to-openapi";
 import type { Hono } from "hono";
 import * as z from "zod";
+import type { ERROR_KINDS } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
-import type { ERROR_KINDS } from "./errors";
 
 // `.openapi()` on every schema; runs before any module declares one (they all import this module).
 extendZodWithOpenApi({ ZodType: z.ZodType } as unknown as Parameters<typeof extendZodWithOpenApi>[0]);

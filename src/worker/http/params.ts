@@ -4,8 +4,10 @@
  */
 
 import { DurationError, parseDuration } from "../../settings/durations";
+import { isAnalytics } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
 import { type ChannelName, GrammarError, parseChannelName } from "../../wire/channel-names";
-import { invalidArgument } from "./errors";
+import { invalidArgument } from "../../wire/errors";
 
 /** Parses a channel path parameter. @throws ApiError 400 */
 export function channelParam(raw: string | undefined): ChannelName {
@@ -22,13 +24,9 @@ export function channelParam(raw: string | undefined): ChannelName {
  * only on the analytics channel (`on`), where the copies are — elsewhere it could only ever match
  * nothing, so it is refused rather than silently answered empty. Null when absent. @throws ApiError 400
  */
-export function sourceChannelParam(
-  raw: string | undefined,
-  on: ChannelName,
-  config: { analyticsChannel: ChannelName },
-): ChannelName | null {
+export function sourceChannelParam(raw: string | undefined, on: ChannelName, config: Settings): ChannelName | null {
   if (raw === undefined) return null;
-  if (on.name !== config.analyticsChannel.name) {
+  if (!isAnalytics(config, on)) {
     throw invalidArgument(`source_channel applies only to the analytics channel ${config.analyticsChannel.name}`);
   }
   try {
@@ -37,15 +35,6 @@ export function sourceChannelParam(
     if (e instanceof GrammarError) throw invalidArgument(`source_channel: ${e.message}`);
     throw e;
   }
-}
-
-/** A non-negative integer query parameter, or null when absent. @throws ApiError 400 */
-export function intParam(value: string | undefined | null, name: string, max = Number.MAX_SAFE_INTEGER): number | null {
-  if (value === undefined || value === null) return null;
-  if (!/^\d{1,16}$/.test(value) || Number(value) > max) {
-    throw invalidArgument(`${name} must be a whole number between 0 and ${max}`);
-  }
-  return Number(value);
 }
 
 /** A `within` query parameter (a duration, default 10m) in milliseconds. @throws ApiError 400 */

@@ -10,9 +10,9 @@
 
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
+import { type ApiError, invalidArgument } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { readJson } from "./body";
-import { type ApiError, invalidArgument } from "./errors";
 
 /**
  * A failed parse as the 400 of docs/api.md: an unknown field is named first (as "unknown field "x""),

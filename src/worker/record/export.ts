@@ -10,9 +10,11 @@
 import { firstDropOfKey, HOUR_MS, hourOf, hourPrefix } from "../../../functions/record-batch";
 import { type MergeSource, mergeByDropTime, type TimedLine, TooManyOpen } from "../../../functions/record-merge";
 import { formatDuration } from "../../settings/durations";
-import type { Config } from "../../settings/settings";
-import { ApiError, invalidArgument, orUnavailable } from "../http/errors";
-import { intParam, sourceChannelParam } from "../http/params";
+import type { Settings } from "../../settings/settings";
+import { ApiError, invalidArgument } from "../../wire/errors";
+import { wholeParam } from "../../wire/subscribe-params";
+import { orUnavailable } from "../http/errors";
+import { sourceChannelParam } from "../http/params";
 
 /**
  * Most record objects of one hour open at once: those whose drop times overlap one moment (about one
@@ -35,9 +37,9 @@ export interface ExportQuery {
  * Validates the query: `from` and `to` are required epoch ms, `from` < `to`, at most
  * `RECORD_RETENTION` apart. @throws ApiError 400
  */
-export function exportQuery(query: (name: string) => string | undefined, config: Config): ExportQuery {
-  const from = intParam(query("from"), "from");
-  const to = intParam(query("to"), "to");
+export function exportQuery(query: (name: string) => string | undefined, config: Settings): ExportQuery {
+  const from = wholeParam(query("from"), "from");
+  const to = wholeParam(query("to"), "to");
   if (from === null || to === null) throw invalidArgument("from and to are required: epoch milliseconds, from < to");
   if (to <= from) throw invalidArgument("to must be later than from");
   if (to - from > config.recordRetentionMs)
@@ -106,7 +108,7 @@ const encoder = new TextEncoder();
  * answering, so a bucket that fails then answers 503; later failures end the stream early (without
  * its last newline-terminated line).
  */
-export async function exportResponse(env: Env, _config: Config, q: ExportQuery): Promise<Response> {
+export async function exportResponse(env: Env, _config: Settings, q: ExportQuery): Promise<Response> {
   const lines = rangeLines(env.RECORD_BUCKET, q);
   const tooDense = (e: unknown): never => {
     if (e instanceof TooManyOpen) {

@@ -10,18 +10,21 @@ import { parseStoredRate, rateKey } from "../../../functions/before-publish";
 import { shardKey, splitShardKey } from "../../../functions/shard-key";
 import { activeChannelsStub } from "../../platform/stubs";
 import { LimitError } from "../../settings/limits";
-import { type Config, parseTarget, type TargetJson, targetFor, targetJson } from "../../settings/settings";
-import { namedAudience, shardRuleFor } from "../../settings/shards";
+import { shardRuleFor, targetFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
+import { parseTarget, type TargetJson, targetJson } from "../../settings/targets";
 import type { ChannelName } from "../../wire/channel-names";
+import { invalidArgument } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { adminAuth } from "../auth/authorise";
-import { invalidArgument, orUnavailable } from "../http/errors";
+import { orUnavailable } from "../http/errors";
 import { ADMIN_ONLY, ChannelPath, documented, errors, json, route, TargetSchema, WithinQuery } from "../http/openapi";
 import { channelParam, withinParam } from "../http/params";
 import { bodyObject, custom, jsonBody } from "../http/validation";
 import { exportQuery, exportResponse } from "../record/export";
-import { effectiveTarget, runSampler } from "../sampler/sampler-run";
+import { runSampler } from "../sampler/sampler-run";
 import { countedChannelStub } from "../services";
+import { namedAudience } from "../shards/audience";
 import { shardNames } from "../shards/shard-view";
 import { ChannelViewSchema, channelStats, channelView, runtimeTargets, targetOf } from "./channel-view";
 
@@ -82,7 +85,7 @@ async function storedRate(env: Env, channel: string): Promise<number | null> {
 }
 
 /** `{"channel","rate","target","last_sample"}` for the throttle routes. */
-async function throttleView(env: Env, config: Config, name: string) {
+async function throttleView(env: Env, config: Settings, name: string) {
   if (name === "*") {
     return {
       channel: "*",
@@ -125,7 +128,7 @@ const ShardQuery = z.object({
  * sharded channel without `shard`, its own and every listed shard's (`all`).
  * @throws ApiError 400 for `shard` on `*` or an unsharded channel, or a name no shard can have
  */
-async function throttleKeys(env: Env, config: Config, name: string, shard: string | undefined) {
+async function throttleKeys(env: Env, config: Settings, name: string, shard: string | undefined) {
   if (name === "*") {
     if (shard !== undefined) throw invalidArgument("shard: the global key has no shards");
     return { view: name, keys: [name] };
@@ -260,10 +263,10 @@ const TargetView = z
   })
   .openapi("TargetView");
 
-async function targetView(env: Env, config: Config, channel: ChannelName) {
+async function targetView(env: Env, config: Settings, channel: ChannelName) {
   const runtime = (await runtimeTargets(env))[channel.name];
   const configured = targetFor(config, channel);
-  const effective = effectiveTarget(config, channel, runtime);
+  const effective = targetFor(config, channel, runtime);
   return {
     channel: channel.name,
     target: targetJson(effective),
@@ -285,7 +288,7 @@ async function tellChannel(env: Env, channel: string, target: TargetJson | null)
 }
 
 /** The objects a runtime target goes to: the channel's, and each shard its registry lists now. */
-async function targetKeys(env: Env, config: Config, channel: ChannelName): Promise<string[]> {
+async function targetKeys(env: Env, config: Settings, channel: ChannelName): Promise<string[]> {
   const shards = await shardNames(env, config, channel);
   return [channel.name, ...shards.map((s) => shardKey(channel.name, s))];
 }
@@ -410,7 +413,7 @@ admin.get(documented(admin, channelsRoute), async (c) => {
       // A shard is listed as its channel's entry with its `shard` (docs/api.md, "Shards").
       const { channel: base, shard } = splitShardKey(channel);
       const name = channelParam(base);
-      const target = Promise.resolve(effectiveTarget(svc.config, name, runtime[channel] ?? runtime[base]));
+      const target = Promise.resolve(targetFor(svc.config, name, runtime[channel] ?? runtime[base]));
       const { view } = await channelView(c.env, svc, name, target, channel);
       const { channel: listed, drop_rate_source: _, ...rest } = view;
       return { channel: listed, ...(shard === null ? {} : { shard }), last_seen_at: at, ...rest };

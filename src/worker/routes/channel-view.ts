@@ -7,11 +7,12 @@ import * as z from "zod";
 import { allowedMessageRate } from "../../../functions/sampler";
 import type { ChannelStats } from "../../channel/calls";
 import { activeChannelsStub } from "../../platform/stubs";
-import { type Config, type Target, type TargetJson, targetJson, thinningFor } from "../../settings/settings";
+import { isAnalytics, targetFor, thinningFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
+import { type Target, type TargetJson, targetJson } from "../../settings/targets";
 import type { ChannelName } from "../../wire/channel-names";
 import { orUnavailable } from "../http/errors";
 import { TargetSchema } from "../http/openapi";
-import { effectiveTarget } from "../sampler/sampler-run";
 import { countedChannelStub, type Services } from "../services";
 
 /**
@@ -30,8 +31,8 @@ export function runtimeTargets(env: Env): Promise<Record<string, TargetJson>> {
 }
 
 /** The channel's target: one set at runtime (admin API) wins over THROTTLE_TARGET(S). */
-export async function targetOf(env: Env, config: Config, channel: ChannelName): Promise<Target | null> {
-  return effectiveTarget(config, channel, (await runtimeTargets(env))[channel.name]);
+export async function targetOf(env: Env, config: Settings, channel: ChannelName): Promise<Target | null> {
+  return targetFor(config, channel, (await runtimeTargets(env))[channel.name]);
 }
 
 /** The channel object's own counts. @throws ApiError 503 */
@@ -52,7 +53,7 @@ export async function channelView(
   key = channel.name,
 ) {
   const [stats, rate, t] = await Promise.all([channelStats(env, key), svc.reader.rateFor(key), target]);
-  const analytics = channel.name === svc.config.analyticsChannel.name;
+  const analytics = isAnalytics(svc.config, channel);
   const view = {
     channel: channel.name,
     occupancy: stats.occupancy,

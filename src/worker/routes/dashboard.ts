@@ -11,15 +11,16 @@ import { pointJson } from "../../active-channels/series";
 import { RATE_LIMIT_BUCKETS, seriesKey } from "../../metrics/metrics-store";
 import { activeChannelsStub } from "../../platform/stubs";
 import { formatDuration } from "../../settings/durations";
-import type { Config } from "../../settings/settings";
-import { targetJson, thinningFor } from "../../settings/settings";
-import { channelOfKey, shardRuleFor } from "../../settings/shards";
+import { isAnalytics, shardRuleFor, targetFor, thinningFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
+import { targetJson } from "../../settings/targets";
+import { channelOfKey } from "../../wire/channel-names";
 import type { AppEnv } from "../app-env";
 import { adminAuth } from "../auth/authorise";
 import { orUnavailable } from "../http/errors";
 import { ADMIN_ONLY, documented, errors, json, route, WithinQuery } from "../http/openapi";
 import { withinParam } from "../http/params";
-import { type ChannelSample, effectiveTarget } from "../sampler/sampler-run";
+import type { ChannelSample } from "../sampler/sampler-run";
 import { targetRate } from "./channel-view";
 import { metricsSeries } from "./ops";
 
@@ -77,14 +78,14 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
     summary.channels.map(async ({ channel, at, sample, summary: dropSummary, series: points }) => {
       const name = channelOfKey(channel);
       const last = sample === null ? null : (JSON.parse(sample) as ChannelSample);
-      const target = effectiveTarget(config, name, summary.targets[channel] ?? summary.targets[name.name]);
+      const target = targetFor(config, name, summary.targets[channel] ?? summary.targets[name.name]);
       // Subscribers as the sampler last counted them: only a channel object knows them live.
       const occupancy = last?.occupancy ?? null;
       const recent = points.map(pointJson);
       return {
         channel,
         last_seen_at: at,
-        drop_rate: channel === config.analyticsChannel.name ? 0 : (await reader.rateFor(channel)).rate,
+        drop_rate: isAnalytics(config, channel) ? 0 : (await reader.rateFor(channel)).rate,
         drop_mode: thinningFor(config, name) ? "thinning" : "random",
         target: targetJson(target),
         target_rate: targetRate(target, occupancy ?? 0),
@@ -175,7 +176,7 @@ export function leverOf(entry: OverviewEntry, sharding: { pattern: string; by: s
  * is the shards' sum, drop rate the highest of theirs, and `shards` lists each shard's own entry with
  * its lever. Every card has its lever and, when sharded, `sharding` (the rule).
  */
-function shardCards(config: Config, entries: OverviewEntry[]): Record<string, unknown>[] {
+function shardCards(config: Settings, entries: OverviewEntry[]): Record<string, unknown>[] {
   const cards: Record<string, unknown>[] = [];
   const sharded = new Map<string, Record<string, unknown>[]>();
   for (const entry of entries) {

@@ -11,10 +11,12 @@ import { channelStub, metricsStub } from "../../platform/stubs";
 import { formatDuration } from "../../settings/durations";
 import { limitToJson } from "../../settings/limits";
 import { weakSecrets } from "../../settings/secrets";
-import { type Config, targetJson } from "../../settings/settings";
+import type { Settings } from "../../settings/settings";
+import { targetJson } from "../../settings/targets";
+import { ApiError } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { adminAuth } from "../auth/authorise";
-import { ApiError, orUnavailable } from "../http/errors";
+import { orUnavailable } from "../http/errors";
 import { ADMIN_ONLY, ChannelPath, documented, errors, json, LimitSchema, route, TargetSchema } from "../http/openapi";
 import { channelParam } from "../http/params";
 import type { Services } from "../services";
@@ -22,8 +24,8 @@ import { ShardStatsSchema, shardRuleView, shardsStats, totalled } from "../shard
 import { ChannelViewSchema, channelView, targetOf } from "./channel-view";
 
 /** The public manifest (docs/api.md, Operator routes). Per-token overrides never appear. */
-export function manifest(config: Config) {
-  const perChannel = (rules: Config["perChannelPublish"]) =>
+export function manifest(config: Settings) {
+  const perChannel = (rules: Settings["perChannelPublish"]) =>
     rules.map((r) => ({ pattern: r.pattern.source, limit: limitToJson(r.value) }));
   const publish = perChannel(config.perChannelPublish);
   const subscribe = perChannel(config.perChannelSubscribe);
@@ -181,7 +183,7 @@ export function metricsSeries(env: Env): Promise<Record<string, number>> {
  * read at scrape time. A scrape is not traffic, so it is left out of `floodgate_object_calls_total`.
  * Null when the object cannot answer: the series is left out of that scrape rather than failing it.
  */
-async function expiredCopies(env: Env, config: Config): Promise<number | null> {
+async function expiredCopies(env: Env, config: Settings): Promise<number | null> {
   const stub = channelStub(env, config.analyticsChannel.name);
   try {
     return (await stub.recordCounts()).copies_expired_total;

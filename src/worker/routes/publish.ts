@@ -8,14 +8,16 @@ import { beforePublish } from "../../../functions/before-publish";
 import type { QueuedCopy } from "../../../functions/drop-copies";
 import { messageKey } from "../../../functions/drop-summary";
 import type { PublishOutcome } from "../../channel/calls";
-import { type SummaryRule, summaryFor, thinningFor } from "../../settings/settings";
+import { isAnalytics, summaryFor, thinningFor } from "../../settings/rules";
+import type { SummaryRule } from "../../settings/settings";
+import { invalidArgument, permissionDenied } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer } from "../auth/authorise";
 import type { VerifiedToken } from "../auth/tokens";
 import { publishBudget } from "../gate/budgets";
 import { deniedResponse } from "../gate/headers";
 import { parseJsonText, readBody } from "../http/body";
-import { invalidArgument, orUnavailable, permissionDenied } from "../http/errors";
+import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../http/openapi";
 import { channelParam } from "../http/params";
 import { securedJson } from "../http/security-headers";
@@ -134,7 +136,7 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const { config } = svc;
   const channel = channelParam(c.req.param("channel"));
   // The record of dropped messages holds only what Floodgate copied there: no token may add to it.
-  if (channel.name === config.analyticsChannel.name) {
+  if (isAnalytics(config, channel)) {
     throw permissionDenied("the analytics channel is written by Floodgate only: its messages are copies of drops");
   }
   const token = await authorise(c.env, bearer(c.req.raw), "publish", channel);

@@ -16,28 +16,22 @@ import * as z from "zod";
 import type { RelayAssignment } from "../../channel/calls";
 import { clientCapError, clientKey } from "../../channel/client-cap";
 import { relayStub } from "../../platform/stubs";
+import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
-import type { Config } from "../../settings/settings";
-import { audienceOf, shardRuleFor } from "../../settings/shards";
+import { shardRuleFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
 import type { ChannelName } from "../../wire/channel-names";
+import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
+import { readSubscribeQuery, WS_BEARER_PREFIX, WS_PROTOCOL, wholeParam } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer, checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
 import type { TokenClaims, VerifiedToken } from "../auth/tokens";
 import { readBudget, subscribeBudget } from "../gate/budgets";
-import { ApiError, invalidArgument, orUnavailable, unauthenticated } from "../http/errors";
+import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";
-import { channelParam, clientIp, intParam, sourceChannelParam } from "../http/params";
+import { channelParam, clientIp, sourceChannelParam } from "../http/params";
 import { countedChannelStub } from "../services";
-
-/**
- * The WebSocket subprotocol a browser offers with its token, since a browser cannot set headers on
- * a WebSocket: `new WebSocket(url, ["floodgate", "bearer.<token>"])`. The upgrade is answered with
- * `floodgate`, never with the token. Same idea as Kubernetes' `base64url.bearer.authorization.k8s.io.`
- * prefix; a JWT is already URL-safe base64 with dots, all valid subprotocol characters, so it needs
- * no second encoding. See docs/api.md, "Subscriber tokens".
- */
-export const WS_PROTOCOL = "floodgate";
-const WS_BEARER_PREFIX = "bearer.";
+import { audienceOf } from "../shards/audience";
 
 /** The subprotocols a WebSocket upgrade offers, in order. */
 function offeredProtocols(request: Request): string[] {
@@ -64,17 +58,6 @@ function presentedToken(request: Request, query: string | undefined, protocols: 
 
 /** `Retry-After` of a subscribe refused at `MAX_SUBSCRIBERS`: subscribers come and go by the second. */
 export const FULL_RETRY_AFTER_S = 5;
-
-/**
- * A subscribe's `0`/`1` switch: `?batch=1` asks for packed frames (docs/api.md, "Packed frames";
- * checked on SSE too, which sends one event per message either way), `?presence=1` for presence
- * frames (docs/api.md, "Presence"); `0` or absent, off; anything else 400.
- */
-function switchParam(name: string, value: string | undefined): boolean {
-  if (value === undefined || value === "0") return false;
-  if (value === "1") return true;
-  throw invalidArgument(`${name} must be 0 or 1`);
-}
 
 export const subscribe = new Hono<AppEnv>();
 
@@ -185,10 +168,10 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   if (!upgrade && !sse) {
     throw invalidArgument("subscribe needs a WebSocket upgrade or Accept: text/event-stream");
   }
-  const batch = switchParam("batch", c.req.query("batch"));
-  const presence = switchParam("presence", c.req.query("presence"));
-  let after = intParam(c.req.query("after"), "after");
-  if (after === null && !upgrade) after = intParam(c.req.header("last-event-id"), "Last-Event-ID");
+  const { after, batch, presence } = readSubscribeQuery(
+    (name) => c.req.query(name),
+    upgrade ? undefined : c.req.header("last-event-id"),
+  );
   const protocols = upgrade ? offeredProtocols(c.req.raw) : [];
   if (protocols.length > 0 && !protocols.includes(WS_PROTOCOL)) {
     // The upgrade must answer with one offered subprotocol, and the only other one is the token.
@@ -241,22 +224,28 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
       { "retry-after": String(FULL_RETRY_AFTER_S) },
     );
   }
-  const target = new URL("https://relay.internal/subscribe");
-  target.searchParams.set("channel", key);
-  target.searchParams.set("relay", slot.relay);
-  target.searchParams.set("group", slot.group);
-  target.searchParams.set("k", String(slot.k));
-  target.searchParams.set("reservation", slot.reservation);
-  target.searchParams.set("client", client);
-  target.searchParams.set("mode", upgrade ? "ws" : "sse");
-  if (upgrade && batch) target.searchParams.set("batch", "1");
-  if (presence) target.searchParams.set("presence", "1");
-  target.searchParams.set("head", String(slot.head));
-  // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
-  target.searchParams.set("floor", String(after === null ? slot.head : Math.min(after, slot.head)));
-  // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
-  if (verified) target.searchParams.set("expires", String(verified.claims.exp * 1000));
-  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(new Request(target, c.req.raw)));
+  const relaySubscribe = subscribeRequest(
+    {
+      channel: key,
+      relay: slot.relay,
+      group: slot.group,
+      k: slot.k,
+      reservation: slot.reservation,
+      client,
+      mode: upgrade ? "ws" : "sse",
+      batch: upgrade && batch,
+      presence,
+      head: slot.head,
+      // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
+      floor: after === null ? slot.head : Math.min(after, slot.head),
+      // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
+      expiresAt: verified ? verified.claims.exp * 1000 : null,
+    },
+    c.req.raw,
+  );
+  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(relaySubscribe));
+  if (res.status === RELAY_REFUSED_STATUS)
+    throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
   // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);
   for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);
@@ -272,7 +261,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
  */
 async function checkAccess(
   env: Env,
-  config: Config,
+  config: Settings,
   channel: ChannelName,
   token: string | null,
 ): Promise<TokenClaims | null> {
@@ -335,8 +324,8 @@ const historyRoute = route({
 history.get(documented(history, historyRoute), async (c) => {
   const svc = c.get("svc");
   const channel = channelParam(c.req.param("channel"));
-  const after = intParam(c.req.query("after"), "after");
-  const limit = intParam(c.req.query("limit"), "limit", 1000) ?? 100;
+  const after = wholeParam(c.req.query("after"), "after");
+  const limit = wholeParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
   const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
   const { limitHeaders, key } = await readAccess(c, channel);

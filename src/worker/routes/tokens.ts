@@ -11,6 +11,7 @@ import { DurationError, parseDuration } from "../../settings/durations";
 import { LimitError, type LimitJson, limitToJson, parseLimit } from "../../settings/limits";
 import { GROUP_NAME, GROUP_RULE } from "../../settings/shards";
 import { GrammarError, parsePattern } from "../../wire/channel-names";
+import { invalidArgument, unauthenticated } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { adminAuth, tokenSecret } from "../auth/authorise";
 import { whyNeverMatches } from "../auth/grantable";
@@ -26,7 +27,7 @@ import {
   verifyToken,
 } from "../auth/tokens";
 import { tokenIssueBudget } from "../gate/budgets";
-import { invalidArgument, orUnavailable, unauthenticated } from "../http/errors";
+import { orUnavailable } from "../http/errors";
 import { ADMIN_ONLY, documented, errors, json, route } from "../http/openapi";
 import { clientIp } from "../http/params";
 import { bodyObject, custom, jsonBody } from "../http/validation";

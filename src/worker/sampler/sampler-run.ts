@@ -29,9 +29,10 @@ import {
 import { splitShardKey } from "../../../functions/shard-key";
 import type { SeriesPoint } from "../../active-channels/series";
 import { activeChannelsStub } from "../../platform/stubs";
-import { type Config, parseTarget, type Target, type TargetJson, targetFor, targetJson } from "../../settings/settings";
-import { channelOfKey } from "../../settings/shards";
-import type { ChannelName } from "../../wire/channel-names";
+import { isAnalytics, targetFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
+import { type TargetJson, targetJson } from "../../settings/targets";
+import { channelOfKey } from "../../wire/channel-names";
 import { countedChannelStub } from "../services";
 
 /** What the sampler decided for one channel; stored as the channel's `last_sample`. */
@@ -90,7 +91,7 @@ export interface RateCache {
 
 export async function runSampler(
   env: Env,
-  config: Config,
+  config: Settings,
   now: number = Date.now(),
   cache?: RateCache,
 ): Promise<SamplerReport> {
@@ -147,17 +148,13 @@ export async function runSampler(
 /** One visit: reads the channel's counts and key, and writes what functions/sampler-visit.ts decides. */
 async function sampleChannel(
   env: Env,
-  config: Config,
+  config: Settings,
   channel: string,
   now: number,
   runtimeTarget: unknown,
   globalRate: number,
 ): Promise<{ outcome: ChannelSample | SkippedChannel; throttled: boolean; points?: SeriesPoint[] }> {
-  const isAnalytics = channel === config.analyticsChannel.name;
-  const plan = visitTarget(
-    isAnalytics,
-    isAnalytics ? null : effectiveTarget(config, channelOfKey(channel), runtimeTarget),
-  );
+  const plan = visitTarget(isAnalytics(config, channel), targetFor(config, channelOfKey(channel), runtimeTarget));
   if ("skipped" in plan) return { outcome: { channel, skipped: plan.skipped }, throttled: false };
   const { target } = plan;
   const stub = countedChannelStub(env, channel);
@@ -199,20 +196,4 @@ async function sampleChannel(
     drop_rate: decision.newRate,
   };
   return { outcome: sample, throttled: decision.throttled, points: [...(taken.fastPoints ?? []), sweepPoint] };
-}
-
-/**
- * A target set at runtime through the admin API (stored in the registry) wins over
- * `THROTTLE_TARGETS` / `THROTTLE_TARGET`. A stored value that no longer parses is ignored.
- */
-export function effectiveTarget(config: Config, channel: ChannelName, runtimeTarget: unknown): Target | null {
-  if (runtimeTarget !== undefined && runtimeTarget !== null) {
-    try {
-      const t = parseTarget(runtimeTarget);
-      if (t) return t;
-    } catch {
-      // validated when set; fall through to the configuration
-    }
-  }
-  return targetFor(config, channel);
 }

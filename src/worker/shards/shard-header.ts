@@ -5,11 +5,13 @@
  * (src/settings/shards.ts, `audienceOf`).
  */
 import { shardKey } from "../../../functions/shard-key";
-import type { Config } from "../../settings/settings";
-import { type Audience, audienceOf, isShardName, shardRuleFor } from "../../settings/shards";
+import { shardRuleFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
+import { isShardName } from "../../settings/shards";
 import type { ChannelName } from "../../wire/channel-names";
+import { invalidArgument, permissionDenied } from "../../wire/errors";
 import type { VerifiedToken } from "../auth/tokens";
-import { invalidArgument, permissionDenied } from "../http/errors";
+import { type Audience, audienceOf } from "./audience";
 
 export const SHARD_HEADER = "floodgate-shard";
 
@@ -22,7 +24,7 @@ export type PublishAudience = { audience: Audience } | { broadcast: true };
  * not sharded or the name cannot be one of its shards
  */
 export function publishAudience(
-  config: Config,
+  config: Settings,
   channel: ChannelName,
   token: VerifiedToken,
   request: Request,

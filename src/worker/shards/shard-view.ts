@@ -7,8 +7,9 @@ import * as z from "zod";
 import { shardKey } from "../../../functions/shard-key";
 import type { ChannelStats } from "../../channel/calls";
 import { channelStub } from "../../platform/stubs";
-import type { Config } from "../../settings/settings";
-import { type ShardRule, shardRuleFor } from "../../settings/shards";
+import { shardRuleFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
+import type { ShardRule } from "../../settings/shards";
 import type { ChannelName } from "../../wire/channel-names";
 import { orUnavailable } from "../http/errors";
 import { channelStats } from "../routes/channel-view";
@@ -34,13 +35,13 @@ export const ShardStatsSchema = z
   .openapi("ShardStats");
 
 /** The shards a channel's registry lists, by name (none for a channel no rule shards). */
-export async function shardNames(env: Env, config: Config, channel: ChannelName): Promise<string[]> {
+export async function shardNames(env: Env, config: Settings, channel: ChannelName): Promise<string[]> {
   if (!shardRuleFor(config, channel)) return [];
   return orUnavailable("channel", () => channelStub(env, channel.name).shardNames());
 }
 
 /** The rule that shards a channel, as the manifest lists it; null when none does. */
-export function shardRuleView(config: Config, channel: ChannelName): { pattern: string; by: ShardRule["by"] } | null {
+export function shardRuleView(config: Settings, channel: ChannelName): { pattern: string; by: ShardRule["by"] } | null {
   const rule = shardRuleFor(config, channel);
   return rule ? { pattern: rule.pattern.source, by: rule.value.by } : null;
 }

@@ -1,6 +1,7 @@
 /** The error type every refusal is built from. */
 import { describe, expect, it } from "vitest";
-import { ApiError, errorResponse } from "../../../src/worker/http/errors";
+import { ApiError } from "../../../src/wire/errors";
+import { errorResponse } from "../../../src/worker/http/errors";
 
 describe("ApiError", () => {
   it("captures no stack (refusals are answers, and a flood makes thousands a second) and leaves others alone", () => {

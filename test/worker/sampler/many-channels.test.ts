@@ -9,7 +9,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../../../functions/before-publish";
 import { activeChannelsStub, channelStub } from "../../../src/platform/stubs";
-import { getConfig } from "../../../src/settings/settings";
+import { settingsOf } from "../../../src/settings/settings";
 import type { SamplerReport } from "../../../src/worker/sampler/sampler-run";
 import { backdatePeriod, counter, setCounters } from "../../support/channel-internals";
 import { adminHeaders, callAndWait, envWith, mint, publishTo, uniq } from "../../support/helpers";
@@ -123,7 +123,7 @@ describe("the sampler under many channels", () => {
 
     async function checkTheRun(): Promise<void> {
       // Shipped at 500 (docs/operations.md); a run here is capped at REAL_CHANNELS to stay fast.
-      expect(getConfig(env).samplerMaxChannels).toBe(500);
+      expect(settingsOf(env).samplerMaxChannels).toBe(500);
       const report = await sample(envWith({ SAMPLER_MAX_CHANNELS: String(REAL_CHANNELS) }));
       expect(report.channels).toHaveLength(REAL_CHANNELS);
       expect(report.deferred).toBe(names.length + 1 - REAL_CHANNELS);

@@ -8,9 +8,10 @@ import { serialiseCopy } from "../../../functions/drop-copies";
 import { recordLine } from "../../../functions/record-batch";
 import { shardKey, splitShardKey } from "../../../functions/shard-key";
 import { ConfigError, parseConfig, type RawConfig } from "../../../src/settings/settings";
-import { audienceOf, parseShardRule } from "../../../src/settings/shards";
+import { parseShardRule } from "../../../src/settings/shards";
 import { parseChannelName } from "../../../src/wire/channel-names";
-import { frame } from "../../../src/wire/frames";
+import { frame } from "../../../src/wire/frame-text";
+import { audienceOf } from "../../../src/worker/shards/audience";
 import { member, payloads, pub, socket, statsOf } from "../../support/audience-shards";
 import { adminHeaders, call, callAndWait, envWith, freshIp, mint, uniq, until } from "../../support/helpers";
 

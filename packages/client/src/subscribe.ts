@@ -1,0 +1,187 @@
+/**
+ * The subscribe side: one subscription over its connections (./websocket.ts or ./sse.ts, chosen by
+ * ./transport.ts), reconnecting with backoff and resuming from the last seq it saw (`?after=`), so
+ * `onMessage` gets every message once, in seq order; renewed at once when its token expires.
+ */
+import { subscribeQuery } from "../../../src/wire/subscribe-params.js";
+import { type ConnectionState, connectionStates, type StateChange } from "./connection-state.js";
+import { FloodgateError } from "./errors.js";
+import type { ExpiredFrame, Message, PresenceFrame, Summary } from "./frames.js";
+import type { Session } from "./session.js";
+import { connectSse } from "./sse.js";
+import { type ConnectionEvents, transportFallback } from "./transport.js";
+import { connectWebSocket } from "./websocket.js";
+
+export interface SubscribeOptions {
+  /** Start after this seq, replaying retained messages above it first (0: everything retained). */
+  after?: number;
+  /**
+   * Default `auto`: WebSocket where the runtime has one (or `openWebSocket` is given), else SSE from
+   * the start; then SSE if WebSocket opens fail 3 times in a row.
+   */
+  transport?: "auto" | "websocket" | "sse";
+  /** Told about each disconnect and each error the subscription recovers from. */
+  onError?: (error: unknown) => void;
+  /**
+   * Gets each summary of drops the channel sends (a channel with a `THROTTLE_SUMMARY` rule, once per
+   * `SUMMARY_INTERVAL` with drops); live only, never replayed on a reconnect.
+   */
+  onSummary?: (summary: Summary) => void;
+  /**
+   * Presence frames (`?presence=1`): who is here in a small channel, how many in a large one. A
+   * reconnect starts again with a fresh `state` frame.
+   */
+  onPresence?: (p: PresenceFrame) => void;
+  /** Told each change of the subscription's {@link ConnectionState}, with the transport then in use. */
+  onState?: (state: ConnectionState, change: StateChange) => void;
+}
+
+export interface Subscription {
+  /** The highest seq delivered to `onMessage` so far (0 before the first). */
+  readonly lastSeq: number;
+  /** The transport in use now. */
+  readonly transport: "websocket" | "sse";
+  /** Where the subscription stands now. */
+  readonly state: ConnectionState;
+  /**
+   * Resolves the first time the subscription is live (subscribed: the server accepted it); rejects if
+   * it is closed before that. Later drops and reconnects show in `state` and `onState`.
+   */
+  readonly ready: Promise<void>;
+  close(): void;
+}
+
+/** Subscribes; `onMessage` gets every message once, in seq order, across reconnects. */
+export function subscribe(
+  session: Session,
+  channel: string,
+  onMessage: (m: Message) => void,
+  options: SubscribeOptions = {},
+): Subscription {
+  let lastSeq = options.after ?? 0;
+  // Where the server said this subscription stood when its token expired (the `expired` frame's
+  // `seq`): on a quiet channel it was sent nothing, and resuming from there (not from the new head)
+  // keeps what is published while it renews. Null until the server says.
+  let position: number | null = null;
+  let closed = false;
+  const transport = transportFallback(options.transport, session.opts.openWebSocket);
+  const states = connectionStates(() => transport.current, options.onState);
+  let current: { close(): void } | null = null;
+  let attempt = 0;
+
+  const expiredAt = (m: { seq?: unknown }) => {
+    if (typeof m.seq === "number" && Number.isSafeInteger(m.seq) && m.seq >= 0)
+      position = Math.max(position ?? 0, m.seq);
+  };
+  const deliverOne = (m: Message | Summary | PresenceFrame | ExpiredFrame) => {
+    if (closed || m === null || typeof m !== "object") return;
+    if (m.type === "expired") return expiredAt(m);
+    // Summaries and presence frames have no seq: they neither move lastSeq nor count as messages.
+    if (m.type === "summary") return void options.onSummary?.(m);
+    if (m.type === "presence") return options.onPresence?.(m);
+    if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
+    lastSeq = m.seq;
+    attempt = 0;
+    onMessage(m);
+  };
+  // A text frame is one message, or (packed frames, `?batch=1`) an array of them in seq order,
+  // handed to the application one by one.
+  const deliver = (text: string) => {
+    let parsed: Message | Summary | PresenceFrame | (Message | Summary | PresenceFrame)[];
+    try {
+      parsed = JSON.parse(text) as Message | Summary | PresenceFrame | (Message | Summary | PresenceFrame)[];
+    } catch {
+      return;
+    }
+    if (Array.isArray(parsed)) for (const m of parsed) deliverOne(m);
+    else deliverOne(parsed);
+  };
+
+  const reconnect = (error: unknown) => {
+    current = null;
+    if (closed) return;
+    states.set("reconnecting", error);
+    options.onError?.(error);
+    const wait = session.jitter(session.backoff(attempt++));
+    void session.sleep(wait).then(connect);
+  };
+
+  // The server ended the subscription because `used` expired: not a failure of the connection, so
+  // it resumes at once with a fresh token and the same `?after=`, and the application is not told.
+  // Without a refresh token (or when the refresh fails) it is an ordinary disconnect.
+  const renew = (used: string | undefined) => {
+    current = null;
+    if (closed) return;
+    const expired = new FloodgateError(401, "unauthenticated", "subscription token expired");
+    if (!session.refreshToken) return reconnect(expired);
+    const fresh = session.accessToken !== used ? Promise.resolve() : session.refreshOnce();
+    fresh.then(connect, (e: unknown) => reconnect(e));
+  };
+
+  const connect = async () => {
+    if (closed) return;
+    await session.freshToken().catch(() => {});
+    // Resume from the last seq (or the position the server gave, when further); with an explicit
+    // `after` (even 0) the first connect replays too.
+    const resume = lastSeq > 0 || options.after !== undefined || position !== null;
+    const params = { after: resume ? Math.max(lastSeq, position ?? 0) : undefined, presence: !!options.onPresence };
+    const query = subscribeQuery(params);
+    const qs = query.toString() ? `?${query}` : "";
+    // WebSockets ask for packed frames: fewer sends per message for the relay, same messages here.
+    const wsQuery = subscribeQuery({ ...params, batch: true });
+    // The token goes in a header or subprotocol, never the URL (URLs land in request logs). With a
+    // token the subscribe is charged to its subject's budget, else to this client's IP.
+    const token = session.accessToken;
+    const on: ConnectionEvents = {
+      isClosed: () => closed,
+      hold: (connection) => {
+        current = connection;
+      },
+      live: () => states.set("live"),
+      frame: deliver,
+      expired: () => renew(token),
+      lost: reconnect,
+    };
+    if (transport.current === "websocket") {
+      return connectWebSocket(
+        session.opts.openWebSocket,
+        `${session.baseUrl.replace(/^http/, "ws")}/v1/subscribe/${channel}?${wsQuery}`,
+        token,
+        {
+          ...on,
+          opened: () => transport.opened(),
+          failed: (e) => {
+            transport.failed();
+            reconnect(e);
+          },
+        },
+      );
+    }
+    return connectSse(
+      (input, init) => session.fetchFn(input, init),
+      `${session.baseUrl}/v1/subscribe/${channel}${qs}`,
+      token,
+      params.after,
+      on,
+    );
+  };
+
+  void connect();
+  return {
+    get lastSeq() {
+      return lastSeq;
+    },
+    get transport() {
+      return transport.current;
+    },
+    get state() {
+      return states.current;
+    },
+    ready: states.ready,
+    close: () => {
+      closed = true;
+      current?.close();
+      states.set("closed");
+    },
+  };
+}

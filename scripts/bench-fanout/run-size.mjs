@@ -1,0 +1,166 @@
+// One size of `npm run bench:fanout`: a fresh Floodgate, `size` subscribers spread over threads, one
+// publisher at a steady rate, the tail until every frame is in, and the tally as one row of the report.
+import { mintToken } from "../lib/tokens.mjs";
+import { cpuMicros, startFloodgate } from "../lib/workerd.mjs";
+import { now } from "./clock.mjs";
+import { startSubscriberThread } from "./subscriber-threads.mjs";
+
+/**
+ * Runs one size and resolves to its row (report.mjs prints it). `settings` are the bench's options
+ * (`rate`, `seconds`, `clients`, `settle`, `batch`, `presence`), `extraVars` the --vars given, and
+ * `publishes` how many publishes the publisher sends. `presence`: every subscriber asks for it.
+ */
+export async function runSize(size, presence, { settings: opts, extraVars, publishes: PUBLISHES }) {
+  const fg = await startFloodgate({
+    ...(opts.presence ? { PRESENCE_INTERVAL: "2s" } : {}),
+    READ_RATE: "",
+    SUBSCRIBE_RATE: "",
+    PUBLISH_RATE: "",
+    PUBLISH_BURST: "",
+    // Every subscriber is the same client (one address, no token): the per-client cap must not bind.
+    MAX_SUBSCRIPTIONS_PER_CLIENT: String(size),
+    ...extraVars,
+  });
+  const channel = `public:fanout.n${size}`;
+  // The subscribers' kind of connection (subscriber-thread.mjs, KINDS) and the URL they open.
+  const kind = "floodgate";
+  const query = new URLSearchParams();
+  if (opts.batch) query.set("batch", "1");
+  if (presence) query.set("presence", "1");
+  const wsUrl = `${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}${query.size ? `?${query}` : ""}`;
+  // --presence: the publisher starts while the crowd joins.
+  const crowd = opts.presence;
+  const threads = Math.max(1, opts.clients || Math.min(4, Math.ceil(size / 1000)));
+  const clients = [];
+  try {
+    for (let k = 0; k < threads; k++) {
+      const n = Math.floor(size / threads) + (k < size % threads ? 1 : 0);
+      clients.push(startSubscriberThread({ kind, url: wsUrl, n, maxSeq: PUBLISHES + 16 }));
+    }
+    const opening = Promise.all(clients.map((c) => c.ask("open")));
+    const joined = async () => {
+      const opened = await opening;
+      const failed = opened.reduce((a, o) => a + o.failed, 0);
+      const retried = opened.reduce((a, o) => a + o.retried, 0);
+      if (retried > 0) console.log(`  ${size} subscribers: ${retried} handshakes tried again`);
+      if (failed > 0) throw new Error(`${failed} of ${size} subscribers could not connect`);
+    };
+    if (!crowd) await joined();
+    const stats = () =>
+      fetch(`${fg.base}/v1/channels/${channel}/stats`, { headers: { authorization: `Bearer ${fg.admin}` } }).then((r) =>
+        r.json(),
+      );
+    // The channel counts a subscriber once its object has accepted the socket.
+    let before = await stats();
+    for (let i = 0; i < 50 && before.websockets < size && !crowd; i++) {
+      await new Promise((r) => setTimeout(r, 200));
+      before = await stats();
+    }
+    if (before.websockets !== size && !crowd) {
+      throw new Error(`the channel counts ${before.websockets} of ${size} sockets`);
+    }
+
+    const token = await mintToken(fg, { sub: "fanout", channels: [channel], rl: "1000000/s" });
+    const clientCpu0 = process.cpuUsage();
+    const cpu0 = cpuMicros(fg.pid);
+    const firstAt = now();
+    const answers = [];
+    for (let i = 0; i < PUBLISHES; i++) {
+      const due = firstAt + (i * 1000) / opts.rate;
+      const wait = due - now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      answers.push(
+        fetch(`${fg.base}/v1/publish/${channel}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          body: JSON.stringify({ i, t: now() }),
+        })
+          .then(async (res) => ({ status: res.status, body: await res.json().catch(() => null) }))
+          .catch(() => ({ status: 0, body: null })),
+      );
+    }
+    const results = await Promise.all(answers);
+    if (crowd) await joined();
+    const delivered = results.filter((r) => r.status === 200 && Number.isInteger(r.body?.seq)).map((r) => r.body.seq);
+
+    // The tail: until every subscriber has every delivered frame, or nothing arrived for 2 s, or --settle
+    // seconds passed (then what is still on its way counts as lost: the table's lost column says so).
+    const expected = delivered.length * size;
+    let last = -1;
+    let lastMoved = now();
+    let cutOff = true;
+    for (const start = now(); now() - start < opts.settle * 1000; ) {
+      const received = (await Promise.all(clients.map((c) => c.ask("count")))).reduce((a, n) => a + n, 0);
+      if (received >= expected) {
+        cutOff = false;
+        break;
+      }
+      if (received !== last) {
+        last = received;
+        lastMoved = now();
+      } else if (now() - lastMoved > 2000) {
+        cutOff = false;
+        break;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const cpu1 = cpuMicros(fg.pid);
+    const clientCpu = process.cpuUsage(clientCpu0);
+    const after = await stats();
+
+    const tallies = await Promise.all(clients.map((c) => c.ask("tally", delivered)));
+    const frames = tallies.reduce((a, t) => a + t.frames, 0);
+    const messages = tallies.reduce((a, t) => a + t.messages, 0);
+    const latencies = new Float64Array(tallies.reduce((a, t) => a + t.latencies.length, 0));
+    let at = 0;
+    for (const t of tallies) {
+      latencies.set(t.latencies, at);
+      at += t.latencies.length;
+    }
+    latencies.sort();
+    const pct = (q) =>
+      latencies.length ? latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] : Number.NaN;
+    const lastFrameAt = Math.max(...tallies.map((t) => t.lastFrameAt));
+    const hasRelays = typeof after.relay_sends_total === "number";
+    return {
+      size,
+      sent: PUBLISHES,
+      delivered: delivered.length,
+      deliveriesPerS: messages ? messages / ((lastFrameAt - firstAt) / 1000) : 0,
+      p50: pct(0.5),
+      p99: pct(0.99),
+      lost: crowd
+        ? "– (joining)"
+        : `${tallies.reduce((a, t) => a + t.lost, 0)}${cutOff ? ` (frames still arriving after --settle ${opts.settle} s)` : ""}`,
+      runMs: now() - firstAt,
+      intervalMs: presenceIntervalMs(extraVars.PRESENCE_INTERVAL ?? "2s"),
+      presenceSends: after.presence?.sends_total ?? 0,
+      presence: {
+        intervalMost: Math.max(0, ...tallies.map((t) => t.presence.intervalMost)),
+        announceMost: Math.max(0, ...tallies.map((t) => t.presence.announceMost)),
+        states: tallies.reduce((a, t) => a + t.presence.states, 0),
+      },
+      duplicated: tallies.reduce((a, t) => a + t.duplicated, 0),
+      closed: tallies.reduce((a, t) => a + t.closed, 0),
+      // From the moment the last publish was sent: a channel that keeps up ends within milliseconds.
+      tailS: (lastFrameAt - (firstAt + ((PUBLISHES - 1) * 1000) / opts.rate)) / 1000,
+      relays: typeof after.relays === "number" ? after.relays : "–",
+      sendsPerPublish: hasRelays
+        ? ((after.relay_sends_total - (before.relay_sends_total ?? 0)) / Math.max(1, delivered.length)).toFixed(2)
+        : "1 (no relays)",
+      framesPerMessage: messages ? frames / messages : Number.NaN,
+      cpuPerDelivery: (cpu1 - cpu0) / messages,
+      clientCpuPerDelivery: (clientCpu.user + clientCpu.system) / messages,
+    };
+  } finally {
+    await Promise.all(clients.map((c) => c.stop()));
+    await fg.stop();
+  }
+}
+
+/** `PRESENCE_INTERVAL` as the bench sets it (`2s`, `500ms`, `1m`), in ms. */
+function presenceIntervalMs(text) {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m)$/.exec(String(text).trim());
+  if (!m) return Number.NaN;
+  return Number(m[1]) * { ms: 1, s: 1000, m: 60_000 }[m[2]];
+}

@@ -1,0 +1,236 @@
+// `npm run bench`'s fine check: the paths its targets (targets.mjs) name, each in a Worker of its
+// own, measured in short slices against the bare routes of the same round, and with `--against` the
+// same paths on an older commit beside them; then the fine check's tables.
+import {
+  COLD_PUBLISHES,
+  load,
+  median,
+  metrics,
+  publishOpts,
+  setRate,
+  startRecipe,
+  sumStatuses,
+  webSocketSubscribers,
+} from "../lib/bench.mjs";
+import { mintToken } from "../lib/tokens.mjs";
+import { startFloodgate } from "../lib/workerd.mjs";
+import { COUNTERS, measured } from "./rounds.mjs";
+import { fmt } from "./table.mjs";
+import {
+  channels,
+  generous,
+  many,
+  mintCrowd,
+  mintMany,
+  NO_DEFAULT_LIMITS,
+  RECIPE_SUBSCRIBERS,
+  touchAll,
+  withoutPath,
+} from "./workload.mjs";
+
+/** The length of one slice of the fine check, in seconds. */
+const FINE_SECONDS = 0.6;
+// The routes `--against` compares by default (the ones a change to the publish path can move): a
+// delivered publish with 10 subscribers, drop rate 0.5 with 10, the deny flood, the crowd warm and cold.
+const AGAINST_ROUTES = ["pub10", "drop50", "deny", "crowd", "crowdcold"];
+
+/** A Floodgate of its own with `n` WebSocket subscribers on `channel`, publishing as one subject. */
+async function floodgatePath(channel, { n = 1, rl = generous, rate = 0, tree } = {}) {
+  const worker = await startFloodgate(NO_DEFAULT_LIMITS, undefined, { tree });
+  if (rate) await setRate(worker, channel, rate);
+  const sub = n ? await webSocketSubscribers(worker.base, channel, n) : null;
+  const { path, ...opts } = publishOpts(await mintToken(worker, { sub: `fine-${channel}`, channels, rl }), channel);
+  return {
+    url: worker.base + path,
+    pid: worker.pid,
+    opts,
+    dispose: async () => {
+      sub?.close();
+      await worker.stop();
+    },
+  };
+}
+
+/**
+ * The literal recipe (lib/bench-recipe-worker.mjs) in a workerd of its own, publishing to `channel`
+ * with `n` subscribers; `rate` is its KV drop rate, `gcraIntervalMs` its limiter's interval.
+ */
+async function recipePath(
+  channel,
+  { n = RECIPE_SUBSCRIBERS, rate = 0, subject = "recipe-subject", gcraIntervalMs } = {},
+) {
+  const worker = await startRecipe({ gcraIntervalMs });
+  if (rate) await (await worker.mf.getKVNamespace("THROTTLE_KV")).put(`throttleRate:${channel}`, String(rate));
+  const sub = n ? await webSocketSubscribers(worker.base, channel, n) : null;
+  return {
+    url: `${worker.base}/v1/publish/${channel}`,
+    pid: worker.pid,
+    opts: withoutPath(publishOpts(subject, channel)),
+    dispose: async () => {
+      sub?.close();
+      await worker.stop();
+    },
+  };
+}
+
+/**
+ * The fine check's paths: how to set each up (the bare ones share the reference Worker of the rounds:
+ * `references` holds their requests). A Floodgate path takes the source tree to start (undefined:
+ * this one; `--against`: the older commit's).
+ */
+function finePaths({ spread: SPREAD }, { bareScenario, barePost, bareWrite1 }) {
+  return {
+    bare: async () => ({ url: bareScenario.url, pid: bareScenario.pid, opts: bareScenario.opts }),
+    post: async () => barePost,
+    write1: async () => bareWrite1,
+    deny: (tree) => floodgatePath("public:bench.flood", { n: 0, rl: "1/h", tree }),
+    pub1: (tree) => floodgatePath("public:bench.one", { tree }),
+    pub10: (tree) => floodgatePath("public:bench.ten", { n: RECIPE_SUBSCRIBERS, tree }),
+    drop50: (tree) => floodgatePath("public:bench.half", { n: RECIPE_SUBSCRIBERS, rate: 0.5, tree }),
+    drop90: (tree) => floodgatePath("public:bench.ninety", { rate: 0.9, tree }),
+    // The same shape as drop50 on a channel a THROTTLE_SUMMARY rule matches (the bench Worker's vars).
+    drop50sum: (tree) => floodgatePath("public:bench.halfsum", { n: RECIPE_SUBSCRIBERS, rate: 0.5, tree }),
+    // The crowd cold: every slice a crowd of new subjects, each publishing COLD_PUBLISHES times in
+    // turn (subject k's first publish is request k), run to that count rather than for a duration, so
+    // first contacts are a fixed share of the slice. Their throughput is requests over the slice's time.
+    crowdcold: async (tree) => {
+      const worker = await startFloodgate(NO_DEFAULT_LIMITS, undefined, { tree });
+      const sub = await webSocketSubscribers(worker.base, "public:bench.crowd", 1);
+      let generation = 0;
+      return {
+        ...many(worker, [], () => "public:bench.crowd"),
+        countLimiter: true,
+        amount: SPREAD * COLD_PUBLISHES,
+        // The next slice's load options: a crowd of its own.
+        prepare: async () =>
+          many(worker, await mintCrowd(worker, `cold${generation++}-`, SPREAD), () => "public:bench.crowd").opts,
+        dispose: async () => {
+          sub.close();
+          await worker.stop();
+        },
+      };
+    },
+    crowd: async (tree) => {
+      const worker = await startFloodgate(NO_DEFAULT_LIMITS, undefined, { tree });
+      const tokens = await mintMany(worker, SPREAD);
+      const sub = await webSocketSubscribers(worker.base, "public:bench.crowd", 1);
+      return {
+        ...many(worker, tokens, () => "public:bench.crowd"),
+        countLimiter: true,
+        warm: () => touchAll(worker.base, tokens, () => "public:bench.crowd"),
+        dispose: async () => {
+          sub.close();
+          await worker.stop();
+        },
+      };
+    },
+    // The peer limiter's deny flood: the recipe's GCRA object (Cloudflare's chat example) refusing
+    // every publish of one subject, one object call each: deny's counterpart.
+    recipedeny: () =>
+      recipePath("public:bench.recipedeny", { n: 0, subject: "recipe-flooder", gcraIntervalMs: 3_600_000 }),
+    // The literal recipe at drop rate 0.5 (its KV key, read on every publish): drop50's counterpart.
+    recipe50: () => recipePath("public:bench.recipe50", { rate: 0.5 }),
+    recipe10: () => recipePath("public:bench.recipe"),
+  };
+}
+
+/**
+ * The fine check: each path in a Worker (a workerd) of its own, so one path's background work never
+ * lands in another's numbers, then `--fine` rounds of short closed-loop slices against the bare GET,
+ * the bare POST and each path in turn (the order reversed every other round). A path's ratio is the
+ * median over rounds of its slice against the reference's slice of the same round: slices 0.6 s apart
+ * see the same machine, which over 2 s runs it often does not. The crowd's limiter calls are read
+ * from its Worker's /metrics around each of its slices (`/metrics` flushes the isolate's counts).
+ * `targets` are the targets to judge (targets.mjs), `has(id)` whether a scenario ran, `references`
+ * the bare routes' requests ({ bareScenario, barePost, bareWrite1 }, scenarios.mjs). Resolves to the
+ * figures, or null when there is nothing to check.
+ */
+export async function fineCheck(config, { targets, has, references }) {
+  const { fine: FINE, connections: CONNECTIONS, ref: REF, wanted } = config;
+  const FINE_PATHS = finePaths(config, references);
+  const ids = new Set(["bare", "post"]);
+  for (const id of ["deny", "pub1", "drop90"]) if (has(id)) ids.add(id);
+  for (const t of targets) {
+    ids.add(t.id);
+    if (t.against) ids.add(t.against);
+  }
+  // With --against: the compared routes (those --only names, or all of them), each also on the ref.
+  const compared = REF ? AGAINST_ROUTES.filter((id) => wanted(id)) : [];
+  for (const id of compared) ids.add(id);
+  if (!FINE || ids.size === 2) return null;
+  const paths = [];
+  for (const id of ids) paths.push({ id, ...(await FINE_PATHS[id]()) });
+  for (const id of compared) paths.push({ id: `${id}@ref`, ...(await FINE_PATHS[id](REF.tree)) });
+  const slice = { seconds: FINE_SECONDS, connections: CONNECTIONS };
+  for (const p of paths) {
+    await p.warm?.();
+    if (p.prepare) p.opts = await p.prepare();
+    await load(p.url, p.opts, p.amount ? { amount: p.amount, connections: CONNECTIONS } : slice); // warm-up: compile, first limiter call
+    p.drivenAt = Date.now();
+  }
+  const slices = new Map(paths.map((p) => [p.id, []]));
+  for (let round = 0; round < FINE; round++) {
+    for (const p of round % 2 ? [...paths].reverse() : paths) {
+      // Local workerd evicts an object idle for about 10 s (see touchAll): a round on a busy machine
+      // can take that long, so the crowd's objects are touched again once its last slice is 5 s old.
+      if (p.warm && Date.now() - p.drivenAt > 5000) await p.warm();
+      if (p.prepare) p.opts = await p.prepare();
+      const before = p.countLimiter ? await metrics(p.worker) : null;
+      const r = await measured(p, 0, p.amount ? { amount: p.amount, connections: CONNECTIONS } : slice);
+      p.drivenAt = Date.now();
+      if (before) r.limiterCalls = (await metrics(p.worker))[COUNTERS.limiter] - (before[COUNTERS.limiter] ?? 0);
+      slices.get(p.id).push(r);
+    }
+  }
+  for (const p of paths) await p.dispose?.();
+  const against = (id, ref, f) => median(slices.get(id).map((r, i) => f(r) / f(slices.get(ref)[i])));
+  return {
+    ids: [...ids],
+    compared,
+    // Requests per second of the slice (a duration's slices all take FINE_SECONDS; the cold crowd's
+    // runs to a count of requests and takes what it takes).
+    throughput: (id, ref) => against(id, ref, (r) => r.rate),
+    cpu: (id, ref) => against(id, ref, (r) => r.cpuPerRequest),
+    limiterPer1000: (id) => median(slices.get(id).map((r) => (1000 * r.limiterCalls) / r.requests)),
+    statuses: (id) => sumStatuses(slices.get(id)),
+  };
+}
+
+/** The paths whose limiter calls the fine check counts. */
+const FINE_PATHS_COUNT_LIMITER = new Set(["crowd", "crowdcold"]);
+
+/** Prints the fine check's table of every path, and with `--against` the table of current / older. */
+export function printFine(config, fine) {
+  const { fine: FINE, ref: REF, against: AGAINST, spread: SPREAD } = config;
+  console.log(
+    `\nfine check (${FINE} rounds of ${FINE_SECONDS} s slices, each path in its own workerd; median ratio to the bare slices of the same round):`,
+  );
+  console.log("| path | throughput / bare POST | CPU per request × bare POST | throughput / bare GET | statuses |");
+  console.log("|---|---:|---:|---:|---|");
+  for (const id of [...fine.ids, ...fine.compared.map((id) => `${id}@ref`)])
+    console.log(
+      `| ${id === "bare" ? "bare GET" : id} | ${fine.throughput(id, "post").toFixed(2)} | ${fmt(fine.cpu(id, "post"))} | ${id === "bare" ? "1.00" : fine.throughput(id, "bare").toFixed(2)} | ${JSON.stringify(fine.statuses(id))} |`,
+    );
+  if (!fine.compared.length) return;
+  /** The routes --against compares, as its table names them (the issue's columns). */
+  const ROUTE_TITLES = {
+    pub10: `publish, drop rate 0, delivered (${RECIPE_SUBSCRIBERS} subscribers)`,
+    drop50: `publish, drop rate 0.5 (${RECIPE_SUBSCRIBERS} subscribers)`,
+    deny: "flood of denied publishes (429)",
+    crowd: `publish, ${SPREAD} subjects cycled (warm: touched before each slice)`,
+    crowdcold: `publish, ${SPREAD} new subjects × ${COLD_PUBLISHES} (cold: first contact measured)`,
+  };
+  console.log(
+    `\nagainst ${REF.short} (${AGAINST}), same rounds (each route's current and ${REF.short} slices are next to each other; below 1: slower than ${REF.short}):`,
+  );
+  console.log(
+    `| route | current / bare GET | ${REF.short} / bare GET | current / ${REF.short} | CPU per request, current × ${REF.short} | limiter calls /1k, current | limiter calls /1k, ${REF.short} |`,
+  );
+  console.log("|---|---:|---:|---:|---:|---:|---:|");
+  for (const id of fine.compared) {
+    const limiter = (x) => (FINE_PATHS_COUNT_LIMITER.has(id) ? fine.limiterPer1000(x).toFixed(0) : "–");
+    console.log(
+      `| ${ROUTE_TITLES[id]} | ${fine.throughput(id, "bare").toFixed(2)} | ${fine.throughput(`${id}@ref`, "bare").toFixed(2)} | ${fine.throughput(id, `${id}@ref`).toFixed(2)} | ${fmt(fine.cpu(id, `${id}@ref`))} | ${limiter(id)} | ${limiter(`${id}@ref`)} |`,
+    );
+  }
+}
