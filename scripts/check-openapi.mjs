@@ -5,7 +5,8 @@
 // (@seriousme/openapi-schema-validator) reads its JSON schemas from disk;
 // test/worker/http/openapi-document.test.ts checks the document's content. When Chromium is there
 // (/usr/bin/chromium, or CHROMIUM_PATH; .ci/run installs it for the browser test), the page is also
-// opened: it must list every operation of the document with no CSP violation. `--port=N` picks the Worker's port (default 8797).
+// opened: it must list every operation of the document with no CSP violation. `--port=N` picks the
+// Worker's port (default 8797).
 import { existsSync } from "node:fs";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { chromium } from "playwright-core";
