@@ -36,7 +36,7 @@
  * alone reaches the target. With P = 0 it is the law above. The drop rate only ever applies to the
  * rest: priority messages never meet it.
  *
- * Guarantees (each asserted in test/sampler-law.test.ts with a seeded simulation):
+ * Guarantees (each asserted in test/functions/sampler-law.test.ts with a seeded simulation):
  * - p ∈ [0,1] always, and p < 1 whenever the target is positive and above the priority rate: a
  *   period with offered > target is never starved of the rest.
  * - p = 0 whenever offered ≤ target, in the first sample after the load falls.

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // `npm run bench:loop`: the sampler's control law against the naive ratio law, on the same seeded
-// simulation the tests use (test/loop-simulation.ts): synthetic traces, one period of actuation
+// simulation the tests use (test/support/loop-simulation.ts): synthetic traces, one period of actuation
 // lag, random drops or deterministic thinning. Prints one table per trace, then the production-timing
 // table: today's Cron-only loop against the two-tier loop (Cron sweep + the channel's fast loop).
 // Then the law with priority traffic (30% of the load, and more than the target) against the target.
@@ -22,8 +22,8 @@ const {
 });
 
 // The pack's own modules, bundled on the fly so the benchmark runs exactly the shipped law.
-const m = await importSource(`export * from "./test/loop-simulation"; export * from "./functions/sampler";
-export { seededRandom } from "./test/seeded-random";`);
+const m = await importSource(`export * from "./test/support/loop-simulation"; export * from "./functions/sampler";
+export { seededRandom } from "./test/support/seeded-random";`);
 
 const laws = [
   ["feed-forward, random drop", m.nextDropRate, "random"],
@@ -64,7 +64,7 @@ for (const [name, { trace, stepAt }] of Object.entries(m.traces(TARGET))) {
   console.log("");
 }
 
-// Production timing (test/loop-simulation.ts, simulateTiming): the Cron sweep every 60 s, KV
+// Production timing (test/support/loop-simulation.ts, simulateTiming): the Cron sweep every 60 s, KV
 // propagation 60 s, and in the two-tier loop the channel object's fast loop every 5 s, whose rate
 // reaches the isolates with their next answers (1 s here). Fluid model: timing only, no random draw.
 // Each row is over 12 phases of the surge against the periods: median, and worst in brackets.

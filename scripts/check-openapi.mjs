@@ -2,10 +2,11 @@
 // `npm run check:openapi`: the document at GET /v1/openapi.json validates as OpenAPI 3.1, and the API
 // reference page (/docs/api) and the Swagger UI files it loads are served. Against a Worker started
 // the way `npm start` starts it. Run from Node, not in the workerd tests, because the validator
-// (@seriousme/openapi-schema-validator) reads its JSON schemas from disk; test/openapi.test.ts checks
-// the document's content. When Chromium is there (/usr/bin/chromium, or CHROMIUM_PATH; .ci/run
-// installs it for the browser test), the page is also opened: it must list every operation of the
-// document with no CSP violation. `--port=N` picks the Worker's port (default 8797).
+// (@seriousme/openapi-schema-validator) reads its JSON schemas from disk;
+// test/worker/http/openapi-document.test.ts checks the document's content. When Chromium is there
+// (/usr/bin/chromium, or CHROMIUM_PATH; .ci/run installs it for the browser test), the page is also
+// opened: it must list every operation of the document with no CSP violation. `--port=N` picks the
+// Worker's port (default 8797).
 import { existsSync } from "node:fs";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { chromium } from "playwright-core";

@@ -21,8 +21,9 @@ export default defineConfig({
           // Flush metrics at the end of every request so tests that wait on a request's waitUntil
           // do not wait a second each; the batching itself is tested with the shipped 1000 ms.
           METRICS_FLUSH_MS: "0",
-          // Sampler targets for test/scheduled.test.ts and (`public:fastloop.*`, 1/s: periods of tens of
-          // seconds, so a few ms of test time do not move a measured rate) test/fast-loop.test.ts only.
+          // Sampler targets for test/worker/sampler/cron-sweep.test.ts and (`public:fastloop.*`, 1/s:
+          // periods of tens of seconds, so a few ms of test time do not move a measured rate)
+          // test/channel/fast-loop-holds-target.test.ts only.
           THROTTLE_TARGETS: JSON.stringify({
             "public:sampled.**": "10/s",
             "public:budget.*": { deliveries: "40/s" },
@@ -30,15 +31,17 @@ export default defineConfig({
             "public:sharded.fast.*": "1/s",
           }),
           THROTTLE_THINNING: "public:sampled.thin.*,public:fastloop.*",
-          // Summaries of drops for test/drop-summaries.test.ts only. The interval is long, so no summary
-          // is sent by itself: a test makes the open interval due now and runs the alarm.
+          // Summaries of drops for test/channel/drop-summaries.test.ts only. The interval is long, so no
+          // summary is sent by itself: a test makes the open interval due now and runs the alarm.
           THROTTLE_SUMMARY: JSON.stringify({ "public:summary.**": "/emoji", "public:summary.deep.*": "/a/b/0" }),
           SUMMARY_INTERVAL: "1h",
-          // The fast loop's alarm never fires by itself during the suite: test/fast-loop.test.ts ends
-          // each period by moving its stored start back and running the alarm (runDurableObjectAlarm).
+          // The fast loop's alarm never fires by itself during the suite: the fast-loop tests
+          // (test/channel/fast-loop-holds-target.test.ts) end each period by moving its stored start back
+          // and running the alarm (runDurableObjectAlarm).
           SAMPLER_FAST_PERIOD: "10m",
-          // Audience shards for test/audience-shards.test.ts only (`public:sharded.*`, `private:sharded.*.*` by the
-          // token's group; `public:geo.*` by continent; `public:sharded.fast.*` also with a fast-loop target).
+          // Audience shards for the tests in test/worker/shards/ and test/channel/shard-registry-storage.test.ts
+          // only (`public:sharded.*`, `private:sharded.*.*` by the token's group; `public:geo.*` by continent;
+          // `public:sharded.fast.*` also with a fast-loop target).
           AUDIENCE_SHARDS: JSON.stringify({
             "public:sharded.*": { by: "group" },
             "public:sharded.*.*": { by: "group" },

@@ -1,0 +1,22 @@
+/** Waiting for a condition with a time bound (functions/waiting.ts), on fake timers. */
+import { describe, expect, it, vi } from "vitest";
+import { pollUntil } from "../../functions/waiting";
+
+describe("pollUntil", () => {
+  it("resolves true as soon as the condition holds, false after the timeout, on its own timers", async () => {
+    vi.useFakeTimers();
+    try {
+      let ready = false;
+      const hit = pollUntil(() => ready, 1000);
+      await vi.advanceTimersByTimeAsync(30);
+      ready = true;
+      await vi.advanceTimersByTimeAsync(10);
+      await expect(hit).resolves.toBe(true);
+      const miss = pollUntil(() => false, 100);
+      await vi.advanceTimersByTimeAsync(120);
+      await expect(miss).resolves.toBe(false);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+});

@@ -1,0 +1,248 @@
+/**
+ * What one subscriber can cost (docs/security.md): a subscriber that talks is closed with 1008 (ping
+ * is answered by the runtime); one that falls more than 1 MiB behind, WebSocket or SSE, live or in a
+ * replay, is cut off (4008, or the stream ends) and resumes with `?after=` / Last-Event-ID; readers
+ * that keep up get everything, a flush of thousands of frames included.
+ */
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import type { ChannelStats } from "../../src/channel/calls";
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "../../src/relay/bounds";
+import { relayName } from "../../src/relay/placement";
+import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_SPOKE_CLOSE } from "../../src/wire/close-codes";
+import {
+  adminHeaders,
+  call,
+  callAndWait,
+  type Frame,
+  openSocket,
+  publisher,
+  publishTo,
+  readSse,
+  uniq,
+  until,
+} from "../support/helpers";
+
+const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+
+/** The channel's only relay (fewer subscribers than RELAY_CAPACITY; no colo locally). */
+const relayStub = (ch: string) => env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0)));
+
+async function channelStats(ch: string): Promise<ChannelStats> {
+  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
+  return (await res.json()) as ChannelStats;
+}
+
+/** A raw WebSocket subscription that records text frames and its close. */
+async function rawSocket(ch: string, query = "") {
+  const res = await call(`/v1/subscribe/${ch}${query}`, { headers: { upgrade: "websocket" } });
+  const ws = res.webSocket;
+  if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status}`);
+  const texts: string[] = [];
+  let close: { code: number; reason: string } | null = null;
+  ws.addEventListener("message", (ev) => {
+    texts.push(ev.data as string);
+  });
+  ws.addEventListener("close", (ev) => {
+    close = { code: ev.code, reason: ev.reason };
+  });
+  ws.accept();
+  return { ws, texts, closed: () => close };
+}
+
+/** Big messages straight into the channel's object, `n` per call. */
+async function fill(ch: string, count: number, bytes: number): Promise<void> {
+  const big = "x".repeat(bytes);
+  for (let i = 0; i < count; i += 10) {
+    await channelStub(ch).publishMany(
+      Array.from({ length: Math.min(10, count - i) }, (_, k) => ({
+        channel: ch,
+        data: JSON.stringify({ i: i + k, big }),
+        publisher: "p",
+        action: "deliver" as const,
+        now: Date.now(),
+      })),
+    );
+  }
+}
+
+describe("subscribers do not talk", () => {
+  it("ping is answered pong by the runtime; any other frame, however big, closes that socket with 1008", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    const t = await publisher("public:bounds.*");
+    const pinger = await rawSocket(ch);
+    const talker = await rawSocket(ch);
+    const giant = await rawSocket(ch);
+    const listener = await openSocket(ch);
+    pinger.ws.send("ping");
+    await until(() => pinger.texts.length === 1, "pong");
+    expect(pinger.texts).toEqual(["pong"]);
+    // Answered without the object's handler: the runtime's auto-response timestamp is set.
+    const autoAnswered = await runInDurableObject(relayStub(ch), (_i, state) =>
+      state.getWebSockets().map((ws) => state.getWebSocketAutoResponseTimestamp(ws) !== null),
+    );
+    expect(autoAnswered.filter(Boolean)).toHaveLength(1);
+
+    talker.ws.send("hello");
+    giant.ws.send("x".repeat(1024 * 1024));
+    await until(() => talker.closed() !== null && giant.closed() !== null, "the talkers' close");
+    expect(talker.closed()).toMatchObject({ code: SUBSCRIBER_SPOKE_CLOSE });
+    expect(giant.closed()).toMatchObject({ code: SUBSCRIBER_SPOKE_CLOSE });
+
+    // Nothing was published, the pinger is still open, and everyone else still gets messages.
+    expect((await channelStats(ch)).last_seq).toBe(0);
+    expect((await publishTo(ch, t, "after")).status).toBe(200);
+    expect((await listener.next(1)).map((f) => [f.seq, f.data])).toEqual([[1, "after"]]);
+    await until(() => pinger.texts.length === 2, "the pinger's frame");
+    expect(pinger.closed()).toBeNull();
+    let websockets = 0;
+    for (let i = 0; i < 1000 && websockets !== 2; i++) websockets = (await channelStats(ch)).websockets;
+    expect(websockets).toBe(2);
+    pinger.ws.close();
+    listener.ws.close();
+  });
+});
+
+describe("slow subscribers are bounded in bytes, replays included", () => {
+  const total = 100; // HISTORY_LIMIT: all retained
+  const size = 30_000; // 3 MB of history, three times the bound
+
+  it("a WebSocket replay sends at most 1 MiB, closes with 4008, and resuming with ?after= brings the rest", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    await fill(ch, total, size);
+    const seqs: number[] = [];
+    let after = 0;
+    let closes = 0;
+    for (let round = 0; round < 10 && seqs.length < total; round++) {
+      const sub = await rawSocket(ch, `?after=${after}`);
+      if (seqs.length + 0 < total) {
+        await until(() => sub.closed() !== null || seqs.length + sub.texts.length === total, "replay");
+      }
+      const got = sub.texts.map((t) => JSON.parse(t) as Frame);
+      const bytes = sub.texts.reduce((a, t) => a + new TextEncoder().encode(t).byteLength, 0);
+      expect(bytes).toBeLessThanOrEqual(SUBSCRIBER_MAX_BEHIND_BYTES);
+      if (sub.closed()) {
+        closes++;
+        expect(sub.closed()).toMatchObject({ code: SLOW_CONSUMER_CLOSE });
+      } else sub.ws.close();
+      seqs.push(...got.map((f) => f.seq));
+      after = seqs.at(-1) ?? after;
+    }
+    expect(seqs).toEqual(Array.from({ length: total }, (_, i) => i + 1));
+    expect(closes).toBeGreaterThanOrEqual(2);
+    expect((await channelStats(ch)).slow_consumers_closed).toBe(closes);
+  });
+
+  it("an SSE replay sends at most 1 MiB and ends; Last-Event-ID brings the rest", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    await fill(ch, total, size);
+    const first = await call(`/v1/subscribe/${ch}?after=0`, { headers: { accept: "text/event-stream" } });
+    const head = await readSse(first, total); // returns when the stream ends
+    expect(head.length).toBeGreaterThan(0);
+    expect(head.length).toBeLessThan(total);
+    expect(head.map((e) => Number(e.id))).toEqual(Array.from({ length: head.length }, (_, i) => i + 1));
+    expect(head.length * size).toBeLessThanOrEqual(SUBSCRIBER_MAX_BEHIND_BYTES);
+    const seqs = head.map((e) => Number(e.id));
+    for (let round = 0; round < 10 && seqs.length < total; round++) {
+      const res = await call(`/v1/subscribe/${ch}`, {
+        headers: { accept: "text/event-stream", "last-event-id": String(seqs.at(-1)) },
+      });
+      const events = await readSse(res, total - seqs.length);
+      seqs.push(...events.map((e) => Number(e.id)));
+    }
+    expect(seqs).toEqual(Array.from({ length: total }, (_, i) => i + 1));
+  });
+
+  it("a live SSE reader more than 1 MiB behind is cut off (in bytes, not frames); a reading one gets everything", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    const stalled = await call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } });
+    expect(stalled.status).toBe(200); // never read from until the end
+    const live = await openSocket(ch);
+    await fill(ch, total, size); // 100 frames: far fewer than any frame-count bound
+    const frames = await live.next(total);
+    expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
+    expect(await channelStats(ch)).toMatchObject({ sse: 0, websockets: 1, slow_consumers_closed: 1 });
+    live.ws.close();
+    const kept = await readSse(stalled, total);
+    expect(kept.length).toBeLessThan(total);
+    expect(kept.map((e) => Number(e.id))).toEqual(Array.from({ length: kept.length }, (_, i) => i + 1));
+  });
+});
+
+describe("slow consumer", () => {
+  it("a WebSocket reader that stops reading is closed with 4008 past 1 MiB unread, and can resume", async () => {
+    const ch = `public:hostile.${uniq()}`;
+    const res = await call(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } });
+    const stalled = res.webSocket;
+    if (!stalled) throw new Error("no socket");
+    // Not accepted yet: nothing is read, so the channel's sends pile up in the socket's buffer.
+    const live = await openSocket(ch);
+    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+    const big = "x".repeat(30_000);
+    const total = 100; // 3 MB: about three times the bound
+    for (let i = 0; i < total; i++) {
+      await stub.publishMany([
+        { channel: ch, data: JSON.stringify({ i, big }), publisher: "p", action: "deliver", now: Date.now() },
+      ]);
+    }
+    // The reader that keeps up gets everything, in order.
+    const frames = await live.next(total);
+    expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
+    const stats = await channelStats(ch);
+    expect(stats).toMatchObject({ websockets: 1, slow_consumers_closed: 1 });
+    // The stalled reader, reading at last: a gapless prefix of about the bound, then the close.
+    const got: number[] = [];
+    const closed = new Promise<{ code: number; reason: string }>((resolve) => {
+      stalled.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason }));
+    });
+    stalled.addEventListener("message", (ev) => got.push((JSON.parse(ev.data as string) as { seq: number }).seq));
+    stalled.accept();
+    const close = await closed;
+    expect(close.code).toBe(SLOW_CONSUMER_CLOSE);
+    expect(close.reason).toMatch(/slow consumer.*after=/);
+    expect(got).toEqual(Array.from({ length: got.length }, (_, i) => i + 1));
+    const bytesPerFrame = 30_100;
+    expect(got.length).toBeGreaterThanOrEqual(Math.floor(SUBSCRIBER_MAX_BEHIND_BYTES / bytesPerFrame));
+    expect(got.length).toBeLessThan(total);
+    // Resuming after the last seq it got brings the rest, nothing skipped or repeated (a replay is
+    // bounded in bytes too, so the rest may take more than one resume: "slow subscribers are bounded in bytes" above).
+    const resumed = await openSocket(ch, `?after=${got.at(-1)}`);
+    const rest = await resumed.next(10);
+    expect(rest.map((f) => f.seq)).toEqual(Array.from({ length: 10 }, (_, i) => got.length + i + 1));
+    live.ws.close();
+    resumed.ws.close();
+  });
+  // The SSE reader that stops reading: "slow subscribers are bounded in bytes" above (the bound is in bytes).
+});
+
+describe("SSE under a busy channel", () => {
+  it("a flush of thousands of frames reaches every reading SSE subscriber whole", async () => {
+    // One flush used to be one stream chunk per frame: a big batch (a busy channel, a long replay)
+    // filled the queue before the reader could take a chunk, and cut off a reader that was keeping
+    // up. Now a flush is one chunk, shared by all SSE readers.
+    const ch = `public:hostile.${uniq()}`;
+    const readers = await Promise.all(
+      [1, 2].map(() => call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } })),
+    );
+    for (const res of readers) expect(res.status).toBe(200);
+    const total = 1500;
+    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+    await stub.publishMany(
+      Array.from({ length: total }, (_, i) => ({
+        channel: ch,
+        data: `{"i":${i}}`,
+        publisher: "p",
+        action: "deliver" as const,
+        now: Date.now(),
+      })),
+    );
+    const stats = await channelStats(ch);
+    expect(stats).toMatchObject({ sse: 2, slow_consumers_closed: 0 });
+    for (const res of readers) {
+      const events = await readSse(res, total);
+      expect(events.map((e) => (e.data.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
+      expect(events.map((e) => Number(e.id))).toEqual(Array.from({ length: total }, (_, i) => i + 1));
+    }
+  });
+});

@@ -1,0 +1,141 @@
+/**
+ * Subscriber sockets, held by the channel's relay (src/relay/relay.ts): hibernation (after the channel and
+ * the relay are evicted the sockets still receive and seq continues), a socket whose send fails, and
+ * the close and error handlers.
+ */
+
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import { relayName } from "../../src/relay/placement";
+import { mint, openSocket, publishTo, uniq, untilUnsubscribed, withFailing } from "../support/helpers";
+
+/** Polls (no fixed sleep) until the channel's stats match: relays report their counts after a change. */
+async function statsUntil(ch: string, ready: (s: Record<string, unknown>) => boolean) {
+  for (let i = 0; i < 1000; i++) {
+    const stats = (await runInDurableObject(channelStubFor(ch), (instance) => instance.stats())) as unknown as Record<
+      string,
+      unknown
+    >;
+    if (ready(stats) || i === 999) return stats;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  throw new Error("unreachable");
+}
+
+/** Resolves with the close event's code once the client side of `ws` sees the socket close. */
+function closed(ws: WebSocket): Promise<{ code: number; reason: string }> {
+  return new Promise((resolve) => {
+    ws.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason }));
+  });
+}
+
+function channelStubFor(ch: string) {
+  return env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+}
+
+/** The channel's only relay (fewer subscribers than RELAY_CAPACITY; no colo locally). */
+function relayStubFor(ch: string) {
+  return env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0)));
+}
+
+/** The relay's server side of the channel's only subscriber so far. */
+async function onlyServerSocket(ch: string): Promise<WebSocket> {
+  const sockets = await runInDurableObject(relayStubFor(ch), (_instance, state) => state.getWebSockets());
+  expect(sockets).toHaveLength(1);
+  return sockets[0] as WebSocket;
+}
+
+describe("eviction", () => {
+  it("hibernated WebSockets keep receiving after eviction, without a gap in seq", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const t = (await mint({ sub: uniq(), channels: ["public:evict.*"] })).access_token;
+    const sub = await openSocket(ch);
+    await publishTo(ch, t, "before");
+    await sub.next(1);
+    const stub = channelStubFor(ch);
+    await evictDurableObject(stub);
+    await evictDurableObject(relayStubFor(ch));
+    await publishTo(ch, t, "after");
+    const frames = await sub.next(2);
+    expect(frames.map((f) => [f.seq, f.data])).toEqual([
+      [1, "before"],
+      [2, "after"],
+    ]);
+    // The counters came back from storage, not from memory.
+    const stats = await runInDurableObject(stub, (instance) => instance.stats());
+    expect(stats).toMatchObject({ delivered_total: 2, last_seq: 2, websockets: 1, relays: 1 });
+    expect(await runInDurableObject(relayStubFor(ch), (relay) => relay.counts())).toEqual({
+      websockets: 1,
+      sse: 0,
+      last_seq: 2,
+    });
+    sub.ws.close();
+  });
+});
+
+describe("subscriber sockets", () => {
+  it("a socket whose send fails is closed with 1011 and the others still get every frame", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const t = (await mint({ sub: uniq(), channels: ["public:evict.*"] })).access_token;
+    const a = await openSocket(ch);
+    const failing = await onlyServerSocket(ch);
+    const b = await openSocket(ch);
+    const aClosed = closed(a.ws);
+    // Sends to the first subscriber's server side throw while the publishes run; the rest are real.
+    await withFailing(
+      WebSocket,
+      "send",
+      "send failed: peer reset",
+      async () => {
+        expect((await publishTo(ch, t, 1)).status).toBe(200);
+        expect((await publishTo(ch, t, 2)).status).toBe(200);
+      },
+      (socket) => socket === (failing as unknown as Record<string, unknown>),
+    );
+    expect((await b.next(2)).map((f) => f.data)).toEqual([1, 2]);
+    expect(await aClosed).toMatchObject({ code: 1011 });
+    expect(a.frames).toEqual([]);
+    const stats = await statsUntil(ch, (s) => s.websockets === 1);
+    expect(stats).toMatchObject({ websockets: 1, delivered_total: 2 });
+    b.ws.close();
+  });
+
+  it("a subscriber's close is answered with its own code, and the socket stops counting", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const sub = await openSocket(ch);
+    const done = closed(sub.ws);
+    sub.ws.close(4321, "bye");
+    expect((await done).code).toBe(4321);
+    const stats = await statsUntil(ch, (s) => s.occupancy === 0);
+    expect(stats).toMatchObject({ websockets: 0, occupancy: 0, relays: 0 });
+  });
+
+  it("a close without a code (1005) or an abnormal one (1006) is answered with a normal 1000", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const sub = await openSocket(ch);
+    const done = closed(sub.ws);
+    const server = await onlyServerSocket(ch);
+    await runInDurableObject(relayStubFor(ch), (instance) => {
+      instance.webSocketClose(server, 1006, "", false);
+    });
+    expect((await done).code).toBe(1000);
+  });
+
+  it("a socket error closes that socket with 1011 and leaves the others open", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const t = (await mint({ sub: uniq(), channels: ["public:evict.*"] })).access_token;
+    const a = await openSocket(ch);
+    const broken = await onlyServerSocket(ch);
+    const b = await openSocket(ch);
+    const aClosed = closed(a.ws);
+    await runInDurableObject(relayStubFor(ch), (instance) => {
+      instance.webSocketError(broken, new Error("stream reset"));
+    });
+    expect((await aClosed).code).toBe(1011);
+    expect((await publishTo(ch, t, "still here")).status).toBe(200);
+    expect((await b.next(1)).map((f) => f.data)).toEqual(["still here"]);
+    b.ws.close();
+    await untilUnsubscribed(ch);
+  });
+});

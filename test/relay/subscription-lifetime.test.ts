@@ -1,0 +1,308 @@
+/**
+ * How long a subscription lasts, the relay's side (docs/api.md, "Subscribing"; docs/security.md): one
+ * opened with a token ends at the token's `exp` (WebSocket 4001, SSE `event: expired`), hibernated or
+ * not, its last frame saying the seq it stands at (so a quiet subscriber resumes without a loss); SSE streams get a comment line on the relay's alarm; a subscriber gone stops counting within
+ * the bound even when the report of its leaving is lost (inside workerd an aborted stream's cancel
+ * reaches the relay at once; over a network only a write finds it, which is the heartbeat's other
+ * job); the relay's memory for waiting bytes is bounded, the most-behind closed first.
+ * Time is the relay's own `now` (its `tick`) or a stored expiry moved back and the alarm run with
+ * runDurableObjectAlarm; nothing sleeps.
+ */
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { describe, expect, it } from "vitest";
+import type { ChannelStats } from "../../src/channel/calls";
+import { ChannelObject } from "../../src/channel/channel-object";
+import { REPORT_RETRY_MS, SSE_HEARTBEAT_MS } from "../../src/relay/bounds";
+import { relayName } from "../../src/relay/placement";
+import type { Relay } from "../../src/relay/relay";
+import { TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../../src/wire/close-codes";
+import {
+  adminHeaders,
+  call,
+  callAndWait,
+  mint,
+  openSocket,
+  readSse,
+  uniq,
+  until,
+  untilUnsubscribed,
+  withFailing,
+} from "../support/helpers";
+
+const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
+/** The channel's only relay (fewer subscribers than RELAY_CAPACITY; no colo locally). */
+const relayStub = (ch: string) =>
+  env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0))) as DurableObjectStub<Relay>;
+
+async function subscriber(): Promise<{ token: string; exp: number }> {
+  const pair = await mint({ sub: uniq("life"), channels: ["public:life.*"] });
+  return { token: pair.access_token, exp: pair.expires_at * 1000 };
+}
+
+async function channelStats(ch: string): Promise<ChannelStats> {
+  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
+  return (await res.json()) as ChannelStats;
+}
+
+/** A WebSocket subscription (with a token when given) that records its frames (parsed) and its close. */
+async function socket(ch: string, token?: string, query = "") {
+  const headers: Record<string, string> = { upgrade: "websocket" };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const res = await call(`/v1/subscribe/${ch}${query}`, { headers });
+  const ws = res.webSocket;
+  if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status}`);
+  let close: { code: number; reason: string } | null = null;
+  const frames: unknown[] = [];
+  ws.addEventListener("message", (ev) => frames.push(JSON.parse(ev.data as string)));
+  ws.addEventListener("close", (ev) => {
+    close = { code: ev.code, reason: ev.reason };
+  });
+  ws.accept();
+  return { ws, frames, closed: (): { code: number; reason: string } | null => close };
+}
+
+/** Publishes `n` messages straight to the channel object (no rate limits in the way). */
+async function publish(ch: string, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    await channelStub(ch).publishMany([
+      { channel: ch, data: JSON.stringify({ i }), publisher: "p", action: "deliver", now: Date.now() },
+    ]);
+  }
+}
+
+/** The relay's last seq once it has caught up with the channel's head. */
+const relayAt = (ch: string, seq: number) =>
+  until(() => runInDurableObject(relayStub(ch), (relay) => relay.counts().last_seq === seq), `the relay at seq ${seq}`);
+
+const expiredAt = (seq: number) => ({ type: "expired", reason: TOKEN_EXPIRED_REASON, seq });
+
+/** An SSE subscription whose raw text is collected (comments included) until it ends. */
+async function sse(ch: string, token?: string) {
+  const headers: Record<string, string> = { accept: "text/event-stream" };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const res = await call(`/v1/subscribe/${ch}`, { headers });
+  if (res.status !== 200 || !res.body) throw new Error(`subscribe failed: ${res.status}`);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  const state = { text: "", ended: false };
+  void (async () => {
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        state.text += decoder.decode(value, { stream: true });
+      }
+    } catch {
+      // cancelled
+    }
+    state.ended = true;
+  })();
+  return { state, cancel: () => reader.cancel() };
+}
+
+/** Runs the relay's alarm work as if it were `now`. */
+const tickAt = (ch: string, now: number) => runInDurableObject(relayStub(ch), (relay) => relay.tick(now));
+
+describe("a subscription ends with its token", () => {
+  it("a WebSocket is closed with 4001 `token expired` at exp, by the relay's alarm set for it; an anonymous one stays", async () => {
+    const ch = `public:life.${uniq()}`;
+    const { token, exp } = await subscriber();
+    const anon = await socket(ch);
+    const signed = await socket(ch, token);
+    expect(await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm())).toBe(exp);
+    await tickAt(ch, exp - 1);
+    expect(signed.closed()).toBeNull();
+    await tickAt(ch, exp);
+    await until(() => signed.closed() !== null, "the expired socket's close");
+    expect(signed.closed()).toEqual({ code: TOKEN_EXPIRED_CLOSE, reason: TOKEN_EXPIRED_REASON });
+    expect(anon.closed()).toBeNull();
+    await until(async () => (await channelStats(ch)).websockets === 1, "the count without the expired socket");
+    anon.ws.close();
+  });
+
+  it("a hibernated WebSocket's expiry survives eviction: the stored alarm closes it with 4001", async () => {
+    const ch = `public:life.${uniq()}`;
+    const { token, exp } = await subscriber();
+    const signed = await socket(ch, token);
+    const stub = relayStub(ch);
+    await evictDurableObject(stub);
+    expect(await runInDurableObject(stub, (_r, state) => state.storage.getAlarm())).toBe(exp);
+    // The expiry is moved back in the socket's attachment (what survives hibernation), then the
+    // object is evicted again so nothing of it is in memory when the alarm runs.
+    await runInDurableObject(stub, (_r, state) => {
+      for (const ws of state.getWebSockets()) {
+        ws.serializeAttachment({ ...(ws.deserializeAttachment() as object), expiresAt: Date.now() - 1 });
+      }
+    });
+    await evictDurableObject(stub);
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    await until(() => signed.closed() !== null, "the hibernated socket's close");
+    expect(signed.closed()).toMatchObject({ code: TOKEN_EXPIRED_CLOSE });
+  });
+
+  it("an SSE stream gets `event: expired` at exp and ends; an anonymous one goes on", async () => {
+    const ch = `public:life.${uniq()}`;
+    const { token, exp } = await subscriber();
+    const signed = await sse(ch, token);
+    const anon = await sse(ch);
+    await until(async () => (await channelStats(ch)).sse === 2, "both streams counted");
+    await tickAt(ch, exp - 1);
+    expect(signed.state.text).not.toContain("event: expired");
+    await tickAt(ch, exp);
+    await until(() => signed.state.ended, "the expired stream's end");
+    expect(signed.state.text).toMatch(/event: expired\ndata: \{[^\n]*"type":"expired"[^\n]*\}\n\n$/);
+    expect(anon.state.ended).toBe(false);
+    expect(anon.state.text).not.toContain("expired");
+    await until(async () => (await channelStats(ch)).sse === 1, "the count without the expired stream");
+    await anon.cancel();
+  });
+});
+
+describe("the expired frame says where the subscriber stands", () => {
+  it("a WebSocket on a quiet channel is sent `expired` with its resume floor (the head it joined at), then 4001", async () => {
+    const ch = `public:life.${uniq()}`;
+    await publish(ch, 3);
+    const { token, exp } = await subscriber();
+    const quiet = await socket(ch, token);
+    await until(async () => (await channelStats(ch)).websockets === 1, "the socket counted");
+    await tickAt(ch, exp);
+    await until(() => quiet.closed() !== null, "the expired socket's close");
+    // Nothing since it connected: the seq is the head it joined at, so `?after=3` misses nothing.
+    expect(quiet.frames).toEqual([expiredAt(3)]);
+    expect(quiet.closed()).toMatchObject({ code: TOKEN_EXPIRED_CLOSE });
+  });
+
+  it("a WebSocket that resumed and was sent messages is at the last seq it was sent", async () => {
+    const ch = `public:life.${uniq()}`;
+    await publish(ch, 2);
+    const { token, exp } = await subscriber();
+    const resumed = await socket(ch, token, "?after=1");
+    await until(() => resumed.frames.length === 1, "the replay of seq 2");
+    await publish(ch, 2);
+    await until(() => resumed.frames.length === 3, "the live seqs 3 and 4");
+    await tickAt(ch, exp);
+    await until(() => resumed.closed() !== null, "the expired socket's close");
+    expect(resumed.frames.map((f) => (f as { seq: number }).seq)).toEqual([2, 3, 4, 4]);
+    expect(resumed.frames.at(-1)).toEqual(expiredAt(4));
+  });
+
+  it("a packed socket (`?batch=1`) gets it in an array, after what FRAME_DELAY still held for it", async () => {
+    const ch = `public:life.${uniq()}`;
+    await publish(ch, 2);
+    const { token, exp } = await subscriber();
+    const packed = await socket(ch, token, "?batch=1");
+    await until(async () => (await channelStats(ch)).websockets === 1, "the socket counted");
+    await runInDurableObject(relayStub(ch), (relay) => {
+      relay.frameDelayMs = 3_600_000; // held until something else sends it
+    });
+    await publish(ch, 1);
+    await relayAt(ch, 3);
+    expect(packed.frames).toEqual([]); // seq 3 is held
+    await tickAt(ch, exp);
+    await until(() => packed.closed() !== null, "the expired socket's close");
+    expect(packed.frames).toHaveLength(2);
+    expect((packed.frames[0] as { seq: number }[]).map((f) => f.seq)).toEqual([3]);
+    expect(packed.frames[1]).toEqual([expiredAt(3)]);
+  });
+
+  it("an SSE stream on a quiet channel ends with `event: expired` carrying its resume floor as seq and id", async () => {
+    const ch = `public:life.${uniq()}`;
+    await publish(ch, 2);
+    const { token, exp } = await subscriber();
+    const quiet = await sse(ch, token);
+    await until(async () => (await channelStats(ch)).sse === 1, "the stream counted");
+    await tickAt(ch, exp);
+    await until(() => quiet.state.ended, "the expired stream's end");
+    const last = /id: (\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(quiet.state.text);
+    expect(last?.[1]).toBe("2");
+    expect(JSON.parse(last?.[2] ?? "null")).toEqual(expiredAt(2));
+    expect(quiet.state.text).not.toContain("event: message");
+  });
+});
+
+describe("a subscriber that went away is gone", () => {
+  it("an SSE stream gets a comment line on the relay's alarm, due within 15 s", async () => {
+    const ch = `public:life.${uniq()}`;
+    const opened = Date.now();
+    const stream = await sse(ch);
+    await until(() => stream.state.text.includes(": subscribed"), "the greeting");
+    const alarm = await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+    expect(alarm as number).toBeLessThanOrEqual(Date.now() + 15_000);
+    expect(stream.state.text).not.toContain(": keepalive");
+    await tickAt(ch, opened + SSE_HEARTBEAT_MS + 1_000);
+    await until(() => stream.state.text.includes(": keepalive\n\n"), "the heartbeat");
+    // And the next one is asked for.
+    expect(await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm())).not.toBeNull();
+    await stream.cancel();
+  });
+
+  it("aborted SSE streams stop counting within the bound, with no message flowing, even when their report is lost", async () => {
+    const ch = `public:life.${uniq()}`;
+    const streams = await Promise.all([sse(ch), sse(ch), sse(ch)]);
+    const keeper = await sse(ch);
+    await until(async () => (await channelStats(ch)).sse === 4, "four streams counted");
+    const stub = relayStub(ch);
+    // The channel does not get the report of their leaving: it still counts four.
+    await withFailing(ChannelObject, "relayReport", "channel unavailable", async () => {
+      for (const s of streams) await s.cancel();
+      await until(
+        () =>
+          runInDurableObject(
+            stub,
+            (relay) =>
+              relay.counts().sse === 1 &&
+              (relay as unknown as { reporter: { reporting: unknown } }).reporter.reporting === null,
+          ),
+        "the relay's failed report",
+      );
+    });
+    expect((await channelStats(ch)).sse).toBe(4);
+    // The relay's alarm is due again before the next heartbeat, and tells the channel then.
+    const alarm = await runInDurableObject(stub, (_r, state) => state.storage.getAlarm());
+    expect(alarm as number).toBeLessThanOrEqual(Date.now() + REPORT_RETRY_MS);
+    await tickAt(ch, Date.now() + REPORT_RETRY_MS);
+    await until(async () => (await channelStats(ch)).sse === 1, "only the open stream counted");
+    expect(keeper.state.ended).toBe(false);
+    await keeper.cancel();
+  });
+});
+
+describe("one relay's memory is bounded", () => {
+  it("past the relay's cap the subscriber most behind is cut off first (counted as slow); the others go on", async () => {
+    const ch = `public:life.${uniq()}`;
+    const big = "x".repeat(100_000);
+    const publish = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        await channelStub(ch).publishMany([
+          { channel: ch, data: JSON.stringify({ big }), publisher: "p", action: "deliver", now: Date.now() },
+        ]);
+      }
+    };
+    const reading = await openSocket(ch);
+    // Two streams never read until the end: what is sent them waits in the relay.
+    const sseHeaders = { headers: { accept: "text/event-stream" } };
+    const behind = await call(`/v1/subscribe/${ch}`, sseHeaders);
+    await publish(4); // ~400 KB waiting for the first
+    const lessBehind = await call(`/v1/subscribe/${ch}`, sseHeaders);
+    await until(async () => (await channelStats(ch)).sse === 2, "both streams counted");
+    await runInDurableObject(relayStub(ch), (relay) => {
+      relay.maxBufferedBytes = 600_000;
+    });
+    // ~600 KB and ~200 KB: over the cap together, under it without the first (each far under 1 MiB).
+    await publish(2);
+    await reading.next(6);
+    await until(async () => (await channelStats(ch)).sse === 1, "the most-behind stream cut off");
+    expect(await channelStats(ch)).toMatchObject({ websockets: 1, slow_consumers_closed: 1 });
+    await publish(1);
+    await reading.next(7);
+    // The one less behind was kept and gets everything after its start; the first ended early.
+    expect((await readSse(lessBehind, 3)).map((e) => Number(e.id))).toEqual([5, 6, 7]);
+    const cut = await readSse(behind, 7);
+    expect(cut.length).toBeLessThan(6);
+    expect(cut.map((e) => Number(e.id))).toEqual(Array.from({ length: cut.length }, (_, i) => i + 1));
+    reading.ws.close();
+    await untilUnsubscribed(ch);
+  });
+});
