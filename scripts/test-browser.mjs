@@ -11,19 +11,22 @@
 // CSP and the page runs with no CSP violation; with the server stopped the page says so. Also: a chart
 // with one point spans seconds, not years, and its legend shows the newest values; a card's numbers
 // are its snapshot's and agree with the top line; a page opened mid-run charts the run so far; bad
-// configuration shows a banner; at 390 px no label wraps and the target placeholder fits. Screenshots go
+// configuration shows a banner; at 390 px no label wraps and the target placeholder fits; a page on an
+// origin in CORS_ORIGINS uses the client (publish, history, presence, WebSocket, SSE fallback) and a
+// page on another origin is refused. Screenshots go
 // to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
 //
 // The parts, in scripts/test-browser/: setup.mjs (the Worker, the browser, the channels, `check`),
 // dashboard.mjs (logging in, a live channel, setting a rate, a phone's width, the server gone),
 // cards.mjs (what a channel's card shows), polling.mjs (polls and what a channel leaving takes with
 // it), config-banner.mjs (bad configuration), headers.mjs (security headers and CSP), sockets.mjs
-// (a browser's WebSocket straight to the Worker).
+// (a browser's WebSocket straight to the Worker), cross-origin.mjs (a web app on another origin).
 import { mkdirSync } from "node:fs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
 import { checkCardAgrees, checkNoTargetNow, checkOpenedMidRun } from "./test-browser/cards.mjs";
 import { checkConfigBanner } from "./test-browser/config-banner.mjs";
+import { checkCrossOrigin } from "./test-browser/cross-origin.mjs";
 import {
   checkLiveChannel,
   checkLogin,
@@ -97,6 +100,7 @@ try {
   await checkNoCspViolation(page);
 
   await checkUncompressedFrames(browser);
+  await checkCrossOrigin(browser);
 
   stopServer();
   await checkServerDown(page);
