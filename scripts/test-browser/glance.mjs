@@ -88,8 +88,8 @@ export async function checkDropRateAndAges(page, channel) {
 /**
  * Live: subscribers the channel has are the card's (two WebSockets held open while it delivers), and
  * when they leave during a period the card says so beside that period's rate: the server's first
- * period that ended with none after beginning with 2 (the run cut there, shown to the page as it was)
- * reads "0 … was 2", not a bare 0 next to a rate delivered to them.
+ * period that ended with none after beginning with some (the run cut there, shown to the page as it
+ * was) reads "0 … was 2" (or 1), not a bare 0 next to a rate delivered to them.
  */
 export async function checkSubscribersCounted(page, channel, admin) {
   const card = `article[data-channel="${channel}"]`;
@@ -126,22 +126,23 @@ export async function checkSubscribersCounted(page, channel, admin) {
     const body = await res.json();
     const c = body.channels.find((x) => x.channel === channel);
     const series = c?.series ?? [];
-    const i = series.findIndex((p) => p.occupancy === 0 && pointBefore(series, p)?.occupancy === 2);
+    // The two may close in different periods (2 → 1 → 0): the one that ended with none began with 1 or 2.
+    const i = series.findIndex((p) => p.occupancy === 0 && pointBefore(series, p)?.occupancy > 0);
     if (i < 0) return null;
     const cut = series.slice(0, i + 1);
     Object.assign(c, { series: cut, snapshot: cut.at(-1) });
-    return { ...body, now: cut.at(-1).at + 1000 };
-  }, "a period that began with 2 subscribers and ended with none");
-  const frozen = (route) => route.fulfill({ json: left });
+    return { body: { ...body, now: cut.at(-1).at + 1000 }, began: pointBefore(cut, cut.at(-1)).occupancy };
+  }, "a period that began with subscribers and ended with none");
+  const frozen = (route) => route.fulfill({ json: left.body });
   await page.route(OVERVIEW, frozen);
   const line = await page
     .waitForFunction(
-      (sel) => {
+      ([sel, began]) => {
         const box = document.querySelector(`${sel} .occupancy`)?.parentElement;
         const age = box?.querySelector(".age")?.textContent ?? "";
-        return box?.querySelector(".occupancy")?.textContent === "0" && age.includes("was 2") ? age : null;
+        return box?.querySelector(".occupancy")?.textContent === "0" && age.includes(`was ${began}`) ? age : null;
       },
-      card,
+      [card, left.began],
       { timeout: 10_000 },
     )
     .then(
