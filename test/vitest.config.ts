@@ -7,7 +7,11 @@ const root = fileURLToPath(new URL("..", import.meta.url));
 // Test-only secrets; production has none (see README "Deploy"). Also put in this process's
 // environment, where wrangler looks for the `[secrets] required` names, so it does not warn about
 // missing secrets once per test file.
-const TEST_SECRETS = { TOKEN_SECRET: "test-token-secret-0123456789abcdef", ADMIN_TOKEN: "test-admin-token" };
+const TEST_SECRETS = {
+  TOKEN_SECRET: "test-token-secret-0123456789abcdef",
+  ADMIN_TOKEN: "test-admin-token",
+  PUSHER_APP_SECRET: "test-pusher-secret-0123",
+};
 Object.assign(process.env, TEST_SECRETS);
 
 export default defineConfig({
@@ -42,6 +46,9 @@ export default defineConfig({
           // Audience shards for the tests in test/worker/shards/ and test/channel/shard-registry-storage.test.ts
           // only (`public:sharded.*`, `private:sharded.*.*` by the token's group; `public:geo.*` by continent;
           // `public:sharded.fast.*` also with a fast-loop target).
+          // The Pusher door, open for test/connection-host/ and test/worker/pusher/ (test/support/pusher.ts).
+          PUSHER_APP_ID: "test-app",
+          PUSHER_APP_KEY: "test-key",
           AUDIENCE_SHARDS: JSON.stringify({
             "public:sharded.*": { by: "group" },
             "public:sharded.*.*": { by: "group" },

@@ -70,6 +70,14 @@ export function manifest(config: Settings) {
     ...(config.audienceShards.length
       ? { audience_shards: config.audienceShards.map((r) => ({ pattern: r.pattern.source, by: r.value.by })) }
       : {}),
+    // The Pusher door (docs/api.md, "The Pusher door"): never its secret.
+    pusher: {
+      enabled: config.pusher.app !== null,
+      app_id: config.pusher.app?.id ?? null,
+      key: config.pusher.app?.key ?? null,
+      client_events_rate: limitToJson(config.pusher.clientEvents),
+      activity_timeout: config.pusher.activityTimeoutS,
+    },
   };
 }
 
@@ -137,6 +145,17 @@ const Manifest = z
       .array(z.object({ pattern: z.string(), by: z.enum(["group", "continent"]) }))
       .optional()
       .openapi({ description: "AUDIENCE_SHARDS in selection order (most specific first); omitted when empty." }),
+    pusher: z
+      .object({
+        enabled: z
+          .boolean()
+          .openapi({ description: "Open when PUSHER_APP_ID, PUSHER_APP_KEY and the secret are set." }),
+        app_id: z.string().nullable(),
+        key: z.string().nullable().openapi({ description: "The key Pusher clients connect with (null: closed)." }),
+        client_events_rate: LimitSchema.openapi({ description: "PUSHER_CLIENT_EVENTS_RATE, per connection." }),
+        activity_timeout: z.number().int().openapi({ description: "PUSHER_ACTIVITY_TIMEOUT, in seconds." }),
+      })
+      .openapi({ description: "The Pusher door (never its secret)." }),
   })
   .openapi("Manifest");
 
