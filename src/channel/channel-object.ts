@@ -314,6 +314,27 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient, presence);
   }
 
+  /**
+   * A slot for one Pusher subscription on the connection host `host` (src/connection-host/), which is
+   * a relay to this channel: the same refusals as {@link assignRelay}.
+   */
+  async assignHost(
+    channel: string,
+    host: string,
+    group: string,
+    k: number,
+    maxSubscribers: number,
+    client: string,
+    maxPerClient: number,
+    presence?: PresenceSettings,
+  ): Promise<RelayAssignment> {
+    await this.membership.join(channel);
+    this.store.revive();
+    this.store.remember(channel);
+    this.expiry.ensure();
+    return this.relays.assignHost(host, group, k, maxSubscribers, client, maxPerClient, presence);
+  }
+
   /** A relay's counts after a change (src/channel/relays.ts). */
   relayReport(channel: string, report: RelayReport): RelayReportAnswer {
     const empty = report.websockets + report.sse === 0;

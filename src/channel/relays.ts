@@ -7,17 +7,18 @@
  */
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { relayStub } from "../platform/stubs";
+import { connectionHostStub, relayStub } from "../platform/stubs";
 import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
 import type { RelayReport, RelayReportAnswer } from "../relay/calls";
 import { relayName } from "../relay/placement";
 import { settingsOf } from "../settings/settings";
-import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frame-text";
+import { frame, type LiveFrame, type MessageFields, type SideFrame, takeFrameBytes } from "../wire/frame-text";
 import type { RelayAssignment } from "./calls";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
-import { RelayPipe } from "./relay-pipe";
-import { clientCounts, type RelayEntry, RelayRegistry } from "./relay-registry";
+import { PusherAudience } from "./pusher-audience";
+import { RelayPipe, type RelaySend } from "./relay-pipe";
+import { clientCounts, isHostName, type RelayEntry, RelayRegistry } from "./relay-registry";
 import type { ChannelStore } from "./store";
 
 /** How soon after a fan-out the channel wakes to re-send the head, in case it was reset meanwhile. */
@@ -52,6 +53,8 @@ export class ChannelRelays {
   private readonly presence: ChannelPresence;
   /** Presence's settings: this object's configuration, or the Worker's as its last subscribe passed them. */
   private presenceSettings: PresenceSettings;
+  /** Pusher members and size frames (src/channel/pusher-audience.ts). */
+  readonly pusher: PusherAudience;
 
   /** @param subscriberLeft a relay left: idle expiry may count from the last publish (src/channel/idle-expiry.ts). */
   constructor(
@@ -89,6 +92,29 @@ export class ChannelRelays {
       scheduler,
       () => this.presenceSettings,
     );
+    this.pusher = new PusherAudience(
+      {
+        channel: () => this.store.channel ?? "",
+        occupancy: () => {
+          const t = this.relays.totals(Date.now());
+          return t.websockets + t.sse;
+        },
+        hosts: () => this.hosts(),
+        send: (frames, hosts) => {
+          for (const name of hosts) this.pipeTo(name).pushSide(frames);
+        },
+      },
+      scheduler,
+      () => this.presenceSettings,
+    );
+  }
+
+  /** The active connection hosts (src/connection-host/): Pusher frames go to these only. */
+  private hosts(): string[] {
+    return this.relays
+      .active()
+      .filter((e) => isHostName(e.name))
+      .map((e) => e.name);
   }
 
   /** In the object's `blockConcurrencyWhile`, once the store has loaded. */
@@ -100,6 +126,7 @@ export class ChannelRelays {
         .toArray()
         .map((r) => ({ ...r, group: r.grp, clients: clientCounts(parseJson(r.clients), r.websockets + r.sse) })),
     );
+    this.pusher.load(this.relays.active().map((e) => e.clients));
     // A new instance (restart, eviction) does not know what its relays got: a batch that was on its
     // way when the old one went is lost on the line, so each relay hears the head and repairs. A
     // publish arriving first does the same with its own call, and then no extra call is made.
@@ -155,6 +182,30 @@ export class ChannelRelays {
   }
 
   /**
+   * A slot for one Pusher subscription on the connection host `host` (src/connection-host/), with the
+   * refusals of {@link assign}; the host's first report puts it on the delivery list.
+   */
+  assignHost(
+    host: string,
+    group: string,
+    k: number,
+    maxSubscribers: number,
+    client: string,
+    maxPerClient: number,
+    presence?: PresenceSettings,
+  ): RelayAssignment {
+    if (presence) this.presenceSettings = presence;
+    const now = Date.now();
+    this.relays.sweep(now);
+    const a = this.relays.assignOn(host, group, k, maxSubscribers, now, client, maxPerClient);
+    if (!("relay" in a)) {
+      this.probe(now);
+      return a;
+    }
+    return { ...a, group, k, head: this.store.counter("last_seq") };
+  }
+
+  /**
    * A relay's counts after a change (src/relay/reporter.ts): joins confirm their reserved slots, and a relay
    * reported empty with no slot reserved leaves. Its first report puts it on the delivery list.
    */
@@ -176,12 +227,14 @@ export class ChannelRelays {
       ? { count: entry.websockets + entry.sse, clients: entry.clients }
       : { count: 0, clients: new Map() };
     this.presence.reported(report.relay, before, after, report.joined.length, entry ? (report.presence ?? 0) : 0, now);
+    const members = this.pusher.reported(before.clients, after.clients, report.infos, now);
     const state = this.presence.state();
     return {
       leave: answer.leave,
       head: this.store.counter("last_seq"),
       presence: state.text,
       presenceVersion: state.version ?? 0,
+      ...(members ? { pusher: members } : {}),
     };
   }
 
@@ -198,6 +251,7 @@ export class ChannelRelays {
   /** The channel's alarm: presence's interval frame and its wake-ups of the relays. */
   presenceTick(now: number): void {
     this.presence.tick(now);
+    this.pusher.tick(now);
   }
 
   /**
@@ -208,13 +262,13 @@ export class ChannelRelays {
     if (this.store.wiped) return { frames: [], more: false };
     const channel = this.store.channel ?? "";
     const rows = this.store.sql.exec<MessageRow>(
-      "SELECT seq, id, data, published_at FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
+      "SELECT seq, id, data, published_at, meta FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
       after,
       upTo,
     );
     // Read lazily: rows past the bound are never loaded.
     function* frames(): Generator<LiveFrame> {
-      for (const r of rows) yield { seq: r.seq, text: frame(channel, r) };
+      for (const r of rows) yield liveFrame(channel, r);
     }
     return takeFrameBytes(frames(), Math.min(maxBytes, PAGE_MAX_BYTES));
   }
@@ -227,7 +281,7 @@ export class ChannelRelays {
     // No one listening (the analytics channel, usually): no frames to build.
     if (active.length === 0) return;
     const channel = this.store.channel ?? "";
-    const frames = messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
+    const frames = messages.map((m) => liveFrame(channel, m));
     const head = this.store.counter("last_seq");
     for (const e of active) this.pipeTo(e.name).push(frames, head);
     // A wake-up soon after: if this instance is reset with frames still on a line, the next one
@@ -268,9 +322,14 @@ export class ChannelRelays {
   private pipeTo(name: string): RelayPipe {
     let pipe = this.pipes.get(name);
     if (!pipe) {
+      const channel = this.store.channel ?? "";
+      // A connection host serves many channels: it is told which one each call is for.
+      const send: RelaySend = isHostName(name)
+        ? (frames, head, side) => connectionHostStub(this.env, name).deliver(channel, frames, head, side)
+        : (frames, head, side) => relayStub(this.env, name).deliver(frames, head, side);
       pipe = new RelayPipe((frames, head, side) => {
         this.unsavedSends++;
-        return relayStub(this.env, name).deliver(frames, head, side);
+        return send(frames, head, side);
       }, SUBSCRIBER_MAX_BEHIND_BYTES);
       this.pipes.set(name, pipe);
     }
@@ -311,6 +370,7 @@ export class ChannelRelays {
     this.pipes.clear();
     this.relays.clear();
     this.presence.reset();
+    this.pusher.reset();
     this.unsavedSends = 0;
   }
 }
@@ -319,6 +379,11 @@ export class ChannelRelays {
 function presenceSettings(env: Env): PresenceSettings {
   const s = settingsOf(env);
   return { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs };
+}
+
+/** A message's live frame, with a Pusher event's delivery details beside its text. */
+function liveFrame(channel: string, m: MessageFields): LiveFrame {
+  return m.meta ? { seq: m.seq, text: frame(channel, m), meta: m.meta } : { seq: m.seq, text: frame(channel, m) };
 }
 
 /** A stored column's JSON, or null when it does not parse (then it counts as nothing). */

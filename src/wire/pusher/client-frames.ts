@@ -4,6 +4,8 @@
  * client events (`client-*`). Pure and self-contained.
  */
 
+import { EVENT_NAME_MAX } from "./event-meta";
+
 export type ClientFrame =
   | { kind: "ping" }
   | { kind: "pong" }
@@ -12,9 +14,6 @@ export type ClientFrame =
   /** `data` as text: a string as sent, anything else as its JSON. */
   | { kind: "client-event"; event: string; channel: string; data: string }
   | { kind: "bad"; message: string };
-
-/** Longest event name a client event may have (as the Pusher HTTP API's). */
-export const EVENT_NAME_MAX = 200;
 
 /** Reads one text frame; never throws. */
 export function readClientFrame(text: string): ClientFrame {

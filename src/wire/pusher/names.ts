@@ -37,6 +37,16 @@ export function isPresence(name: string): boolean {
   return name.startsWith("presence-");
 }
 
+/**
+ * The client key a presence subscription is counted under on its channel (src/channel/client-cap.ts):
+ * its member, so the channel's per-client counts are its members (src/channel/pusher-audience.ts).
+ */
+export const MEMBER_PREFIX = "user:";
+
+export function memberKey(userId: string): string {
+  return `${MEMBER_PREFIX}${userId}`;
+}
+
 /** The Floodgate channel of Pusher channel `name`. */
 export function pusherChannel(name: string): string {
   return `${PUSHER_PREFIX}${name}`;

@@ -4,11 +4,8 @@
  */
 import { Hono } from "hono";
 import * as z from "zod";
-import { beforePublish } from "../../../functions/before-publish";
-import type { QueuedCopy } from "../../../functions/drop-copies";
 import { messageKey } from "../../../functions/drop-summary";
-import type { PublishOutcome } from "../../channel/calls";
-import { isAnalytics, summaryFor, thinningFor } from "../../settings/rules";
+import { isAnalytics, summaryFor } from "../../settings/rules";
 import type { SummaryRule } from "../../settings/settings";
 import { invalidArgument, permissionDenied } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
@@ -21,6 +18,7 @@ import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../http/openapi";
 import { channelParam } from "../http/params";
 import { securedJson } from "../http/security-headers";
+import { throttleAndDeliver } from "../publish-one";
 import { broadcastToShards } from "../shards/broadcast";
 import { publishAudience } from "../shards/shard-header";
 
@@ -165,69 +163,23 @@ publish.post(documented(publish, publishRoute), async (c) => {
     return c.json({ status: "delivered", channel: channel.name, shards, published_at: now }, 200, charged.headers);
   }
   const { key, shard } = target.audience;
-
-  // A priority message never meets the throttle (nor takes a place in its thinning).
-  const decision = priority
-    ? ({ action: "deliver", rate: 0 } as const)
-    : await beforePublish(key, {
-        reader: svc.reader,
-        analyticsChannel: config.analyticsChannel.name,
-        thinning: thinningFor(config, channel) ? svc.thinning : null,
-      });
-  const now = Date.now();
-  // Where the drop is decided, its key for the channel's summary (docs/api.md, "Summaries of drops").
-  const summaryKey = decision.action === "drop" ? dropKey : undefined;
-  const copy = (counted: boolean): QueuedCopy => ({
-    id: crypto.randomUUID(),
-    source_channel: channel.name,
-    ...(shard === null ? {} : { shard }),
-    message: messageJson,
-    publisher: sub,
-    drop_rate: decision.rate,
-    dropped_at: now,
-    counted,
-    ...(summaryKey !== undefined ? { summary_key: summaryKey } : {}),
-  });
-  const defer = c.var.defer;
-
-  if (decision.action === "drop" && !idemKey) {
-    // The common drop: no object call on the response path; copy and count happen in the background.
-    svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
-    // Only handed to waitUntil, never continued from here: the batch may belong to another request,
-    // and code chained on another request's promise would run in that request's context.
-    defer(svc.drops.enqueue(copy(false)));
-    // Built with the security headers in one copy (src/worker/http/security-headers.ts): a drop flood's
-    // every request ends here, like a denial's.
-    return securedJson({ status: "dropped" }, 202, charged.headers);
-  }
-
-  const outcome = await orUnavailable<PublishOutcome>(
-    "channel",
-    () =>
-      svc.publishBatcher.publish(
-        {
-          channel: key,
-          data: messageJson,
-          publisher: sub,
-          action: decision.action,
-          now,
-          ...(priority ? { priority: true } : {}),
-          ...(summaryKey !== undefined ? { summaryKey } : {}),
-          ...(idemKey ? { idempotencyKey: idemKey } : {}),
-        },
-        defer,
-      ),
-    "retry with the same Idempotency-Key",
+  const outcome = await throttleAndDeliver(
+    svc,
+    {
+      channel,
+      key,
+      shard,
+      messageJson,
+      publisher: sub,
+      priority,
+      ...(dropKey !== undefined ? { dropKey } : {}),
+      ...(idemKey ? { idempotencyKey: idemKey } : {}),
+    },
+    c.var.defer,
   );
-
-  if (outcome.status === "dropped") {
-    if (!outcome.replayed) {
-      svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
-      defer(svc.drops.enqueue(copy(true)));
-    }
-    return securedJson({ status: "dropped" }, 202, charged.headers);
-  }
-  if (!outcome.replayed) svc.metrics.inc("floodgate_messages_total", { result: "delivered" });
+  // Built with the security headers in one copy (src/worker/http/security-headers.ts): a drop flood's
+  // every request ends here, like a denial's.
+  if (outcome.status === "dropped") return securedJson({ status: "dropped" }, 202, charged.headers);
   const { replayed: _, ...body } = outcome;
   // With the security headers in one copy, as a drop's 202 (a delivered publish is the common answer).
   return securedJson(body, 200, charged.headers);

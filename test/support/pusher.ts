@@ -1,0 +1,106 @@
+/**
+ * A raw Pusher connection for the tests that run in workerd (test/connection-host/, test/worker/pusher/):
+ * where a library would hide what must be checked (error events, close codes, exact frames). The
+ * libraries themselves (pusher-js, pusher, laravel-echo) are driven over real sockets by the tests in
+ * test/pusher-libraries/, which run in Node.
+ */
+import { env } from "cloudflare:workers";
+import { channelAuth } from "../../src/wire/pusher/signatures";
+import { call, freshIp } from "./helpers";
+
+/** The test configuration's app (test/vitest.config.ts). */
+export const APP = { id: "test-app", key: "test-key", secret: "test-pusher-secret-0123" };
+
+export interface PusherEvent {
+  event: string;
+  channel?: string;
+  data?: unknown;
+  user_id?: string;
+}
+
+export interface PusherSocket {
+  ws: WebSocket;
+  socketId: string;
+  events: PusherEvent[];
+  /** Resolves once an event matching `match` (after the first `from` events) has arrived. */
+  next(match: (e: PusherEvent) => boolean, from?: number): Promise<PusherEvent>;
+  send(frame: unknown): void;
+  closed: Promise<{ code: number; reason: string }>;
+  /** Subscribes and waits for `pusher_internal:subscription_succeeded` or `pusher:subscription_error`. */
+  subscribe(channel: string, extra?: { auth?: string; channel_data?: string }): Promise<PusherEvent>;
+}
+
+/** Opens a Pusher connection through the Worker (its own client IP: tests must not share a read budget). */
+export async function openPusher(path = `/app/${APP.key}?protocol=7&client=js&version=8.6.0`): Promise<PusherSocket> {
+  const res = await call(path, { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } });
+  if (res.status !== 101 || !res.webSocket) throw new Error(`connect failed: ${res.status} ${await res.text()}`);
+  const ws = res.webSocket;
+  const events: PusherEvent[] = [];
+  const waiters: { match: (e: PusherEvent) => boolean; from: number; resolve: (e: PusherEvent) => void }[] = [];
+  let closed!: (v: { code: number; reason: string }) => void;
+  const closedP = new Promise<{ code: number; reason: string }>((r) => {
+    closed = r;
+  });
+  ws.accept();
+  ws.addEventListener("message", (ev) => {
+    const e = JSON.parse(ev.data as string) as PusherEvent;
+    events.push(e);
+    for (const w of [...waiters]) {
+      const i = events.findIndex((x, n) => n >= w.from && w.match(x));
+      if (i >= 0) {
+        waiters.splice(waiters.indexOf(w), 1);
+        w.resolve(events[i] as PusherEvent);
+      }
+    }
+  });
+  ws.addEventListener("close", (ev) => closed({ code: ev.code, reason: ev.reason }));
+  const next = (match: (e: PusherEvent) => boolean, from = 0) =>
+    new Promise<PusherEvent>((resolve, reject) => {
+      const found = events.find((x, n) => n >= from && match(x));
+      if (found) return resolve(found);
+      waiters.push({ match, from, resolve });
+      setTimeout(() => reject(new Error(`timed out; events so far: ${JSON.stringify(events).slice(0, 2000)}`)), 15_000);
+    });
+  const established = await next((e) => e.event === "pusher:connection_established" || e.event === "pusher:error");
+  const socketId =
+    established.event === "pusher:connection_established"
+      ? (JSON.parse(established.data as string) as { socket_id: string }).socket_id
+      : "";
+  const send = (frame: unknown) => ws.send(JSON.stringify(frame));
+  return {
+    ws,
+    socketId,
+    events,
+    next,
+    send,
+    closed: closedP,
+    subscribe: (channel, extra = {}) => {
+      const from = events.length;
+      send({ event: "pusher:subscribe", data: { channel, ...extra } });
+      return next(
+        (e) =>
+          e.channel === channel &&
+          (e.event === "pusher_internal:subscription_succeeded" || e.event === "pusher:subscription_error"),
+        from,
+      );
+    },
+  };
+}
+
+/** The `auth` (and for presence `channel_data`) an app's backend would give this socket for `channel`. */
+export async function authFor(
+  socket: { socketId: string },
+  channel: string,
+  member?: { user_id: string; user_info?: unknown },
+): Promise<{ auth: string; channel_data?: string }> {
+  const channelData = member ? JSON.stringify(member) : null;
+  const auth = await channelAuth(APP, socket.socketId, channel, channelData);
+  return channelData === null ? { auth } : { auth, channel_data: channelData };
+}
+
+/** The data of an event as pusher-js would read it (JSON text parsed). */
+export function dataOf(e: PusherEvent): unknown {
+  return typeof e.data === "string" ? JSON.parse(e.data) : e.data;
+}
+
+export { env };
