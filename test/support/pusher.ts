@@ -26,6 +26,11 @@ export interface PusherSocket {
   next(match: (e: PusherEvent) => boolean, from?: number): Promise<PusherEvent>;
   send(frame: unknown): void;
   closed: Promise<{ code: number; reason: string }>;
+  /**
+   * Waits until the host has read everything sent before: a ping it answers itself (pusher-js's exact
+   * ping text is answered by the runtime at once, ahead of frames still being read, so not that one).
+   */
+  barrier(): Promise<void>;
   /** Subscribes and waits for `pusher_internal:subscription_succeeded` or `pusher:subscription_error`. */
   subscribe(channel: string, extra?: { auth?: string; channel_data?: string }): Promise<PusherEvent>;
 }
@@ -74,6 +79,11 @@ export async function openPusher(path = `/app/${APP.key}?protocol=7&client=js&ve
     next,
     send,
     closed: closedP,
+    barrier: async () => {
+      const from = events.length;
+      ws.send('{"event":"pusher:ping","data":"{}"}');
+      await next((e) => e.event === "pusher:pong", from);
+    },
     subscribe: (channel, extra = {}) => {
       const from = events.length;
       send({ event: "pusher:subscribe", data: { channel, ...extra } });
