@@ -16,6 +16,10 @@
  *   set it must answer lacks one.
  * - **Size**: above `PRESENCE_ANNOUNCE_MAX` subscribers (either door) every host gets
  *   `pusher_internal:subscription_count` at most once per `PRESENCE_INTERVAL`, only when it changed.
+ * - **Listed**: the channel notes in the list of occupied channels (src/active-channels/
+ *   pusher-channels.ts) when it gains its first subscriber or loses its last, and a presence
+ *   channel's member count at most once per {@link LIST_NOTE_MS}: one call in flight, the latest
+ *   state next.
  */
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import type { SideFrame } from "../wire/frame-text";
@@ -36,7 +40,12 @@ export interface AudienceRelays {
   hosts(): string[];
   /** Pusher frames on the lines to these hosts. */
   send(frames: SideFrame[], hosts: Iterable<string>): void;
+  /** Notes the channel's subscribers and members where `GET /apps/{id}/channels` lists them. */
+  list(channel: string, subscriptions: number, users: number): Promise<void>;
 }
+
+/** Least time between two notes of a channel's member count in the list of occupied channels. */
+export const LIST_NOTE_MS = 1000;
 
 /** What a host's report is answered on a presence channel. */
 export interface MembersAnswer {
@@ -56,6 +65,11 @@ export class PusherAudience {
   private lastCount: number | null = null;
   private lastCountAt = 0;
   private countDueAt: number | null = null;
+  /** What the list of occupied channels last heard ([subscriptions > 0, users]), and the note on its way. */
+  private listed: [boolean, number] = [false, 0];
+  private listing: Promise<void> | null = null;
+  private listAgain = false;
+  private lastListAt = 0;
 
   constructor(
     private readonly relays: AudienceRelays,
@@ -87,7 +101,10 @@ export class PusherAudience {
     const name = this.name();
     if (name === null) return undefined;
     this.scheduleCount(now);
-    if (!isPresence(name)) return undefined;
+    if (!isPresence(name)) {
+      this.noteListed(now);
+      return undefined;
+    }
     for (const [id, info] of infos ?? []) {
       if (this.infos.has(id) || this.infos.size < INFO_KEPT) this.infos.set(id, info);
     }
@@ -108,6 +125,7 @@ export class PusherAudience {
         this.infos.delete(id);
       }
     }
+    this.noteListed(now);
     const announce = this.members.size <= this.settings().announceMax;
     if (announce && added.length + removed.length > 0) {
       this.send([
@@ -153,8 +171,50 @@ export class PusherAudience {
     this.send([subscriptionCount(name, occupancy)]);
   }
 
+  /**
+   * The list of occupied channels hears a change: at once when the channel gained its first
+   * subscriber or lost its last, else (a member count) at most once per {@link LIST_NOTE_MS}.
+   */
+  private noteListed(now: number): void {
+    if (this.listing) {
+      this.listAgain = true;
+      return;
+    }
+    const occupancy = this.relays.occupancy();
+    const state: [boolean, number] = [occupancy > 0, this.members.size];
+    if (state[0] === this.listed[0] && state[1] === this.listed[1]) return;
+    if (state[0] === this.listed[0] && now - this.lastListAt < LIST_NOTE_MS) {
+      this.listAgain = true;
+      setTimeout(() => this.noteAgain(), LIST_NOTE_MS - (now - this.lastListAt));
+      return;
+    }
+    this.lastListAt = now;
+    const channel = this.relays.channel();
+    this.listing = this.relays.list(channel, occupancy, this.members.size).then(
+      () => {
+        this.listed = state;
+      },
+      (e: unknown) =>
+        console.error("floodgate: could not note an occupied Pusher channel", e instanceof Error ? e.message : e),
+    );
+    this.listing.finally(() => {
+      this.listing = null;
+      this.noteAgain();
+    });
+  }
+
+  private noteAgain(): void {
+    if (!this.listAgain || this.listing) return;
+    this.listAgain = false;
+    this.noteListed(Date.now());
+  }
+
   /** Deleted with everything else (idle expiry). */
   reset(): void {
+    if (this.listed[0] && this.name() !== null) {
+      this.relays.list(this.relays.channel(), 0, 0).catch(() => {});
+    }
+    this.listed = [false, 0];
     this.members.clear();
     this.infos.clear();
     this.lastCount = null;

@@ -7,8 +7,8 @@
  */
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { connectionHostStub, relayStub } from "../platform/stubs";
-import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
+import { activeChannelsStub } from "../platform/stubs";
+import { PAGE_MAX_BYTES } from "../relay/bounds";
 import type { RelayReport, RelayReportAnswer } from "../relay/calls";
 import { relayName } from "../relay/placement";
 import { settingsOf } from "../settings/settings";
@@ -17,7 +17,8 @@ import type { RelayAssignment } from "./calls";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
 import { PusherAudience } from "./pusher-audience";
-import { RelayPipe, type RelaySend } from "./relay-pipe";
+import { RelayLines } from "./relay-lines";
+import type { RelayPipe } from "./relay-pipe";
 import { clientCounts, isHostName, type RelayEntry, RelayRegistry } from "./relay-registry";
 import type { ChannelStore } from "./store";
 
@@ -39,16 +40,10 @@ interface RelayRow {
 export class ChannelRelays {
   /** The channel's relays; active ones are stored in the `relays` table. */
   private readonly relays: RelayRegistry;
-  /** The delivery line to each active relay (memory only: a new instance starts new lines). */
-  private readonly pipes = new Map<string, RelayPipe>();
+  /** The delivery line to each active relay and host (src/channel/relay-lines.ts). */
+  private readonly lines: RelayLines;
   /** When every relay was last woken to refresh its counts (see probe). */
   private lastProbe = 0;
-  /**
-   * Relay calls made since they were last stored. Counted in memory and stored with the next publish's
-   * counters (in its transaction, at no extra write): a counter write per relay call would cost more
-   * than the count is worth. Calls made after the last publish are lost if the object restarts.
-   */
-  private unsavedSends = 0;
   /** Occupancy and who is here, told to the subscribers that take presence (src/channel/presence.ts). */
   private readonly presence: ChannelPresence;
   /** Presence's settings: this object's configuration, or the Worker's as its last subscribe passed them. */
@@ -63,6 +58,7 @@ export class ChannelRelays {
     private readonly env: Env,
     private readonly subscriberLeft: () => void,
   ) {
+    this.lines = new RelayLines(store, env);
     this.relays = new RelayRegistry(
       {
         save: (e) => this.save(e),
@@ -103,6 +99,8 @@ export class ChannelRelays {
         send: (frames, hosts) => {
           for (const name of hosts) this.pipeTo(name).pushSide(frames);
         },
+        list: (channel, subscriptions, users) =>
+          activeChannelsStub(this.env).notePusherChannel(channel, subscriptions, users),
       },
       scheduler,
       () => this.presenceSettings,
@@ -152,7 +150,7 @@ export class ChannelRelays {
 
   /** Delivery calls made to relays, those not yet stored included. */
   get sendsTotal(): number {
-    return this.store.counter("relay_sends_total") + this.unsavedSends;
+    return this.lines.sendsTotal;
   }
 
   /**
@@ -218,8 +216,7 @@ export class ChannelRelays {
     const answer = this.relays.report(report, now);
     if (report.slowClosed > 0) this.store.bump({ slow_consumers_closed: report.slowClosed });
     if (answer.leave) {
-      this.pipes.get(report.relay)?.stop();
-      this.pipes.delete(report.relay);
+      this.lines.stop(report.relay);
       this.subscriberLeft();
     }
     const entry = answer.leave ? undefined : this.relays.get(report.relay);
@@ -320,35 +317,16 @@ export class ChannelRelays {
   }
 
   private pipeTo(name: string): RelayPipe {
-    let pipe = this.pipes.get(name);
-    if (!pipe) {
-      const channel = this.store.channel ?? "";
-      // A connection host serves many channels: it is told which one each call is for.
-      const send: RelaySend = isHostName(name)
-        ? (frames, head, side) => connectionHostStub(this.env, name).deliver(channel, frames, head, side)
-        : (frames, head, side) => relayStub(this.env, name).deliver(frames, head, side);
-      pipe = new RelayPipe((frames, head, side) => {
-        this.unsavedSends++;
-        return send(frames, head, side);
-      }, SUBSCRIBER_MAX_BEHIND_BYTES);
-      this.pipes.set(name, pipe);
-    }
-    return pipe;
+    return this.lines.to(name);
   }
 
-  /**
-   * Inside a publish's transaction: the calls counted since the last one go into `relay_sends_total`.
-   * Answers how many, for {@link sendsSaved} once the transaction committed.
-   */
+  /** Inside a publish's transaction (src/channel/relay-lines.ts). */
   saveSends(): number {
-    const n = this.unsavedSends;
-    if (n > 0) this.store.bump({ relay_sends_total: n });
-    return n;
+    return this.lines.saveSends();
   }
 
-  /** The transaction that stored `n` calls committed: they are no longer unsaved. */
   sendsSaved(n: number): void {
-    this.unsavedSends -= n;
+    this.lines.sendsSaved(n);
   }
 
   private save(e: RelayEntry): void {
@@ -366,12 +344,10 @@ export class ChannelRelays {
 
   /** Deleted with everything else (idle expiry): no relay is left on a line. */
   forget(): void {
-    for (const pipe of this.pipes.values()) pipe.stop();
-    this.pipes.clear();
+    this.lines.clear();
     this.relays.clear();
     this.presence.reset();
     this.pusher.reset();
-    this.unsavedSends = 0;
   }
 }
 

@@ -28,6 +28,8 @@ export interface EventingHost {
 export class ClientEvents {
   /** Each connection's client-event budget (memory only). */
   private readonly budgets = new WeakMap<WebSocket, BucketState>();
+  /** Each connection's publishes, one after another: its events arrive in the order it sent them. */
+  private readonly queues = new WeakMap<WebSocket, Promise<void>>();
 
   constructor(
     private readonly ctx: DurableObjectState,
@@ -63,20 +65,17 @@ export class ClientEvents {
         return host.error(ws, PUSHER_CLIENT_EVENT_RATE, "client event rejected: over PUSHER_CLIENT_EVENTS_RATE");
       }
     }
-    let answer: Awaited<ReturnType<typeof this.ctx.exports.Publisher.clientEvent>>;
-    try {
-      answer = await this.ctx.exports.Publisher.clientEvent({
-        channel: pusherChannel(channel),
-        key,
-        event,
-        data,
-        socketId: a.id,
-        userId: sub.userId,
-      });
-    } catch (e) {
-      console.error("floodgate host: a client event could not be published", e instanceof Error ? e.message : e);
-      return host.error(ws, PUSHER_BAD_FRAME, "client event not delivered: the channel is temporarily unavailable");
-    }
-    if ("refused" in answer) return host.error(ws, PUSHER_CLIENT_EVENT_RATE, answer.refused);
+    const call = { channel: pusherChannel(channel), key, event, data, socketId: a.id, userId: sub.userId };
+    const run = (this.queues.get(ws) ?? Promise.resolve()).then(async () => {
+      try {
+        const answer = await this.ctx.exports.Publisher.clientEvent(call);
+        if ("refused" in answer) host.error(ws, PUSHER_CLIENT_EVENT_RATE, answer.refused);
+      } catch (e) {
+        console.error("floodgate host: a client event could not be published", e instanceof Error ? e.message : e);
+        host.error(ws, PUSHER_BAD_FRAME, "client event not delivered: the channel is temporarily unavailable");
+      }
+    });
+    this.queues.set(ws, run);
+    await run;
   }
 }

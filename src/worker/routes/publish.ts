@@ -8,6 +8,7 @@ import { messageKey } from "../../../functions/drop-summary";
 import { isAnalytics, summaryFor } from "../../settings/rules";
 import type { SummaryRule } from "../../settings/settings";
 import { invalidArgument, permissionDenied } from "../../wire/errors";
+import { readPusherBody } from "../../wire/pusher/event-meta";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer } from "../auth/authorise";
 import type { VerifiedToken } from "../auth/tokens";
@@ -19,6 +20,7 @@ import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../h
 import { channelParam } from "../http/params";
 import { securedJson } from "../http/security-headers";
 import { throttleAndDeliver } from "../publish-one";
+import { pusherSummaryKey } from "../pusher/summary-key";
 import { broadcastToShards } from "../shards/broadcast";
 import { publishAudience } from "../shards/shard-header";
 
@@ -57,9 +59,14 @@ async function readMessage(
   request: Request,
   maxBytes: number,
   summary: SummaryRule | null,
+  pusher: boolean,
 ): Promise<[text: string, dropKey: string | undefined]> {
   const { value, text } = parseJsonText(await readBody(request, maxBytes));
-  return [text, summary ? messageKey(value, summary.tokens) : undefined];
+  if (!pusher) return [text, summary ? messageKey(value, summary.tokens) : undefined];
+  // A Pusher channel's messages are Pusher events (docs/api.md, "The Pusher door"): {"event","data"}.
+  const event = readPusherBody(value);
+  if ("problem" in event) throw invalidArgument(event.problem);
+  return [text, summary ? pusherSummaryKey(event.event, event.data, summary.tokens) : undefined];
 }
 
 export const publish = new Hono<AppEnv>();
@@ -92,7 +99,7 @@ const publishRoute = route({
   summary: "Publish a message",
   description:
     "Checked in order: channel (400; 403 for the analytics channel, which only Floodgate writes), token (401/403), Idempotency-Key (400), " +
-    "Floodgate-Priority (400; 403 for high without the priority scope), body (413, 400); nothing is " +
+    'Floodgate-Priority (400; 403 for high without the priority scope), body (413, 400; on a `pusher:` channel it must be `{"event","data"}` with `data` a string); nothing is ' +
     "charged before these pass. Then the publish budget (429), the before-publish throttle (202, do not " +
     "retry it; a priority message never meets it) and delivery (200). A repeat of an Idempotency-Key within 10 minutes answers the first result again.",
   security: ACCESS_TOKEN,
@@ -142,7 +149,12 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const priority = priorityHeader(c.req.header("floodgate-priority"), token);
   // The shard this publish goes to (docs/api.md, "Shards"): the publisher's own, or the header's.
   const target = publishAudience(config, channel, token, c.req.raw);
-  const [messageJson, dropKey] = await readMessage(c.req.raw, config.maxMessageBytes, summaryFor(config, channel));
+  const [messageJson, dropKey] = await readMessage(
+    c.req.raw,
+    config.maxMessageBytes,
+    summaryFor(config, channel),
+    channel.prefix === "pusher",
+  );
   const sub = token.claims.sub;
 
   const budget = publishBudget(config, channel, sub, token.claims.rl);
