@@ -7,7 +7,7 @@
  *
  * - **Members** (presence channels): a user whose total goes from 0 is `member_added`, to 0
  *   `member_removed`, sent as Pusher frames to every host on the channel's lines while the channel
- *   has at most `PRESENCE_ANNOUNCE_MAX` members; above it none (§16's bound: no work per subscriber
+ *   has at most `PRESENCE_ANNOUNCE_MAX` members; above it none (presence's cost bound, docs/api.md "Presence": no work per subscriber
  *   per join). A host's report answer carries the set a joining connection is sent in
  *   `subscription_succeeded` (empty above the bound, with the count), and a version: frames numbered
  *   up to it are already in that set, so the joiner skips them.
