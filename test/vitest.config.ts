@@ -62,7 +62,12 @@ function workerd() {
             THROTTLE_THINNING: "public:sampled.thin.*,public:fastloop.*",
             // Summaries of drops for test/channel/drop-summaries.test.ts only. The interval is long, so no
             // summary is sent by itself: a test makes the open interval due now and runs the alarm.
-            THROTTLE_SUMMARY: JSON.stringify({ "public:summary.**": "/emoji", "public:summary.deep.*": "/a/b/0" }),
+            THROTTLE_SUMMARY: JSON.stringify({
+              "public:summary.**": "/emoji",
+              "public:summary.deep.*": "/a/b/0",
+              // test/connection-host/both-doors.test.ts: a Pusher event's data read through /data/.
+              "pusher:summary.**": "/data/emoji",
+            }),
             SUMMARY_INTERVAL: "1h",
             // The fast loop's alarm never fires by itself during the suite: the fast-loop tests
             // (test/channel/fast-loop-holds-target.test.ts) end each period by moving its stored start back

@@ -1,12 +1,12 @@
 /**
  * A connection host's counts for `/metrics` (docs/operations.md, Metrics): Pusher errors sent by
  * code, connections and subscriptions opened and closed. Counted in memory and flushed to the
- * metrics object (src/metrics/metrics-store.ts) at most once a second, as a Worker isolate does.
+ * metrics object (src/metrics/metrics-store.ts) at most once per `METRICS_FLUSH_MS`, as a Worker
+ * isolate does.
  */
 import { seriesKey } from "../metrics/series";
 import { metricsStub } from "../platform/stubs";
-
-const FLUSH_MS = 1000;
+import { settingsOf } from "../settings/settings";
 
 export class HostMetrics {
   private pending = new Map<string, number>();
@@ -17,7 +17,7 @@ export class HostMetrics {
   inc(name: string, labels: Record<string, string> = {}, n = 1): void {
     const key = seriesKey(name, labels);
     this.pending.set(key, (this.pending.get(key) ?? 0) + n);
-    this.timer ??= setTimeout(() => this.flush(), FLUSH_MS);
+    this.timer ??= setTimeout(() => this.flush(), settingsOf(this.env).metricsFlushMs);
   }
 
   /** A `pusher:error` (kind `error`) or `pusher:subscription_error` (kind `subscription`) sent. */
@@ -35,7 +35,7 @@ export class HostMetrics {
       .catch((e: unknown) => {
         console.error("floodgate host: could not flush metrics", e instanceof Error ? e.message : e);
         for (const [k, v] of Object.entries(deltas)) this.pending.set(k, (this.pending.get(k) ?? 0) + v);
-        this.timer ??= setTimeout(() => this.flush(), FLUSH_MS * 5);
+        this.timer ??= setTimeout(() => this.flush(), Math.max(1000, settingsOf(this.env).metricsFlushMs) * 5);
       });
   }
 }

@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { adminHeaders, call, env, historyOf, mint, setRate, uniq, until } from "../support/helpers";
-import { authFor, openPusher, type PusherSocket } from "../support/pusher";
+import { authFor, closePushers, openPusher, type PusherSocket } from "../support/pusher";
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
 
@@ -30,6 +30,7 @@ afterEach(async () => {
   await env.THROTTLE_KV.delete("throttleRate");
 });
 
+afterEach(closePushers);
 describe("client events", () => {
   it("reach the channel's other subscribers with data as sent, never the sender", async () => {
     const name = `private-${uniq()}`;

@@ -3,9 +3,9 @@
  * signatures (a good one subscribes, a bad one is a 401 subscription_error and changes nothing),
  * presence members (distinct user ids, the set, member_added / member_removed) and its bounds.
  */
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { adminHeaders, call, uniq, until } from "../support/helpers";
-import { authFor, dataOf, openPusher, type PusherSocket } from "../support/pusher";
+import { authFor, closePushers, dataOf, openPusher, type PusherSocket } from "../support/pusher";
 
 async function statsOf(channel: string): Promise<{ websockets: number; relays: number }> {
   return (await (await call(`/v1/channels/${channel}/stats`, { headers: adminHeaders() })).json()) as {
@@ -21,6 +21,7 @@ async function joinPresence(channel: string, user: string, info?: unknown): Prom
   return [p, dataOf(answer)];
 }
 
+afterEach(closePushers);
 describe("private channels", () => {
   it("a good signature subscribes; a bad or missing one is subscription_error 401 and changes nothing", async () => {
     const name = `private-${uniq()}`;

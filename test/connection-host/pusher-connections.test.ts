@@ -3,14 +3,15 @@
  * (docs/api.md, "The Pusher door"): the handshake and its refusals, subscribe/unsubscribe, events as
  * published, ping/pong, malformed frames.
  */
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { adminHeaders, call, mint, publishTo, uniq } from "../support/helpers";
-import { APP, dataOf, openPusher } from "../support/pusher";
+import { APP, closePushers, dataOf, openPusher } from "../support/pusher";
 
 async function publisher(): Promise<string> {
   return (await mint({ sub: uniq("pub"), channels: ["pusher:**"], scopes: ["publish", "subscribe"] })).access_token;
 }
 
+afterEach(closePushers);
 describe("the handshake", () => {
   it("answers connection_established with a socket id and the activity timeout", async () => {
     const p = await openPusher();

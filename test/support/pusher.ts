@@ -4,9 +4,34 @@
  * libraries themselves (pusher-js, pusher, laravel-echo) are driven over real sockets by the tests in
  * test/pusher-libraries/, which run in Node.
  */
+import { createExecutionContext } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import worker from "../../src/index";
 import { channelAuth } from "../../src/wire/pusher/signatures";
-import { call, freshIp } from "./helpers";
+import { BASE, call, freshIp, untilUnsubscribed } from "./helpers";
+
+/** Every connection a test opened, and the channels it subscribed to (see {@link closePushers}). */
+const opened = new Set<WebSocket>();
+const subscribedTo = new Set<string>();
+
+/**
+ * Closes every connection the test opened and waits until their channels have no subscriber left,
+ * so no host's count report is still in flight when the file's environment is torn down (vitest
+ * fails the run on an RPC cut off midway). Each file's `afterEach`.
+ */
+export async function closePushers(): Promise<void> {
+  for (const ws of opened) {
+    try {
+      ws.close();
+    } catch {
+      // closed already
+    }
+  }
+  opened.clear();
+  const channels = [...subscribedTo].map((n) => `pusher:${n}`);
+  subscribedTo.clear();
+  await untilUnsubscribed(...channels);
+}
 
 /** The test configuration's app (test/vitest.config.ts). */
 export const APP = { id: "test-app", key: "test-key", secret: "test-pusher-secret-0123" };
@@ -36,10 +61,18 @@ export interface PusherSocket {
 }
 
 /** Opens a Pusher connection through the Worker (its own client IP: tests must not share a read budget). */
-export async function openPusher(path = `/app/${APP.key}?protocol=7&client=js&version=8.6.0`): Promise<PusherSocket> {
-  const res = await call(path, { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } });
+export async function openPusher(
+  path = `/app/${APP.key}?protocol=7&client=js&version=8.6.0`,
+  customEnv?: Env,
+): Promise<PusherSocket> {
+  const init = { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } };
+  // Through a Worker with another configuration (RELAY_CAPACITY, say) when `customEnv` is given.
+  const res = customEnv
+    ? await worker.fetch(new Request(BASE + path, init), customEnv, createExecutionContext())
+    : await call(path, init);
   if (res.status !== 101 || !res.webSocket) throw new Error(`connect failed: ${res.status} ${await res.text()}`);
   const ws = res.webSocket;
+  opened.add(ws);
   const events: PusherEvent[] = [];
   const waiters: { match: (e: PusherEvent) => boolean; from: number; resolve: (e: PusherEvent) => void }[] = [];
   let closed!: (v: { code: number; reason: string }) => void;
@@ -85,6 +118,7 @@ export async function openPusher(path = `/app/${APP.key}?protocol=7&client=js&ve
       await next((e) => e.event === "pusher:pong", from);
     },
     subscribe: (channel, extra = {}) => {
+      subscribedTo.add(channel);
       const from = events.length;
       send({ event: "pusher:subscribe", data: { channel, ...extra } });
       return next(

@@ -6,7 +6,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { adminHeaders, call, env, historyOf, mint, setRate, uniq, until } from "../../support/helpers";
-import { APP, authFor, openPusher, signedApiCall } from "../../support/pusher";
+import { APP, authFor, closePushers, openPusher, signedApiCall } from "../../support/pusher";
 
 const EVENTS = `/apps/${APP.id}/events`;
 
@@ -18,6 +18,7 @@ afterEach(async () => {
   await env.THROTTLE_KV.delete("throttleRate");
 });
 
+afterEach(closePushers);
 describe("POST /apps/{id}/events", () => {
   it("publishes to every channel listed; each copy's fate in the floodgate member; data exactly as sent", async () => {
     const [a, b] = [uniq("a-"), uniq("b-")];
