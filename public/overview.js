@@ -59,7 +59,7 @@ function renderRecord({ now, record }) {
  * rates of another period. Rate-limit denials are per second since the previous poll.
  * @param {Overview} overview
  */
-function renderTotals({ now, messages, rate_limits, channels }) {
+function renderTotals({ now, messages, rate_limits, channels, pusher }) {
   /** @type {Record<string, number>} */
   const denied = {};
   for (const [bucket, counts] of Object.entries(rate_limits)) denied[bucket] = counts.denied;
@@ -98,6 +98,14 @@ function renderTotals({ now, messages, rate_limits, channels }) {
       : []),
     item("In all: delivered", messages.delivered.toLocaleString("en"), ""),
     item("dropped", messages.dropped.toLocaleString("en"), ""),
+    // The Pusher door: connections through it, and the channels they hold (one per subscription).
+    ...(pusher?.enabled
+      ? [
+          item("Pusher door: connections", pusher.connections.toLocaleString("en"), ""),
+          item("subscriptions", pusher.subscriptions.toLocaleString("en"), ""),
+          item("errors sent", pusher.errors.toLocaleString("en"), ""),
+        ]
+      : []),
     ...(prev
       ? [
           title,

@@ -4,7 +4,7 @@
  * published, ping/pong, malformed frames.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { adminHeaders, call, mint, publishTo, uniq } from "../support/helpers";
+import { adminHeaders, call, mint, publishTo, uniq, until } from "../support/helpers";
 import { APP, closePushers, dataOf, openPusher } from "../support/pusher";
 
 async function publisher(): Promise<string> {
@@ -104,5 +104,25 @@ describe("subscribe, events, unsubscribe", () => {
     const name = uniq("still-");
     expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
     p.ws.close();
+  });
+});
+
+describe("the dashboard", () => {
+  it("counts the door's connections and subscriptions open now", async () => {
+    const overview = async () =>
+      (
+        (await (await call("/v1/admin/overview", { headers: adminHeaders() })).json()) as {
+          pusher: { enabled: boolean; connections: number; subscriptions: number };
+        }
+      ).pusher;
+    const before = await overview();
+    expect(before.enabled).toBe(true);
+    const p = await openPusher();
+    await p.subscribe(uniq("dash-"));
+    await p.subscribe(uniq("dash-"));
+    await until(async () => {
+      const now = await overview();
+      return now.connections >= before.connections + 1 && now.subscriptions >= before.subscriptions + 2;
+    }, "the connection and its two subscriptions counted");
   });
 });
