@@ -30,8 +30,9 @@ export const pusherConnection = {
     };
   },
   /**
-   * An event's message in Floodgate's shape: the bench publishes `{"event":"fanout","data":"{\"i\":…,\"t\":…}"}`,
-   * so its seq is `i + 1` (a fresh channel, one publisher) and `t` its send time.
+   * An event's message in Floodgate's shape: the bench publishes `{"event":"fanout","data":"{\"i\":…,\"t\":…}"}`;
+   * a Pusher event carries no seq, so it is counted under `i + 1` (the publish's number, run-size.mjs
+   * tallies by it) and `t` is its send time.
    */
   read(text) {
     const f = JSON.parse(text);
