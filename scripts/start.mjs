@@ -8,7 +8,7 @@
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync } from "node:fs";
 import { join } from "node:path";
-import { configProblem, devVars as workerVars } from "./lib/dev-config.mjs";
+import { configProblem, readDevVars, devVars as workerVars } from "./lib/dev-config.mjs";
 import { root } from "./lib/root.mjs";
 
 const devVars = join(root, ".dev.vars");
@@ -33,7 +33,20 @@ if (problem) {
   process.exit(1);
 }
 const hasPort = args.some((a) => a === "--port" || a.startsWith("--port="));
-const wranglerArgs = ["dev", "--local", ...(hasPort ? [] : ["--port", "8787"]), "--test-scheduled", ...args];
+// wrangler dev loads from .dev.vars only the secrets wrangler.toml's `[secrets] required` lists, and the
+// Pusher door's secret is not required (the door may stay closed, and deploy would demand it): a
+// PUSHER_APP_SECRET in .dev.vars (.dev.vars.example's development one) is handed over as a --var.
+const pusherSecret = readDevVars(devVars).PUSHER_APP_SECRET;
+const given = args.some((a) => a.includes("PUSHER_APP_SECRET:"));
+const secretArgs = pusherSecret && !given ? ["--var", `PUSHER_APP_SECRET:${pusherSecret}`] : [];
+const wranglerArgs = [
+  "dev",
+  "--local",
+  ...(hasPort ? [] : ["--port", "8787"]),
+  "--test-scheduled",
+  ...secretArgs,
+  ...args,
+];
 const child = spawn(join(root, "node_modules", ".bin", "wrangler"), wranglerArgs, {
   cwd: root,
   stdio: "inherit",

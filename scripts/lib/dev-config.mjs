@@ -9,7 +9,7 @@ import { importSource } from "./import-source.mjs";
 import { root } from "./root.mjs";
 
 /** `NAME=value` lines (quotes optional, # comments), as wrangler reads .dev.vars. */
-function readDevVars(file) {
+export function readDevVars(file) {
   const out = {};
   if (!existsSync(file)) return out;
   for (const line of readFileSync(file, "utf8").split(/\r?\n/)) {
