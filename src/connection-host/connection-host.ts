@@ -30,7 +30,7 @@ import type { LiveFrame, SideFrame } from "../wire/frame-text";
 import { readClientFrame } from "../wire/pusher/client-frames";
 import { PUSHER_BAD_FRAME, PUSHER_OVER_CAPACITY } from "../wire/pusher/codes";
 import { connectionEstablished, PING, PONG, pusherError, subscriptionError } from "../wire/pusher/frames";
-import { pusherName } from "../wire/pusher/names";
+import { memberKey, pusherName } from "../wire/pusher/names";
 import { HOST_FULL_STATUS, readHostConnect } from "./calls";
 import { ClientEvents } from "./client-events";
 import { Connections } from "./connections";
@@ -342,7 +342,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
         continue;
       }
       const lane = this.lane(s.channel, name);
-      const client = s.user_id === null ? a.client : `user:${s.user_id}`;
+      const client = s.user_id === null ? a.client : memberKey(s.user_id);
       lane.subs.set(ws, {
         socketId: s.socket,
         client,
