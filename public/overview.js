@@ -64,7 +64,7 @@ function renderRecord({ now, record }) {
  * @param {Overview} overview
  * @param {number} windowMs
  */
-function renderTotals({ now, messages, rate_limits, channels }, windowMs) {
+function renderTotals({ now, messages, rate_limits, channels, pusher }, windowMs) {
   /** @type {Record<string, number>} */
   const denied = {};
   for (const [bucket, counts] of Object.entries(rate_limits)) denied[bucket] = counts.denied;
@@ -107,6 +107,14 @@ function renderTotals({ now, messages, rate_limits, channels }, windowMs) {
       : []),
     item("In all: delivered", messages.delivered.toLocaleString("en"), ""),
     item("dropped", messages.dropped.toLocaleString("en"), ""),
+    // The Pusher door: connections through it, and the channels they hold (one per subscription).
+    ...(pusher?.enabled
+      ? [
+          item("Pusher door: connections", pusher.connections.toLocaleString("en"), ""),
+          item("subscriptions", pusher.subscriptions.toLocaleString("en"), ""),
+          item("errors sent", pusher.errors.toLocaleString("en"), ""),
+        ]
+      : []),
     ...(prev
       ? [
           title,

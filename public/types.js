@@ -24,7 +24,10 @@
  *   rule: string }} Lever
  * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals
  * @typedef {{ now: number, channels: Channel[], messages: { delivered: number, dropped: number },
- *   rate_limits: Record<string, { allowed: number, denied: number }>, record?: RecordTotals }} Overview
+ *   rate_limits: Record<string, { allowed: number, denied: number }>, record?: RecordTotals,
+ *   pusher?: PusherTotals }} Overview
+ * @typedef {{ enabled: boolean, connections: number, subscriptions: number, errors: number }} PusherTotals the
+ *   Pusher door's connections and subscriptions open now, and the Pusher errors it sent (docs/api.md, "The Pusher door")
  * @typedef {{ channels: { written?: boolean }[] }} SamplerReport
  */
 

@@ -32,6 +32,12 @@
 // relays for presence per interval: the stats' `presence.sends_total` (relay lines given presence
 // frames, and relays woken for presence) ÷ intervals: ∝ relays, not subscribers.
 //
+// --pusher: the Pusher door (docs/api.md, "The Pusher door"). After each size's run, the same size
+// again through the door, in the same run: N Pusher Channels connections (pusher-connection.mjs: the
+// protocol as pusher-js speaks it) on one `pusher:` channel, the same publishes as Pusher events. Its
+// row in the table says "Pusher"; below the table, its workerd CPU per delivery beside the native
+// door's, and the channel's sends per publish, which equal its connection hosts, not its connections.
+//
 // --vars '{"NAME":"value"}' sets Worker variables on top of the shipped [vars] and the budgets below
 // (e.g. '{"RELAY_CAPACITY":"500"}' for more relays per size).
 //
@@ -51,7 +57,8 @@
 //
 // The parts, in scripts/bench-fanout/: run-size.mjs (one size: the Worker, the publisher, the tally),
 // subscriber-threads.mjs and subscriber-thread.mjs (the subscribers' threads), floodgate-connection.mjs
-// (the kind of connection they open: Floodgate's WebSocket), report.mjs (the tables).
+// and pusher-connection.mjs (the kinds of connection they open: Floodgate's WebSocket, a Pusher
+// connection), report.mjs (the tables).
 import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { loadAverage, presenceRow, printReport } from "./bench-fanout/report.mjs";
@@ -67,6 +74,7 @@ const opts = options("bench:fanout", {
   vars: "{}",
   batch: false,
   presence: false,
+  pusher: false,
 });
 let extraVars;
 try {
@@ -96,6 +104,14 @@ for (const size of SIZES) {
     rows.push(row);
     console.log(
       `  ${size} subscribers${opts.presence ? (presence ? ", presence=1" : ", no presence") : ""}: ${row.deliveriesPerS.toFixed(0)} deliveries/s, p50 ${row.p50.toFixed(1)} ms, p99 ${row.p99.toFixed(1)} ms, lost ${row.lost}, duplicated ${row.duplicated} (load average ${loadAverage()})`,
+    );
+  }
+  if (opts.pusher) {
+    // The same size through the Pusher door, in the same run: its CPU per delivery beside the native one's.
+    const row = await runSize(size, false, { settings: opts, extraVars, publishes: PUBLISHES }, "pusher");
+    rows.push(row);
+    console.log(
+      `  ${size} Pusher connections: ${row.deliveriesPerS.toFixed(0)} deliveries/s, p50 ${row.p50.toFixed(1)} ms, p99 ${row.p99.toFixed(1)} ms, lost ${row.lost}, duplicated ${row.duplicated}, ${row.sendsPerPublish} channel sends per publish over ${row.relays} hosts (load average ${loadAverage()})`,
     );
   }
   if (opts.presence) presenceRows.push(presenceRow(rows.at(-2), rows.at(-1)));

@@ -2,7 +2,7 @@
 // `npm run deploy` runs this first (predeploy). It parses wrangler.toml's [vars] with the same code
 // the Worker uses and refuses to deploy a configuration the Worker would reject, or a placeholder
 // KV namespace id (`--vars-only` skips that). Exit 1 with the variable named; exit 0 when the config is deployable.
-// Secrets: it refuses a weak TOKEN_SECRET or ADMIN_TOKEN (docs/operations.md, "Secrets") wherever it
+// Secrets: it refuses a weak TOKEN_SECRET, ADMIN_TOKEN or PUSHER_APP_SECRET (docs/operations.md, "Secrets") wherever it
 // can see one: in [vars] (where a secret never belongs), in the process environment, or in the file
 // given with `--secrets-file=PATH` (JSON or .env, the same file `wrangler deploy --secrets-file` takes).
 // Secrets set with `wrangler secret put` are out of its sight; /healthz answers 500 for a weak one.
@@ -52,17 +52,24 @@ function readSecretsFile(path) {
 }
 
 const problems = [];
-try {
-  mod.parseConfig(mod.rawConfigFrom(config.vars ?? {}));
-} catch (e) {
-  problems.push(e.message);
-}
 const secretsFile = opts["secrets-file"];
 const secretSources = [
   ["wrangler.toml [vars]", config.vars ?? {}],
   ["the environment", process.env],
   ...(secretsFile ? [[secretsFile, readSecretsFile(secretsFile)]] : []),
 ];
+try {
+  const raw = mod.rawConfigFrom(config.vars ?? {});
+  // The Pusher door is open when its id, key and secret are all set. A secret set with `wrangler
+  // secret put` is out of sight here: with the id and key set, one that is not seen counts as set
+  // (the Worker still answers 500 naming it if it is missing).
+  const seen = secretSources.map(([, values]) => values.PUSHER_APP_SECRET).find((v) => v !== undefined);
+  if (seen !== undefined) raw.PUSHER_APP_SECRET = seen;
+  else if (raw.PUSHER_APP_ID && raw.PUSHER_APP_KEY) raw.PUSHER_APP_SECRET = "set-with-wrangler-secret-put";
+  mod.parseConfig(raw);
+} catch (e) {
+  problems.push(e.message);
+}
 for (const name of Object.keys(mod.SECRET_MIN)) {
   if (name in (config.vars ?? {}))
     problems.push(`${name} is a secret: set it with \`wrangler secret put ${name}\`, not in [vars]`);

@@ -68,6 +68,12 @@ for (const line of unknownVarWarnings(named, known)) console.warn(line);
 if (settings) for (const line of settingsReport(settings)) console.log(line);
 
 const hasPort = portArg >= 0;
+// wrangler dev loads from .dev.vars only the secrets wrangler.toml's `[secrets] required` lists, and the
+// Pusher door's secret is not required (the door may stay closed, and deploy would demand it): a
+// PUSHER_APP_SECRET in .dev.vars (.dev.vars.example's development one) is handed over as a --var.
+const pusherSecret = readDevVars(devVars).PUSHER_APP_SECRET;
+const secretGiven = args.some((a) => a.includes("PUSHER_APP_SECRET:"));
+const secretArgs = pusherSecret && !secretGiven ? ["--var", `PUSHER_APP_SECRET:${pusherSecret}`] : [];
 const hasLogLevel = args.some((a) => a === "--log-level" || a.startsWith("--log-level="));
 const wranglerArgs = [
   "dev",
@@ -76,6 +82,7 @@ const wranglerArgs = [
   "--test-scheduled",
   // Quiet by default: no bindings table (printed twice), no line per request; warnings and errors stay.
   ...(hasLogLevel ? [] : ["--log-level", logRequests ? "info" : "warn"]),
+  ...secretArgs,
   ...args,
 ];
 const child = spawn(join(root, "node_modules", ".bin", "wrangler"), wranglerArgs, {

@@ -7,7 +7,8 @@
 // before it), a hidden page aborts its poll and stops polling until shown again, and a channel that
 // leaves the overview takes its card, chart and ResizeObserver with it; the page fits a phone's width; a browser's
 // WebSocket subscriber gets frames without compression, and one offering its token as a subprotocol
-// reads a private channel (straight to the Worker); the page and its script carry public/_headers'
+// reads a private channel (straight to the Worker); pusher-js in the browser subscribes one connection
+// to a public and a private channel and receives pusher.trigger's event; the page and its script carry public/_headers'
 // CSP and the page runs with no CSP violation; with the server stopped the page says so. Also: a chart
 // with one point spans seconds, not years, and its legend shows the newest values; a card's numbers
 // are its snapshot's and agree with the top line; a page opened mid-run charts the run so far; bad
@@ -26,7 +27,8 @@
 // cards.mjs (what a channel's card shows), glance.mjs (what the dashboard tells at a glance),
 // polling.mjs (polls and what a channel leaving takes with it), config-banner.mjs (bad configuration),
 // headers.mjs (security headers and CSP), sockets.mjs (a browser's WebSocket straight to the Worker),
-// cross-origin.mjs (a web app on another origin).
+// pusher.mjs (pusher-js's web build against the Pusher door), cross-origin.mjs (a web app on another
+// origin).
 import { mkdirSync } from "node:fs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
@@ -43,6 +45,7 @@ import {
 import { checkDropRateAndAges, checkMadeUpRun, checkSubscribersCounted } from "./test-browser/glance.mjs";
 import { checkAssetHeaders, checkNoCspViolation, watchCspViolations } from "./test-browser/headers.mjs";
 import { checkChannelLeaves, checkPolling, instrumentPage } from "./test-browser/polling.mjs";
+import { checkPusherJs } from "./test-browser/pusher.mjs";
 import {
   artifacts,
   BASE,
@@ -113,6 +116,7 @@ try {
   await checkNoCspViolation(page);
 
   await checkUncompressedFrames(browser);
+  await checkPusherJs(browser);
   await checkCrossOrigin(browser);
 
   stopServer();

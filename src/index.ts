@@ -10,10 +10,13 @@ import { services } from "./worker/services";
 
 export { ActiveChannels } from "./active-channels/active-channels";
 export { ChannelObject } from "./channel/channel-object";
+export { ConnectionHost } from "./connection-host/connection-host";
+export { HostDirectory } from "./host-directory/host-directory";
 export { LimiterShard } from "./limiter/limiter-shard";
 export { MetricsStore } from "./metrics/metrics-store";
 export { RefreshLedger } from "./refresh-ledger/refresh-ledger";
 export { Relay } from "./relay/relay";
+export { Publisher } from "./worker/pusher/publisher";
 
 export default {
   fetch: app.fetch,

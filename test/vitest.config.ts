@@ -1,64 +1,104 @@
 import { fileURLToPath } from "node:url";
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
-import { defineConfig } from "vitest/config";
+import { defineConfig, defineProject } from "vitest/config";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 
 // Test-only secrets; production has none (see README "Deploy"). Also put in this process's
 // environment, where wrangler looks for the `[secrets] required` names, so it does not warn about
 // missing secrets once per test file.
-const TEST_SECRETS = { TOKEN_SECRET: "test-token-secret-0123456789abcdef", ADMIN_TOKEN: "test-admin-token" };
+const TEST_SECRETS = {
+  TOKEN_SECRET: "test-token-secret-0123456789abcdef",
+  ADMIN_TOKEN: "test-admin-token",
+  PUSHER_APP_SECRET: "test-pusher-secret-0123",
+};
 Object.assign(process.env, TEST_SECRETS);
 
+/**
+ * Two projects, both run by `npm test`: `workerd`, every test inside workerd through the Workers pool;
+ * `libraries`, the tests that drive Floodgate with the published Pusher libraries (pusher-js, pusher,
+ * laravel-echo) as their users do, from Node over real sockets, against a Floodgate started in its
+ * own workerd (test/pusher-libraries/global-setup.ts).
+ */
 export default defineConfig({
-  plugins: [
-    cloudflareTest({
-      wrangler: { configPath: `${root}wrangler.toml` },
-      remoteBindings: false,
-      miniflare: {
-        bindings: {
-          ...TEST_SECRETS,
-          // Flush metrics at the end of every request so tests that wait on a request's waitUntil
-          // do not wait a second each; the batching itself is tested with the shipped 1000 ms.
-          METRICS_FLUSH_MS: "0",
-          // Sampler targets for test/worker/sampler/cron-sweep.test.ts and (`public:fastloop.*`, 1/s:
-          // periods of tens of seconds, so a few ms of test time do not move a measured rate)
-          // test/channel/fast-loop-holds-target.test.ts only.
-          THROTTLE_TARGETS: JSON.stringify({
-            "public:sampled.**": "10/s",
-            "public:budget.*": { deliveries: "40/s" },
-            "public:fastloop.*": "1/s",
-            "public:sharded.fast.*": "1/s",
-          }),
-          THROTTLE_THINNING: "public:sampled.thin.*,public:fastloop.*",
-          // Summaries of drops for test/channel/drop-summaries.test.ts only. The interval is long, so no
-          // summary is sent by itself: a test makes the open interval due now and runs the alarm.
-          THROTTLE_SUMMARY: JSON.stringify({ "public:summary.**": "/emoji", "public:summary.deep.*": "/a/b/0" }),
-          SUMMARY_INTERVAL: "1h",
-          // The fast loop's alarm never fires by itself during the suite: the fast-loop tests
-          // (test/channel/fast-loop-holds-target.test.ts) end each period by moving its stored start back
-          // and running the alarm (runDurableObjectAlarm).
-          SAMPLER_FAST_PERIOD: "10m",
-          // Audience shards for the tests in test/worker/shards/ and test/channel/shard-registry-storage.test.ts
-          // only (`public:sharded.*`, `private:sharded.*.*` by the token's group; `public:geo.*` by continent;
-          // `public:sharded.fast.*` also with a fast-loop target).
-          AUDIENCE_SHARDS: JSON.stringify({
-            "public:sharded.*": { by: "group" },
-            "public:sharded.*.*": { by: "group" },
-            "private:sharded.*.*": { by: "group" },
-            "public:geo.*": { by: "continent" },
-          }),
-        },
-      },
-    }),
-  ],
-  root,
-  // The tests use the client package by its name, from its source (its dist/ is built only to pack it).
-  resolve: { alias: { "@floodgate/client": `${root}packages/client/src/index.ts` } },
-  test: {
-    include: ["test/**/*.test.ts"],
-    setupFiles: ["test/setup.ts"],
-    testTimeout: 20_000,
-    hookTimeout: 30_000,
-  },
+  test: { projects: [workerd(), libraries()] },
 });
+
+function libraries() {
+  return defineProject({
+    root,
+    test: {
+      name: "libraries",
+      include: ["test/pusher-libraries/**/*.test.ts"],
+      environment: "node",
+      globalSetup: ["test/pusher-libraries/global-setup.ts"],
+      testTimeout: 30_000,
+      hookTimeout: 120_000,
+    },
+  });
+}
+
+function workerd() {
+  return defineProject({
+    plugins: [
+      cloudflareTest({
+        wrangler: { configPath: `${root}wrangler.toml` },
+        remoteBindings: false,
+        miniflare: {
+          bindings: {
+            ...TEST_SECRETS,
+            // Flush metrics at the end of every request so tests that wait on a request's waitUntil
+            // do not wait a second each; the batching itself is tested with the shipped 1000 ms.
+            METRICS_FLUSH_MS: "0",
+            // Sampler targets for test/worker/sampler/cron-sweep.test.ts and (`public:fastloop.*`, 1/s:
+            // periods of tens of seconds, so a few ms of test time do not move a measured rate)
+            // test/channel/fast-loop-holds-target.test.ts only.
+            THROTTLE_TARGETS: JSON.stringify({
+              "public:sampled.**": "10/s",
+              "public:budget.*": { deliveries: "40/s" },
+              "public:fastloop.*": "1/s",
+              "public:sharded.fast.*": "1/s",
+            }),
+            THROTTLE_THINNING: "public:sampled.thin.*,public:fastloop.*",
+            // Summaries of drops for test/channel/drop-summaries.test.ts only. The interval is long, so no
+            // summary is sent by itself: a test makes the open interval due now and runs the alarm.
+            THROTTLE_SUMMARY: JSON.stringify({
+              "public:summary.**": "/emoji",
+              "public:summary.deep.*": "/a/b/0",
+              // test/connection-host/both-doors.test.ts: a Pusher event's data read through /data/.
+              "pusher:summary.**": "/data/emoji",
+            }),
+            SUMMARY_INTERVAL: "1h",
+            // The fast loop's alarm never fires by itself during the suite: the fast-loop tests
+            // (test/channel/fast-loop-holds-target.test.ts) end each period by moving its stored start back
+            // and running the alarm (runDurableObjectAlarm).
+            SAMPLER_FAST_PERIOD: "10m",
+            // Audience shards for the tests in test/worker/shards/ and test/channel/shard-registry-storage.test.ts
+            // only (`public:sharded.*`, `private:sharded.*.*` by the token's group; `public:geo.*` by continent;
+            // `public:sharded.fast.*` also with a fast-loop target).
+            // The Pusher door, open for test/connection-host/ and test/worker/pusher/ (test/support/pusher.ts).
+            PUSHER_APP_ID: "test-app",
+            PUSHER_APP_KEY: "test-key",
+            AUDIENCE_SHARDS: JSON.stringify({
+              "public:sharded.*": { by: "group" },
+              "public:sharded.*.*": { by: "group" },
+              "private:sharded.*.*": { by: "group" },
+              "public:geo.*": { by: "continent" },
+            }),
+          },
+        },
+      }),
+    ],
+    root,
+    // The tests use the client package by its name, from its source (its dist/ is built only to pack it).
+    resolve: { alias: { "@floodgate/client": `${root}packages/client/src/index.ts` } },
+    test: {
+      name: "workerd",
+      include: ["test/**/*.test.ts"],
+      exclude: ["test/pusher-libraries/**"],
+      setupFiles: ["test/setup.ts"],
+      testTimeout: 20_000,
+      hookTimeout: 30_000,
+    },
+  });
+}

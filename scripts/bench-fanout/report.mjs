@@ -25,7 +25,15 @@ export function printReport(rows, presenceRows, { presence }) {
   console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
   for (const r of rows) {
     console.log(
-      `| ${r.size.toLocaleString("en")} | ${Math.round(r.deliveriesPerS).toLocaleString("en")} | ${r.p50.toFixed(1)} ms | ${r.p99.toFixed(1)} ms | ${r.tailS.toFixed(1)} s | ${r.lost} | ${r.duplicated} | ${r.sendsPerPublish} | ${r.relays} | ${r.framesPerMessage.toFixed(3)} | ${Number.isFinite(r.cpuPerDelivery) ? `${r.cpuPerDelivery.toFixed(1)} µs` : "–"} | ${r.clientCpuPerDelivery.toFixed(1)} µs | ${r.delivered} / ${r.sent} | ${r.closed} |`,
+      `| ${r.size.toLocaleString("en")}${r.door === "pusher" ? " Pusher" : ""} | ${Math.round(r.deliveriesPerS).toLocaleString("en")} | ${r.p50.toFixed(1)} ms | ${r.p99.toFixed(1)} ms | ${r.tailS.toFixed(1)} s | ${r.lost} | ${r.duplicated} | ${r.sendsPerPublish} | ${r.relays} | ${r.framesPerMessage.toFixed(3)} | ${Number.isFinite(r.cpuPerDelivery) ? `${r.cpuPerDelivery.toFixed(1)} µs` : "–"} | ${r.clientCpuPerDelivery.toFixed(1)} µs | ${r.delivered} / ${r.sent} | ${r.closed} |`,
+    );
+  }
+  const pusherRows = rows.filter((r) => r.door === "pusher");
+  for (const p of pusherRows) {
+    const native = rows.find((r) => r.size === p.size && r.door !== "pusher");
+    if (!native) continue;
+    console.log(
+      `\n${p.size.toLocaleString("en")} subscribers, workerd CPU per delivery: Pusher door ${p.cpuPerDelivery.toFixed(1)} µs, native ${native.cpuPerDelivery.toFixed(1)} µs (${(p.cpuPerDelivery / native.cpuPerDelivery).toFixed(2)}×); channel sends per publish ${p.sendsPerPublish} over ${p.relays} hosts (native: ${native.sendsPerPublish} over ${native.relays} relays).`,
     );
   }
   if (presence) {

@@ -5,13 +5,24 @@ import { cpuMicros, startFloodgate } from "../lib/workerd.mjs";
 import { now } from "./clock.mjs";
 import { startSubscriberThread } from "./subscriber-threads.mjs";
 
+/** The Pusher app of a `--pusher` run (docs/api.md, "The Pusher door"). */
+const PUSHER_APP = {
+  PUSHER_APP_ID: "bench-app",
+  PUSHER_APP_KEY: "bench-key",
+  PUSHER_APP_SECRET: "bench-pusher-secret-0",
+};
+
 /**
  * Runs one size and resolves to its row (report.mjs prints it). `settings` are the bench's options
  * (`rate`, `seconds`, `clients`, `settle`, `batch`, `presence`), `extraVars` the --vars given, and
  * `publishes` how many publishes the publisher sends. `presence`: every subscriber asks for it.
+ * `door`: "native" (Floodgate's own WebSockets on a public channel) or "pusher" (Pusher connections on
+ * a `pusher:` channel, each subscribing as pusher-js does; the same publishes, as Pusher events).
  */
-export async function runSize(size, presence, { settings: opts, extraVars, publishes: PUBLISHES }) {
+export async function runSize(size, presence, { settings: opts, extraVars, publishes: PUBLISHES }, door = "native") {
+  const pusher = door === "pusher";
   const fg = await startFloodgate({
+    ...PUSHER_APP,
     ...(opts.presence ? { PRESENCE_INTERVAL: "2s" } : {}),
     READ_RATE: "",
     SUBSCRIBE_RATE: "",
@@ -21,13 +32,16 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
     MAX_SUBSCRIPTIONS_PER_CLIENT: String(size),
     ...extraVars,
   });
-  const channel = `public:fanout.n${size}`;
+  const channel = pusher ? `pusher:fanout-n${size}` : `public:fanout.n${size}`;
   // The subscribers' kind of connection (subscriber-thread.mjs, KINDS) and the URL they open.
-  const kind = "floodgate";
+  const kind = pusher ? "pusher" : "floodgate";
   const query = new URLSearchParams();
   if (opts.batch) query.set("batch", "1");
   if (presence) query.set("presence", "1");
-  const wsUrl = `${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}${query.size ? `?${query}` : ""}`;
+  const wsBase = fg.base.replace(/^http/, "ws");
+  const wsUrl = pusher
+    ? `${wsBase}/app/${PUSHER_APP.PUSHER_APP_KEY}?protocol=7&subscribe=${channel.slice("pusher:".length)}`
+    : `${wsBase}/v1/subscribe/${channel}${query.size ? `?${query}` : ""}`;
   // --presence: the publisher starts while the crowd joins.
   const crowd = opts.presence;
   const threads = Math.max(1, opts.clients || Math.min(4, Math.ceil(size / 1000)));
@@ -73,7 +87,8 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
         fetch(`${fg.base}/v1/publish/${channel}`, {
           method: "POST",
           headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-          body: JSON.stringify({ i, t: now() }),
+          // On a pusher: channel a message is a Pusher event, its data JSON text.
+          body: JSON.stringify(pusher ? { event: "fanout", data: JSON.stringify({ i, t: now() }) } : { i, t: now() }),
         })
           .then(async (res) => ({ status: res.status, body: await res.json().catch(() => null) }))
           .catch(() => ({ status: 0, body: null })),
@@ -82,6 +97,11 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
     const results = await Promise.all(answers);
     if (crowd) await joined();
     const delivered = results.filter((r) => r.status === 200 && Number.isInteger(r.body?.seq)).map((r) => r.body.seq);
+    // A Pusher event carries no seq: its subscribers count publish i under i + 1 (pusher-connection.mjs),
+    // so lost and duplicated are counted by publish, not by the seq it got.
+    const counted = pusher
+      ? results.flatMap((r, k) => (r.status === 200 && Number.isInteger(r.body?.seq) ? [k + 1] : []))
+      : delivered;
 
     // The tail: until every subscriber has every delivered frame, or nothing arrived for 2 s, or --settle
     // seconds passed (then what is still on its way counts as lost: the table's lost column says so).
@@ -108,7 +128,7 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
     const clientCpu = process.cpuUsage(clientCpu0);
     const after = await stats();
 
-    const tallies = await Promise.all(clients.map((c) => c.ask("tally", delivered)));
+    const tallies = await Promise.all(clients.map((c) => c.ask("tally", counted)));
     const frames = tallies.reduce((a, t) => a + t.frames, 0);
     const messages = tallies.reduce((a, t) => a + t.messages, 0);
     const latencies = new Float64Array(tallies.reduce((a, t) => a + t.latencies.length, 0));
@@ -124,6 +144,7 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
     const hasRelays = typeof after.relay_sends_total === "number";
     return {
       size,
+      door,
       sent: PUBLISHES,
       delivered: delivered.length,
       deliveriesPerS: messages ? messages / ((lastFrameAt - firstAt) / 1000) : 0,

@@ -6,13 +6,14 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { now } from "./clock.mjs";
 import { floodgateConnection } from "./floodgate-connection.mjs";
+import { pusherConnection } from "./pusher-connection.mjs";
 
 /**
  * The kinds of subscriber connection, by name. Each is { open(url, on), read(text) }
  * (floodgate-connection.mjs): a second protocol is one more entry whose `read` gives its messages in
  * Floodgate's shapes, so the tally below counts them alike.
  */
-const KINDS = { floodgate: floodgateConnection };
+const KINDS = { floodgate: floodgateConnection, pusher: pusherConnection };
 
 /** How often a subscriber's handshake is tried before it counts as failed. */
 const OPEN_ATTEMPTS = 4;

@@ -78,6 +78,9 @@ export function settingsReport(s, extra = []) {
     `  throttle   target ${targetText(s.throttleTarget)} · targets ${rulesText(s.throttleTargets, targetText)} · fallback drop rate ${s.throttleFallbackRate}${s.throttleThinning.length ? ` · thinning ${s.throttleThinning.map((p) => p.source).join(", ")}` : ""}`,
     `  channels   summaries ${rulesText(s.throttleSummary, (r) => r.pointer)} · shards ${rulesText(s.audienceShards, (r) => `by ${r.by}`)} · presence announced up to ${s.presenceAnnounceMax}`,
     `  browsers   CORS origins ${origins.length ? origins.join(", ") : "none (same origin only)"}`,
+    s.pusher.app
+      ? `  Pusher     door open: app id ${s.pusher.app.id}, key ${s.pusher.app.key} (ws://…/app/${s.pusher.app.key}) · client events ${budgetText(s.pusher.clientEvents)} per connection`
+      : "  Pusher     door closed (set PUSHER_APP_ID, PUSHER_APP_KEY and the secret PUSHER_APP_SECRET)",
     ...extra,
   ];
 }

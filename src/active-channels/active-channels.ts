@@ -29,6 +29,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { TargetJson } from "../settings/targets";
+import { PusherChannelList } from "./pusher-channels";
 import { createActiveChannelsTables } from "./schema";
 import { SERIES_CHANNELS, SERIES_POINTS, type SeriesPoint } from "./series";
 
@@ -54,11 +55,23 @@ export interface RunStart {
 
 export class ActiveChannels extends DurableObject<Env> {
   private readonly sql: SqlStorage;
+  private readonly pusher: PusherChannelList;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     createActiveChannelsTables(this.sql);
+    this.pusher = new PusherChannelList(this.sql);
+  }
+
+  /** A `pusher:` channel's subscribers and presence members (src/active-channels/pusher-channels.ts). */
+  notePusherChannel(channel: string, subscriptions: number, users: number): void {
+    this.pusher.note(channel, subscriptions, users);
+  }
+
+  /** Occupied Pusher channels starting with `prefix`, by name, at most `limit`. */
+  pusherChannels(prefix: string, limit: number): { channel: string; users: number }[] {
+    return this.pusher.list(prefix, limit);
   }
 
   /** Rows in `seen`, once counted: trimming is needed only when it grows past the bound. */

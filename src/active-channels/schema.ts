@@ -5,7 +5,8 @@
  * - `meta`: the run's generation and other named numbers;
  * - `seen`: channels seen recently, with their latest sample and summary of drops (the dashboard's list);
  * - `targets`: runtime targets set through the admin API;
- * - `series`: the dashboard's series, one row per decision of either loop (src/active-channels/series.ts).
+ * - `series`: the dashboard's series, one row per decision of either loop (src/active-channels/series.ts);
+ * - `pusher_channels`: the occupied Pusher channels with their presence members (src/active-channels/pusher-channels.ts).
  */
 export function createActiveChannelsTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS active (
@@ -24,4 +25,5 @@ export function createActiveChannelsTables(sql: SqlStorage): void {
   sql.exec(
     "CREATE TABLE IF NOT EXISTS series (channel TEXT NOT NULL, at INTEGER NOT NULL, by TEXT NOT NULL, point TEXT NOT NULL, PRIMARY KEY (channel, at, by))",
   );
+  sql.exec("CREATE TABLE IF NOT EXISTS pusher_channels (channel TEXT PRIMARY KEY, users INTEGER NOT NULL)");
 }

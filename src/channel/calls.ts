@@ -18,6 +18,8 @@ export interface PublishCommand {
   /** A dropped message's key for the channel's summary (functions/drop-summary.ts); absent: none. */
   summaryKey?: string;
   idempotencyKey?: string;
+  /** A Pusher event's delivery details (src/wire/pusher/event-meta.ts), kept with the message. */
+  meta?: string;
   now: number;
 }
 

@@ -217,6 +217,17 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     return { ...this.relays.presenceNow(), channel: name, ...(shard === null ? {} : { shard }) };
   }
 
+  /**
+   * A Pusher channel's counts for the HTTP API (docs/api.md, "The Pusher door"): its subscribers
+   * through either door, its presence members, and (`users`) up to that many members' ids. A read:
+   * a channel nobody uses stores nothing for it.
+   */
+  pusherCounts(users = 0): { subscriptions: number; members: number; ids: string[] } {
+    const { websockets, sse } = this.relays.totals(Date.now());
+    const audience = this.relays.pusher;
+    return { subscriptions: websockets + sse, members: audience.memberCount, ids: audience.memberIds(users) };
+  }
+
   stats(): ChannelStats {
     return channelStats(this.store, this.relays, this.record, this.sampling.lastSample, this.summaries.last);
   }
@@ -312,6 +323,27 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     this.store.remember(channel);
     this.expiry.ensure();
     return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient, presence);
+  }
+
+  /**
+   * A slot for one Pusher subscription on the connection host `host` (src/connection-host/), which is
+   * a relay to this channel: the same refusals as {@link assignRelay}.
+   */
+  async assignHost(
+    channel: string,
+    host: string,
+    group: string,
+    k: number,
+    maxSubscribers: number,
+    client: string,
+    maxPerClient: number,
+    presence?: PresenceSettings,
+  ): Promise<RelayAssignment> {
+    await this.membership.join(channel);
+    this.store.revive();
+    this.store.remember(channel);
+    this.expiry.ensure();
+    return this.relays.assignHost(host, group, k, maxSubscribers, client, maxPerClient, presence);
   }
 
   /** A relay's counts after a change (src/channel/relays.ts). */

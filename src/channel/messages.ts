@@ -21,6 +21,8 @@ export interface MessageRow {
   source_channel: string | null;
   /** Analytics channel only: when the message was dropped (its published_at for a direct publish). */
   dropped_at: number | null;
+  /** A Pusher event's delivery details (src/wire/pusher/event-meta.ts), or null. */
+  meta: string | null;
 }
 
 /**
@@ -61,12 +63,13 @@ export class MessageLog {
     publisher: string,
     now: number,
     copy?: Pick<CopyItem, "id" | "source_channel" | "dropped_at">,
+    meta?: string,
   ): { seq: number; id: string } {
     const seq = this.store.counter("last_seq") + 1;
     const id = copy?.id ?? crypto.randomUUID();
     const record = this.isRecord();
     this.store.sql.exec(
-      "INSERT INTO messages (seq, id, data, publisher, published_at, source_channel, dropped_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+      "INSERT INTO messages (seq, id, data, publisher, published_at, source_channel, dropped_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
       seq,
       id,
       data,
@@ -74,9 +77,10 @@ export class MessageLog {
       now,
       copy?.source_channel ?? null,
       copy?.dropped_at ?? (record ? now : null),
+      meta ?? null,
     );
     this.count({ last_seq: 1, delivered_total: 1, period_delivered: 1 });
-    this.store.live.push({ seq, id, data, published_at: now });
+    this.store.live.push({ seq, id, data, published_at: now, ...(meta ? { meta } : {}) });
     return { seq, id };
   }
 

@@ -39,7 +39,7 @@ export class Publishing {
       this.count({ dropped_total: 1, period_dropped: 1 });
       outcome = { status: "dropped", replayed: false };
     } else {
-      const m = this.messages.append(cmd.data, cmd.publisher, cmd.now);
+      const m = this.messages.append(cmd.data, cmd.publisher, cmd.now, undefined, cmd.meta);
       if (cmd.priority) this.count({ priority_total: 1, period_priority: 1 });
       // A shard's key (functions/shard-key.ts) answers its channel's name and the shard's.
       const { channel, shard } = splitShardKey(cmd.channel);

@@ -16,6 +16,10 @@
  * - **Active**: a relay is sent messages only once it has reported, i.e. once a subscriber's own
  *   request has reached it first (src/relay/placement.ts). Only active relays are stored: a pending one is
  *   re-entered by its first report if the channel restarts meanwhile.
+ * - **Connection hosts** (src/connection-host/connection-host.ts) are relays to each channel they
+ *   serve, entered under their own names (`host:…`): a subscription is reserved on the host its
+ *   connection is already on ({@link RelayRegistry.assignOn}), never placed by group and k like a
+ *   relay's, and the same counts, caps and reports hold.
  */
 import type { RelayReport } from "../relay/calls";
 
@@ -52,9 +56,15 @@ export interface RegistryStore {
 export class RelayRegistry {
   private readonly entries = new Map<string, RelayEntry>();
 
+  /**
+   * @param placeable whether {@link assign} may place a subscriber on an entry: a channel's relays,
+   * never its connection hosts (each is reserved on by name, {@link assignOn}); a directory of hosts
+   * (src/host-directory/) places on every entry.
+   */
   constructor(
     private readonly store: RegistryStore,
     private readonly nameOf: (group: string, k: number) => string,
+    private readonly placeable: (name: string) => boolean = (name) => !isHostName(name),
   ) {}
 
   /** Relays read back from storage. */
@@ -118,7 +128,9 @@ export class RelayRegistry {
     if (this.held(client, now) >= maxPerClient) return { clientFull: true };
     const t = this.totals(now);
     if (t.websockets + t.sse + t.reserved >= maxSubscribers) return { full: true };
-    const mine = [...this.entries.values()].filter((e) => e.group === group).sort((a, b) => a.k - b.k);
+    const mine = [...this.entries.values()]
+      .filter((e) => e.group === group && this.placeable(e.name))
+      .sort((a, b) => a.k - b.k);
     let entry = mine.find((e) => e.websockets + e.sse + live(e, now) < capacity);
     if (!entry) {
       const used = new Set(mine.map((e) => e.k));
@@ -127,9 +139,37 @@ export class RelayRegistry {
       entry = { name: this.nameOf(group, k), group, k, ...empty() };
       this.entries.set(entry.name, entry);
     }
+    return { relay: entry.name, reservation: this.reserve(entry, client, now) };
+  }
+
+  /**
+   * Reserves a slot on the connection host `name` (placed by its own group and k), with the same
+   * refusals as {@link assign}: `clientFull`, then `full`.
+   */
+  assignOn(
+    name: string,
+    group: string,
+    k: number,
+    maxSubscribers: number,
+    now: number,
+    client: string,
+    maxPerClient: number,
+  ): Assignment {
+    if (this.held(client, now) >= maxPerClient) return { clientFull: true };
+    const t = this.totals(now);
+    if (t.websockets + t.sse + t.reserved >= maxSubscribers) return { full: true };
+    let entry = this.entries.get(name);
+    if (!entry) {
+      entry = { name, group, k, ...empty() };
+      this.entries.set(name, entry);
+    }
+    return { relay: name, reservation: this.reserve(entry, client, now) };
+  }
+
+  private reserve(entry: RelayEntry, client: string, now: number): string {
     const reservation = crypto.randomUUID();
     entry.reservations.set(reservation, { until: now + RESERVATION_TTL_MS, client });
-    return { relay: entry.name, reservation };
+    return reservation;
   }
 
   /**
@@ -165,6 +205,11 @@ export class RelayRegistry {
       if (!e.active && live(e, now) === 0) this.entries.delete(e.name);
     }
   }
+}
+
+/** A connection host's entry (src/connection-host/naming.ts names them `host:…`), not a relay's. */
+export function isHostName(name: string): boolean {
+  return name.startsWith("host:");
 }
 
 /** Reservations not yet lapsed (lapsed ones are deleted on the way). */

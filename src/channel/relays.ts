@@ -7,17 +7,19 @@
  */
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
-import { relayStub } from "../platform/stubs";
-import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
+import { activeChannelsStub } from "../platform/stubs";
+import { PAGE_MAX_BYTES } from "../relay/bounds";
 import type { RelayReport, RelayReportAnswer } from "../relay/calls";
 import { relayName } from "../relay/placement";
 import { settingsOf } from "../settings/settings";
-import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frame-text";
+import { frame, type LiveFrame, type MessageFields, type SideFrame, takeFrameBytes } from "../wire/frame-text";
 import type { RelayAssignment } from "./calls";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
-import { RelayPipe } from "./relay-pipe";
-import { clientCounts, type RelayEntry, RelayRegistry } from "./relay-registry";
+import { PusherAudience } from "./pusher-audience";
+import { RelayLines } from "./relay-lines";
+import type { RelayPipe } from "./relay-pipe";
+import { clientCounts, isHostName, type RelayEntry, RelayRegistry } from "./relay-registry";
 import type { ChannelStore } from "./store";
 
 /** How soon after a fan-out the channel wakes to re-send the head, in case it was reset meanwhile. */
@@ -38,20 +40,16 @@ interface RelayRow {
 export class ChannelRelays {
   /** The channel's relays; active ones are stored in the `relays` table. */
   private readonly relays: RelayRegistry;
-  /** The delivery line to each active relay (memory only: a new instance starts new lines). */
-  private readonly pipes = new Map<string, RelayPipe>();
+  /** The delivery line to each active relay and host (src/channel/relay-lines.ts). */
+  private readonly lines: RelayLines;
   /** When every relay was last woken to refresh its counts (see probe). */
   private lastProbe = 0;
-  /**
-   * Relay calls made since they were last stored. Counted in memory and stored with the next publish's
-   * counters (in its transaction, at no extra write): a counter write per relay call would cost more
-   * than the count is worth. Calls made after the last publish are lost if the object restarts.
-   */
-  private unsavedSends = 0;
   /** Occupancy and who is here, told to the subscribers that take presence (src/channel/presence.ts). */
   private readonly presence: ChannelPresence;
   /** Presence's settings: this object's configuration, or the Worker's as its last subscribe passed them. */
   private presenceSettings: PresenceSettings;
+  /** Pusher members and size frames (src/channel/pusher-audience.ts). */
+  readonly pusher: PusherAudience;
 
   /** @param subscriberLeft a relay left: idle expiry may count from the last publish (src/channel/idle-expiry.ts). */
   constructor(
@@ -60,6 +58,7 @@ export class ChannelRelays {
     private readonly env: Env,
     private readonly subscriberLeft: () => void,
   ) {
+    this.lines = new RelayLines(store, env);
     this.relays = new RelayRegistry(
       {
         save: (e) => this.save(e),
@@ -89,6 +88,31 @@ export class ChannelRelays {
       scheduler,
       () => this.presenceSettings,
     );
+    this.pusher = new PusherAudience(
+      {
+        channel: () => this.store.channel ?? "",
+        occupancy: () => {
+          const t = this.relays.totals(Date.now());
+          return t.websockets + t.sse;
+        },
+        hosts: () => this.hosts(),
+        send: (frames, hosts) => {
+          for (const name of hosts) this.pipeTo(name).pushSide(frames);
+        },
+        list: (channel, subscriptions, users) =>
+          activeChannelsStub(this.env).notePusherChannel(channel, subscriptions, users),
+      },
+      scheduler,
+      () => this.presenceSettings,
+    );
+  }
+
+  /** The active connection hosts (src/connection-host/): Pusher frames go to these only. */
+  private hosts(): string[] {
+    return this.relays
+      .active()
+      .filter((e) => isHostName(e.name))
+      .map((e) => e.name);
   }
 
   /** In the object's `blockConcurrencyWhile`, once the store has loaded. */
@@ -100,6 +124,7 @@ export class ChannelRelays {
         .toArray()
         .map((r) => ({ ...r, group: r.grp, clients: clientCounts(parseJson(r.clients), r.websockets + r.sse) })),
     );
+    this.pusher.load(this.relays.active().map((e) => e.clients));
     // A new instance (restart, eviction) does not know what its relays got: a batch that was on its
     // way when the old one went is lost on the line, so each relay hears the head and repairs. A
     // publish arriving first does the same with its own call, and then no extra call is made.
@@ -125,7 +150,7 @@ export class ChannelRelays {
 
   /** Delivery calls made to relays, those not yet stored included. */
   get sendsTotal(): number {
-    return this.store.counter("relay_sends_total") + this.unsavedSends;
+    return this.lines.sendsTotal;
   }
 
   /**
@@ -155,6 +180,30 @@ export class ChannelRelays {
   }
 
   /**
+   * A slot for one Pusher subscription on the connection host `host` (src/connection-host/), with the
+   * refusals of {@link assign}; the host's first report puts it on the delivery list.
+   */
+  assignHost(
+    host: string,
+    group: string,
+    k: number,
+    maxSubscribers: number,
+    client: string,
+    maxPerClient: number,
+    presence?: PresenceSettings,
+  ): RelayAssignment {
+    if (presence) this.presenceSettings = presence;
+    const now = Date.now();
+    this.relays.sweep(now);
+    const a = this.relays.assignOn(host, group, k, maxSubscribers, now, client, maxPerClient);
+    if (!("relay" in a)) {
+      this.probe(now);
+      return a;
+    }
+    return { ...a, group, k, head: this.store.counter("last_seq") };
+  }
+
+  /**
    * A relay's counts after a change (src/relay/reporter.ts): joins confirm their reserved slots, and a relay
    * reported empty with no slot reserved leaves. Its first report puts it on the delivery list.
    */
@@ -167,8 +216,7 @@ export class ChannelRelays {
     const answer = this.relays.report(report, now);
     if (report.slowClosed > 0) this.store.bump({ slow_consumers_closed: report.slowClosed });
     if (answer.leave) {
-      this.pipes.get(report.relay)?.stop();
-      this.pipes.delete(report.relay);
+      this.lines.stop(report.relay);
       this.subscriberLeft();
     }
     const entry = answer.leave ? undefined : this.relays.get(report.relay);
@@ -176,12 +224,14 @@ export class ChannelRelays {
       ? { count: entry.websockets + entry.sse, clients: entry.clients }
       : { count: 0, clients: new Map() };
     this.presence.reported(report.relay, before, after, report.joined.length, entry ? (report.presence ?? 0) : 0, now);
+    const members = this.pusher.reported(before.clients, after.clients, report.infos, now);
     const state = this.presence.state();
     return {
       leave: answer.leave,
       head: this.store.counter("last_seq"),
       presence: state.text,
       presenceVersion: state.version ?? 0,
+      ...(members ? { pusher: members } : {}),
     };
   }
 
@@ -198,6 +248,7 @@ export class ChannelRelays {
   /** The channel's alarm: presence's interval frame and its wake-ups of the relays. */
   presenceTick(now: number): void {
     this.presence.tick(now);
+    this.pusher.tick(now);
   }
 
   /**
@@ -208,13 +259,13 @@ export class ChannelRelays {
     if (this.store.wiped) return { frames: [], more: false };
     const channel = this.store.channel ?? "";
     const rows = this.store.sql.exec<MessageRow>(
-      "SELECT seq, id, data, published_at FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
+      "SELECT seq, id, data, published_at, meta FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
       after,
       upTo,
     );
     // Read lazily: rows past the bound are never loaded.
     function* frames(): Generator<LiveFrame> {
-      for (const r of rows) yield { seq: r.seq, text: frame(channel, r) };
+      for (const r of rows) yield liveFrame(channel, r);
     }
     return takeFrameBytes(frames(), Math.min(maxBytes, PAGE_MAX_BYTES));
   }
@@ -227,7 +278,7 @@ export class ChannelRelays {
     // No one listening (the analytics channel, usually): no frames to build.
     if (active.length === 0) return;
     const channel = this.store.channel ?? "";
-    const frames = messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
+    const frames = messages.map((m) => liveFrame(channel, m));
     const head = this.store.counter("last_seq");
     for (const e of active) this.pipeTo(e.name).push(frames, head);
     // A wake-up soon after: if this instance is reset with frames still on a line, the next one
@@ -266,30 +317,16 @@ export class ChannelRelays {
   }
 
   private pipeTo(name: string): RelayPipe {
-    let pipe = this.pipes.get(name);
-    if (!pipe) {
-      pipe = new RelayPipe((frames, head, side) => {
-        this.unsavedSends++;
-        return relayStub(this.env, name).deliver(frames, head, side);
-      }, SUBSCRIBER_MAX_BEHIND_BYTES);
-      this.pipes.set(name, pipe);
-    }
-    return pipe;
+    return this.lines.to(name);
   }
 
-  /**
-   * Inside a publish's transaction: the calls counted since the last one go into `relay_sends_total`.
-   * Answers how many, for {@link sendsSaved} once the transaction committed.
-   */
+  /** Inside a publish's transaction (src/channel/relay-lines.ts). */
   saveSends(): number {
-    const n = this.unsavedSends;
-    if (n > 0) this.store.bump({ relay_sends_total: n });
-    return n;
+    return this.lines.saveSends();
   }
 
-  /** The transaction that stored `n` calls committed: they are no longer unsaved. */
   sendsSaved(n: number): void {
-    this.unsavedSends -= n;
+    this.lines.sendsSaved(n);
   }
 
   private save(e: RelayEntry): void {
@@ -307,11 +344,10 @@ export class ChannelRelays {
 
   /** Deleted with everything else (idle expiry): no relay is left on a line. */
   forget(): void {
-    for (const pipe of this.pipes.values()) pipe.stop();
-    this.pipes.clear();
+    this.lines.clear();
     this.relays.clear();
     this.presence.reset();
-    this.unsavedSends = 0;
+    this.pusher.reset();
   }
 }
 
@@ -319,6 +355,11 @@ export class ChannelRelays {
 function presenceSettings(env: Env): PresenceSettings {
   const s = settingsOf(env);
   return { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs };
+}
+
+/** A message's live frame, with a Pusher event's delivery details beside its text. */
+function liveFrame(channel: string, m: MessageFields): LiveFrame {
+  return m.meta ? { seq: m.seq, text: frame(channel, m), meta: m.meta } : { seq: m.seq, text: frame(channel, m) };
 }
 
 /** A stored column's JSON, or null when it does not parse (then it counts as nothing). */

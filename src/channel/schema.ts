@@ -6,6 +6,7 @@
  * - `messages`: the history (`seq` is the rowid, the tie-break of every order used). On the analytics
  *   channel each copy also keeps its `source_channel` and `dropped_at` (src/channel/record.ts), each
  *   behind a partial index: any other channel leaves both null, so its publishes write no index entry.
+ *   A Pusher event keeps its delivery details in `meta` (src/wire/pusher/event-meta.ts), else null.
  * - `idempotency`: `Idempotency-Key`s and the result they answer, for 10 minutes (src/channel/publishing.ts).
  * - `counters` and `meta`: the channel's totals and named values (src/channel/store.ts).
  * - `relays`: the relays holding its subscribers, with each one's counts and per-client counts
@@ -15,7 +16,10 @@
 export function createChannelTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS messages (
       seq INTEGER PRIMARY KEY, id TEXT NOT NULL, data TEXT NOT NULL, publisher TEXT NOT NULL,
-      published_at INTEGER NOT NULL, source_channel TEXT, dropped_at INTEGER)`);
+      published_at INTEGER NOT NULL, source_channel TEXT, dropped_at INTEGER, meta TEXT)`);
+  // Tables made before `meta` existed (local development storage) get it.
+  const columns = sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('messages')").toArray();
+  if (!columns.some((c) => c.name === "meta")) sql.exec("ALTER TABLE messages ADD COLUMN meta TEXT");
   sql.exec(
     "CREATE INDEX IF NOT EXISTS messages_by_source ON messages (source_channel, seq) WHERE source_channel IS NOT NULL",
   );

@@ -35,6 +35,12 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_kv_reads_total: "Drop-rate reads from Workers KV (isolate cache misses).",
   floodgate_publish_overflow_total:
     "Publishes refused with 503 because an isolate's waiting publishes were at their byte cap.",
+  // The Pusher door (docs/api.md, "The Pusher door").
+  floodgate_pusher_errors_total:
+    "Pusher errors sent, by kind and code: pusher:error frames (kind error, by code; refused client events among them), pusher:subscription_error frames (kind subscription, by HTTP status), HTTP API refusals (kind http, by status).",
+  floodgate_pusher_connections_total: "Pusher connections opened and closed (event); open now = opened - closed.",
+  floodgate_pusher_subscriptions_total:
+    "Pusher subscriptions opened and closed (event), each one channel of one connection; open now = opened - closed.",
 };
 
 /** The rate-limit buckets, each always present in a scrape (docs/api.md, Operator routes). */

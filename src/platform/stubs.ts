@@ -56,6 +56,16 @@ export function relayStub(env: Env, relay: string) {
   return env.RELAY.get(objectId(env.RELAY, relay));
 }
 
+/** A connection host of Pusher connections, by host name (src/connection-host/naming.ts names them). */
+export function connectionHostStub(env: Env, host: string) {
+  return env.CONNECTION_HOST.get(objectId(env.CONNECTION_HOST, host));
+}
+
+/** A placement group's directory of connection hosts (src/host-directory/host-directory.ts), by its name. */
+export function hostDirectoryStub(env: Env, directory: string) {
+  return env.HOST_DIRECTORY.get(objectId(env.HOST_DIRECTORY, directory));
+}
+
 /** A rate-limit shard's `LimiterShard` object (the buckets of every key hashed to it), by shard name. */
 export function limiterShardStub(env: Env, shard: string) {
   return env.LIMITER_SHARD.get(objectId(env.LIMITER_SHARD, shard));

@@ -103,6 +103,11 @@ export interface RelayReport {
   slowClosed: number;
   /** Subscribers that take presence frames (`?presence=1`, src/channel/presence.ts). */
   presence?: number;
+  /**
+   * A connection host on a Pusher presence channel (src/channel/pusher-audience.ts): members'
+   * `user_info` as JSON text (null: none given) that it has not sent on this channel before.
+   */
+  infos?: [string, string | null][];
 }
 
 /** What a relay's report is answered: whether to leave (it is empty), and the channel's head seq. */
@@ -116,6 +121,12 @@ export interface RelayReportAnswer {
   presence?: string;
   /** That state's version: presence frames up to it are already counted in it. */
   presenceVersion?: number;
+  /**
+   * To a connection host on a Pusher presence channel (src/channel/pusher-audience.ts): the members'
+   * set a joining connection is sent in `subscription_succeeded`, the version of the member frames it
+   * already counts, and whether the channel needs every member's `user_info` again.
+   */
+  pusher?: { set: string; version: number; needInfo?: true };
 }
 
 /** The channel as its relays call it (its object implements these; the stub makes them async). */

@@ -25,8 +25,10 @@ export interface ReportingRelay {
   clientCounts(): [string, number][];
   /** Subscribers taking presence frames. */
   presenceCount(): number;
+  /** A connection host's lane on a Pusher presence channel: `user_info`s to send (src/relay/calls.ts `infos`). */
+  infos?(): [string, string | null][] | undefined;
   subscriberCount(): number;
-  channel(): ChannelForRelay;
+  channel(): Pick<ChannelForRelay, "relayReport">;
   /** A report got through while the relay has subscribers: store what the channel heard. */
   store(): void;
   /** The channel answered `leave`. */
@@ -123,6 +125,7 @@ export class RelayReporter {
     this.joined = [];
     this.slowClosed = 0;
     const counts = this.relay.counts();
+    const infos = this.relay.infos?.();
     try {
       const answer = await this.relay.channel().relayReport(id.channel, {
         relay: id.relay,
@@ -134,6 +137,7 @@ export class RelayReporter {
         joined,
         slowClosed,
         presence: this.relay.presenceCount(),
+        ...(infos && infos.length > 0 ? { infos } : {}),
       });
       this.reported = { websockets: counts.websockets, sse: counts.sse };
       this.owed = false;

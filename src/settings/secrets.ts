@@ -1,16 +1,17 @@
 /**
- * The two secrets and how strong they must be (docs/security.md, "Secrets"). A short HMAC key or admin
+ * The secrets and how strong they must be (docs/security.md, "Secrets"). A short HMAC key or admin
  * bearer can be guessed offline or by brute force, so a weak one is bad configuration: the routes
  * that need it answer 500 naming it, `/healthz` fails so a deploy's health check catches it, and
  * `scripts/check-config.mjs` refuses it. Pure, so that script runs the same rule.
  */
 
-export type SecretName = "TOKEN_SECRET" | "ADMIN_TOKEN";
+export type SecretName = "TOKEN_SECRET" | "ADMIN_TOKEN" | "PUSHER_APP_SECRET";
 
 /** Least length of each secret: TOKEN_SECRET in UTF-8 bytes (the HMAC key), ADMIN_TOKEN in characters. */
 export const SECRET_MIN = {
   TOKEN_SECRET: { length: 32, unit: "bytes" },
   ADMIN_TOKEN: { length: 16, unit: "characters" },
+  PUSHER_APP_SECRET: { length: 16, unit: "characters" },
 } as const satisfies Record<SecretName, { length: number; unit: string }>;
 
 const encoder = new TextEncoder();

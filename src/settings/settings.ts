@@ -16,6 +16,7 @@ import {
 } from "../wire/channel-names";
 import { type Limit, parseLimit } from "./limits";
 import { budget, ConfigError, duration, patternRules, textOf, wholeNumber, wrap } from "./parsers";
+import { PUSHER_SECRET, type PusherSettings, parsePusher } from "./pusher";
 import { parseShardRule, type ShardRule } from "./shards";
 import { parseTarget, type Target } from "./targets";
 import {
@@ -90,6 +91,8 @@ export interface Settings {
   audienceShards: Rule<ShardRule>[];
   /** `CORS_ORIGINS`: the origins whose pages may call the API from a browser (docs/api.md, "Browsers on other origins"). */
   cors: CorsOrigins;
+  /** The Pusher door (docs/api.md, "The Pusher door"); `app` null: closed. */
+  pusher: PusherSettings;
 }
 
 /** `CORS_ORIGINS` parsed: the origins listed, and whether `*` (public reads from any origin) is. */
@@ -229,16 +232,34 @@ export function parseConfig(raw: RawConfig): Settings {
       MAX_PRESENCE_INTERVAL_MS,
       "from 1s to 1h",
     ),
-    audienceShards: patternRules(raw, "AUDIENCE_SHARDS", parseShardRule),
+    audienceShards: audienceShards(raw),
+    pusher: parsePusher(raw, raw[PUSHER_SECRET]),
     cors: corsOrigins(raw),
   };
+}
+
+/**
+ * `AUDIENCE_SHARDS`. A Pusher connection has no token to carry a group, so a `{"by":"group"}` rule
+ * cannot cover `pusher:` names; by continent works for both doors.
+ */
+function audienceShards(raw: RawConfig): Rule<ShardRule>[] {
+  const rules = patternRules(raw, "AUDIENCE_SHARDS", parseShardRule);
+  for (const r of rules) {
+    if (r.pattern.prefix === "pusher" && r.value.by === "group") {
+      throw new ConfigError(
+        "AUDIENCE_SHARDS",
+        `${r.pattern.source}: pusher: channels cannot be sharded by group (a Pusher connection has no token group); use {"by":"continent"}`,
+      );
+    }
+  }
+  return rules;
 }
 
 /** Picks the configuration variables out of an env object. */
 export function rawConfigFrom(env: object): RawConfig {
   const e = env as Record<string, unknown>;
   const raw: RawConfig = {};
-  for (const k of CONFIG_VARIABLES) {
+  for (const k of [...CONFIG_VARIABLES, PUSHER_SECRET] as const) {
     const v = e[k];
     if (typeof v === "string") raw[k] = v;
     else if (typeof v === "number" || typeof v === "boolean") raw[k] = String(v);

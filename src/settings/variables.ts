@@ -47,6 +47,11 @@ export const DEFAULTS = {
   PRESENCE_INTERVAL: "10s",
   AUDIENCE_SHARDS: null,
   CORS_ORIGINS: null,
+  // The Pusher door (src/settings/pusher.ts); its secret, PUSHER_APP_SECRET, is a secret, not a variable.
+  PUSHER_APP_ID: "",
+  PUSHER_APP_KEY: "",
+  PUSHER_CLIENT_EVENTS_RATE: "10/s",
+  PUSHER_ACTIVITY_TIMEOUT: "120",
 } as const satisfies Record<string, string | null>;
 
 export type ConfigVariable = keyof typeof DEFAULTS;
@@ -54,8 +59,12 @@ export type ConfigVariable = keyof typeof DEFAULTS;
 /** Every variable, in the order docs/operations.md lists them. */
 export const CONFIG_VARIABLES = Object.keys(DEFAULTS) as ConfigVariable[];
 
-/** Raw variables as they arrive in `env` (all strings; absent ones take {@link DEFAULTS}). */
-export type RawConfig = Partial<Record<ConfigVariable, string>>;
+/**
+ * Raw variables as they arrive in `env` (all strings; absent ones take {@link DEFAULTS}), and the one
+ * secret the settings read: `PUSHER_APP_SECRET` decides, with the door's id and key, whether the
+ * Pusher door is open (src/settings/pusher.ts).
+ */
+export type RawConfig = Partial<Record<ConfigVariable | "PUSHER_APP_SECRET", string>>;
 
 /**
  * The budgets a deployment must state: absent, they fail closed, since a variable lost in a copied

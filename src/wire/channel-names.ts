@@ -1,25 +1,35 @@
 /**
  * Channel names and channel patterns (docs/api.md, Channels), and most-specific rule selection.
+ * Besides Floodgate's own `public:` and `private:` names, a Pusher channel `N` is the channel
+ * `pusher:N` (docs/api.md, "The Pusher door"): its components are `N` split on `.`, and it is
+ * private when `N` begins `private-` or `presence-`.
  *
  * Pure: no platform imports, so the same code serves routes, config parsing and unit tests.
  */
 import { splitShardKey } from "../../functions/shard-key";
+import { checkPusherName, PUSHER_COMPONENT, PUSHER_NAME_MAX, pusherVisibility } from "./pusher/names";
 
+/** Who may read a channel: anyone (`public`), or a token that grants it (`private`). */
 export type Visibility = "public" | "private";
 
-/** A validated channel name such as `public:live.reactions`. */
+/** The word before a name's colon: Floodgate's two visibilities, or `pusher` for a Pusher channel. */
+export type Prefix = Visibility | "pusher";
+
+/** A validated channel name such as `public:live.reactions` or `pusher:presence-room.1`. */
 export interface ChannelName {
   readonly name: string;
+  readonly prefix: Prefix;
   readonly visibility: Visibility;
   readonly components: readonly string[];
 }
 
-/** A validated pattern such as `public:live.*` or `private:team.**`. */
+/** A validated pattern such as `public:live.*`, `private:team.**` or `pusher:presence-stadium.*`. */
 export interface ChannelPattern {
   readonly source: string;
-  readonly visibility: Visibility;
+  /** The names it can match begin with this word (no wildcard there). */
+  readonly prefix: Prefix;
   readonly segments: readonly string[];
-  /** Specificity: literal 4, `*` 1, `**` 0, the visibility word counting as one literal. */
+  /** Specificity: literal 4, `*` 1, `**` 0, the prefix word counting as one literal. */
   readonly score: number;
 }
 
@@ -35,18 +45,27 @@ export const MAX_CHANNEL_LENGTH = 200;
 export const MAX_COMPONENT_LENGTH = 64;
 const COMPONENT = /^[a-z0-9_-]+$/;
 
-function splitVisibility(input: string, what: string): [Visibility, string] {
+function splitPrefix(input: string, what: string): [Prefix, string] {
   const colon = input.indexOf(":");
-  if (colon < 0) throw new GrammarError(`${what} must start with "public:" or "private:"`);
-  const vis = input.slice(0, colon);
-  if (vis !== "public" && vis !== "private") {
-    throw new GrammarError(`${what} visibility must be "public" or "private"`);
+  if (colon < 0) throw new GrammarError(`${what} must start with "public:", "private:" or "pusher:"`);
+  const prefix = input.slice(0, colon);
+  if (prefix !== "public" && prefix !== "private" && prefix !== "pusher") {
+    throw new GrammarError(`${what} must start with "public:", "private:" or "pusher:"`);
   }
-  return [vis, input.slice(colon + 1)];
+  return [prefix, input.slice(colon + 1)];
 }
 
-function checkComponent(c: string, what: string): void {
+function checkComponent(c: string, what: string, prefix: Prefix): void {
   if (c.length === 0) throw new GrammarError(`${what} has an empty component`);
+  if (prefix === "pusher") {
+    if (c.length > PUSHER_NAME_MAX) {
+      throw new GrammarError(`${what} component is longer than ${PUSHER_NAME_MAX} characters`);
+    }
+    if (!PUSHER_COMPONENT.test(c)) {
+      throw new GrammarError(`${what} components of a Pusher name may only contain A-Z, a-z, 0-9 and _ - = @ , ;`);
+    }
+    return;
+  }
   if (c.length > MAX_COMPONENT_LENGTH) {
     throw new GrammarError(`${what} component is longer than ${MAX_COMPONENT_LENGTH} characters`);
   }
@@ -55,7 +74,8 @@ function checkComponent(c: string, what: string): void {
 
 /**
  * Parses `<visibility>:<c1>.<c2>[.<c3>[.<c4>]]`: 2–4 components of `[a-z0-9_-]+` (at most 64 each),
- * at least 3 for `private:`, at most 200 characters in all.
+ * at least 3 for `private:`, at most 200 characters in all; or `pusher:<N>` for a Pusher channel
+ * name `N` (src/wire/pusher/names.ts).
  * @throws GrammarError
  */
 export function parseChannelName(input: string): ChannelName {
@@ -63,16 +83,21 @@ export function parseChannelName(input: string): ChannelName {
   if (input.length > MAX_CHANNEL_LENGTH) {
     throw new GrammarError(`channel name is longer than ${MAX_CHANNEL_LENGTH} characters`);
   }
-  const [visibility, rest] = splitVisibility(input, "channel name");
+  const [prefix, rest] = splitPrefix(input, "channel name");
+  if (prefix === "pusher") {
+    const problem = checkPusherName(rest);
+    if (problem) throw new GrammarError(problem);
+    return { name: input, prefix, visibility: pusherVisibility(rest), components: rest.split(".") };
+  }
   const components = rest.split(".");
-  for (const c of components) checkComponent(c, "channel name");
+  for (const c of components) checkComponent(c, "channel name", prefix);
   if (components.length < 2 || components.length > 4) {
     throw new GrammarError("channel name must have 2 to 4 components");
   }
-  if (visibility === "private" && components.length < 3) {
+  if (prefix === "private" && components.length < 3) {
     throw new GrammarError("private channel names need at least 3 components");
   }
-  return { name: input, visibility, components };
+  return { name: input, prefix, visibility: prefix, components };
 }
 
 /** True when `input` is a valid channel name. */
@@ -86,13 +111,14 @@ export function isChannelName(input: string): boolean {
 }
 
 /**
- * Parses a pattern: the visibility prefix (no wildcard there), then 1–8 segments, each a literal
- * component, `*` (exactly one component) or `**` (last segment only: one or more components).
+ * Parses a pattern: the prefix word (no wildcard there), then 1–8 segments, each a literal
+ * component, `*` (exactly one component) or `**` (last segment only: one or more components). A
+ * `pusher:` pattern's literals are parts of a Pusher name between its dots.
  * @throws GrammarError
  */
 export function parsePattern(input: string): ChannelPattern {
   if (typeof input !== "string" || input.length === 0) throw new GrammarError("pattern is empty");
-  const [visibility, rest] = splitVisibility(input, "pattern");
+  const [prefix, rest] = splitPrefix(input, "pattern");
   const segments = rest.split(".");
   if (segments.length < 1 || segments.length > 8) throw new GrammarError("pattern depth must be 1 to 8 segments");
   let score = 4;
@@ -102,16 +128,16 @@ export function parsePattern(input: string): ChannelPattern {
     } else if (s === "*") {
       score += 1;
     } else {
-      checkComponent(s, "pattern");
+      checkComponent(s, "pattern", prefix);
       score += 4;
     }
   });
-  return { source: input, visibility, segments, score };
+  return { source: input, prefix, segments, score };
 }
 
 /** True when the channel matches the pattern. */
 export function matchesPattern(pattern: ChannelPattern, channel: ChannelName): boolean {
-  if (pattern.visibility !== channel.visibility) return false;
+  if (pattern.prefix !== channel.prefix) return false;
   const segs = pattern.segments;
   const comps = channel.components;
   for (let i = 0; i < segs.length; i++) {

@@ -14,19 +14,28 @@ export interface MessageFields {
   /** The payload as minified JSON text. */
   data: string;
   published_at: number;
+  /** Pusher events only: {@link LiveFrame.meta}. */
+  meta?: string | null;
 }
 
 /** One message's frame with its seq (SSE uses the seq as the event id; relays use it for order). */
 export interface LiveFrame {
   seq: number;
   text: string;
+  /**
+   * A Pusher event's delivery details (src/wire/pusher/event-meta.ts) as JSON text: the one connection
+   * it must skip (a client event's sender, the HTTP API's `socket_id`) and a client event's `user_id`.
+   * Never in the frame's text: only connection hosts read it.
+   */
+  meta?: string;
 }
 
 /**
  * Which subscribers a side frame is for: `summary` goes to every subscriber, `presence` to those
- * that asked for it (`?presence=1`). Also the frame's SSE event name.
+ * that asked for it (`?presence=1`), both the frame's SSE event name; `pusher` is a Pusher frame
+ * already built (member events, `subscription_count`), sent to connection hosts only, never to relays.
  */
-export type SideEvent = "summary" | "presence";
+export type SideEvent = "summary" | "presence" | "pusher";
 
 /**
  * A frame outside the message order (docs/api.md, "Side frames"): it carries no seq, is never stored

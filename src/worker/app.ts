@@ -14,6 +14,9 @@ import { apiErrorResponse, errorResponse } from "./http/errors";
 import { documented, json, mount, openApiDocument, route } from "./http/openapi";
 import { noSuchRoute } from "./http/route-hints";
 import { securityHeaders } from "./http/security-headers";
+import { pusherAuth } from "./pusher/auth-route";
+import { pusherConnect } from "./pusher/connect";
+import { pusherApi } from "./pusher/http-api";
 import { admin } from "./routes/admin";
 import { adminTargets } from "./routes/admin-targets";
 import { dashboard } from "./routes/dashboard";
@@ -63,6 +66,10 @@ mount(app, "/v1/publish", publish);
 mount(app, "/v1/subscribe", subscribe);
 mount(app, "/v1/history", history);
 mount(app, "/v1/presence", presence);
+// The Pusher door (docs/api.md, "The Pusher door"): connections.
+mount(app, "/app", pusherConnect);
+mount(app, "/apps", pusherApi);
+mount(app, "/v1/pusher", pusherAuth);
 /**
  * The admin area: every route under `/v1/admin` behind the admin bearer, checked once per request
  * (a middleware of each sub-app mounted here would run for every route under the prefix, each

@@ -320,6 +320,7 @@ describe("summary configuration", () => {
       rules: [
         { pattern: "public:summary.deep.*", pointer: "/a/b/0" },
         { pattern: "public:summary.**", pointer: "/emoji" },
+        { pattern: "pusher:summary.**", pointer: "/data/emoji" },
       ],
     });
     const none = await callAndWait("/v1/manifest", {}, envWith({ THROTTLE_SUMMARY: "{}", SUMMARY_INTERVAL: "" }));

@@ -118,6 +118,10 @@ describe("nothing reveals a secret", () => {
     );
     expect(shown).toContain(devVars.TOKEN_SECRET);
     expect(shown).toContain(devVars.ADMIN_TOKEN);
+    // The Pusher door's development secret, which `npm start` opens the door with.
+    expect(devVars.PUSHER_APP_SECRET).toBeTruthy();
+    expect(shown).toContain(devVars.PUSHER_APP_SECRET);
+    expect(shown).toContain("test-pusher-secret-0123");
     expect(shown).toContain("test-token-secret-0123456789abcdef");
     expect(shown).toContain("test-admin-token");
     // `Bearer <token>` examples in prose count; placeholders do not.

@@ -9,7 +9,20 @@ export const RUNS = { numRuns: 500, seed: 20261129 };
 
 /** Strings biased towards the grammar's own alphabet, so the parsers see near-misses, not just noise. */
 const grammarish = fc.string({
-  unit: fc.constantFrom(..."abcz019_-.:*/smhpublicrivate ".split(""), "**", "public:", "private:", "\u0000", "é", "🔥"),
+  unit: fc.constantFrom(
+    ..."abcz019_-.:*/smhpublicrivate ".split(""),
+    "**",
+    "public:",
+    "private:",
+    "pusher:",
+    "private-",
+    "presence-",
+    "A",
+    "=",
+    "\u0000",
+    "é",
+    "🔥",
+  ),
   maxLength: 60,
 });
 export const anyString = fc.oneof(

@@ -32,7 +32,8 @@ describe("channel names", () => {
   ])("accepts %s", (s) => {
     const n = name(s);
     expect(n.name).toBe(s);
-    expect(`${n.visibility}:${n.components.join(".")}`).toBe(s);
+    expect(`${n.prefix}:${n.components.join(".")}`).toBe(s);
+    expect(n.visibility).toBe(n.prefix);
   });
 
   it.each([
@@ -74,6 +75,12 @@ describe("channel names", () => {
         if (!name) return;
         expect(name.name).toBe(s);
         expect(s.length).toBeLessThanOrEqual(MAX_CHANNEL_LENGTH);
+        if (name.prefix === "pusher") {
+          expect(s).toMatch(/^pusher:[A-Za-z0-9_\-=@,.;]{1,164}$/);
+          expect(s.startsWith("pusher:private-encrypted-")).toBe(false);
+          expect(name.visibility).toBe(/^pusher:(private|presence)-/.test(s) ? "private" : "public");
+          return;
+        }
         expect(s).toMatch(/^(public|private):[a-z0-9_-]+(\.[a-z0-9_-]+){1,3}$/);
         expect(name.components.every((c) => c.length <= MAX_COMPONENT_LENGTH)).toBe(true);
         if (name.visibility === "private") expect(name.components.length).toBeGreaterThanOrEqual(3);
@@ -91,7 +98,7 @@ describe("channel names", () => {
           const text = `${v}:${cs.join(".")}`;
           const name = parseChannelName(text);
           expect(name.name).toBe(text);
-          expect(`${name.visibility}:${name.components.join(".")}`).toBe(text);
+          expect(`${name.prefix}:${name.components.join(".")}`).toBe(text);
         },
       ),
       RUNS,
@@ -114,6 +121,60 @@ describe("channel names", () => {
       "*:a.b",
     ]) {
       expect(() => parseChannelName(bad), bad).toThrow(GrammarError);
+    }
+  });
+});
+
+describe("Pusher channel names (pusher:N)", () => {
+  it.each([
+    ["pusher:chat", "public", ["chat"]],
+    ["pusher:private-room.1", "private", ["private-room", "1"]],
+    ["pusher:presence-stadium.main", "private", ["presence-stadium", "main"]],
+    ["pusher:Mixed_Case-=@,;", "public", ["Mixed_Case-=@,;"]],
+    ["pusher:a..b", "public", ["a", "", "b"]],
+    [`pusher:${"x".repeat(164)}`, "public", ["x".repeat(164)]],
+  ])("accepts %s (%s)", (s, visibility, components) => {
+    const n = name(s);
+    expect(n.prefix).toBe("pusher");
+    expect(n.visibility).toBe(visibility);
+    expect(n.components).toEqual(components);
+  });
+
+  it.each([
+    ["pusher:", "empty"],
+    [`pusher:${"x".repeat(165)}`, "over 164"],
+    ["pusher:a b", "space"],
+    ["pusher:a:b", "colon"],
+    ["pusher:a#b", "hash (the shard separator)"],
+    ["pusher:é", "non-ASCII"],
+    ["pusher:private-encrypted-x", "encrypted channels are not supported"],
+    ["Pusher:x", "prefix case"],
+  ])("rejects %j (%s)", (s) => {
+    expect(() => name(s)).toThrow(GrammarError);
+  });
+
+  it("splits into components on dots for patterns; * is one component, ** the rest", () => {
+    const main = name("pusher:presence-stadium.main");
+    expect(matchesPattern(parsePattern("pusher:presence-stadium.*"), main)).toBe(true);
+    expect(matchesPattern(parsePattern("pusher:presence-stadium.**"), main)).toBe(true);
+    expect(matchesPattern(parsePattern("pusher:**"), main)).toBe(true);
+    expect(matchesPattern(parsePattern("pusher:*"), main)).toBe(false);
+    expect(matchesPattern(parsePattern("pusher:presence-stadium.main"), main)).toBe(true);
+    expect(matchesPattern(parsePattern("pusher:Presence-stadium.*"), main)).toBe(false);
+    // Prefixes never cross: a public: or private: pattern never matches a pusher: name.
+    expect(matchesPattern(parsePattern("public:**"), main)).toBe(false);
+    expect(matchesPattern(parsePattern("private:**"), main)).toBe(false);
+    expect(matchesPattern(parsePattern("pusher:**"), name("public:a.b"))).toBe(false);
+  });
+
+  it("scores pusher: patterns like the others", () => {
+    expect(parsePattern("pusher:presence-stadium.*").score).toBe(9);
+    expect(parsePattern("pusher:**").score).toBe(4);
+  });
+
+  it("rejects pattern literals outside the Pusher alphabet", () => {
+    for (const bad of ["pusher:a b", "pusher:a..b", "pusher:fo*", "pusher:a:b"]) {
+      expect(() => parsePattern(bad), bad).toThrow(GrammarError);
     }
   });
 });
@@ -176,9 +237,10 @@ describe("patterns", () => {
         expect(p.segments.length).toBeLessThanOrEqual(8);
         p.segments.forEach((seg, i) => {
           if (seg === "**") expect(i).toBe(p.segments.length - 1);
-          else if (seg !== "*") expect(seg).toMatch(/^[a-z0-9_-]{1,64}$/);
+          else if (seg !== "*")
+            expect(seg).toMatch(p.prefix === "pusher" ? /^[A-Za-z0-9_\-=@,;]{1,164}$/ : /^[a-z0-9_-]{1,64}$/);
         });
-        expect(s).toMatch(/^(public|private):/);
+        expect(s).toMatch(/^(public|private|pusher):/);
       }),
       RUNS,
     );

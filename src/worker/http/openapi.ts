@@ -158,6 +158,13 @@ export const TAGS = [
     prefix: "/v1/admin",
   },
   {
+    name: "Pusher",
+    description:
+      'The Pusher door: Pusher Channels connections, the Pusher HTTP API and channel authorizations (docs/api.md, "The Pusher door").',
+    prefix: "/app",
+  },
+  { name: "Pusher", description: "", prefix: "/v1/pusher" },
+  {
     name: "Operations",
     description: "Health, manifest, metrics, channel stats and this document (docs/api.md, Operator routes).",
     prefix: "/",

@@ -117,8 +117,28 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
       copies: count("floodgate_record_copies_total", {}),
       failures: count("floodgate_record_failures_total", {}),
     },
+    // The Pusher door (docs/api.md, "The Pusher door"): its connections and subscriptions open now,
+    // and the Pusher errors it sent, from the metrics (open = opened - closed).
+    pusher: pusherTotals(config, series),
   });
 });
+
+/** The Pusher door's line on the dashboard, from the deployment's metrics. */
+function pusherTotals(config: Settings, series: Record<string, number>) {
+  const open = (name: string) =>
+    Math.max(
+      0,
+      (series[seriesKey(name, { event: "opened" })] ?? 0) - (series[seriesKey(name, { event: "closed" })] ?? 0),
+    );
+  let errors = 0;
+  for (const [key, n] of Object.entries(series)) if (key.startsWith("floodgate_pusher_errors_total{")) errors += n;
+  return {
+    enabled: config.pusher.app !== null,
+    connections: open("floodgate_pusher_connections_total"),
+    subscriptions: open("floodgate_pusher_subscriptions_total"),
+    errors,
+  };
+}
 
 // ---- audience shards and the lever (docs/throttling.md, "Which lever") -----------------------------
 

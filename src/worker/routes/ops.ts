@@ -73,6 +73,14 @@ export function manifest(config: Settings) {
     // CORS_ORIGINS (docs/api.md, "Browsers on other origins"): the listed origins, and "*" when public
     // reads are open to any origin; empty: only the Worker's own origin, servers and native apps.
     cors_origins: [...config.cors.origins, ...(config.cors.anyForPublicReads ? ["*"] : [])],
+    // The Pusher door (docs/api.md, "The Pusher door"): never its secret.
+    pusher: {
+      enabled: config.pusher.app !== null,
+      app_id: config.pusher.app?.id ?? null,
+      key: config.pusher.app?.key ?? null,
+      client_events_rate: limitToJson(config.pusher.clientEvents),
+      activity_timeout: config.pusher.activityTimeoutS,
+    },
   };
 }
 
@@ -144,6 +152,17 @@ const Manifest = z
       description:
         'CORS_ORIGINS: origins whose pages may call the API from a browser; "*": public reads from any origin.',
     }),
+    pusher: z
+      .object({
+        enabled: z
+          .boolean()
+          .openapi({ description: "Open when PUSHER_APP_ID, PUSHER_APP_KEY and the secret are set." }),
+        app_id: z.string().nullable(),
+        key: z.string().nullable().openapi({ description: "The key Pusher clients connect with (null: closed)." }),
+        client_events_rate: LimitSchema.openapi({ description: "PUSHER_CLIENT_EVENTS_RATE, per connection." }),
+        activity_timeout: z.number().int().openapi({ description: "PUSHER_ACTIVITY_TIMEOUT, in seconds." }),
+      })
+      .openapi({ description: "The Pusher door (never its secret)." }),
   })
   .openapi("Manifest");
 

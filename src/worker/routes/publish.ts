@@ -4,13 +4,11 @@
  */
 import { Hono } from "hono";
 import * as z from "zod";
-import { beforePublish } from "../../../functions/before-publish";
-import type { QueuedCopy } from "../../../functions/drop-copies";
 import { messageKey } from "../../../functions/drop-summary";
-import type { PublishOutcome } from "../../channel/calls";
-import { isAnalytics, summaryFor, thinningFor } from "../../settings/rules";
+import { isAnalytics, summaryFor } from "../../settings/rules";
 import type { SummaryRule } from "../../settings/settings";
 import { invalidArgument, permissionDenied } from "../../wire/errors";
+import { readPusherBody } from "../../wire/pusher/event-meta";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer } from "../auth/authorise";
 import type { VerifiedToken } from "../auth/tokens";
@@ -21,6 +19,8 @@ import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../http/openapi";
 import { channelParam } from "../http/params";
 import { securedJson } from "../http/security-headers";
+import { throttleAndDeliver } from "../publish-one";
+import { pusherSummaryKey } from "../pusher/summary-key";
 import { broadcastToShards } from "../shards/broadcast";
 import { publishAudience } from "../shards/shard-header";
 
@@ -59,9 +59,14 @@ async function readMessage(
   request: Request,
   maxBytes: number,
   summary: SummaryRule | null,
+  pusher: boolean,
 ): Promise<[text: string, dropKey: string | undefined]> {
   const { value, text } = parseJsonText(await readBody(request, maxBytes));
-  return [text, summary ? messageKey(value, summary.tokens) : undefined];
+  if (!pusher) return [text, summary ? messageKey(value, summary.tokens) : undefined];
+  // A Pusher channel's messages are Pusher events (docs/api.md, "The Pusher door"): {"event","data"}.
+  const event = readPusherBody(value);
+  if ("problem" in event) throw invalidArgument(event.problem);
+  return [text, summary ? pusherSummaryKey(event.event, event.data, summary.tokens) : undefined];
 }
 
 export const publish = new Hono<AppEnv>();
@@ -94,7 +99,7 @@ const publishRoute = route({
   summary: "Publish a message",
   description:
     "Checked in order: channel (400; 403 for the analytics channel, which only Floodgate writes), token (401/403), Idempotency-Key (400), " +
-    "Floodgate-Priority (400; 403 for high without the priority scope), body (413, 400); nothing is " +
+    'Floodgate-Priority (400; 403 for high without the priority scope), body (413, 400; on a `pusher:` channel it must be `{"event","data"}` with `data` a string); nothing is ' +
     "charged before these pass. Then the publish budget (429), the before-publish throttle (202, do not " +
     "retry it; a priority message never meets it) and delivery (200). A repeat of an Idempotency-Key within 10 minutes answers the first result again.",
   security: ACCESS_TOKEN,
@@ -144,7 +149,12 @@ publish.post(documented(publish, publishRoute), async (c) => {
   const priority = priorityHeader(c.req.header("floodgate-priority"), token);
   // The shard this publish goes to (docs/api.md, "Shards"): the publisher's own, or the header's.
   const target = publishAudience(config, channel, token, c.req.raw);
-  const [messageJson, dropKey] = await readMessage(c.req.raw, config.maxMessageBytes, summaryFor(config, channel));
+  const [messageJson, dropKey] = await readMessage(
+    c.req.raw,
+    config.maxMessageBytes,
+    summaryFor(config, channel),
+    channel.prefix === "pusher",
+  );
   const sub = token.claims.sub;
 
   const budget = publishBudget(config, channel, sub, token.claims.rl);
@@ -165,69 +175,23 @@ publish.post(documented(publish, publishRoute), async (c) => {
     return c.json({ status: "delivered", channel: channel.name, shards, published_at: now }, 200, charged.headers);
   }
   const { key, shard } = target.audience;
-
-  // A priority message never meets the throttle (nor takes a place in its thinning).
-  const decision = priority
-    ? ({ action: "deliver", rate: 0 } as const)
-    : await beforePublish(key, {
-        reader: svc.reader,
-        analyticsChannel: config.analyticsChannel.name,
-        thinning: thinningFor(config, channel) ? svc.thinning : null,
-      });
-  const now = Date.now();
-  // Where the drop is decided, its key for the channel's summary (docs/api.md, "Summaries of drops").
-  const summaryKey = decision.action === "drop" ? dropKey : undefined;
-  const copy = (counted: boolean): QueuedCopy => ({
-    id: crypto.randomUUID(),
-    source_channel: channel.name,
-    ...(shard === null ? {} : { shard }),
-    message: messageJson,
-    publisher: sub,
-    drop_rate: decision.rate,
-    dropped_at: now,
-    counted,
-    ...(summaryKey !== undefined ? { summary_key: summaryKey } : {}),
-  });
-  const defer = c.var.defer;
-
-  if (decision.action === "drop" && !idemKey) {
-    // The common drop: no object call on the response path; copy and count happen in the background.
-    svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
-    // Only handed to waitUntil, never continued from here: the batch may belong to another request,
-    // and code chained on another request's promise would run in that request's context.
-    defer(svc.drops.enqueue(copy(false)));
-    // Built with the security headers in one copy (src/worker/http/security-headers.ts): a drop flood's
-    // every request ends here, like a denial's.
-    return securedJson({ status: "dropped" }, 202, charged.headers);
-  }
-
-  const outcome = await orUnavailable<PublishOutcome>(
-    "channel",
-    () =>
-      svc.publishBatcher.publish(
-        {
-          channel: key,
-          data: messageJson,
-          publisher: sub,
-          action: decision.action,
-          now,
-          ...(priority ? { priority: true } : {}),
-          ...(summaryKey !== undefined ? { summaryKey } : {}),
-          ...(idemKey ? { idempotencyKey: idemKey } : {}),
-        },
-        defer,
-      ),
-    "retry with the same Idempotency-Key",
+  const outcome = await throttleAndDeliver(
+    svc,
+    {
+      channel,
+      key,
+      shard,
+      messageJson,
+      publisher: sub,
+      priority,
+      ...(dropKey !== undefined ? { dropKey } : {}),
+      ...(idemKey ? { idempotencyKey: idemKey } : {}),
+    },
+    c.var.defer,
   );
-
-  if (outcome.status === "dropped") {
-    if (!outcome.replayed) {
-      svc.metrics.inc("floodgate_messages_total", { result: "dropped" });
-      defer(svc.drops.enqueue(copy(true)));
-    }
-    return securedJson({ status: "dropped" }, 202, charged.headers);
-  }
-  if (!outcome.replayed) svc.metrics.inc("floodgate_messages_total", { result: "delivered" });
+  // Built with the security headers in one copy (src/worker/http/security-headers.ts): a drop flood's
+  // every request ends here, like a denial's.
+  if (outcome.status === "dropped") return securedJson({ status: "dropped" }, 202, charged.headers);
   const { replayed: _, ...body } = outcome;
   // With the security headers in one copy, as a drop's 202 (a delivered publish is the common answer).
   return securedJson(body, 200, charged.headers);

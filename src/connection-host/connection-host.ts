@@ -1,0 +1,384 @@
+/**
+ * ConnectionHost — one Durable Object per `host:{group}:{k}` (src/host-directory/naming.ts): up to
+ * `RELAY_CAPACITY` Pusher connections of one placement group, each subscribed to up to 100 channels
+ * (docs/api.md, "The Pusher door"; docs/operations.md, "The Pusher door: how it scales").
+ *
+ * A connection belongs to many channels, and a channel's audience still spreads over objects as in
+ * docs/api.md "Relays": to each channel it serves the host is a relay — it holds a slot in the
+ * channel's relay registry, reports its subscriptions there, and receives each batch once for all its
+ * connections on that channel, whatever their number. Per channel the host keeps a lane (./lane.ts):
+ * its last seq, its repair, its reports; a protocol adapter (./pusher-adapter.ts) turns each batch
+ * into the texts its sockets are sent, once per batch.
+ *
+ * The class routes; each job is its own module:
+ * - ./connections.ts: the hibernatable sockets and their attachments;
+ * - ./subscriptions.ts: `pusher:subscribe` / `pusher:unsubscribe`, checked in order;
+ * - ./lane.ts: one channel's delivery, repair, joins and reports;
+ * - ./client-events.ts: `client-*` events, published through the Worker's pipeline;
+ * - ./liveness.ts: the activity timeout (server pings, 4201);
+ * - ./host-metrics.ts: errors, connections and subscriptions for `/metrics`.
+ * Its place in its group's directory (src/host-directory/) is reported like a relay's count.
+ */
+import { DurableObject } from "cloudflare:workers";
+import { directoryName } from "../host-directory/naming";
+import { AlarmScheduler } from "../platform/alarm-scheduler";
+import { channelStub, hostDirectoryStub } from "../platform/stubs";
+import { RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
+import { RelayReporter } from "../relay/reporter";
+import { settingsOf } from "../settings/settings";
+import type { LiveFrame, SideFrame } from "../wire/frame-text";
+import { readClientFrame } from "../wire/pusher/client-frames";
+import { PUSHER_BAD_FRAME, PUSHER_OVER_CAPACITY } from "../wire/pusher/codes";
+import { connectionEstablished, PING, PONG, pusherError, subscriptionError } from "../wire/pusher/frames";
+import { memberKey, pusherName } from "../wire/pusher/names";
+import { HOST_FULL_STATUS, readHostConnect } from "./calls";
+import { ClientEvents } from "./client-events";
+import { Connections } from "./connections";
+import { HostMetrics } from "./host-metrics";
+import { HostLane, type LaneOwner } from "./lane";
+import { Liveness } from "./liveness";
+import { createHostTables, type HostRow, hostTablesExist, type LaneRow, type SubscriptionRow } from "./schema";
+import { HostSubscriptions } from "./subscriptions";
+
+/** What a frame from a connection may weigh beyond its data (`MAX_MESSAGE_BYTES`): names, auth, JSON. */
+const FRAME_OVERHEAD_BYTES = 4096;
+
+export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
+  private readonly sql: SqlStorage;
+  private id: { name: string; group: string; k: number } | null = null;
+  private tablesReady = false;
+  readonly alarms: AlarmScheduler;
+  private readonly connections: Connections;
+  private readonly lanes = new Map<string, HostLane>();
+  private readonly subscriptions: HostSubscriptions;
+  private readonly clientEvents: ClientEvents;
+  private readonly liveness: Liveness;
+  private readonly metrics: HostMetrics;
+  /** Its count in its group's directory (src/host-directory/). */
+  private readonly directory: RelayReporter;
+  /** Bytes waiting on each socket, as last read, and their total: the host's memory bound. */
+  private readonly backlog = new Map<WebSocket, number>();
+  private backlogTotal = 0;
+  /** Connections already closed and cleaned up (a close may be seen twice). */
+  private readonly closed = new WeakSet<WebSocket>();
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.alarms = new AlarmScheduler(ctx.storage, "the connection host's alarm");
+    this.connections = new Connections(ctx);
+    this.metrics = new HostMetrics(env);
+    this.subscriptions = new HostSubscriptions({
+      settings: () => settingsOf(this.env),
+      identity: () => this.id,
+      attachment: (ws) => this.connections.attachment(ws),
+      lane: (key, name) => this.lane(key, name),
+      existingLane: (key) => this.lanes.get(key),
+      reserve: async (key, client) => {
+        const s = settingsOf(this.env);
+        const id = this.id as { name: string; group: string; k: number };
+        return await channelStub(this.env, key).assignHost(
+          key,
+          id.name,
+          id.group,
+          id.k,
+          s.maxSubscribers,
+          client,
+          s.maxSubscriptionsPerClient,
+          { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs },
+        );
+      },
+      send: (ws, text) => this.send(ws, text),
+      error: (ws, code, message) => this.error(ws, code, message),
+      subscriptionError: (ws, channel, status, type, error) => {
+        this.metrics.error("subscription", status);
+        this.send(ws, subscriptionError(channel, status, type, error));
+      },
+      storeSubscription: (socketId, key, sub) => {
+        this.ensureTables();
+        this.sql.exec(
+          "INSERT OR REPLACE INTO subscriptions (socket, channel, floor, user_id, user_info) VALUES (?, ?, ?, ?, ?)",
+          socketId,
+          key,
+          sub.floor,
+          sub.userId,
+          sub.userInfo,
+        );
+      },
+      deleteSubscription: (socketId, key) => {
+        if (this.tablesReady)
+          this.sql.exec("DELETE FROM subscriptions WHERE socket = ? AND channel = ?", socketId, key);
+      },
+      subscribed: (n) =>
+        this.metrics.inc("floodgate_pusher_subscriptions_total", { event: n > 0 ? "opened" : "closed" }),
+    });
+    this.clientEvents = new ClientEvents(ctx, env, {
+      channelsOf: (ws) => this.subscriptions.channelsOf(ws),
+      lane: (key) => this.lanes.get(key),
+      attachment: (ws) => this.connections.attachment(ws),
+      error: (ws, code, message) => this.error(ws, code, message),
+    });
+    this.liveness = new Liveness(
+      ctx,
+      this.connections,
+      this.alarms,
+      () => settingsOf(this.env).pusher.activityTimeoutS * 1000,
+      (ws, code, reason) => this.closeConnection(ws, code, reason),
+    );
+    this.directory = new RelayReporter(
+      {
+        identity: () => (this.id ? { channel: directoryName(this.id.group), relay: this.id.name, ...this.id } : null),
+        counts: () => ({ websockets: this.connections.count, sse: 0 }),
+        clientCounts: () => [],
+        presenceCount: () => 0,
+        subscriberCount: () => this.connections.count,
+        channel: () => hostDirectoryStub(this.env, directoryName(this.id?.group ?? "")),
+        store: () => {},
+        leave: () => this.leaveDirectory(),
+      },
+      this.alarms,
+    );
+    // pusher-js's own ping is answered without waking the host (./liveness.ts counts it as activity).
+    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair(PING, PONG));
+    ctx.blockConcurrencyWhile(async () => {
+      await this.alarms.load();
+      this.restore();
+    });
+  }
+
+  // ---- from the Worker: one connection ------------------------------------------------------------
+
+  override async fetch(request: Request): Promise<Response> {
+    const c = readHostConnect(request);
+    if (!this.id) {
+      this.id = { name: c.host, group: c.group, k: c.k };
+      this.ensureTables();
+      this.sql.exec("INSERT OR REPLACE INTO host (id, name, grp, k) VALUES (1, ?, ?, ?)", c.host, c.group, c.k);
+    }
+    if (this.connections.count >= c.capacity) return new Response(null, { status: HOST_FULL_STATUS });
+    const now = Date.now();
+    const { ws, response } = this.connections.accept(c.client, c.continent, now);
+    const a = this.connections.attachment(ws);
+    ws.send(connectionEstablished(a?.id ?? "", settingsOf(this.env).pusher.activityTimeoutS));
+    this.directory.joined.push(c.reservation);
+    this.directory.changed();
+    this.liveness.watch(now);
+    this.metrics.inc("floodgate_pusher_connections_total", { event: "opened" });
+    return response;
+  }
+
+  // ---- from the channels: deliveries ----------------------------------------------------------------
+
+  /**
+   * A batch from channel `key` (possibly none: a head-only call), with its head and the side frames
+   * after it. Answers once it is sent, so the channel's line to this host stays in order.
+   */
+  deliver(key: string, frames: LiveFrame[], head: number, side: SideFrame[] = []): Promise<void> {
+    if (!this.id) return Promise.resolve();
+    // A channel this host left (or never kept): an empty lane reports so, and the channel drops it.
+    const lane = this.lanes.get(key) ?? this.lane(key, pusherName(key) ?? key);
+    return lane.inLane(() => lane.apply(frames, head, side));
+  }
+
+  // ---- from the connections -----------------------------------------------------------------------
+
+  override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
+    if (typeof message !== "string") return this.error(ws, PUSHER_BAD_FRAME, "binary frames are not supported");
+    const max = settingsOf(this.env).maxMessageBytes + FRAME_OVERHEAD_BYTES;
+    if (message.length > max) return this.error(ws, PUSHER_BAD_FRAME, `frame larger than ${max} bytes`);
+    this.connections.update(ws, { seen: Date.now(), pinged: 0 });
+    const f = readClientFrame(message);
+    switch (f.kind) {
+      case "ping":
+        return this.send(ws, PONG);
+      case "pong":
+        return;
+      case "subscribe":
+        return this.subscriptions.subscribe(ws, f.channel, f.auth, f.channelData);
+      case "unsubscribe":
+        return this.subscriptions.unsubscribe(ws, f.channel);
+      case "client-event":
+        return this.clientEvents.publish(ws, f.event, f.channel, f.data);
+      case "bad":
+        return this.error(ws, PUSHER_BAD_FRAME, f.message);
+    }
+  }
+
+  override webSocketClose(ws: WebSocket, code: number, _reason: string, _wasClean: boolean): void {
+    this.closeConnection(ws, code === 1005 || code === 1006 ? 1000 : code, "closing");
+  }
+
+  override webSocketError(ws: WebSocket, _error: unknown): void {
+    this.closeConnection(ws, 1011, "error");
+  }
+
+  override async alarm(): Promise<void> {
+    this.alarms.fired();
+    const now = Date.now();
+    this.liveness.tick(now);
+    for (const lane of this.lanes.values()) if (lane.reporter.due()) lane.reporter.changed();
+    if (this.directory.due()) this.directory.changed();
+  }
+
+  // ---- LaneOwner ----------------------------------------------------------------------------------
+
+  identity(): { name: string; group: string; k: number } | null {
+    return this.id;
+  }
+
+  channel(key: string) {
+    return channelStub(this.env, key);
+  }
+
+  storeLane(lane: HostLane): void {
+    this.ensureTables();
+    this.sql.exec(
+      "INSERT OR REPLACE INTO lanes (channel, last_seq, reported) VALUES (?, ?, ?)",
+      lane.key,
+      lane.lastSeq ?? 0,
+      lane.reporter.reported.websockets,
+    );
+  }
+
+  leaveLane(lane: HostLane): void {
+    if (this.lanes.get(lane.key) !== lane) return;
+    this.lanes.delete(lane.key);
+    if (this.tablesReady) this.sql.exec("DELETE FROM lanes WHERE channel = ?", lane.key);
+    // The last lane of a host with no connection: its directory hears it is empty, and it leaves.
+    if (this.lanes.size === 0 && this.connections.count === 0) this.directory.changed();
+  }
+
+  sent(ws: WebSocket): void {
+    const bytes = ws.bufferedAmount;
+    // One connection more than 1 MiB behind is closed, never waited for.
+    if (bytes > SUBSCRIBER_MAX_BEHIND_BYTES) {
+      this.closeConnection(ws, PUSHER_OVER_CAPACITY, "slow consumer: over 1 MiB unread; reconnect");
+      return;
+    }
+    this.backlogTotal += bytes - (this.backlog.get(ws) ?? 0);
+    if (bytes > 0) this.backlog.set(ws, bytes);
+    else this.backlog.delete(ws);
+    if (this.backlogTotal <= RELAY_MAX_BUFFERED_BYTES) return;
+    // The host's memory for all its connections is full: the most behind go first.
+    for (const [behind] of [...this.backlog].sort((x, y) => y[1] - x[1])) {
+      if (this.backlogTotal <= RELAY_MAX_BUFFERED_BYTES) break;
+      this.closeConnection(behind, PUSHER_OVER_CAPACITY, "slow consumer: host memory full, this one most behind");
+    }
+  }
+
+  /** Ends a connection: closed with `code`, its subscriptions ended, its directory told. */
+  closeConnection(ws: WebSocket, code: number, reason: string): void {
+    if (this.closed.has(ws)) return;
+    this.closed.add(ws);
+    try {
+      ws.close(code, reason);
+    } catch {
+      // already closed
+    }
+    this.backlogTotal -= this.backlog.get(ws) ?? 0;
+    this.backlog.delete(ws);
+    this.subscriptions.dropConnection(ws);
+    this.connections.forget(ws);
+    this.directory.changed();
+    this.metrics.inc("floodgate_pusher_connections_total", { event: "closed" });
+  }
+
+  // ---- internals ----------------------------------------------------------------------------------
+
+  private lane(key: string, name: string): HostLane {
+    let lane = this.lanes.get(key);
+    if (!lane) {
+      lane = new HostLane(key, name, this);
+      this.lanes.set(key, lane);
+    }
+    return lane;
+  }
+
+  private send(ws: WebSocket, text: string): void {
+    try {
+      ws.send(text);
+    } catch {
+      // closed meanwhile
+    }
+  }
+
+  /** A `pusher:error`, counted; the connection stays. */
+  private error(ws: WebSocket, code: number, message: string): void {
+    this.metrics.error("error", code);
+    this.send(ws, pusherError(code, message));
+  }
+
+  private ensureTables(): void {
+    if (this.tablesReady) return;
+    createHostTables(this.sql);
+    this.tablesReady = true;
+  }
+
+  /**
+   * After a restart or a wake from hibernation: who it is, its lanes and each socket's subscriptions.
+   * Subscriptions of sockets that are gone (the host was evicted, not hibernated) end, and every lane
+   * whose count differs from what its channel last heard reports.
+   */
+  private restore(): void {
+    if (!hostTablesExist(this.sql)) return;
+    this.tablesReady = true;
+    const row = this.sql.exec<HostRow>("SELECT name, grp, k FROM host").toArray()[0];
+    if (!row) return;
+    this.id = { name: row.name, group: row.grp, k: row.k };
+    const reported = new Map<string, number>();
+    for (const l of this.sql.exec<LaneRow>("SELECT channel, last_seq, reported FROM lanes")) {
+      const lane = this.lane(l.channel, pusherName(l.channel) ?? l.channel);
+      lane.lastSeq = l.last_seq;
+      lane.reporter.reported = { websockets: l.reported, sse: 0 };
+      reported.set(l.channel, l.reported);
+    }
+    const gone: SubscriptionRow[] = [];
+    for (const s of this.sql.exec<SubscriptionRow>("SELECT * FROM subscriptions")) {
+      const ws = this.connections.byIdOf(s.socket);
+      const a = ws ? this.connections.attachment(ws) : null;
+      const name = pusherName(s.channel);
+      if (!ws || !a || name === null) {
+        gone.push(s);
+        continue;
+      }
+      const lane = this.lane(s.channel, name);
+      const client = s.user_id === null ? a.client : memberKey(s.user_id);
+      lane.subs.set(ws, {
+        socketId: s.socket,
+        client,
+        floor: s.floor,
+        userId: s.user_id,
+        userInfo: s.user_info,
+        joining: false,
+        skipUpTo: 0,
+      });
+      this.subscriptions.restore(ws, name, s.channel);
+    }
+    for (const s of gone)
+      this.sql.exec("DELETE FROM subscriptions WHERE socket = ? AND channel = ?", s.socket, s.channel);
+    for (const lane of this.lanes.values()) {
+      if (lane.subs.size !== (reported.get(lane.key) ?? -1)) lane.reporter.changed();
+    }
+    if (this.connections.count === 0) this.directory.changed();
+  }
+
+  /** Its directory said leave (no connection): nothing about this host stays in storage. */
+  private leaveDirectory(): void {
+    if (this.connections.count > 0 || this.directory.joined.length > 0 || this.lanes.size > 0) return;
+    this.id = null;
+    this.tablesReady = false;
+    this.directory.reset();
+    this.alarms.cleared();
+    this.ctx.storage.deleteAll().catch((e: unknown) => {
+      console.error("floodgate host: could not delete its storage", e instanceof Error ? e.message : e);
+    });
+  }
+
+  /** Stats for the dashboard: connections, and channels with their subscriptions. */
+  hostStats(): { connections: number; channels: { channel: string; subscriptions: number }[] } {
+    return {
+      connections: this.connections.count,
+      channels: [...this.lanes.values()].map((l) => ({ channel: l.key, subscriptions: l.subs.size })),
+    };
+  }
+}

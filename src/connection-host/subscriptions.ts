@@ -1,0 +1,208 @@
+/**
+ * A connection's subscriptions (docs/api.md, "The Pusher door"): `pusher:subscribe` and
+ * `pusher:unsubscribe`, checked in order — the name (a bad one is a malformed frame: `pusher:error`),
+ * the connection's 100 channels and its subscribe budget (429), the signature of a private or
+ * presence channel (401) and a presence member's `channel_data` — then a slot reserved on the
+ * channel, which refuses past `MAX_SUBSCRIBERS` (503) or the client's `MAX_SUBSCRIPTIONS_PER_CLIENT`
+ * (429), then the lane joined (./lane.ts). A refusal changes nothing else.
+ */
+import { shardKey } from "../../functions/shard-key";
+import type { RelayAssignment } from "../channel/calls";
+import { type BucketState, fullBucket, take } from "../limiter/token-bucket";
+import { shardRuleFor } from "../settings/rules";
+import type { Settings } from "../settings/settings";
+import { DEFAULT_SHARD } from "../settings/shards";
+import { parseChannelName } from "../wire/channel-names";
+import { readChannelData } from "../wire/pusher/client-frames";
+import { PUSHER_BAD_FRAME, PUSHER_MAX_CHANNELS, PUSHER_USER_INFO_MAX_BYTES } from "../wire/pusher/codes";
+import { subscriptionSucceeded } from "../wire/pusher/frames";
+import { checkPusherName, isPresence, memberKey, pusherChannel } from "../wire/pusher/names";
+import { channelAuthValid } from "../wire/pusher/signatures";
+import type { ConnectionAttachment } from "./connections";
+import type { HostLane, LaneSub } from "./lane";
+
+/** What subscribing needs of the host. */
+export interface SubscribingHost {
+  settings(): Settings;
+  identity(): { name: string; group: string; k: number } | null;
+  attachment(ws: WebSocket): ConnectionAttachment | null;
+  /** The lane of a channel key, made when it has none. */
+  lane(key: string, name: string): HostLane;
+  existingLane(key: string): HostLane | undefined;
+  reserve(key: string, client: string): Promise<RelayAssignment>;
+  send(ws: WebSocket, text: string): void;
+  error(ws: WebSocket, code: number, message: string): void;
+  subscriptionError(ws: WebSocket, channel: string, status: number, type: string, error: string): void;
+  storeSubscription(socketId: string, key: string, sub: LaneSub): void;
+  deleteSubscription(socketId: string, key: string): void;
+  subscribed(n: number): void;
+}
+
+export class HostSubscriptions {
+  /** Each socket's subscriptions, by Pusher name → channel key. */
+  private readonly bySocket = new Map<WebSocket, Map<string, string>>();
+  /** Each connection's subscribe budget (memory only: a hibernated connection's is full again). */
+  private readonly budgets = new WeakMap<WebSocket, BucketState>();
+
+  constructor(private readonly host: SubscribingHost) {}
+
+  /** After a restart: a stored subscription of a socket. */
+  restore(ws: WebSocket, name: string, key: string): void {
+    this.of(ws).set(name, key);
+  }
+
+  channelsOf(ws: WebSocket): Map<string, string> {
+    return this.bySocket.get(ws) ?? new Map();
+  }
+
+  /** `pusher:subscribe`. */
+  async subscribe(ws: WebSocket, channel: string, auth: string | null, channelData: string | null): Promise<void> {
+    const host = this.host;
+    const problem = checkPusherName(channel);
+    if (problem) {
+      host.error(ws, PUSHER_BAD_FRAME, `pusher:subscribe: ${problem}`);
+      return;
+    }
+    const a = host.attachment(ws);
+    const id = host.identity();
+    if (!a || !id) return;
+    const mine = this.of(ws);
+    const known = mine.get(channel);
+    if (known !== undefined) {
+      // Subscribed already: answered again, nothing counted twice.
+      if (!isPresence(channel)) host.send(ws, subscriptionSucceeded(channel));
+      return;
+    }
+    if (mine.size >= PUSHER_MAX_CHANNELS) {
+      return host.subscriptionError(
+        ws,
+        channel,
+        429,
+        "LimitReached",
+        `a connection holds at most ${PUSHER_MAX_CHANNELS} channels`,
+      );
+    }
+    const settings = host.settings();
+    if (!this.budgetAllows(ws, settings)) {
+      return host.subscriptionError(
+        ws,
+        channel,
+        429,
+        "LimitReached",
+        "subscribe rate limit exceeded on this connection",
+      );
+    }
+    let userId: string | null = null;
+    let userInfo: string | null = null;
+    const app = settings.pusher.app;
+    const floodgate = parseChannelName(pusherChannel(channel));
+    if (floodgate.visibility === "private") {
+      const data = isPresence(channel) ? channelData : null;
+      if (!app || !(await channelAuthValid(app, a.id, channel, data, auth))) {
+        return host.subscriptionError(
+          ws,
+          channel,
+          401,
+          "AuthError",
+          "invalid signature: auth must sign <socket_id>:<channel>",
+        );
+      }
+      if (isPresence(channel)) {
+        const member = readChannelData(channelData ?? "", PUSHER_USER_INFO_MAX_BYTES);
+        if ("problem" in member) return host.subscriptionError(ws, channel, 400, "InvalidChannelData", member.problem);
+        userId = member.userId;
+        userInfo = member.userInfo;
+      }
+    }
+    // A channel sharded by continent (docs/api.md, "Shards"): the connection's continent's shard.
+    const rule = shardRuleFor(settings, floodgate);
+    const key = rule ? shardKey(floodgate.name, a.continent ?? DEFAULT_SHARD) : floodgate.name;
+    const client = userId === null ? a.client : memberKey(userId);
+    mine.set(channel, key); // held while the slot is reserved: a second subscribe waits for this one
+    let slot: RelayAssignment;
+    try {
+      slot = await host.reserve(key, client);
+    } catch (e) {
+      console.error("floodgate host: could not reserve a subscription", e instanceof Error ? e.message : e);
+      mine.delete(channel);
+      return host.subscriptionError(ws, channel, 503, "Unavailable", "the channel is temporarily unavailable; retry");
+    }
+    if ("clientFull" in slot) {
+      mine.delete(channel);
+      return host.subscriptionError(
+        ws,
+        channel,
+        429,
+        "LimitReached",
+        "too many subscriptions of this channel for one client",
+      );
+    }
+    if ("full" in slot) {
+      mine.delete(channel);
+      return host.subscriptionError(
+        ws,
+        channel,
+        503,
+        "ChannelFull",
+        "the channel has as many subscribers as it serves",
+      );
+    }
+    const sub: LaneSub = { socketId: a.id, client, floor: slot.head, userId, userInfo, joining: true, skipUpTo: 0 };
+    host.storeSubscription(a.id, key, sub);
+    const lane = host.lane(key, channel);
+    if (!(await lane.join(ws, sub, slot.reservation, slot.head))) {
+      if (mine.get(channel) === key) mine.delete(channel);
+      host.deleteSubscription(a.id, key);
+      return host.subscriptionError(ws, channel, 503, "Unavailable", "the channel is temporarily unavailable; retry");
+    }
+    host.subscribed(1);
+    // Unsubscribed, or closed, while it joined: it ends now.
+    if (this.bySocket.get(ws)?.get(channel) !== key) this.end(ws, key);
+  }
+
+  /** `pusher:unsubscribe`: that subscription ends; unknown channels change nothing. */
+  unsubscribe(ws: WebSocket, channel: string): void {
+    const mine = this.bySocket.get(ws);
+    const key = mine?.get(channel);
+    if (!mine || key === undefined) return;
+    mine.delete(channel);
+    this.end(ws, key);
+  }
+
+  /** The connection closed: every subscription ends. */
+  dropConnection(ws: WebSocket): void {
+    const mine = this.bySocket.get(ws);
+    this.bySocket.delete(ws);
+    for (const key of mine?.values() ?? []) this.end(ws, key);
+  }
+
+  private end(ws: WebSocket, key: string): void {
+    const lane = this.host.existingLane(key);
+    const id = this.host.attachment(ws)?.id;
+    if (id !== undefined) this.host.deleteSubscription(id, key);
+    if (lane?.leave(ws)) this.host.subscribed(-1);
+  }
+
+  private of(ws: WebSocket): Map<string, string> {
+    let m = this.bySocket.get(ws);
+    if (!m) {
+      m = new Map();
+      this.bySocket.set(ws, m);
+    }
+    return m;
+  }
+
+  /**
+   * A connection's subscribes: up to {@link PUSHER_MAX_CHANNELS} at once (what an app subscribing on
+   * connect needs), then `SUBSCRIBE_RATE` per second; no budget when it is disabled.
+   */
+  private budgetAllows(ws: WebSocket, settings: Settings): boolean {
+    const rate = settings.subscribe;
+    if (!rate) return true;
+    const limit = { ...rate, burst: Math.max(rate.burst, PUSHER_MAX_CHANNELS) };
+    const now = Date.now();
+    const d = take(this.budgets.get(ws) ?? fullBucket(limit, now), limit, now);
+    this.budgets.set(ws, d.state);
+    return d.allowed;
+  }
+}

@@ -1,0 +1,82 @@
+/**
+ * HostDirectory — one Durable Object per placement group (`hosts:{group}`, ./naming.ts): which
+ * connection host (src/connection-host/) takes a new Pusher connection. The same registry a channel
+ * keeps of its relays (src/channel/relay-registry.ts) with hosts for relays and connections for
+ * subscribers: the host with the lowest k that has room (`RELAY_CAPACITY` connections), a slot
+ * reserved at once so concurrent connects cannot overfill one, and a new host only when every host of
+ * the group is full. Each host reports its connections after every change (src/relay/reporter.ts, as
+ * a relay reports to its channel); a host reported empty with no slot reserved leaves.
+ *
+ * Bounded: one entry per host, each holding at most `RELAY_CAPACITY` connections. Stored in its
+ * SQLite table, so a restarted directory still knows how full each host is.
+ */
+import { DurableObject } from "cloudflare:workers";
+import { type RelayEntry, RelayRegistry } from "../channel/relay-registry";
+import type { RelayReport, RelayReportAnswer } from "../relay/calls";
+import { hostName } from "./naming";
+
+/** A place for one connection: a host, and the reservation its report confirms. */
+export type HostPlace = { host: string; group: string; k: number; reservation: string };
+
+interface HostRow {
+  [key: string]: SqlStorageValue;
+  name: string;
+  grp: string;
+  k: number;
+  connections: number;
+}
+
+export class HostDirectory extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private readonly hosts: RelayRegistry;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(
+      "CREATE TABLE IF NOT EXISTS hosts (name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, connections INTEGER NOT NULL)",
+    );
+    this.hosts = new RelayRegistry(
+      {
+        save: (e: RelayEntry) =>
+          this.sql.exec(
+            "INSERT OR REPLACE INTO hosts (name, grp, k, connections) VALUES (?, ?, ?, ?)",
+            e.name,
+            e.group,
+            e.k,
+            e.websockets,
+          ),
+        remove: (name) => this.sql.exec("DELETE FROM hosts WHERE name = ?", name),
+      },
+      hostName,
+      () => true,
+    );
+    this.hosts.load(
+      this.sql
+        .exec<HostRow>("SELECT name, grp, k, connections FROM hosts")
+        .toArray()
+        .map((r) => ({ name: r.name, group: r.grp, k: r.k, websockets: r.connections, sse: 0, clients: new Map() })),
+    );
+  }
+
+  /** A place on a host of `group` with fewer than `capacity` connections (a new host when all are full). */
+  place(group: string, capacity: number): HostPlace {
+    const now = Date.now();
+    this.hosts.sweep(now);
+    const a = this.hosts.assign(group, capacity, Number.POSITIVE_INFINITY, now, "", Number.POSITIVE_INFINITY);
+    if (!("relay" in a)) throw new Error("a directory places every connection");
+    const entry = this.hosts.get(a.relay) as RelayEntry;
+    return { host: a.relay, group, k: entry.k, reservation: a.reservation };
+  }
+
+  /** A host's connections after a change (its reporter calls this as a relay calls its channel). */
+  relayReport(_directory: string, report: RelayReport): RelayReportAnswer {
+    const { leave } = this.hosts.report(report, Date.now());
+    return { leave, head: 0 };
+  }
+
+  /** Every host and its connections, for stats and the dashboard. */
+  hostsNow(): { host: string; connections: number }[] {
+    return this.hosts.active().map((e) => ({ host: e.name, connections: e.websockets }));
+  }
+}

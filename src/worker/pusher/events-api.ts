@@ -1,0 +1,184 @@
+/**
+ * The Pusher HTTP API's events (docs/api.md, "The Pusher door"): `POST /apps/{id}/events` and
+ * `POST /apps/{id}/batch_events`, as the `pusher` server libraries send them. Each channel's copy of
+ * an event is a publish (the same pipeline as `POST /v1/publish`, src/worker/publish-one.ts): charged
+ * to the publish budget with the app key as its subject, throttled (`"priority":"high"` never is) and
+ * delivered or recorded as dropped; `socket_id` excludes that connection. Every event is checked, and
+ * every copy's budget charged, before any is published: a refusal publishes nothing. The answer is
+ * Pusher's (`{}`, or `info`'s counts) with a `floodgate` member saying each copy's fate.
+ */
+import type { Context } from "hono";
+import { summaryFor } from "../../settings/rules";
+import { type ChannelName, parseChannelName } from "../../wire/channel-names";
+import { utf8Length } from "../../wire/frame-text";
+import { EVENT_NAME_MAX, eventMetaText, pusherBody } from "../../wire/pusher/event-meta";
+import { checkPusherName, isPresence, pusherChannel } from "../../wire/pusher/names";
+import type { AppEnv } from "../app-env";
+import { publishBudget } from "../gate/budgets";
+import { throttleAndDeliver } from "../publish-one";
+import { countedChannelStub } from "../services";
+import { audienceOf } from "../shards/audience";
+import { PusherHttpError } from "./signed-request";
+import { pusherSummaryKey } from "./summary-key";
+
+/** Most channels one event goes to, and most events in one batch. */
+export const EVENT_CHANNELS_MAX = 100;
+export const BATCH_MAX = 10;
+
+/** One event, checked. */
+export interface ApiEvent {
+  name: string;
+  data: string;
+  channels: string[];
+  socketId: string | null;
+  info: string[];
+  priority: boolean;
+}
+
+/** A copy's fate, as the answer's `floodgate` member says it. */
+export type Fate = { status: "delivered"; seq: number } | { status: "dropped" };
+
+const INFO_ATTRIBUTES = new Set(["subscription_count", "user_count"]);
+
+/** Reads one event of a body (`batch` items name one `channel`). @throws PusherHttpError 400, 413 */
+export function readApiEvent(value: unknown, maxMessageBytes: number, batchItem: boolean): ApiEvent {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) throw bad("an event must be a JSON object");
+  const o = value as Record<string, unknown>;
+  if (typeof o.name !== "string" || o.name.length === 0 || o.name.length > EVENT_NAME_MAX) {
+    throw bad(`"name" must be a string of 1 to ${EVENT_NAME_MAX} characters`);
+  }
+  if (typeof o.data !== "string") throw bad('"data" must be a string');
+  if (utf8Length(o.data) > maxMessageBytes)
+    throw new PusherHttpError(413, `"data" is larger than ${maxMessageBytes} bytes`);
+  const channels = batchItem
+    ? [o.channel]
+    : o.channels !== undefined
+      ? o.channels
+      : o.channel !== undefined
+        ? [o.channel]
+        : undefined;
+  if (!Array.isArray(channels) || channels.length === 0 || channels.length > EVENT_CHANNELS_MAX) {
+    throw bad(
+      batchItem ? '"channel" must be a channel name' : `"channels" must list 1 to ${EVENT_CHANNELS_MAX} channels`,
+    );
+  }
+  for (const ch of channels) {
+    const problem = typeof ch === "string" ? checkPusherName(ch) : "a channel name must be a string";
+    if (problem) throw bad(`${JSON.stringify(ch)}: ${problem}`);
+  }
+  if (new Set(channels).size !== channels.length) throw bad("a channel is listed twice");
+  if (o.socket_id !== undefined && (typeof o.socket_id !== "string" || !/^\d+\.\d+$/.test(o.socket_id))) {
+    throw bad('"socket_id" must be a socket id such as "123.456"');
+  }
+  if (o.info !== undefined && typeof o.info !== "string") throw bad('"info" must be a comma-separated string');
+  const info = o.info ? (o.info as string).split(",").map((a) => a.trim()) : [];
+  for (const a of info)
+    if (!INFO_ATTRIBUTES.has(a)) throw bad(`"info" may name subscription_count and user_count, not ${a}`);
+  if (o.priority !== undefined && o.priority !== "high" && o.priority !== "normal") {
+    throw bad('"priority" must be "high" or "normal"');
+  }
+  return {
+    name: o.name,
+    data: o.data,
+    channels: channels as string[],
+    socketId: (o.socket_id as string | undefined) ?? null,
+    info,
+    priority: o.priority === "high",
+  };
+}
+
+function bad(message: string): PusherHttpError {
+  return new PusherHttpError(400, message);
+}
+
+/** One copy: the channel, its object's key and shard. */
+interface Copy {
+  event: ApiEvent;
+  name: string;
+  channel: ChannelName;
+  key: string;
+  shard: string | null;
+}
+
+/**
+ * Charges every copy of `events` to the publish budget (the app key as subject), then publishes them
+ * all; answers each event's fates (and `info` counts) by channel, in order. @throws PusherHttpError 429
+ */
+export async function publishEvents(
+  c: Context<AppEnv>,
+  appKey: string,
+  events: ApiEvent[],
+): Promise<{ fates: Record<string, Fate>[]; info: (Record<string, Record<string, number>> | null)[] }> {
+  const svc = c.get("svc");
+  const copies: Copy[][] = events.map((event) =>
+    event.channels.map((name) => {
+      const channel = parseChannelName(pusherChannel(name));
+      const { key, shard } = audienceOf(svc.config, channel, null, c.req.raw);
+      return { event, name, channel, key, shard };
+    }),
+  );
+  const charges = await Promise.all(
+    copies.flat().map((copy) => {
+      const budget = publishBudget(svc.config, copy.channel, appKey);
+      return svc.gate.charge("publish", budget.key, budget.limit, c.var.defer);
+    }),
+  );
+  const denied = charges.find((ch) => ch.denial);
+  if (denied?.denial) {
+    const after = Math.max(1, Math.ceil(denied.denial.retryAfterMs / 1000));
+    throw new PusherHttpError(429, "Rate limit exceeded (the publish budget of the app key)", {
+      "retry-after": String(after),
+    });
+  }
+  const fates = await Promise.all(
+    copies.map(async (list) => {
+      const out: Record<string, Fate> = {};
+      await Promise.all(list.map(async (copy) => (out[copy.name] = await publishCopy(c, appKey, copy))));
+      return out;
+    }),
+  );
+  const info = await Promise.all(
+    copies.map(async (list) => {
+      if (list[0]?.event.info.length === 0) return null;
+      const out: Record<string, Record<string, number>> = {};
+      await Promise.all(list.map(async (copy) => (out[copy.name] = await countsOf(c.env, copy, copy.event.info))));
+      return out;
+    }),
+  );
+  return { fates, info };
+}
+
+async function publishCopy(c: Context<AppEnv>, appKey: string, copy: Copy): Promise<Fate> {
+  const svc = c.get("svc");
+  const { event } = copy;
+  const summary = summaryFor(svc.config, copy.channel);
+  const meta = event.socketId === null ? undefined : eventMetaText({ exclude: event.socketId });
+  const outcome = await throttleAndDeliver(
+    svc,
+    {
+      channel: copy.channel,
+      key: copy.key,
+      shard: copy.shard,
+      messageJson: pusherBody(event.name, event.data),
+      publisher: appKey,
+      priority: event.priority,
+      ...(summary ? { dropKey: pusherSummaryKey(event.name, event.data, summary.tokens) } : {}),
+      ...(meta ? { meta } : {}),
+    },
+    c.var.defer,
+  );
+  return outcome.status === "delivered" ? { status: "delivered", seq: outcome.seq } : { status: "dropped" };
+}
+
+/** `info`'s counts of one channel: `subscription_count` (either door), `user_count` (presence members). */
+export async function countsOf(
+  env: Env,
+  copy: { name: string; key: string },
+  info: readonly string[],
+): Promise<Record<string, number>> {
+  const counts = await countedChannelStub(env, copy.key).pusherCounts();
+  const out: Record<string, number> = {};
+  if (info.includes("subscription_count")) out.subscription_count = counts.subscriptions;
+  if (info.includes("user_count") && isPresence(copy.name)) out.user_count = counts.members;
+  return out;
+}

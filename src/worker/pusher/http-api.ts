@@ -1,0 +1,252 @@
+/**
+ * The Pusher HTTP API (docs/api.md, "The Pusher door"), mounted at `/apps`: events, batch events,
+ * occupied channels, one channel, a presence channel's users. Every request is signed as the Pusher
+ * server libraries sign (./signed-request.ts); refusals are short text, as Pusher's servers answer.
+ */
+import { Hono } from "hono";
+import * as z from "zod";
+import { activeChannelsStub } from "../../platform/stubs";
+import { parseChannelName } from "../../wire/channel-names";
+import { checkPusherName, isPresence, pusherChannel, pusherName } from "../../wire/pusher/names";
+import type { AppEnv } from "../app-env";
+import { documented, route } from "../http/openapi";
+import { countedChannelStub } from "../services";
+import { audienceOf } from "../shards/audience";
+import { BATCH_MAX, countsOf, publishEvents, readApiEvent } from "./events-api";
+import { PusherHttpError, parseBody, pusherAnswer, signedRequest } from "./signed-request";
+
+export const pusherApi = new Hono<AppEnv>();
+
+/** Most channels or users one answer lists. */
+export const LIST_MAX = 1000;
+
+const AppPath = z.object({
+  id: z.string().openapi({ param: { name: "id", in: "path" }, description: "PUSHER_APP_ID." }),
+});
+const ChannelName = z.string().openapi({ param: { name: "name", in: "path" }, description: "A Pusher channel name." });
+const Signed = z.object({
+  auth_key: z.string().openapi({ description: "PUSHER_APP_KEY." }),
+  auth_timestamp: z.string().openapi({ description: "Epoch seconds, within 600 s of the server's clock." }),
+  auth_version: z.literal("1.0"),
+  body_md5: z.string().optional().openapi({ description: "Hex MD5 of the body (POST)." }),
+  auth_signature: z.string().openapi({
+    description:
+      'Hex HMAC-SHA256 with the app secret of "<METHOD>\\n<path>\\n<the other query parameters sorted by lowercase key, k=v joined by &>".',
+  }),
+});
+const Fate = z
+  .union([
+    z.object({ status: z.literal("delivered"), seq: z.number().int() }),
+    z.object({ status: z.literal("dropped") }),
+  ])
+  .openapi("PusherFate", { description: "What became of one channel's copy of an event." });
+const text = (description: string) => ({ description, content: { "text/plain": { schema: z.string() } } });
+const REFUSALS = {
+  400: text("A bad body or parameter."),
+  401: text("A bad or stale signature, or another app's key."),
+  404: text("Unknown app id (or the Pusher door is closed)."),
+  413: text("A `data` over MAX_MESSAGE_BYTES, or a body over 10 × MAX_MESSAGE_BYTES."),
+  429: text("The publish budget of the app key is spent (`Retry-After`)."),
+  503: text("A channel could not be reached; retry."),
+};
+const json = <S extends z.ZodType>(schema: S, description: string) => ({
+  description,
+  content: { "application/json": { schema } },
+});
+const EventBody = z.object({
+  name: z.string().openapi({ description: "The event name, 1–200 characters." }),
+  data: z.string().openapi({ description: "The event's data, delivered exactly as sent (at most MAX_MESSAGE_BYTES)." }),
+  channels: z.array(z.string()).max(100).optional(),
+  channel: z.string().optional(),
+  socket_id: z.string().optional().openapi({ description: "This connection is not sent the event." }),
+  info: z.string().optional().openapi({ description: "`subscription_count`, `user_count` (comma-separated)." }),
+  priority: z.enum(["high", "normal"]).optional().openapi({
+    description: "`high`: never dropped by the before-publish throttle (the app secret is the scope).",
+  }),
+});
+
+const eventsRoute = route({
+  method: "post",
+  path: "/{id}/events",
+  summary: "Trigger an event on up to 100 Pusher channels",
+  description:
+    "Each channel's copy is a publish: charged to the publish budget (the app key as subject), throttled, delivered. " +
+    'Answers `{}` (with `info`, `{"channels":{N:{…}}}`) and `floodgate`: each copy\'s fate.',
+  request: { params: AppPath, query: Signed, body: { ...json(EventBody, "The event."), required: true } },
+  responses: {
+    200: json(
+      z.object({
+        channels: z.record(z.string(), z.record(z.string(), z.number().int())).optional(),
+        floodgate: z.record(z.string(), Fate),
+      }),
+      "Published.",
+    ),
+    ...REFUSALS,
+  },
+});
+
+pusherApi.post(documented(pusherApi, eventsRoute), (c) =>
+  pusherAnswer(c, async () => {
+    const { app, body } = await signedRequest(c);
+    const event = readApiEvent(parseBody(body), c.get("svc").config.maxMessageBytes, false);
+    const { fates, info } = await publishEvents(c, app.key, [event]);
+    return c.json({ ...(info[0] ? { channels: info[0] } : {}), floodgate: fates[0] ?? {} });
+  }),
+);
+
+const batchRoute = route({
+  method: "post",
+  path: "/{id}/batch_events",
+  summary: "Trigger up to 10 events, one channel each",
+  description:
+    'Each event as `POST /apps/{id}/events` with one `channel`. Answers `{}` (with `info`, `{"batch":[…]}`) and ' +
+    "`floodgate`: one fate map per event, in order.",
+  request: {
+    params: AppPath,
+    query: Signed,
+    body: { ...json(z.object({ batch: z.array(EventBody).max(BATCH_MAX) }), "The events."), required: true },
+  },
+  responses: {
+    200: json(
+      z.object({
+        batch: z.array(z.record(z.string(), z.number().int())).optional(),
+        floodgate: z.array(z.record(z.string(), Fate)),
+      }),
+      "Published.",
+    ),
+    ...REFUSALS,
+  },
+});
+
+pusherApi.post(documented(pusherApi, batchRoute), (c) =>
+  pusherAnswer(c, async () => {
+    const { app, body } = await signedRequest(c);
+    const value = parseBody(body) as { batch?: unknown };
+    const batch = value !== null && typeof value === "object" ? value.batch : undefined;
+    if (!Array.isArray(batch) || batch.length === 0 || batch.length > BATCH_MAX) {
+      throw new PusherHttpError(400, `"batch" must list 1 to ${BATCH_MAX} events`);
+    }
+    const max = c.get("svc").config.maxMessageBytes;
+    const events = batch.map((e) => readApiEvent(e, max, true));
+    const { fates, info } = await publishEvents(c, app.key, events);
+    const anyInfo = info.some((i) => i !== null);
+    return c.json({
+      ...(anyInfo ? { batch: info.map((i) => Object.values(i ?? {})[0] ?? {}) } : {}),
+      floodgate: fates,
+    });
+  }),
+);
+
+const channelsRoute = route({
+  method: "get",
+  path: "/{id}/channels",
+  summary: "Occupied Pusher channels",
+  description:
+    "Channels with at least one subscriber through either door, by name, at most 1,000 (the rest not listed).",
+  request: {
+    params: AppPath,
+    query: Signed.extend({
+      filter_by_prefix: z.string().optional(),
+      info: z.string().optional().openapi({ description: "`user_count` (with a `presence-` prefix)." }),
+    }),
+  },
+  responses: {
+    200: json(
+      z.object({ channels: z.record(z.string(), z.object({ user_count: z.number().int().optional() })) }),
+      "The channels.",
+    ),
+    ...REFUSALS,
+  },
+});
+
+pusherApi.get(documented(pusherApi, channelsRoute), (c) =>
+  pusherAnswer(c, async () => {
+    const { params } = await signedRequest(c);
+    const prefix = params.get("filter_by_prefix") ?? "";
+    const info = (params.get("info") ?? "").split(",").filter(Boolean);
+    for (const a of info) if (a !== "user_count") throw new PusherHttpError(400, `info may name user_count, not ${a}`);
+    if (info.length > 0 && !prefix.startsWith("presence-")) {
+      throw new PusherHttpError(400, "info=user_count needs filter_by_prefix=presence-");
+    }
+    const rows = await activeChannelsStub(c.env).pusherChannels(pusherChannel(prefix), LIST_MAX);
+    const channels: Record<string, { user_count?: number }> = {};
+    for (const r of rows) {
+      const name = pusherName(r.channel);
+      if (name !== null) channels[name] = info.length > 0 ? { user_count: r.users } : {};
+    }
+    return c.json({ channels });
+  }),
+);
+
+/** The channel of a `{name}` path parameter, or 400. */
+function channelOf(name: string) {
+  const problem = checkPusherName(name);
+  if (problem) throw new PusherHttpError(400, problem);
+  return parseChannelName(pusherChannel(name));
+}
+
+const channelRoute = route({
+  method: "get",
+  path: "/{id}/channels/{name}",
+  summary: "One Pusher channel",
+  request: {
+    params: AppPath.extend({ name: ChannelName }),
+    query: Signed.extend({
+      info: z.string().optional().openapi({ description: "`subscription_count`, `user_count` (presence)." }),
+    }),
+  },
+  responses: {
+    200: json(
+      z.object({
+        occupied: z.boolean(),
+        subscription_count: z.number().int().optional(),
+        user_count: z.number().int().optional(),
+      }),
+      "Counts through either door; `user_count`: presence members.",
+    ),
+    ...REFUSALS,
+  },
+});
+
+pusherApi.get(documented(pusherApi, channelRoute), (c) =>
+  pusherAnswer(c, async () => {
+    const { params } = await signedRequest(c);
+    const name = c.req.param("name");
+    const channel = channelOf(name);
+    const info = (params.get("info") ?? "").split(",").filter(Boolean);
+    for (const a of info) {
+      if (a !== "subscription_count" && a !== "user_count") throw new PusherHttpError(400, `unknown info ${a}`);
+      if (a === "user_count" && !isPresence(name))
+        throw new PusherHttpError(400, "user_count is for presence channels");
+    }
+    const { key } = audienceOf(c.get("svc").config, channel, null, c.req.raw);
+    const counts = await countsOf(c.env, { name, key }, ["subscription_count", "user_count"]);
+    const occupied = (counts.subscription_count ?? 0) > 0;
+    return c.json({
+      occupied,
+      ...(info.includes("subscription_count") ? { subscription_count: counts.subscription_count } : {}),
+      ...(info.includes("user_count") ? { user_count: counts.user_count } : {}),
+    });
+  }),
+);
+
+const usersRoute = route({
+  method: "get",
+  path: "/{id}/channels/{name}/users",
+  summary: "A presence channel's members",
+  description: "Distinct `user_id`s, at most 1,000.",
+  request: { params: AppPath.extend({ name: ChannelName }), query: Signed },
+  responses: { 200: json(z.object({ users: z.array(z.object({ id: z.string() })) }), "The members."), ...REFUSALS },
+});
+
+pusherApi.get(documented(pusherApi, usersRoute), (c) =>
+  pusherAnswer(c, async () => {
+    await signedRequest(c);
+    const name = c.req.param("name");
+    const channel = channelOf(name);
+    if (!isPresence(name)) throw new PusherHttpError(400, "users are listed for presence channels only");
+    const { key } = audienceOf(c.get("svc").config, channel, null, c.req.raw);
+    const { ids } = await countedChannelStub(c.env, key).pusherCounts(LIST_MAX);
+    return c.json({ users: ids.map((id) => ({ id })) });
+  }),
+);

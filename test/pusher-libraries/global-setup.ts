@@ -1,0 +1,28 @@
+/**
+ * The libraries project's Floodgate (test/vitest.config.ts): the Worker bundled and started in its own
+ * workerd through Miniflare's API (scripts/lib/workerd.mjs, as the benchmarks and the client package
+ * test start it), with the Pusher door open, for the whole run; the tests reach it over real sockets.
+ */
+import type { TestProject } from "vitest/node";
+// @ts-expect-error: a script module of the repository, plain JavaScript
+import { startFloodgate } from "../../scripts/lib/workerd.mjs";
+
+export const PUSHER = { appId: "lib-app", key: "lib-key", secret: "lib-pusher-secret-0123" };
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    floodgate: { base: string; admin: string };
+  }
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const worker = await startFloodgate({
+    PUSHER_APP_ID: PUSHER.appId,
+    PUSHER_APP_KEY: PUSHER.key,
+    PUSHER_APP_SECRET: PUSHER.secret,
+    // Every connection here comes from one address: its read budget must not be what a test meets.
+    READ_RATE: "1000/s",
+  });
+  project.provide("floodgate", { base: worker.base, admin: worker.admin });
+  return () => worker.stop();
+}

@@ -1,0 +1,21 @@
+/**
+ * The one file that reaches into a connection host's internals (src/connection-host/), as
+ * channel-internals.ts does for channel objects: the tests that must move a host's clock.
+ */
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import type { ConnectionHost } from "../../src/connection-host/connection-host";
+import { connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
+
+/** The hosts of this machine's placement group with a connection now. */
+export async function hostsWithConnections(): Promise<string[]> {
+  const hosts = await hostDirectoryStub(env, "hosts:local").hostsNow();
+  return hosts.filter((h) => h.connections > 0).map((h) => h.host);
+}
+
+/** Runs a host's liveness check as if it were `now` (src/connection-host/liveness.ts). */
+export async function livenessAt(host: string, now: number): Promise<void> {
+  await runInDurableObject(connectionHostStub(env, host), (instance: ConnectionHost) => {
+    (instance as unknown as { liveness: { tick(now: number): void } }).liveness.tick(now);
+  });
+}
