@@ -35,6 +35,8 @@ export default defineConfig({
           // summary is sent by itself: a test makes the open interval due now and runs the alarm.
           THROTTLE_SUMMARY: JSON.stringify({ "public:summary.**": "/emoji", "public:summary.deep.*": "/a/b/0" }),
           SUMMARY_INTERVAL: "1h",
+          // Conflation for subscribers with ?max_rate= (test/relay/reader-conflation.test.ts only).
+          CONFLATE_KEYS: JSON.stringify({ "public:conflate.**": "/match", "public:conflate.deep.*": "/a/0" }),
           // The fast loop's alarm never fires by itself during the suite: the fast-loop tests
           // (test/channel/fast-loop-holds-target.test.ts) end each period by moving its stored start back
           // and running the alarm (runDurableObjectAlarm).

@@ -63,6 +63,9 @@ export function manifest(config: Settings) {
         ? { rules: config.throttleSummary.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })) }
         : {}),
     },
+    // CONFLATE_KEYS in selection order (docs/api.md, "Each reader's rate"): what a subscriber with a
+    // max_rate holds the latest of per key.
+    conflate_keys: config.conflateKeys.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })),
     // Presence (docs/api.md, "Presence"): announced per join and leave up to announce_max, above it
     // one interval frame per interval.
     presence: { announce_max: config.presenceAnnounceMax, interval: formatDuration(config.presenceIntervalMs) },
@@ -129,6 +132,15 @@ const Manifest = z
         .optional()
         .openapi({ description: "THROTTLE_SUMMARY, in selection order (most specific first); omitted when empty." }),
     }),
+    conflate_keys: z
+      .array(
+        z.object({ pattern: z.string(), pointer: z.string().openapi({ description: "A JSON Pointer (RFC 6901)." }) }),
+      )
+      .openapi({
+        description:
+          "CONFLATE_KEYS, in selection order (most specific first): on a matching channel a subscriber with a " +
+          "`max_rate` holds the latest message per value at the pointer instead of skipping it.",
+      }),
     presence: z.object({
       announce_max: z
         .number()
