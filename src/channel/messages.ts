@@ -21,6 +21,8 @@ export interface MessageRow {
   source_channel: string | null;
   /** Analytics channel only: when the message was dropped (its published_at for a direct publish). */
   dropped_at: number | null;
+  /** 1 for a priority message, else null. */
+  priority: number | null;
 }
 
 /**
@@ -78,6 +80,17 @@ export class MessageLog {
     this.count({ last_seq: 1, delivered_total: 1, period_delivered: 1 });
     this.store.live.push({ seq, id, data, published_at: now });
     return { seq, id };
+  }
+
+  /**
+   * The message just appended at `seq` is a priority one: marked in history and in what goes live, so
+   * relays never skip it for a subscriber's own rate (docs/api.md, "Each reader's rate"). A statement
+   * of its own, for priority messages only: every other publish writes what it always did.
+   */
+  markPriority(seq: number): void {
+    this.store.sql.exec("UPDATE messages SET priority = 1 WHERE seq = ?", seq);
+    const live = this.store.live.at(-1);
+    if (live?.seq === seq) live.priority = true;
   }
 
   trimHistory(): void {

@@ -12,10 +12,11 @@ import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
 import type { RelayReport, RelayReportAnswer } from "../relay/calls";
 import { relayName } from "../relay/placement";
 import { settingsOf } from "../settings/settings";
-import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/frame-text";
+import { frame, type LiveFrame, type MessageFields, type SideFrame, takeFrameBytes } from "../wire/frame-text";
 import type { RelayAssignment } from "./calls";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
+import { ChannelReaders } from "./readers";
 import { RelayPipe } from "./relay-pipe";
 import { clientCounts, type RelayEntry, RelayRegistry } from "./relay-registry";
 import type { ChannelStore } from "./store";
@@ -52,6 +53,8 @@ export class ChannelRelays {
   private readonly presence: ChannelPresence;
   /** Presence's settings: this object's configuration, or the Worker's as its last subscribe passed them. */
   private presenceSettings: PresenceSettings;
+  /** The subscribers its relays thin, as they report them (src/channel/readers.ts). */
+  readonly readers: ChannelReaders;
 
   /** @param subscriberLeft a relay left: idle expiry may count from the last publish (src/channel/idle-expiry.ts). */
   constructor(
@@ -70,6 +73,7 @@ export class ChannelRelays {
       (group, k) => relayName(this.store.channel ?? "", group, k),
     );
     this.presenceSettings = presenceSettings(env);
+    this.readers = new ChannelReaders(store);
     this.presence = new ChannelPresence(
       {
         channel: () => this.store.channel ?? "",
@@ -165,6 +169,7 @@ export class ChannelRelays {
       ? { count: known.websockets + known.sse, clients: known.clients }
       : { count: 0, clients: new Map<string, number>() };
     const answer = this.relays.report(report, now);
+    this.readers.reported(report, answer.leave);
     if (report.slowClosed > 0) this.store.bump({ slow_consumers_closed: report.slowClosed });
     if (answer.leave) {
       this.pipes.get(report.relay)?.stop();
@@ -208,13 +213,13 @@ export class ChannelRelays {
     if (this.store.wiped) return { frames: [], more: false };
     const channel = this.store.channel ?? "";
     const rows = this.store.sql.exec<MessageRow>(
-      "SELECT seq, id, data, published_at FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
+      "SELECT seq, id, data, published_at, priority FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
       after,
       upTo,
     );
     // Read lazily: rows past the bound are never loaded.
     function* frames(): Generator<LiveFrame> {
-      for (const r of rows) yield { seq: r.seq, text: frame(channel, r) };
+      for (const r of rows) yield markedFrame(r, { seq: r.seq, text: frame(channel, r) });
     }
     return takeFrameBytes(frames(), Math.min(maxBytes, PAGE_MAX_BYTES));
   }
@@ -227,7 +232,7 @@ export class ChannelRelays {
     // No one listening (the analytics channel, usually): no frames to build.
     if (active.length === 0) return;
     const channel = this.store.channel ?? "";
-    const frames = messages.map((m) => ({ seq: m.seq, text: frame(channel, m) }));
+    const frames = messages.map((m) => markedFrame(m, { seq: m.seq, text: frame(channel, m) }));
     const head = this.store.counter("last_seq");
     for (const e of active) this.pipeTo(e.name).push(frames, head);
     // A wake-up soon after: if this instance is reset with frames still on a line, the next one
@@ -311,6 +316,7 @@ export class ChannelRelays {
     this.pipes.clear();
     this.relays.clear();
     this.presence.reset();
+    this.readers.reset();
     this.unsavedSends = 0;
   }
 }
@@ -319,6 +325,12 @@ export class ChannelRelays {
 function presenceSettings(env: Env): PresenceSettings {
   const s = settingsOf(env);
   return { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs };
+}
+
+/** A message's frame, marked for relays when it is a priority message (docs/api.md, "Each reader's rate"). */
+function markedFrame(m: MessageFields, f: LiveFrame): LiveFrame {
+  if (m.priority) f.priority = true;
+  return f;
 }
 
 /** A stored column's JSON, or null when it does not parse (then it counts as nothing). */

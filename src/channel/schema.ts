@@ -6,6 +6,7 @@
  * - `messages`: the history (`seq` is the rowid, the tie-break of every order used). On the analytics
  *   channel each copy also keeps its `source_channel` and `dropped_at` (src/channel/record.ts), each
  *   behind a partial index: any other channel leaves both null, so its publishes write no index entry.
+ *   `priority` marks a priority message (1, else null) for relays that thin a subscriber.
  * - `idempotency`: `Idempotency-Key`s and the result they answer, for 10 minutes (src/channel/publishing.ts).
  * - `counters` and `meta`: the channel's totals and named values (src/channel/store.ts).
  * - `relays`: the relays holding its subscribers, with each one's counts and per-client counts
@@ -20,6 +21,9 @@ export function createChannelTables(sql: SqlStorage): void {
     "CREATE INDEX IF NOT EXISTS messages_by_source ON messages (source_channel, seq) WHERE source_channel IS NOT NULL",
   );
   sql.exec("CREATE INDEX IF NOT EXISTS messages_by_drop_time ON messages (dropped_at) WHERE dropped_at IS NOT NULL");
+  // Priority messages are marked (1; else null), so a relay knows them in a replay or a repair too
+  // (docs/api.md, "Each reader's rate"). Tables made before the column existed get it.
+  addColumn(sql, "messages", "priority", "INTEGER");
   sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
       key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
   sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
@@ -29,6 +33,12 @@ export function createChannelTables(sql: SqlStorage): void {
       name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, websockets INTEGER NOT NULL, sse INTEGER NOT NULL,
       clients TEXT NOT NULL DEFAULT '[]')`);
   sql.exec("CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, seen_at INTEGER NOT NULL)");
+}
+
+/** Adds a column to a table made before the column existed (local development storage). */
+function addColumn(sql: SqlStorage, table: string, column: string, type: string): void {
+  const columns = sql.exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`).toArray();
+  if (!columns.some((c) => c.name === column)) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${type}`);
 }
 
 /** Whether a channel's tables exist (they do from its first write until idle expiry deletes them). */

@@ -35,7 +35,18 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_kv_reads_total: "Drop-rate reads from Workers KV (isolate cache misses).",
   floodgate_publish_overflow_total:
     "Publishes refused with 503 because an isolate's waiting publishes were at their byte cap.",
+  floodgate_readers_skipped_total:
+    "Messages skipped for single subscribers: over their own max_rate, or thinned for reading too slowly (each subscriber's skips counted).",
+  floodgate_readers_thinned_total:
+    "Subscribers whose stream was thinned, by reason: max_rate (they asked for it) or slow (their relay thinned them for reading too slowly).",
 };
+
+/** `floodgate_readers_skipped_total`, as relays count it (docs/api.md, "Each reader's rate"). */
+export const READERS_SKIPPED_SERIES = "floodgate_readers_skipped_total";
+/** `floodgate_readers_thinned_total{reason}`. */
+export function readersThinnedSeries(reason: "max_rate" | "slow"): string {
+  return seriesKey("floodgate_readers_thinned_total", { reason });
+}
 
 /** The rate-limit buckets, each always present in a scrape (docs/api.md, Operator routes). */
 export const RATE_LIMIT_BUCKETS = ["publish", "subscribe", "token-issue", "read", "admin-auth"] as const;
@@ -65,6 +76,9 @@ export function renderPrometheus(series: Record<string, number>): string {
     [seriesKey("floodgate_object_calls_total", { object: "limiter" })]: 0,
     floodgate_kv_reads_total: 0,
     floodgate_publish_overflow_total: 0,
+    [READERS_SKIPPED_SERIES]: 0,
+    [readersThinnedSeries("max_rate")]: 0,
+    [readersThinnedSeries("slow")]: 0,
     ...series,
   };
   for (const bucket of RATE_LIMIT_BUCKETS) {

@@ -108,6 +108,10 @@ export interface RelayReport {
   slowClosed: number;
   /** Subscribers that take presence frames (`?presence=1`, src/channel/presence.ts). */
   presence?: number;
+  /** Subscribers thinned now: with a `max_rate`, or for reading too slowly (src/channel/readers.ts). */
+  thinned?: number;
+  /** Messages skipped for its subscribers since the last report (src/channel/readers.ts). */
+  skipped?: number;
 }
 
 /** What a relay's report is answered: whether to leave (it is empty), and the channel's head seq. */

@@ -26,6 +26,12 @@ export interface ReportingRelay {
   /** Subscribers taking presence frames. */
   presenceCount(): number;
   subscriberCount(): number;
+  /**
+   * Its thinned subscribers now, and the skips it has not reported yet (taken: `skipped` hears them
+   * back when the report fails) (docs/api.md, "Each reader's rate").
+   */
+  readers?(): { thinned: number; skipped: number };
+  unreported?(skipped: number): void;
   channel(): ChannelForRelay;
   /** A report got through while the relay has subscribers: store what the channel heard. */
   store(): void;
@@ -123,6 +129,7 @@ export class RelayReporter {
     this.joined = [];
     this.slowClosed = 0;
     const counts = this.relay.counts();
+    const readers = this.relay.readers?.();
     try {
       const answer = await this.relay.channel().relayReport(id.channel, {
         relay: id.relay,
@@ -134,6 +141,7 @@ export class RelayReporter {
         joined,
         slowClosed,
         presence: this.relay.presenceCount(),
+        ...(readers ? { thinned: readers.thinned, skipped: readers.skipped } : {}),
       });
       this.reported = { websockets: counts.websockets, sse: counts.sse };
       this.owed = false;
@@ -143,6 +151,7 @@ export class RelayReporter {
       // Told again with the next report.
       this.joined.push(...joined);
       this.slowClosed += slowClosed;
+      if (readers?.skipped) this.relay.unreported?.(readers.skipped);
       throw e;
     }
   }

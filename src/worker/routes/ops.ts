@@ -256,6 +256,19 @@ const ChannelStatsSchema = ChannelViewSchema.extend({
       }),
     })
     .openapi({ description: "Presence (occupancy is `occupancy`): its mode and what it cost the channel." }),
+  readers: z
+    .object({
+      thinned: z.number().int().openapi({
+        description:
+          "Subscribers thinned now: those with a max_rate, and those their relay thins for reading too slowly.",
+      }),
+      skipped_total: z.number().int().openapi({
+        description: "Messages skipped for single subscribers (their max_rate or slowness), every subscriber's summed.",
+      }),
+    })
+    .openapi({
+      description: "Each reader's rate: what relays thin for single subscribers, at no cost to the channel.",
+    }),
   shard_rule: z
     .object({ pattern: z.string(), by: z.enum(["group", "continent"]) })
     .optional()
@@ -293,6 +306,7 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
   const rule = shardRuleView(svc.config, channel);
   let sharded: Record<string, unknown> = {};
   let counts = stats;
+  let readers = stats.readers;
   if (rule) {
     // A sharded channel: its totals add every shard's own counts (docs/api.md, "Shards").
     const { shards, raw } = await shardsStats(c.env, svc, channel);
@@ -309,6 +323,7 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
       "slow_consumers_closed",
     ] as const;
     counts = { ...stats, ...totalled(stats, raw, keys) };
+    readers = readersOf([stats, ...raw]);
     ({ occupancy, delivered_total, dropped_total } = counts);
     sharded = { shard_rule: rule, shards };
   }
@@ -329,9 +344,21 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
     last_summary: stats.last_summary,
     ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
     presence: stats.presence,
+    readers,
     ...sharded,
   });
 });
+
+/** Each reader's rate (docs/api.md, "Each reader's rate"): a sharded channel's `readers` add every shard's. */
+function readersOf(all: ChannelStats[]): ChannelStats["readers"] {
+  let thinned = 0;
+  let skipped = 0;
+  for (const s of all) {
+    thinned += s.readers?.thinned ?? 0;
+    skipped += s.readers?.skipped_total ?? 0;
+  }
+  return { thinned, skipped_total: skipped };
+}
 
 /**
  * The record's reconciliation: copies recorded, failed and expired (the metrics the queue's consumer
