@@ -6,7 +6,7 @@ import { cardNames, cardOf, removeCard, renderChannel } from "./cards.js";
 import { $, show } from "./dom.js";
 import { secondsBetween } from "./format.js";
 
-/** @import { CardActions, Overview, Point, RecordTotals } from "./types.js" */
+/** @import { CardActions, Overview, Point, ReaderTotals, RecordTotals } from "./types.js" */
 
 /** @type {{ at: number, denied: Record<string, number> } | null} The denial counts at the previous poll. */
 let totals = null;
@@ -59,7 +59,7 @@ function renderRecord({ now, record }) {
  * rates of another period. Rate-limit denials are per second since the previous poll.
  * @param {Overview} overview
  */
-function renderTotals({ now, messages, rate_limits, channels }) {
+function renderTotals({ now, messages, rate_limits, channels, readers }) {
   /** @type {Record<string, number>} */
   const denied = {};
   for (const [bucket, counts] of Object.entries(rate_limits)) denied[bucket] = counts.denied;
@@ -98,6 +98,8 @@ function renderTotals({ now, messages, rate_limits, channels }) {
       : []),
     item("In all: delivered", messages.delivered.toLocaleString("en"), ""),
     item("dropped", messages.dropped.toLocaleString("en"), ""),
+    // Each reader's rate: subscribers thinned in all (by their max_rate, or for slowness) and skips.
+    ...(readers ? readerItems(readers, item) : []),
     ...(prev
       ? [
           title,
@@ -107,4 +109,18 @@ function renderTotals({ now, messages, rate_limits, channels }) {
         ]
       : []),
   );
+}
+
+/**
+ * The top line's readers: subscribers thinned in all (their own max_rate, their relay for slowness)
+ * and the messages skipped for them; each channel's thinned now is in its stats.
+ * @param {ReaderTotals} readers
+ * @param {(label: string, value: string, unit?: string) => HTMLElement} item
+ */
+function readerItems(readers, item) {
+  return [
+    item("Readers thinned: by max_rate", readers.thinned_max_rate.toLocaleString("en"), ""),
+    item("for slowness", readers.thinned_slow.toLocaleString("en"), ""),
+    item("skipped for them", readers.skipped.toLocaleString("en"), ""),
+  ];
 }

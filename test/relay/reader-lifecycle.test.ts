@@ -88,6 +88,12 @@ describe("a thinned subscriber's life", () => {
     expect(await metric('floodgate_readers_thinned_total{reason="max_rate"}')).toBeGreaterThanOrEqual(
       thinnedBefore + 1,
     );
+    // The dashboard's poll shows the same totals.
+    const overview = (await (await callAndWait("/v1/admin/overview", { headers: adminHeaders() })).json()) as {
+      readers: { skipped: number; thinned_max_rate: number; thinned_slow: number };
+    };
+    expect(overview.readers.skipped).toBe(await metric("floodgate_readers_skipped_total"));
+    expect(overview.readers.thinned_max_rate).toBe(await metric('floodgate_readers_thinned_total{reason="max_rate"}'));
     all.ws.close();
     one.ws.close();
     await untilUnsubscribed(ch);
