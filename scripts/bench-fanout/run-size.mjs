@@ -1,5 +1,6 @@
 // One size of `npm run bench:fanout`: a fresh Floodgate, `size` subscribers spread over threads, one
-// publisher at a steady rate, the tail until every frame is in, and the tally as one row of the report.
+// publisher at a steady rate, the tail until every frame is in (with --max-rate: until every message
+// is received or counted skipped), and the tally as one row of the report.
 import { mintToken } from "../lib/tokens.mjs";
 import { cpuMicros, startFloodgate } from "../lib/workerd.mjs";
 import { now } from "./clock.mjs";
@@ -10,7 +11,7 @@ import { startSubscriberThread } from "./subscriber-threads.mjs";
  * (`rate`, `seconds`, `clients`, `settle`, `batch`, `presence`), `extraVars` the --vars given, and
  * `publishes` how many publishes the publisher sends. `presence`: every subscriber asks for it.
  */
-export async function runSize(size, presence, { settings: opts, extraVars, publishes: PUBLISHES }) {
+export async function runSize(size, presence, { settings: opts, extraVars, publishes: PUBLISHES, maxRate = null }) {
   const fg = await startFloodgate({
     ...(opts.presence ? { PRESENCE_INTERVAL: "2s" } : {}),
     READ_RATE: "",
@@ -27,6 +28,8 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
   const query = new URLSearchParams();
   if (opts.batch) query.set("batch", "1");
   if (presence) query.set("presence", "1");
+  // --max-rate: every subscriber asks for its own rate (docs/api.md, "Each reader's rate").
+  if (maxRate) query.set("max_rate", maxRate);
   const wsUrl = `${fg.base.replace(/^http/, "ws")}/v1/subscribe/${channel}${query.size ? `?${query}` : ""}`;
   // --presence: the publisher starts while the crowd joins.
   const crowd = opts.presence;
@@ -110,6 +113,7 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
 
     const tallies = await Promise.all(clients.map((c) => c.ask("tally", delivered)));
     const frames = tallies.reduce((a, t) => a + t.frames, 0);
+    const sum = (f) => tallies.reduce((a, t) => a + f(t), 0);
     const messages = tallies.reduce((a, t) => a + t.messages, 0);
     const latencies = new Float64Array(tallies.reduce((a, t) => a + t.latencies.length, 0));
     let at = 0;
@@ -150,6 +154,17 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
         : "1 (no relays)",
       framesPerMessage: messages ? frames / messages : Number.NaN,
       cpuPerDelivery: (cpu1 - cpu0) / messages,
+      // What workerd spent per published message per subscriber (Worker, channel and relays together),
+      // whether the subscriber took the message or its relay skipped it for its rate.
+      cpuPerOffer: (cpu1 - cpu0) / Math.max(1, delivered.length * size),
+      maxRate,
+      skipped: sum((t) => t.skipped),
+      accountsOff: sum((t) => t.accountsOff),
+      receivedPerSubscriber: [
+        Math.min(...tallies.map((t) => t.receivedFewest)),
+        Math.max(...tallies.map((t) => t.receivedMost)),
+      ],
+      publishSeconds: (PUBLISHES - 1) / opts.rate || 1,
       clientCpuPerDelivery: (clientCpu.user + clientCpu.system) / messages,
     };
   } finally {

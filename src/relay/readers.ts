@@ -83,7 +83,11 @@ export class RelayReaders {
     const reader = new Reader(own, this.shared, this.relay.settings().summaryIntervalMs, this.relay.now(), slowness);
     this.readers.set(sub, reader);
     if (slowness) this.slowedSubs.add(sub);
-    if (fresh && own) this.pendingMetrics.maxRate++;
+    if (fresh && own) {
+      // Counted in /metrics with the next report, which the timer makes sure comes.
+      this.pendingMetrics.maxRate++;
+      this.wake(this.relay.now() + READERS_REPORT_MS);
+    }
     return reader;
   }
 

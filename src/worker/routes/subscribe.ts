@@ -45,8 +45,11 @@ const subscribeRoute = route({
     "WebSocket text frame is a JSON array of one or more `Frame`s in seq order, at most 1 MiB (what the relay has " +
     "pending for the socket, held at most `FRAME_DELAY`). `public:` channels need no " +
     "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
-    "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends), and so are the most-behind when " +
-    "one relay holds 32 MiB for its subscribers together; resume with `?after=`. A subscription opened with a " +
+    "subscriber more than 512 KiB behind is thinned: held to half the rate it takes, halved again while its backlog " +
+    "grows, lifted a step at a time once it drains, told what it skipped in subscriber summaries (see `max_rate`); it " +
+    "is closed with 4008 (SSE: the stream ends) only when still over 1 MiB at 1 message a second. A replay of over " +
+    "1 MiB is cut short the same way, and the most-behind are closed when one relay holds 32 MiB for its subscribers " +
+    "together; resume with `?after=`. A subscription opened with a " +
     'token ends at the token\'s `exp`: a last WebSocket frame `{"type":"expired","reason":"token expired",' +
     '"seq":N}` (with `?batch=1` inside an array) then close 4001 `token expired`; SSE `id: N`, `event: expired` ' +
     "with that frame as data, then the end. N is the last seq the subscription was sent or is past (its resume " +
