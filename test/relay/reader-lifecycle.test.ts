@@ -99,6 +99,28 @@ describe("a thinned subscriber's life", () => {
     await untilUnsubscribed(ch);
   });
 
+  it("packed under FRAME_DELAY, its share goes out when the held frame does, in one array", async () => {
+    const ch = `public:rates.${uniq()}`;
+    const clock = await relayClock(ch);
+    await runInDurableObject(relayObject(ch), (r) => {
+      r.frameDelayMs = 40;
+    });
+    // Packed too, unthrottled: once it has every message, the held frame went out to both.
+    const all = await readerSocket(ch, "?batch=1");
+    const two = await readerSocket(ch, "?max_rate=2/s&batch=1");
+    for (let i = 0; i < 6; i++) await publishDirect(ch, { i });
+    await until(() => all.messages.length === 6, "the held frame");
+    expect(two.messages.map((m) => m.seq)).toEqual([1, 2]);
+    for (const { text } of two.raw) expect(text.startsWith("[")).toBe(true);
+    clock.at += 2 * 3_600_000;
+    await clock.tick();
+    await until(() => two.summaries.length === 1, "summary");
+    expect(accounted(two)).toBe(6);
+    all.ws.close();
+    two.ws.close();
+    await untilUnsubscribed(ch);
+  });
+
   it("when its token expires it gets a last summary, then the expired frame at its position", async () => {
     const ch = `public:rates.${uniq()}`;
     const pair = await mint({ sub: uniq("sub"), channels: ["public:rates.*"], scopes: ["subscribe"], ttl: "1m" });
