@@ -7,7 +7,7 @@ import { $, show } from "./dom.js";
 import { secondsBetween } from "./format.js";
 import { everySampled, recentWindowMs } from "./periods.js";
 
-/** @import { CardActions, Overview, Point, RecordTotals } from "./types.js" */
+/** @import { CardActions, Overview, Point, ReaderTotals, RecordTotals } from "./types.js" */
 
 /** @type {{ at: number, denied: Record<string, number> } | null} The denial counts at the previous poll. */
 let totals = null;
@@ -64,7 +64,7 @@ function renderRecord({ now, record }) {
  * @param {Overview} overview
  * @param {number} windowMs
  */
-function renderTotals({ now, messages, rate_limits, channels, pusher }, windowMs) {
+function renderTotals({ now, messages, rate_limits, channels, pusher, readers }, windowMs) {
   /** @type {Record<string, number>} */
   const denied = {};
   for (const [bucket, counts] of Object.entries(rate_limits)) denied[bucket] = counts.denied;
@@ -107,6 +107,8 @@ function renderTotals({ now, messages, rate_limits, channels, pusher }, windowMs
       : []),
     item("In all: delivered", messages.delivered.toLocaleString("en"), ""),
     item("dropped", messages.dropped.toLocaleString("en"), ""),
+    // Each reader's rate: subscribers thinned in all (by their max_rate, or for slowness) and skips.
+    ...(readers ? readerItems(readers, item) : []),
     // The Pusher door: connections through it, and the channels they hold (one per subscription).
     ...(pusher?.enabled
       ? [
@@ -124,4 +126,18 @@ function renderTotals({ now, messages, rate_limits, channels, pusher }, windowMs
         ]
       : []),
   );
+}
+
+/**
+ * The top line's readers: subscribers thinned in all (their own max_rate, their relay for slowness)
+ * and the messages skipped for them; each channel's thinned now is in its stats.
+ * @param {ReaderTotals} readers
+ * @param {(label: string, value: string, unit?: string) => HTMLElement} item
+ */
+function readerItems(readers, item) {
+  return [
+    item("Readers thinned: by max_rate", readers.thinned_max_rate.toLocaleString("en"), ""),
+    item("for slowness", readers.thinned_slow.toLocaleString("en"), ""),
+    item("skipped for them", readers.skipped.toLocaleString("en"), ""),
+  ];
 }

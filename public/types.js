@@ -23,9 +23,11 @@
  * @typedef {{ points_to: "throttle" | "shard" | "none", message_rate: number | null, occupancy: number | null,
  *   rule: string }} Lever
  * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals
+ * @typedef {{ skipped: number, thinned_max_rate: number, thinned_slow: number }} ReaderTotals subscribers thinned
+ *   (their max_rate, or for slowness) and messages skipped for them, in all (docs/api.md, "Each reader's rate")
  * @typedef {{ now: number, channels: Channel[], messages: { delivered: number, dropped: number },
  *   rate_limits: Record<string, { allowed: number, denied: number }>, record?: RecordTotals,
- *   pusher?: PusherTotals }} Overview
+ *   pusher?: PusherTotals, readers?: ReaderTotals }} Overview
  * @typedef {{ enabled: boolean, connections: number, subscriptions: number, errors: number }} PusherTotals the
  *   Pusher door's connections and subscriptions open now, and the Pusher errors it sent (docs/api.md, "The Pusher door")
  * @typedef {{ channels: { written?: boolean }[] }} SamplerReport

@@ -37,6 +37,13 @@
 // protocol as pusher-js speaks it) on one `pusher:` channel, the same publishes as Pusher events. Its
 // row in the table says "Pusher"; below the table, its workerd CPU per delivery beside the native
 // door's, and the channel's sends per publish, which equal its connection hosts, not its connections.
+// --max-rate 5/s: each reader's rate (docs/api.md, "Each reader's rate"). Each size runs again right
+// after its unthrottled run with every subscriber at `?max_rate=`, and a table sets the two side by
+// side: messages each subscriber received (fewest–most), skipped, whether every subscriber's received +
+// skipped (the `skipped` of its subscriber summaries) is every delivered publish exactly, and workerd
+// CPU per published message per subscriber in both runs (whatever the relay did with it: sent or
+// skipped), with their ratio. SUMMARY_INTERVAL is the shipped 1s, so the tail waits for the last
+// summaries.
 //
 // --vars '{"NAME":"value"}' sets Worker variables on top of the shipped [vars] and the budgets below
 // (e.g. '{"RELAY_CAPACITY":"500"}' for more relays per size).
@@ -61,7 +68,7 @@
 // connection), report.mjs (the tables).
 import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
-import { loadAverage, presenceRow, printReport } from "./bench-fanout/report.mjs";
+import { loadAverage, maxRateRow, presenceRow, printReport } from "./bench-fanout/report.mjs";
 import { runSize } from "./bench-fanout/run-size.mjs";
 import { options } from "./lib/options.mjs";
 
@@ -75,6 +82,7 @@ const opts = options("bench:fanout", {
   batch: false,
   presence: false,
   pusher: false,
+  "max-rate": "",
 });
 let extraVars;
 try {
@@ -95,8 +103,10 @@ checkDescriptors(Math.max(...SIZES));
 console.log(
   `floodgate bench:fanout — one public channel, ${opts.rate} publishes/s for ${opts.seconds} s per size${opts.batch ? ", packed frames (batch=1)" : ""}, Node ${process.version}, ${availableParallelism()} cores, load average ${loadAverage()}`,
 );
+const maxRate = opts["max-rate"] || null;
 const rows = [];
 const presenceRows = [];
+const rateRows = [];
 for (const size of SIZES) {
   const runs = opts.presence ? [false, true] : [false];
   for (const presence of runs) {
@@ -115,8 +125,16 @@ for (const size of SIZES) {
     );
   }
   if (opts.presence) presenceRows.push(presenceRow(rows.at(-2), rows.at(-1)));
+  if (maxRate) {
+    // The same size again, every subscriber at --max-rate, right after the unthrottled run.
+    const row = await runSize(size, false, { settings: opts, extraVars, publishes: PUBLISHES, maxRate });
+    console.log(
+      `  ${size} subscribers, max_rate=${maxRate}: ${row.receivedPerSubscriber.join("–")} messages each, ${row.skipped} skipped, accounts off ${row.accountsOff} (load average ${loadAverage()})`,
+    );
+    rateRows.push(maxRateRow(rows.at(-1), row));
+  }
 }
-printReport(rows, presenceRows, opts);
+printReport(rows, presenceRows, opts, rateRows);
 
 /** Stops with advice when this process may not open a descriptor per subscriber. */
 function checkDescriptors(largest) {

@@ -69,6 +69,8 @@ function workerd() {
               "pusher:summary.**": "/data/emoji",
             }),
             SUMMARY_INTERVAL: "1h",
+            // Conflation for subscribers with ?max_rate= (test/relay/reader-conflation.test.ts only).
+            CONFLATE_KEYS: JSON.stringify({ "public:conflate.**": "/match", "public:conflate.deep.*": "/a/0" }),
             // The fast loop's alarm never fires by itself during the suite: the fast-loop tests
             // (test/channel/fast-loop-holds-target.test.ts) end each period by moving its stored start back
             // and running the alarm (runDurableObjectAlarm).

@@ -17,8 +17,15 @@ export function presenceRow(off, on) {
   return `| ${on.size.toLocaleString("en")} | ${on.relays} | ${intervals.toFixed(1)} | ${(on.presence.intervalMost / intervals).toFixed(2)} | ${on.presence.announceMost} | ${on.presence.states} | ${calls.toFixed(1)} | ${off.p50.toFixed(1)} → ${on.p50.toFixed(1)} ms | ${off.p99.toFixed(1)} → ${on.p99.toFixed(1)} ms |`;
 }
 
+/** The --max-rate table's line for one size: its unthrottled run (`off`), then at max_rate (`on`). */
+export function maxRateRow(off, on) {
+  const perS = (n) => (n / on.publishSeconds).toFixed(1);
+  const [fewest, most] = on.receivedPerSubscriber;
+  return `| ${on.size.toLocaleString("en")} | ${on.maxRate} | ${(on.delivered / on.publishSeconds).toFixed(1)}/s | ${fewest}–${most} (${perS(fewest)}–${perS(most)}/s) | ${on.skipped.toLocaleString("en")} | ${on.accountsOff === 0 ? "all exact" : `${on.accountsOff} off`} | ${off.cpuPerOffer.toFixed(2)} µs | ${on.cpuPerOffer.toFixed(2)} µs | ${(on.cpuPerOffer / off.cpuPerOffer).toFixed(2)} |`;
+}
+
 /** Prints the rows of every run (run-size.mjs) and, with --presence, the lines of `presenceRows`. */
-export function printReport(rows, presenceRows, { presence }) {
+export function printReport(rows, presenceRows, { presence }, rateRows = []) {
   console.log(
     "\n| subscribers | deliveries/s | publish→receive p50 | p99 | last frame after the last publish was sent | lost | duplicated | channel-object sends per publish | relays | frames per delivered message | workerd CPU per delivery | Node CPU per delivery (subscribers, publisher) | publishes (delivered / sent) | subscribers closed early |",
   );
@@ -42,6 +49,13 @@ export function printReport(rows, presenceRows, { presence }) {
     );
     console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (const r of presenceRows) console.log(r);
+  }
+  if (rateRows.length > 0) {
+    console.log(
+      "\n| subscribers | max_rate | published | received per subscriber | skipped (all subscribers) | received + skipped = published, per subscriber | workerd CPU per published message per subscriber, unthrottled | at max_rate | ratio |",
+    );
+    console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (const r of rateRows) console.log(r);
   }
   console.log(
     "\ndeliveries/s: messages received ÷ time from the first publish to the last frame. lost: a delivered publish's seq that a subscriber never received; duplicated: a seq received twice. frames per delivered message: WebSocket text frames received ÷ messages received (1 without --batch). CPU per delivery: that process's CPU time over the publishing and the tail, ÷ messages received.",

@@ -1,5 +1,6 @@
 // One size of `npm run bench:fanout`: a fresh Floodgate, `size` subscribers spread over threads, one
-// publisher at a steady rate, the tail until every frame is in, and the tally as one row of the report.
+// publisher at a steady rate, the tail until every frame is in (with --max-rate: until every message
+// is received or counted skipped), and the tally as one row of the report.
 import { mintToken } from "../lib/tokens.mjs";
 import { cpuMicros, startFloodgate } from "../lib/workerd.mjs";
 import { now } from "./clock.mjs";
@@ -19,7 +20,12 @@ const PUSHER_APP = {
  * `door`: "native" (Floodgate's own WebSockets on a public channel) or "pusher" (Pusher connections on
  * a `pusher:` channel, each subscribing as pusher-js does; the same publishes, as Pusher events).
  */
-export async function runSize(size, presence, { settings: opts, extraVars, publishes: PUBLISHES }, door = "native") {
+export async function runSize(
+  size,
+  presence,
+  { settings: opts, extraVars, publishes: PUBLISHES, maxRate = null },
+  door = "native",
+) {
   const pusher = door === "pusher";
   const fg = await startFloodgate({
     ...PUSHER_APP,
@@ -38,6 +44,8 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
   const query = new URLSearchParams();
   if (opts.batch) query.set("batch", "1");
   if (presence) query.set("presence", "1");
+  // --max-rate: every subscriber asks for its own rate (docs/api.md, "Each reader's rate").
+  if (maxRate) query.set("max_rate", maxRate);
   const wsBase = fg.base.replace(/^http/, "ws");
   const wsUrl = pusher
     ? `${wsBase}/app/${PUSHER_APP.PUSHER_APP_KEY}?protocol=7&subscribe=${channel.slice("pusher:".length)}`
@@ -130,6 +138,7 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
 
     const tallies = await Promise.all(clients.map((c) => c.ask("tally", counted)));
     const frames = tallies.reduce((a, t) => a + t.frames, 0);
+    const sum = (f) => tallies.reduce((a, t) => a + f(t), 0);
     const messages = tallies.reduce((a, t) => a + t.messages, 0);
     const latencies = new Float64Array(tallies.reduce((a, t) => a + t.latencies.length, 0));
     let at = 0;
@@ -171,6 +180,17 @@ export async function runSize(size, presence, { settings: opts, extraVars, publi
         : "1 (no relays)",
       framesPerMessage: messages ? frames / messages : Number.NaN,
       cpuPerDelivery: (cpu1 - cpu0) / messages,
+      // What workerd spent per published message per subscriber (Worker, channel and relays together),
+      // whether the subscriber took the message or its relay skipped it for its rate.
+      cpuPerOffer: (cpu1 - cpu0) / Math.max(1, delivered.length * size),
+      maxRate,
+      skipped: sum((t) => t.skipped),
+      accountsOff: sum((t) => t.accountsOff),
+      receivedPerSubscriber: [
+        Math.min(...tallies.map((t) => t.receivedFewest)),
+        Math.max(...tallies.map((t) => t.receivedMost)),
+      ],
+      publishSeconds: (PUBLISHES - 1) / opts.rate || 1,
       clientCpuPerDelivery: (clientCpu.user + clientCpu.system) / messages,
     };
   } finally {

@@ -1,7 +1,8 @@
 // One subscriber thread of `npm run bench:fanout` (started by subscriber-threads.mjs): `n` subscriber
 // connections on one URL, each counting the seqs it receives (a byte per seq up to `maxSeq`) and the
 // time from each message's send (its `t`) to its arrival. `frames` counts text frames, `messages`
-// messages (a packed frame holds several). The connections are of one kind, opened and read by that
+// messages (a packed frame holds several); with --max-rate each connection also adds up the `skipped`
+// of its subscriber summaries, so the tally can check received + skipped = published, per connection. The connections are of one kind, opened and read by that
 // kind's module; the counting and the answers to the main thread are the same for every kind.
 import { parentPort, workerData } from "node:worker_threads";
 import { now } from "./clock.mjs";
@@ -24,6 +25,9 @@ function subscriberThread({ kind: kindName, url, n, maxSeq }) {
   const kind = KINDS[kindName];
   if (!kind) throw new Error(`bench:fanout: no subscriber connection of kind "${kindName}"`);
   const seen = [];
+  // Per connection, with --max-rate: messages received and skipped (its subscriber summaries' sum).
+  const accounts = [];
+  let skipped = 0;
   const latencies = [];
   let frames = 0;
   let messages = 0;
@@ -52,6 +56,8 @@ function subscriberThread({ kind: kindName, url, n, maxSeq }) {
     const me = presence.interval.length;
     presence.interval.push(0);
     presence.announce.push(0);
+    const account = { received: 0, skipped: 0 };
+    accounts.push(account);
     const attempt = (left) =>
       new Promise((resolve) => {
         let opened = false;
@@ -80,8 +86,14 @@ function subscriberThread({ kind: kindName, url, n, maxSeq }) {
                 else presence.announce[me]++;
                 continue;
               }
+              if (m.type === "summary" && m.scope === "subscriber") {
+                account.skipped += m.skipped;
+                skipped += m.skipped;
+                continue;
+              }
               if (m.type !== "message") continue;
               messages++;
+              account.received++;
               if (Number.isInteger(m.seq) && m.seq > 0 && m.seq <= maxSeq) counts[m.seq]++;
               if (typeof m.data?.t === "number") latencies.push(at - m.data.t);
             }
@@ -104,7 +116,8 @@ function subscriberThread({ kind: kindName, url, n, maxSeq }) {
       }
       parentPort.postMessage({ failed, retried });
     } else if (command === "count") {
-      parentPort.postMessage(messages);
+      // Messages, and with --max-rate the skips their summaries told: together, what was offered.
+      parentPort.postMessage(messages + skipped);
     } else if (command === "tally") {
       let lost = 0;
       let duplicated = 0;
@@ -120,8 +133,24 @@ function subscriberThread({ kind: kindName, url, n, maxSeq }) {
         announceMost: most(presence.announce),
         states: presence.states,
       };
+      // With --max-rate: connections whose received + skipped is not every delivered publish, exactly.
+      const offered = payload.length;
+      const accountsOff = accounts.filter((a) => a.received + a.skipped !== offered).length;
       parentPort.postMessage(
-        { frames, messages, lost, duplicated, closed, lastFrameAt, latencies: out, presence: summary },
+        {
+          frames,
+          messages,
+          lost,
+          duplicated,
+          closed,
+          lastFrameAt,
+          latencies: out,
+          presence: summary,
+          skipped,
+          accountsOff,
+          receivedFewest: accounts.reduce((a, x) => Math.min(a, x.received), Number.POSITIVE_INFINITY),
+          receivedMost: accounts.reduce((a, x) => Math.max(a, x.received), 0),
+        },
         [out.buffer],
       );
     }

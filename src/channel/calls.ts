@@ -117,4 +117,6 @@ export interface ChannelStats {
   record: RecordCounts | null;
   /** Presence's mode, and the relay lines given presence frames or woken for it (this instance). */
   presence: { mode: "announce" | "interval"; sends_total: number };
+  /** Subscribers thinned now (own `max_rate` or slowness) and messages skipped for them in all (src/channel/readers.ts). */
+  readers: { thinned: number; skipped_total: number };
 }

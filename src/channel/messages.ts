@@ -23,6 +23,8 @@ export interface MessageRow {
   dropped_at: number | null;
   /** A Pusher event's delivery details (src/wire/pusher/event-meta.ts), or null. */
   meta: string | null;
+  /** 1 for a priority message, else null. */
+  priority: number | null;
 }
 
 /**
@@ -82,6 +84,17 @@ export class MessageLog {
     this.count({ last_seq: 1, delivered_total: 1, period_delivered: 1 });
     this.store.live.push({ seq, id, data, published_at: now, ...(meta ? { meta } : {}) });
     return { seq, id };
+  }
+
+  /**
+   * The message just appended at `seq` is a priority one: marked in history and in what goes live, so
+   * relays never skip it for a subscriber's own rate (docs/api.md, "Each reader's rate"). A statement
+   * of its own, for priority messages only: every other publish writes what it always did.
+   */
+  markPriority(seq: number): void {
+    this.store.sql.exec("UPDATE messages SET priority = 1 WHERE seq = ?", seq);
+    const live = this.store.live.at(-1);
+    if (live?.seq === seq) live.priority = true;
   }
 
   trimHistory(): void {

@@ -41,6 +41,7 @@ export class Publishing {
     } else {
       const m = this.messages.append(cmd.data, cmd.publisher, cmd.now, undefined, cmd.meta);
       if (cmd.priority) this.count({ priority_total: 1, period_priority: 1 });
+      if (cmd.priority) this.messages.markPriority(m.seq);
       // A shard's key (functions/shard-key.ts) answers its channel's name and the shard's.
       const { channel, shard } = splitShardKey(cmd.channel);
       outcome = {

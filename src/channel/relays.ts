@@ -17,6 +17,7 @@ import type { RelayAssignment } from "./calls";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
 import { PusherAudience } from "./pusher-audience";
+import { ChannelReaders } from "./readers";
 import { RelayLines } from "./relay-lines";
 import type { RelayPipe } from "./relay-pipe";
 import { clientCounts, isHostName, type RelayEntry, RelayRegistry } from "./relay-registry";
@@ -50,6 +51,8 @@ export class ChannelRelays {
   private presenceSettings: PresenceSettings;
   /** Pusher members and size frames (src/channel/pusher-audience.ts). */
   readonly pusher: PusherAudience;
+  /** The subscribers its relays thin, as they report them (src/channel/readers.ts). */
+  readonly readers: ChannelReaders;
 
   /** @param subscriberLeft a relay left: idle expiry may count from the last publish (src/channel/idle-expiry.ts). */
   constructor(
@@ -69,6 +72,7 @@ export class ChannelRelays {
       (group, k) => relayName(this.store.channel ?? "", group, k),
     );
     this.presenceSettings = presenceSettings(env);
+    this.readers = new ChannelReaders(store);
     this.presence = new ChannelPresence(
       {
         channel: () => this.store.channel ?? "",
@@ -214,6 +218,7 @@ export class ChannelRelays {
       ? { count: known.websockets + known.sse, clients: known.clients }
       : { count: 0, clients: new Map<string, number>() };
     const answer = this.relays.report(report, now);
+    this.readers.reported(report, answer.leave);
     if (report.slowClosed > 0) this.store.bump({ slow_consumers_closed: report.slowClosed });
     if (answer.leave) {
       this.lines.stop(report.relay);
@@ -259,7 +264,7 @@ export class ChannelRelays {
     if (this.store.wiped) return { frames: [], more: false };
     const channel = this.store.channel ?? "";
     const rows = this.store.sql.exec<MessageRow>(
-      "SELECT seq, id, data, published_at, meta FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
+      "SELECT seq, id, data, published_at, meta, priority FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
       after,
       upTo,
     );
@@ -348,6 +353,7 @@ export class ChannelRelays {
     this.relays.clear();
     this.presence.reset();
     this.pusher.reset();
+    this.readers.reset();
   }
 }
 
@@ -357,9 +363,13 @@ function presenceSettings(env: Env): PresenceSettings {
   return { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs };
 }
 
-/** A message's live frame, with a Pusher event's delivery details beside its text. */
+/** A message's live frame, with a Pusher event's delivery details and a priority mark beside its text. */
 function liveFrame(channel: string, m: MessageFields): LiveFrame {
-  return m.meta ? { seq: m.seq, text: frame(channel, m), meta: m.meta } : { seq: m.seq, text: frame(channel, m) };
+  const f: LiveFrame = { seq: m.seq, text: frame(channel, m) };
+  if (m.meta) f.meta = m.meta;
+  // Relays that thin a subscriber pass a priority message whatever its rate (docs/api.md, "Each reader's rate").
+  if (m.priority) f.priority = true;
+  return f;
 }
 
 /** A stored column's JSON, or null when it does not parse (then it counts as nothing). */

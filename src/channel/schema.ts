@@ -7,6 +7,8 @@
  *   channel each copy also keeps its `source_channel` and `dropped_at` (src/channel/record.ts), each
  *   behind a partial index: any other channel leaves both null, so its publishes write no index entry.
  *   A Pusher event keeps its delivery details in `meta` (src/wire/pusher/event-meta.ts), else null.
+ *   `priority` marks a priority message (1, else null), so a relay that thins a subscriber knows it in
+ *   a replay or a repair too (docs/api.md, "Each reader's rate").
  * - `idempotency`: `Idempotency-Key`s and the result they answer, for 10 minutes (src/channel/publishing.ts).
  * - `counters` and `meta`: the channel's totals and named values (src/channel/store.ts).
  * - `relays`: the relays holding its subscribers, with each one's counts and per-client counts
@@ -16,10 +18,10 @@
 export function createChannelTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS messages (
       seq INTEGER PRIMARY KEY, id TEXT NOT NULL, data TEXT NOT NULL, publisher TEXT NOT NULL,
-      published_at INTEGER NOT NULL, source_channel TEXT, dropped_at INTEGER, meta TEXT)`);
-  // Tables made before `meta` existed (local development storage) get it.
-  const columns = sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('messages')").toArray();
-  if (!columns.some((c) => c.name === "meta")) sql.exec("ALTER TABLE messages ADD COLUMN meta TEXT");
+      published_at INTEGER NOT NULL, source_channel TEXT, dropped_at INTEGER, meta TEXT, priority INTEGER)`);
+  // Local development storage made before these columns existed gets them (nothing is deployed yet).
+  addColumn(sql, "messages", "meta", "TEXT");
+  addColumn(sql, "messages", "priority", "INTEGER");
   sql.exec(
     "CREATE INDEX IF NOT EXISTS messages_by_source ON messages (source_channel, seq) WHERE source_channel IS NOT NULL",
   );
@@ -33,6 +35,12 @@ export function createChannelTables(sql: SqlStorage): void {
       name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, websockets INTEGER NOT NULL, sse INTEGER NOT NULL,
       clients TEXT NOT NULL DEFAULT '[]')`);
   sql.exec("CREATE TABLE IF NOT EXISTS shards (name TEXT PRIMARY KEY, seen_at INTEGER NOT NULL)");
+}
+
+/** Adds a column to a table made before the column existed (local development storage). */
+function addColumn(sql: SqlStorage, table: string, column: string, type: string): void {
+  const columns = sql.exec<{ name: string }>(`SELECT name FROM pragma_table_info('${table}')`).toArray();
+  if (!columns.some((c) => c.name === column)) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${type}`);
 }
 
 /** Whether a channel's tables exist (they do from its first write until idle expiry deletes them). */

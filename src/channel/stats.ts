@@ -32,5 +32,6 @@ export function channelStats(
     last_summary: lastSummary === null ? null : (JSON.parse(lastSummary) as unknown),
     record: record.isRecord() ? record.counts() : null,
     presence: relays.presenceStats(),
+    readers: relays.readers.stats(),
   };
 }

@@ -19,6 +19,8 @@ export type CounterName =
   | "slow_consumers_closed"
   /** Delivery calls made to relays. */
   | "relay_sends_total"
+  /** Messages relays skipped for their subscribers' own rates or slowness, as they report them (src/channel/readers.ts). */
+  | "readers_skipped_total"
   | "period_delivered"
   | "period_dropped"
   /** Priority messages (never dropped by the throttle): in all, and among this period's and the fast period's delivered. */

@@ -41,7 +41,18 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_pusher_connections_total: "Pusher connections opened and closed (event); open now = opened - closed.",
   floodgate_pusher_subscriptions_total:
     "Pusher subscriptions opened and closed (event), each one channel of one connection; open now = opened - closed.",
+  floodgate_readers_skipped_total:
+    "Messages skipped for single subscribers: over their own max_rate, or thinned for reading too slowly (each subscriber's skips counted).",
+  floodgate_readers_thinned_total:
+    "Subscribers whose stream was thinned, by reason: max_rate (they asked for it) or slow (their relay thinned them for reading too slowly).",
 };
+
+/** `floodgate_readers_skipped_total`, as relays count it (docs/api.md, "Each reader's rate"). */
+export const READERS_SKIPPED_SERIES = "floodgate_readers_skipped_total";
+/** `floodgate_readers_thinned_total{reason}`. */
+export function readersThinnedSeries(reason: "max_rate" | "slow"): string {
+  return seriesKey("floodgate_readers_thinned_total", { reason });
+}
 
 /** The rate-limit buckets, each always present in a scrape (docs/api.md, Operator routes). */
 export const RATE_LIMIT_BUCKETS = ["publish", "subscribe", "token-issue", "read", "admin-auth"] as const;
@@ -71,6 +82,9 @@ export function renderPrometheus(series: Record<string, number>): string {
     [seriesKey("floodgate_object_calls_total", { object: "limiter" })]: 0,
     floodgate_kv_reads_total: 0,
     floodgate_publish_overflow_total: 0,
+    [READERS_SKIPPED_SERIES]: 0,
+    [readersThinnedSeries("max_rate")]: 0,
+    [readersThinnedSeries("slow")]: 0,
     ...series,
   };
   for (const bucket of RATE_LIMIT_BUCKETS) {

@@ -6,8 +6,10 @@
 
 /**
  * Bytes a subscriber may be behind — a WebSocket's unread `bufferedAmount`, an SSE stream's queued
- * bytes, or a replay on connect — before it is closed (`SLOW_CONSUMER_CLOSE`; an SSE stream ends):
- * 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md, "Slow subscribers").
+ * bytes, or a replay on connect: 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md,
+ * "Slow subscribers"). A live one past half of it is thinned (src/relay/slowness.ts) and closed
+ * (`SLOW_CONSUMER_CLOSE`; an SSE stream ends) only when still over it at 1 message a second; a replay
+ * past it is cut short and closed.
  */
 export const SUBSCRIBER_MAX_BEHIND_BYTES = 1024 * 1024;
 /**

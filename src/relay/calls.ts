@@ -6,6 +6,7 @@
  * (src/channel/channel-object.ts); the relay reaches it through platform/stubs' `channelStub`.
  */
 import type { LiveFrame } from "../wire/frame-text";
+import { type ReaderRate, rateText, readRateText } from "./reader-rate";
 
 /** One subscriber the Worker hands a relay, already authorised and holding a slot from the channel. */
 export interface RelaySubscribe {
@@ -30,6 +31,8 @@ export interface RelaySubscribe {
   floor: number;
   /** When its token expires (epoch ms): the relay ends it then. Null: anonymous. */
   expiresAt: number | null;
+  /** Its own rate (`?max_rate=`, src/relay/reader-rate.ts), or null: as fast as it reads. */
+  maxRate?: ReaderRate | null;
 }
 
 const SUBSCRIBE_URL = "https://relay.internal/subscribe";
@@ -50,6 +53,7 @@ export function subscribeRequest(s: RelaySubscribe, original: Request): Request 
   q.set("head", String(s.head));
   q.set("floor", String(s.floor));
   if (s.expiresAt !== null) q.set("expires", String(s.expiresAt));
+  if (s.maxRate) q.set("max_rate", rateText(s.maxRate));
   return new Request(url, original);
 }
 
@@ -71,6 +75,7 @@ export function readSubscribe(request: Request): RelaySubscribe {
     head,
     floor: Math.min(Number(q.get("floor")), head),
     expiresAt: Number.isFinite(expires) ? expires : null,
+    maxRate: readRateText(q.get("max_rate")),
   };
 }
 
@@ -108,6 +113,10 @@ export interface RelayReport {
    * `user_info` as JSON text (null: none given) that it has not sent on this channel before.
    */
   infos?: [string, string | null][];
+  /** Subscribers thinned now: with a `max_rate`, or for reading too slowly (src/channel/readers.ts). */
+  thinned?: number;
+  /** Messages skipped for its subscribers since the last report (src/channel/readers.ts). */
+  skipped?: number;
 }
 
 /** What a relay's report is answered: whether to leave (it is empty), and the channel's head seq. */

@@ -11,6 +11,7 @@ import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../wire/close-codes";
 import { expiredFrame } from "../wire/frame-text";
 import { SSE_HEARTBEAT_MS } from "./bounds";
+import type { SseClient } from "./sse-hub";
 import { attachment, type RelaySubscribers, type Subscriber } from "./subscribers";
 
 /** What the lifetime needs of the relay's stream (src/relay/stream.ts). */
@@ -19,6 +20,8 @@ export interface StreamPosition {
   positionOf(sub: Subscriber): number;
   /** Sends the frames held for packed sockets now. */
   flushHeld(): void;
+  /** The subscriber's last summary of what it skipped, if it is thinned (docs/api.md, "Each reader's rate"). */
+  readonly thinned: { finish(sub: WebSocket | SseClient): void };
 }
 
 export class RelayLifetime {
@@ -49,7 +52,11 @@ export class RelayLifetime {
     if (expired.some((ws) => this.subs.isBatched(ws))) this.stream.flushHeld();
     for (const ws of expired) this.expireSocket(ws);
     const hub = this.subs.hub;
-    hub.expire(now, (sse) => this.stream.positionOf({ sse }));
+    hub.expire(
+      now,
+      (sse) => this.stream.positionOf({ sse }),
+      (sse) => this.stream.thinned.finish(sse),
+    );
     if (hub.size > 0 && now >= this.nextHeartbeat) {
       hub.heartbeat();
       this.nextHeartbeat = 0;
@@ -59,6 +66,8 @@ export class RelayLifetime {
 
   /** Its last frame says where it is (packed sockets get it in an array, like every frame), then 4001. */
   private expireSocket(ws: WebSocket): void {
+    // A thinned subscriber hears what it skipped first: its position counts those as passed.
+    this.stream.thinned.finish(ws);
     const text = expiredFrame(this.stream.positionOf({ ws }));
     try {
       ws.send(this.subs.isBatched(ws) ? `[${text}]` : text);

@@ -43,6 +43,11 @@ export function boundMemory(subs: RelaySubscribers, maxBytes: number, slow: () =
   behind.sort((a, b) => b.bytes - a.bytes);
   for (const { bytes, sub } of behind) {
     if (total <= maxBytes) break;
+    // Closed as slow after the pass that read its backlog: already counted, its bytes on their way out.
+    if ("ws" in sub && sub.ws.readyState !== 1 /* OPEN */) {
+      total -= bytes;
+      continue;
+    }
     total -= bytes;
     slow();
     if ("ws" in sub) subs.closeSocket(sub.ws, SLOW_CONSUMER_CLOSE, RELAY_MEMORY_REASON);

@@ -17,7 +17,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import { channelStub } from "../platform/stubs";
+import { channelStub, metricsStub } from "../platform/stubs";
 import { settingsOf } from "../settings/settings";
 import { INTERNAL_CLOSE, NORMAL_CLOSE, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "../wire/close-codes";
 import type { LiveFrame, SideFrame } from "../wire/frame-text";
@@ -30,10 +30,12 @@ import {
   readSubscribe,
 } from "./calls";
 import { RelayLifetime } from "./lifetime";
+import { readRateText } from "./reader-rate";
 import { type RelayIdentity, RelayReporter } from "./reporter";
 import { createRelayTable, readRelayRow } from "./schema";
 import { RelayStream } from "./stream";
-import { RelaySubscribers, type Subscriber } from "./subscribers";
+import { attachment, RelaySubscribers, type Subscriber } from "./subscribers";
+import { ThinnedStream } from "./thinned-stream";
 
 export class Relay extends DurableObject<Env> {
   private readonly sql: SqlStorage;
@@ -64,6 +66,8 @@ export class Relay extends DurableObject<Env> {
   frameDelayMs: number;
   /** Most bytes of one packed frame (a test lowers it). */
   maxFrameBytes = FRAME_MAX_BYTES;
+  /** The relay's clock for thinned subscribers (docs/api.md, "Each reader's rate"); a test gives its own. */
+  clock: () => number = () => Date.now();
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -78,11 +82,36 @@ export class Relay extends DurableObject<Env> {
         clientCounts: () => this.subs.clientCounts(),
         presenceCount: () => this.subs.presenceCount(),
         subscriberCount: () => this.subs.count,
+        readers: () => ({ thinned: this.stream.thinned.thinned(), skipped: this.stream.thinned.readers.takeSkipped() }),
+        unreported: (skipped) => this.stream.thinned.readers.giveBackSkipped(skipped),
         channel: () => this.channel(),
         store: () => this.store(),
         leave: () => this.leaveChannel(),
       },
       this.alarms,
+    );
+    const thinned = new ThinnedStream(
+      {
+        now: () => this.clock(),
+        settings: () => settingsOf(env),
+        channelKey: () => this.identity?.channel ?? null,
+        channel: () => this.channel(),
+        maxFrameBytes: () => this.maxFrameBytes,
+        report: () => this.reporter.changed(),
+        metrics: (deltas) => {
+          metricsStub(env)
+            .add(deltas)
+            .catch((e: unknown) => {
+              console.error("floodgate relay: could not count in /metrics", e instanceof Error ? e.message : e);
+            });
+        },
+        keepSlowness: (ws, slow) => this.subs.keepSlowness(ws, slow),
+        slowClosed: (n) => {
+          this.reporter.slow(n);
+          this.reporter.changed();
+        },
+      },
+      this.subs,
     );
     this.stream = new RelayStream(
       {
@@ -91,9 +120,11 @@ export class Relay extends DurableObject<Env> {
         maxBufferedBytes: () => this.maxBufferedBytes,
         frameDelayMs: () => this.frameDelayMs,
         maxFrameBytes: () => this.maxFrameBytes,
+        now: () => this.clock(),
       },
       this.subs,
       this.reporter,
+      thinned,
     );
     this.lifetime = new RelayLifetime(this.subs, this.alarms, this.stream);
     // `ping` is answered by the runtime without waking the relay, so an idle relay stays asleep.
@@ -109,6 +140,12 @@ export class Relay extends DurableObject<Env> {
       this.storedRest = this.restOfRow();
       this.storedSeq = row.last_seq;
       this.subs.restore(row.last_seq);
+      // Back from hibernation: subscribers with a max_rate, or thinned for slowness, are thinned again.
+      for (const ws of this.subs.sockets()) {
+        const a = attachment(ws);
+        const own = readRateText(a?.maxRate ?? null);
+        if (own || a?.slow) thinned.readers.join(ws, own, a?.slow ?? null, false);
+      }
       // Restarted: its SSE streams did not survive (their readers reconnect with Last-Event-ID).
       const now = this.counts();
       const heard = this.reporter.reported;
@@ -155,7 +192,8 @@ export class Relay extends DurableObject<Env> {
     let sub: Subscriber;
     let response: Response;
     if (s.mode === "ws") {
-      ({ sub, response } = this.subs.acceptSocket(s.floor, s.expiresAt, s.client, s.batch, s.presence));
+      const maxRate = s.maxRate ?? null;
+      ({ sub, response } = this.subs.acceptSocket(s.floor, s.expiresAt, s.client, s.batch, s.presence, maxRate));
     } else {
       const opened = this.subs.hub.connect(s.floor, s.expiresAt, s.client);
       opened.client.presence = s.presence;
@@ -163,6 +201,8 @@ export class Relay extends DurableObject<Env> {
       response = opened.response;
       this.lifetime.scheduleHeartbeat(Date.now());
     }
+    // Its own rate (docs/api.md, "Each reader's rate"): held to it from its replay on.
+    if (s.maxRate) this.stream.thinned.readers.join("ws" in sub ? sub.ws : sub.sse, s.maxRate);
     // A token verified a moment before its expiry asks for a time already past: the alarm runs at once.
     if (s.expiresAt !== null) this.alarms.request(s.expiresAt);
     // Counted by the channel before the subscriber is answered: stats and MAX_SUBSCRIBERS see it,
@@ -224,6 +264,7 @@ export class Relay extends DurableObject<Env> {
     if (!this.identity) return;
     const earliest = this.lifetime.expire(now);
     if (this.reporter.due()) this.reporter.changed();
+    this.stream.thinned.tick(now);
     this.lifetime.schedule(now, earliest);
   }
 
@@ -246,6 +287,7 @@ export class Relay extends DurableObject<Env> {
     this.storedRest = null;
     this.storedSeq = null;
     this.lifetime.reset();
+    this.stream.thinned.readers.reset();
     this.alarms.cleared(); // deleteAll deletes the alarm too
     this.ctx.storage.deleteAll().catch((e: unknown) => {
       console.error("floodgate relay: could not delete its storage", e instanceof Error ? e.message : e);

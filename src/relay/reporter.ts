@@ -28,6 +28,12 @@ export interface ReportingRelay {
   /** A connection host's lane on a Pusher presence channel: `user_info`s to send (src/relay/calls.ts `infos`). */
   infos?(): [string, string | null][] | undefined;
   subscriberCount(): number;
+  /**
+   * Its thinned subscribers now, and the skips it has not reported yet (taken: `skipped` hears them
+   * back when the report fails) (docs/api.md, "Each reader's rate").
+   */
+  readers?(): { thinned: number; skipped: number };
+  unreported?(skipped: number): void;
   channel(): Pick<ChannelForRelay, "relayReport">;
   /** A report got through while the relay has subscribers: store what the channel heard. */
   store(): void;
@@ -126,6 +132,7 @@ export class RelayReporter {
     this.slowClosed = 0;
     const counts = this.relay.counts();
     const infos = this.relay.infos?.();
+    const readers = this.relay.readers?.();
     try {
       const answer = await this.relay.channel().relayReport(id.channel, {
         relay: id.relay,
@@ -138,6 +145,7 @@ export class RelayReporter {
         slowClosed,
         presence: this.relay.presenceCount(),
         ...(infos && infos.length > 0 ? { infos } : {}),
+        ...(readers ? { thinned: readers.thinned, skipped: readers.skipped } : {}),
       });
       this.reported = { websockets: counts.websockets, sse: counts.sse };
       this.owed = false;
@@ -147,6 +155,7 @@ export class RelayReporter {
       // Told again with the next report.
       this.joined.push(...joined);
       this.slowClosed += slowClosed;
+      if (readers?.skipped) this.relay.unreported?.(readers.skipped);
       throw e;
     }
   }

@@ -3,10 +3,10 @@
  * sends under the per-subscriber byte bound, and what is built once per pass and shared — which side
  * frames each subscriber takes ({@link SideCut}) and the packed texts of a call ({@link PackedOnce}).
  */
-import { INTERNAL_CLOSE, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON } from "../wire/close-codes";
+import { INTERNAL_CLOSE } from "../wire/close-codes";
 import { type LiveFrame, packFrames, type SideEvent, type SideFrame } from "../wire/frame-text";
-import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 import { SocketBacklog } from "./memory";
+import { THIN_AT_BYTES } from "./slowness";
 import type { SseClient } from "./sse-hub";
 import type { RelaySubscribers } from "./subscribers";
 
@@ -16,24 +16,29 @@ export interface SendTally {
   closed: number;
   /** A pass over every open WebSocket: what each has waiting, for the memory bound. */
   backlog: SocketBacklog;
+  /**
+   * Subscribers past half the byte bound after the pass, with their backlog: each is thinned (or, at
+   * 1/s and still over the bound, closed) after the pass (src/relay/thinned-stream.ts).
+   */
+  over: { sub: WebSocket | SseClient; bytes: number }[];
 }
 
 /** A tally for a pass over every open WebSocket. */
 export function newTally(): SendTally {
-  return { slow: 0, closed: 0, backlog: new SocketBacklog() };
+  return { slow: 0, closed: 0, backlog: new SocketBacklog(), over: [] };
 }
 
-/** Runs one socket's sends; a socket past the byte bound is closed, one whose send fails is dropped. */
+/**
+ * Runs one socket's sends; one whose send fails is dropped. Sends do not block: a stalled reader's
+ * bytes wait in its socket, and one past half the bound is thinned after the pass, so it never slows
+ * the others and is closed only if it still overflows at 1 message a second.
+ */
 export function sendTo(ws: WebSocket, tally: SendTally, send: () => void): void {
   try {
     send();
-    // Unread bytes past the bound: stop sending and close, so one stalled reader can hold at
-    // most the bound plus one batch, and never slows the others (sends do not block).
     const waiting = ws.bufferedAmount;
-    if (waiting > SUBSCRIBER_MAX_BEHIND_BYTES) {
-      tally.slow++;
-      ws.close(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-    } else tally.backlog.add(ws, waiting);
+    tally.backlog.add(ws, waiting);
+    if (waiting > THIN_AT_BYTES) tally.over.push({ sub: ws, bytes: waiting });
   } catch {
     // A socket whose send fails is dropped without disturbing the others.
     tally.closed++;
@@ -43,6 +48,12 @@ export function sendTo(ws: WebSocket, tally: SendTally, send: () => void): void 
       // already gone
     }
   }
+}
+
+/** A socket sent nothing in a pass: its backlog still counts for the memory bound, and is still looked at. */
+export function tallyWaiting(ws: WebSocket, tally: SendTally, bytes = ws.bufferedAmount): void {
+  tally.backlog.add(ws, bytes);
+  if (bytes > THIN_AT_BYTES) tally.over.push({ sub: ws, bytes });
 }
 
 /** The kinds of side frame, in the order of their bits in a {@link SideCut} mask. */

@@ -1,9 +1,9 @@
 /**
  * A relay's Server-Sent Events subscribers (docs/api.md, "Subscribing"; "Slow subscribers"): each
  * reader is a stream whose backlog is counted in bytes on its writable side, so a reader that falls
- * {@link SUBSCRIBER_MAX_BEHIND_BYTES} behind is cut off (a clean end: the client reconnects with
- * `Last-Event-ID`) instead of being buffered for without bound, and never slows the others (writes do
- * not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
+ * behind is thinned and, still over {@link SUBSCRIBER_MAX_BEHIND_BYTES} at 1 message a second, cut off
+ * (a clean end: the client reconnects with `Last-Event-ID`) instead of being buffered for without
+ * bound, and never slows the others (writes do not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
  * one opened with a token ends with `event: expired` when the token does ({@link SseHub.expire}).
  */
 
@@ -86,16 +86,13 @@ export class SseHub {
     if (!client.closed) this.live.add(client);
   }
 
-  /** Writes one chunk of events; false when this write found the reader too far behind and cut it off. */
-  write(client: SseClient, chunk: Uint8Array): boolean {
-    if (client.closed) return true;
-    const backlog = client.writer.desiredSize;
-    if (backlog !== null && backlog <= 0) {
-      this.drop(client, true);
-      return false;
-    }
+  /**
+   * Writes one chunk of events, whatever waits already: a reader past half the bound is thinned by the
+   * relay after the pass, and cut off ({@link cut}) only if it still overflows at 1 message a second.
+   */
+  write(client: SseClient, chunk: Uint8Array): void {
+    if (client.closed) return;
     client.writer.write(chunk).catch(() => this.drop(client));
-    return true;
   }
 
   /** Bytes queued for a reader and not yet taken by its connection. */
@@ -110,15 +107,18 @@ export class SseHub {
   }
 
   /**
-   * Ends, with `event: expired`, every stream whose token expired by `now`; answers how many. The
-   * event carries the reader's position (`position`: the last seq it was sent or is past) as its
-   * `seq` and `id`, so the client resumes with `?after=` from there even when it was sent nothing.
+   * Ends, with `event: expired` (after what `last` writes), every stream whose token expired by `now`;
+   * answers how many. The event carries the reader's position (`position`: the last seq it was sent or
+   * is past) as its `seq` and `id`, so the client resumes with `?after=` from there even when it was
+   * sent nothing.
    */
-  expire(now: number, position: (client: SseClient) => number): number {
+  expire(now: number, position: (client: SseClient) => number, last?: (client: SseClient) => void): number {
     let n = 0;
     for (const client of [...this.all]) {
       if (client.expiresAt === null || client.expiresAt > now) continue;
       n++;
+      // What it is told before it ends (a thinned reader's last summary).
+      last?.(client);
       const seq = position(client);
       // Written whatever the backlog: it is the reader's last event, and the stream ends after it.
       client.writer.write(encoder.encode(`id: ${seq}\nevent: expired\ndata: ${expiredFrame(seq)}\n\n`)).catch(() => {});

@@ -21,6 +21,11 @@
  * is held first, since the joiner's replay already covers it, and floors are not passed until the
  * frames below them have gone out.
  *
+ * **Thinned subscribers** (docs/api.md, "Each reader's rate"; "Slow subscribers") — a `max_rate`, or
+ * a backlog past half the byte bound — take their share of each pass through src/relay/thinned-stream.ts;
+ * a pass without them is what it always was. After a pass, subscribers past half the bound are thinned
+ * and thinned ones that drained lifted a step; one still over the bound at 1/s is closed.
+ *
  * **Side frames** (summaries, presence: docs/api.md, "Side frames") come with a call after its
  * messages and go to the live subscribers that take them ({@link RelaySubscribers.wantsSide}), packed
  * with the messages for packed sockets (and held with them under `FRAME_DELAY`); they carry no seq,
@@ -47,9 +52,11 @@ import { FRAME_MAX_BYTES, PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "./
 import type { ChannelForRelay } from "./calls";
 import { boundMemory, type SocketBacklog } from "./memory";
 import type { RelayReporter } from "./reporter";
-import { newTally, PackedOnce, type SendTally, SideCut, sendTo } from "./send-pass";
+import { newTally, PackedOnce, type SendTally, SideCut, sendTo, tallyWaiting } from "./send-pass";
+import { THIN_AT_BYTES } from "./slowness";
 import type { SseClient } from "./sse-hub";
 import { attachment, type RelaySubscribers, type Subscriber } from "./subscribers";
+import { type ThinnedStream, ThinPass } from "./thinned-stream";
 
 /** What the stream needs of its relay. */
 export interface StreamingRelay {
@@ -62,6 +69,8 @@ export interface StreamingRelay {
   frameDelayMs(): number;
   /** Most bytes of one packed frame ({@link FRAME_MAX_BYTES}; a test lowers it). */
   maxFrameBytes(): number;
+  /** The relay's clock (epoch ms): thinned subscribers' buckets and steps. */
+  now(): number;
 }
 
 export class RelayStream {
@@ -80,6 +89,8 @@ export class RelayStream {
     private readonly relay: StreamingRelay,
     private readonly subs: RelaySubscribers,
     private readonly reporter: RelayReporter,
+    /** The subscribers it thins, and their sends (src/relay/thinned-stream.ts). */
+    readonly thinned: ThinnedStream,
   ) {}
 
   /** Runs `task` after every earlier delivery and replay; a failure fails only its own caller. */
@@ -157,10 +168,14 @@ export class RelayStream {
     // The replay covers what is held: it goes to those live before this joiner goes live too.
     this.flushHeld();
     const upTo = this.lastSeq ?? 0;
+    const to = "ws" in sub ? sub.ws : sub.sse;
+    const reader = this.thinned.readers.get(to);
     if (floor < upTo) {
-      let page: { frames: LiveFrame[]; more: boolean };
+      let page: { frames: LiveFrame[]; more: boolean } = { frames: [], more: false };
       try {
-        page = await this.relay.channel().framesAfter(floor, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
+        // A subscriber with a max_rate replays within its budget, page by page (never cut short).
+        if (reader) await this.thinned.replay(to, reader, floor, upTo);
+        else page = await this.relay.channel().framesAfter(floor, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
       } catch (e) {
         console.error("floodgate relay: replay failed", e instanceof Error ? e.message : e);
         this.subs.leave(sub, INTERNAL_CLOSE, "replay failed; reconnect with ?after=<last seq received>");
@@ -180,11 +195,12 @@ export class RelayStream {
       }
     }
     if (first && this.subs.isOpen(sub)) {
-      const to = "ws" in sub ? sub.ws : sub.sse;
       this.sendSideTo(to, [first]);
       this.subs.presenceSent(to, first.version ?? 0);
     }
     this.subs.goLive(sub, floor, upTo);
+    // What it holds from its replay goes out as room comes.
+    if (reader) this.thinned.readers.wake(this.relay.now());
   }
 
   /** Side frames to one subscriber alone (its presence `state`, the presence news newer than it). */
@@ -213,14 +229,24 @@ export class RelayStream {
     const hold = this.relay.frameDelayMs() > 0;
     const cut = new SideCut(side, this.subs);
     const packed = new PackedOnce(frames, cut, this.relay.maxFrameBytes());
+    // Thinned subscribers (src/relay/thinned-stream.ts) take their share; nobody else pays for them.
+    const readers = this.thinned.readers;
+    const now = this.relay.now();
+    readers.offered(frames.length, now);
+    const pass = readers.size > 0 ? new ThinPass() : null;
     for (const ws of sockets) {
       if (this.subs.joining.has(ws)) {
-        tally.backlog.add(ws, ws.bufferedAmount);
+        tallyWaiting(ws, tally);
+        continue;
+      }
+      const reader = pass ? readers.get(ws) : undefined;
+      if (reader && pass && !(hold && this.subs.isBatched(ws))) {
+        this.thinned.sendSocket(ws, reader, this.subs.pastFloor(ws, frames), cut, tally, pass, now);
         continue;
       }
       if (this.subs.isBatched(ws)) {
         if (!hold) this.sendPacked(ws, frames, packed, tally);
-        else tally.backlog.add(ws, ws.bufferedAmount);
+        else tallyWaiting(ws, tally);
         continue;
       }
       const floor = this.subs.floors.get(ws);
@@ -238,15 +264,21 @@ export class RelayStream {
       const first = frames[0]?.seq ?? 0;
       for (const client of [...hub.live]) {
         const mask = cut.mask(client);
-        let own: Uint8Array;
-        if (frames.length > 0 && client.floor >= first) {
+        const reader = pass ? readers.get(client) : undefined;
+        let own: Uint8Array | null;
+        if (reader && pass) {
+          const mine = client.floor >= first ? frames.filter((f) => f.seq > client.floor) : frames;
+          own = this.thinned.sseChunk(client, reader, mine, cut, pass, now);
+        } else if (frames.length > 0 && client.floor >= first) {
           const mine = frames.filter((f) => f.seq > client.floor).map(sseEvent);
           own = sseChunk([...mine, ...cut.frames(mask).map(sideSseEvent)]);
         } else {
           own = shared.get(mask) ?? sseChunk([...events, ...cut.frames(mask).map(sideSseEvent)]);
           shared.set(mask, own);
         }
-        if (own.byteLength > 0 && !hub.write(client, own)) tally.slow++;
+        if (own && own.byteLength > 0) hub.write(client, own);
+        const bytes = hub.backlog(client);
+        if (bytes > THIN_AT_BYTES) tally.over.push({ sub: client, bytes });
       }
     }
     this.settle(tally);
@@ -289,9 +321,15 @@ export class RelayStream {
     this.heldBytes = 0;
     const tally = newTally();
     const packed = new PackedOnce(frames, new SideCut(side, this.subs), this.relay.maxFrameBytes());
+    const readers = this.thinned.readers;
+    const pass = readers.size > 0 ? new ThinPass() : null;
+    const now = this.relay.now();
     for (const ws of this.subs.sockets()) {
-      if (!this.subs.joining.has(ws) && this.subs.isBatched(ws)) this.sendPacked(ws, frames, packed, tally);
-      else tally.backlog.add(ws, ws.bufferedAmount);
+      const reader = pass ? readers.get(ws) : undefined;
+      if (this.subs.joining.has(ws) || !this.subs.isBatched(ws)) tallyWaiting(ws, tally);
+      else if (reader && pass)
+        this.thinned.sendSocket(ws, reader, this.subs.pastFloor(ws, frames), packed.cut, tally, pass, now);
+      else this.sendPacked(ws, frames, packed, tally);
     }
     this.passFloors();
     this.settle(tally);
@@ -331,7 +369,7 @@ export class RelayStream {
         ? packed.texts(mask)
         : packFrames([...frames.filter((f) => f.seq > floor), ...packed.cut.frames(mask)], this.relay.maxFrameBytes());
     if (texts.length === 0) {
-      tally.backlog.add(ws, ws.bufferedAmount);
+      tallyWaiting(ws, tally);
       return;
     }
     sendTo(ws, tally, () => {
@@ -340,6 +378,9 @@ export class RelayStream {
   }
 
   private settle(tally: SendTally): void {
+    // Subscribers past half the bound are thinned; thinned ones that drained are lifted a step.
+    if (tally.over.length > 0 || this.thinned.readers.slowed().size > 0)
+      this.thinned.watchBacklogs(tally, this.relay.now());
     if (tally.slow > 0) this.reporter.slow(tally.slow);
     if (tally.slow > 0 || tally.closed > 0) this.reporter.changed();
     this.boundMemory(tally.backlog);

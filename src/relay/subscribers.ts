@@ -6,6 +6,8 @@
  */
 
 import type { SideEvent, SideFrame } from "../wire/frame-text";
+import { type ReaderRate, rateText } from "./reader-rate";
+import type { Slowness } from "./slowness";
 import { type SseClient, SseHub } from "./sse-hub";
 
 /** `WebSocket.OPEN`. */
@@ -16,7 +18,8 @@ const OPEN = 1;
  * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous); it is
  * counted for `client` (src/channel/client-cap.ts); with `batch` it asked for packed frames
  * (`?batch=1`, docs/api.md, "Packed frames"); with `presence` it takes presence frames (`?presence=1`,
- * docs/api.md, "Presence").
+ * docs/api.md, "Presence"); with `maxRate` it asked for its own rate, and `slow` is how its relay thins
+ * it for reading too slowly (docs/api.md, "Each reader's rate"): what its reader needs after hibernation.
  */
 export interface SocketAttachment {
   floor: number;
@@ -24,6 +27,9 @@ export interface SocketAttachment {
   client?: string;
   batch?: boolean;
   presence?: boolean;
+  /** Its own rate (`?max_rate=`, as src/relay/reader-rate.ts writes it), and its thinning for slowness. */
+  maxRate?: string;
+  slow?: Slowness;
 }
 
 /** A subscriber being replayed to or live. */
@@ -68,11 +74,14 @@ export class RelaySubscribers {
     client: string,
     batch: boolean,
     presence = false,
+    maxRate: ReaderRate | null = null,
   ): { sub: Subscriber; response: Response } {
     const pair = new WebSocketPair();
     const [peer, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server);
-    server.serializeAttachment({ floor, expiresAt, client, batch, presence } satisfies SocketAttachment);
+    const kept: SocketAttachment = { floor, expiresAt, client, batch, presence };
+    if (maxRate) kept.maxRate = rateText(maxRate);
+    server.serializeAttachment(kept);
     this.batchedSockets.set(server, batch);
     this.presenceSockets.set(server, presence);
     this.joining.add(server);
@@ -85,6 +94,18 @@ export class RelaySubscribers {
    */
   sockets(): WebSocket[] {
     return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
+  }
+
+  /** A socket's thinning for slowness changed: kept in its attachment, for after hibernation. */
+  keepSlowness(ws: WebSocket, slow: Slowness | null): void {
+    const a = attachment(ws);
+    if (!a) return;
+    const { slow: _, ...rest } = a;
+    try {
+      ws.serializeAttachment(slow ? { ...rest, slow } : rest);
+    } catch {
+      // closed meanwhile
+    }
   }
 
   /** The socket asked for packed frames (`?batch=1`). */
@@ -174,6 +195,12 @@ export class RelaySubscribers {
   /** Floors at or below `lastSeq` are passed: those sockets take every live frame from now on. */
   passFloors(lastSeq: number): void {
     if (this.floors.size > 0) for (const [ws, floor] of this.floors) if (floor <= lastSeq) this.floors.delete(ws);
+  }
+
+  /** The frames past a socket's floor (it joined ahead of some of them). */
+  pastFloor<F extends { seq: number }>(ws: WebSocket, frames: F[]): F[] {
+    const floor = this.floors.get(ws);
+    return floor === undefined ? frames : frames.filter((f) => f.seq > floor);
   }
 
   /** Replayed: the subscriber is sent live messages from now on. */

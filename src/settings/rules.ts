@@ -1,6 +1,6 @@
 /**
- * What the settings say about one channel: its target, its summary rule, its shard rule, whether it
- * is thinned — and the one exception every rule shares: the analytics channel (the record of dropped
+ * What the settings say about one channel: its target, its summary and conflation rules, its shard
+ * rule, whether it is thinned — and the one exception every rule shares: the analytics channel (the record of dropped
  * messages) is never throttled, summarised or sharded ({@link isAnalytics} is where that is known).
  */
 import { anyPatternMatches, type ChannelName, type Rule, selectRule } from "../wire/channel-names";
@@ -27,6 +27,15 @@ export function targetFor(settings: Settings, channel: ChannelName, runtime?: un
 export function summaryFor(settings: Settings, channel: ChannelName): SummaryRule | null {
   if (isAnalytics(settings, channel)) return null;
   return selectRule(settings.throttleSummary, channel)?.value ?? null;
+}
+
+/**
+ * The conflation rule of a channel (`CONFLATE_KEYS`, most specific wins), or null: a subscriber with a
+ * `max_rate` skips what finds no room instead of holding the latest per key.
+ */
+export function conflationFor(settings: Settings, channel: ChannelName): SummaryRule | null {
+  if (isAnalytics(settings, channel)) return null;
+  return selectRule(settings.conflateKeys, channel)?.value ?? null;
 }
 
 /** Whether a channel's drops use deterministic thinning (`THROTTLE_THINNING`). */

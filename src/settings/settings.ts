@@ -83,6 +83,8 @@ export interface Settings {
   throttleSummary: Rule<SummaryRule>[];
   /** `SUMMARY_INTERVAL`: the period of summary frames, in ms. */
   summaryIntervalMs: number;
+  /** `CONFLATE_KEYS`: channel pattern → the JSON Pointer whose value is a message's conflation key. */
+  conflateKeys: Rule<SummaryRule>[];
   /** Largest occupancy at which presence is announced per join and leave (docs/api.md, "Presence"). */
   presenceAnnounceMax: number;
   /** Period of interval presence above {@link Settings.presenceAnnounceMax}, in ms. */
@@ -101,13 +103,13 @@ export interface CorsOrigins {
   anyForPublicReads: boolean;
 }
 
-/** A `THROTTLE_SUMMARY` rule's pointer, as written and parsed into its reference tokens. */
+/** A `THROTTLE_SUMMARY` (or `CONFLATE_KEYS`) rule's pointer, as written and parsed into its reference tokens. */
 export interface SummaryRule {
   pointer: string;
   tokens: string[];
 }
 
-/** A `THROTTLE_SUMMARY` value: a JSON Pointer (RFC 6901) as a string. @throws PointerError */
+/** A `THROTTLE_SUMMARY` or `CONFLATE_KEYS` value: a JSON Pointer (RFC 6901) as a string. @throws PointerError */
 function summaryRule(value: unknown): SummaryRule {
   if (typeof value !== "string") throw new PointerError('the value must be a JSON Pointer string such as "/emoji"');
   return { pointer: value, tokens: parsePointer(value) };
@@ -224,6 +226,7 @@ export function parseConfig(raw: RawConfig): Settings {
       MAX_SUMMARY_INTERVAL_MS,
       "from 250ms to 1h",
     ),
+    conflateKeys: patternRules(raw, "CONFLATE_KEYS", summaryRule),
     presenceAnnounceMax: wholeNumber(raw, "PRESENCE_ANNOUNCE_MAX", 0, MAX_PRESENCE_ANNOUNCE),
     presenceIntervalMs: duration(
       raw,

@@ -7,7 +7,10 @@
 export const TOKEN_EXPIRED_CLOSE = 4001;
 export const TOKEN_EXPIRED_REASON = "token expired";
 
-/** A subscriber that fell too far behind (over 1 MiB unread); it may resume with `?after=`. */
+/**
+ * A subscriber that fell too far behind: over 1 MiB unread after its relay thinned it to 1 message a
+ * second (or a replay of over 1 MiB); it may resume with `?after=`.
+ */
 export const SLOW_CONSUMER_CLOSE = 4008;
 export const SLOW_CONSUMER_REASON = "slow consumer: over 1 MiB unread; reconnect with ?after=<last seq received>";
 /** The same close when its relay's memory for all subscribers together is full and it is the most behind. */

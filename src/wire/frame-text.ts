@@ -9,6 +9,8 @@ import { TOKEN_EXPIRED_REASON } from "./close-codes";
 
 /** The fields of a stored message a frame carries. */
 export interface MessageFields {
+  /** Published with `Floodgate-Priority: high` (kept beside the frame, never in its text). */
+  priority?: boolean | number | null;
   seq: number;
   id: string;
   /** The payload as minified JSON text. */
@@ -20,6 +22,11 @@ export interface MessageFields {
 
 /** One message's frame with its seq (SSE uses the seq as the event id; relays use it for order). */
 export interface LiveFrame {
+  /**
+   * A priority message (docs/api.md, "Priority messages"): a subscriber's own rate never skips it
+   * (docs/api.md, "Each reader's rate"). Beside the text, never in it: only relays read it.
+   */
+  priority?: true;
   seq: number;
   text: string;
   /**
@@ -82,6 +89,21 @@ export function frameHead(key: string): string {
 export function channelFields(key: string): string {
   const { channel, shard } = splitShardKey(key);
   return `"channel":${JSON.stringify(channel)}${shard === null ? "" : `,"shard":${JSON.stringify(shard)}`}`;
+}
+
+/**
+ * What one subscriber skipped in [`from`, `to`) (docs/api.md, "Each reader's rate"), as text: a
+ * side frame, sent to that subscriber alone. `byKey` when the channel groups its summaries.
+ */
+export function subscriberSummaryFrame(
+  key: string,
+  from: number,
+  to: number,
+  skipped: number,
+  byKey: Record<string, number> | null,
+): string {
+  const grouped = byKey ? `,"by_key":${JSON.stringify(byKey)}` : "";
+  return `{"type":"summary","scope":"subscriber",${channelFields(key)},"from":${from},"to":${to},"skipped":${skipped}${grouped}}`;
 }
 
 /** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */

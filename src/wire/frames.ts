@@ -32,6 +32,24 @@ export interface SummaryFrame {
 }
 
 /**
+ * What one subscriber skipped in [`from`, `to`) (epoch ms) for its own rate (`?max_rate=`) or because
+ * its relay thinned it for reading too slowly (docs/api.md, "Each reader's rate"): `skipped` messages,
+ * grouped in `by_key` like a summary of drops when the channel has a `THROTTLE_SUMMARY` rule. Every
+ * message the channel delivered while it was subscribed is either received or counted in exactly one
+ * of these. A side frame: no seq, never in history, never replayed.
+ */
+export interface SubscriberSummaryFrame {
+  type: "summary";
+  scope: "subscriber";
+  channel: string;
+  shard?: string;
+  from: number;
+  to: number;
+  skipped: number;
+  by_key?: Record<string, number>;
+}
+
+/**
  * A presence frame (docs/api.md, "Presence"), a side frame: `state` first (counting the new
  * subscriber), then `join` and `leave` in a small channel, or at most one `interval` per
  * `PRESENCE_INTERVAL` in a large one.
@@ -50,7 +68,7 @@ export interface ExpiredFrame {
 }
 
 /** Every frame a subscriber may receive; with `?batch=1` a WebSocket text frame is an array of them. */
-export type SubscriberFrame = MessageFrame | SummaryFrame | PresenceFrame | ExpiredFrame;
+export type SubscriberFrame = MessageFrame | SummaryFrame | SubscriberSummaryFrame | PresenceFrame | ExpiredFrame;
 
 /** The SSE event name of each side frame (`event: summary`, `event: presence`, `event: expired`). */
 export type SideEventName = "summary" | "presence" | "expired";

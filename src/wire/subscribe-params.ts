@@ -23,6 +23,11 @@ export interface SubscribeParams {
   batch?: boolean;
   /** Presence frames too (docs/api.md, "Presence"). */
   presence?: boolean;
+  /**
+   * At most this many messages a second, as a rate shorthand (`5/s`, `120/m`: 1/s to 1000/s), the
+   * rest skipped or held per key and counted in subscriber summaries (docs/api.md, "Each reader's rate").
+   */
+  maxRate?: string;
 }
 
 /** The query string of a subscribe asking for `p` (parameters left out are off). */
@@ -31,6 +36,7 @@ export function subscribeQuery(p: SubscribeParams): URLSearchParams {
   if (p.after !== undefined) q.set("after", String(p.after));
   if (p.batch) q.set("batch", "1");
   if (p.presence) q.set("presence", "1");
+  if (p.maxRate !== undefined) q.set("max_rate", p.maxRate);
   return q;
 }
 
@@ -56,15 +62,17 @@ export function switchParam(name: string, value: string | undefined | null): boo
 
 /**
  * A subscribe's parameters from its query (`get`) and, for SSE, its `Last-Event-ID` (`?after` wins).
- * `batch` is checked on SSE too, which sends one event per message either way. @throws ApiError 400
+ * `batch` is checked on SSE too, which sends one event per message either way. `maxRate` is the
+ * `max_rate` text as given (null: absent); its value is read where rates are (the Worker's route).
+ * @throws ApiError 400
  */
 export function readSubscribeQuery(
   get: (name: string) => string | undefined,
   lastEventId: string | undefined | null,
-): { after: number | null; batch: boolean; presence: boolean } {
+): { after: number | null; batch: boolean; presence: boolean; maxRate: string | null } {
   const batch = switchParam("batch", get("batch"));
   const presence = switchParam("presence", get("presence"));
   let after = wholeParam(get("after"), "after");
   if (after === null && lastEventId !== undefined) after = wholeParam(lastEventId, "Last-Event-ID");
-  return { after, batch, presence };
+  return { after, batch, presence, maxRate: get("max_rate") ?? null };
 }

@@ -5,6 +5,7 @@
  * relays, a relay's eviction, failed calls and a resume on another relay; a slow relay or subscriber
  * holds up nobody else. How relays are counted and let go: test/relay/relay-counts.test.ts.
  */
+
 import { createExecutionContext, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ChannelObject } from "../../src/channel/channel-object";
@@ -21,6 +22,7 @@ import {
   until,
   withFailing,
 } from "../support/helpers";
+import { relayClock } from "../support/reader-fixtures";
 import {
   CAPACITY,
   channelStub,
@@ -272,7 +274,7 @@ describe("independence", () => {
     await settled(ch);
   });
 
-  it("a stalled subscriber on one relay is closed past 1 MiB and slows nobody, on its relay or another", async () => {
+  it("a stalled subscriber on one relay is thinned, then closed, and slows nobody, on its relay or another", async () => {
     const ch = `public:relays.${uniq()}`;
     const res = await worker.fetch(
       new Request(`${BASE}/v1/subscribe/${ch}`, { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } }),
@@ -281,16 +283,24 @@ describe("independence", () => {
     );
     const stalledWs = res.webSocket;
     if (!stalledWs) throw new Error("no socket");
-    // Never accepted: nothing is read, so its relay's sends pile up in its buffer.
+    // Never accepted: nothing is read, so its relay's sends pile up in its buffer. Its relay (the
+    // first) runs on the test's clock, 10 messages a second, so thinning it takes seconds, not sleeps.
+    const clock = await relayClock(ch, 0);
     const subs = await openSockets(ch, 14);
     const big = "x".repeat(30_000);
-    for (let i = 1; i <= 60; i++) {
-      await channelStub(ch).publishMany([
-        { channel: ch, data: JSON.stringify({ i, big }), publisher: "p", action: "deliver", now: Date.now() },
-      ]);
+    let n = 0;
+    while ((await stats(ch)).occupancy === 15 && n < 400) {
+      for (let k = 0; k < 10; k++) {
+        n++;
+        clock.at += 100;
+        await channelStub(ch).publishMany([
+          { channel: ch, data: JSON.stringify({ i: n, big }), publisher: "p", action: "deliver", now: Date.now() },
+        ]);
+      }
+      for (const s of subs) await s.next(n);
     }
-    for (const s of subs) expect(seqs(await s.next(60))).toEqual(range(1, 60));
-    await until(async () => (await stats(ch)).occupancy === 14, "the stalled subscriber's close to be counted");
+    for (const s of subs) expect(seqs(await s.next(n))).toEqual(range(1, n));
+    expect((await stats(ch)).occupancy).toBe(14);
     const done = closed(stalledWs);
     stalledWs.accept();
     expect(await done).toMatchObject({ code: 4008 });

@@ -7,7 +7,9 @@ import { boundMemory, SocketBacklog } from "../../src/relay/memory";
 import type { RelaySubscribers } from "../../src/relay/subscribers";
 
 function relayOf(waiting: number[], sse: number[] = []) {
-  const sockets = waiting.map((bufferedAmount, i) => ({ bufferedAmount, name: `ws${i}` }) as unknown as WebSocket);
+  const sockets = waiting.map(
+    (bufferedAmount, i) => ({ bufferedAmount, readyState: 1, name: `ws${i}` }) as unknown as WebSocket,
+  );
   const streams = sse.map((bytes, i) => ({ bytes, name: `sse${i}` }));
   const closed: string[] = [];
   let reads = 0;

@@ -1,8 +1,9 @@
 /**
  * What one subscriber can cost (docs/security.md): a subscriber that talks is closed with 1008 (ping
- * is answered by the runtime); one that falls more than 1 MiB behind, WebSocket or SSE, live or in a
- * replay, is cut off (4008, or the stream ends) and resumes with `?after=` / Last-Event-ID; readers
- * that keep up get everything, a flush of thousands of frames included.
+ * is answered by the runtime); a replay of more than 1 MiB, WebSocket or SSE, is cut off (4008, or the
+ * stream ends) and resumes with `?after=` / Last-Event-ID (a live reader that falls behind is thinned
+ * first: test/relay/slow-readers.test.ts); readers that keep up get everything, a flush of thousands
+ * of frames included.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
@@ -142,68 +143,10 @@ describe("slow subscribers are bounded in bytes, replays included", () => {
     }
     expect(seqs).toEqual(Array.from({ length: total }, (_, i) => i + 1));
   });
-
-  it("a live SSE reader more than 1 MiB behind is cut off (in bytes, not frames); a reading one gets everything", async () => {
-    const ch = `public:bounds.${uniq()}`;
-    const stalled = await call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } });
-    expect(stalled.status).toBe(200); // never read from until the end
-    const live = await openSocket(ch);
-    await fill(ch, total, size); // 100 frames: far fewer than any frame-count bound
-    const frames = await live.next(total);
-    expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
-    expect(await channelStats(ch)).toMatchObject({ sse: 0, websockets: 1, slow_consumers_closed: 1 });
-    live.ws.close();
-    const kept = await readSse(stalled, total);
-    expect(kept.length).toBeLessThan(total);
-    expect(kept.map((e) => Number(e.id))).toEqual(Array.from({ length: kept.length }, (_, i) => i + 1));
-  });
 });
 
-describe("slow consumer", () => {
-  it("a WebSocket reader that stops reading is closed with 4008 past 1 MiB unread, and can resume", async () => {
-    const ch = `public:hostile.${uniq()}`;
-    const res = await call(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } });
-    const stalled = res.webSocket;
-    if (!stalled) throw new Error("no socket");
-    // Not accepted yet: nothing is read, so the channel's sends pile up in the socket's buffer.
-    const live = await openSocket(ch);
-    const stub = env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-    const big = "x".repeat(30_000);
-    const total = 100; // 3 MB: about three times the bound
-    for (let i = 0; i < total; i++) {
-      await stub.publishMany([
-        { channel: ch, data: JSON.stringify({ i, big }), publisher: "p", action: "deliver", now: Date.now() },
-      ]);
-    }
-    // The reader that keeps up gets everything, in order.
-    const frames = await live.next(total);
-    expect(frames.map((f) => (f.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
-    const stats = await channelStats(ch);
-    expect(stats).toMatchObject({ websockets: 1, slow_consumers_closed: 1 });
-    // The stalled reader, reading at last: a gapless prefix of about the bound, then the close.
-    const got: number[] = [];
-    const closed = new Promise<{ code: number; reason: string }>((resolve) => {
-      stalled.addEventListener("close", (ev) => resolve({ code: ev.code, reason: ev.reason }));
-    });
-    stalled.addEventListener("message", (ev) => got.push((JSON.parse(ev.data as string) as { seq: number }).seq));
-    stalled.accept();
-    const close = await closed;
-    expect(close.code).toBe(SLOW_CONSUMER_CLOSE);
-    expect(close.reason).toMatch(/slow consumer.*after=/);
-    expect(got).toEqual(Array.from({ length: got.length }, (_, i) => i + 1));
-    const bytesPerFrame = 30_100;
-    expect(got.length).toBeGreaterThanOrEqual(Math.floor(SUBSCRIBER_MAX_BEHIND_BYTES / bytesPerFrame));
-    expect(got.length).toBeLessThan(total);
-    // Resuming after the last seq it got brings the rest, nothing skipped or repeated (a replay is
-    // bounded in bytes too, so the rest may take more than one resume: "slow subscribers are bounded in bytes" above).
-    const resumed = await openSocket(ch, `?after=${got.at(-1)}`);
-    const rest = await resumed.next(10);
-    expect(rest.map((f) => f.seq)).toEqual(Array.from({ length: 10 }, (_, i) => got.length + i + 1));
-    live.ws.close();
-    resumed.ws.close();
-  });
-  // The SSE reader that stops reading: "slow subscribers are bounded in bytes" above (the bound is in bytes).
-});
+// A live reader that stops reading (WebSocket or SSE) is thinned before it is closed, and resumes
+// with ?after=: test/relay/slow-readers.test.ts.
 
 describe("SSE under a busy channel", () => {
   it("a flush of thousands of frames reaches every reading SSE subscriber whole", async () => {

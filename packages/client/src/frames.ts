@@ -5,5 +5,6 @@ export type {
   ExpiredFrame,
   MessageFrame as Message,
   PresenceFrame,
+  SubscriberSummaryFrame as SkippedSummary,
   SummaryFrame as Summary,
 } from "../../../src/wire/frames.js";

@@ -6,7 +6,7 @@
 import { subscribeQuery } from "../../../src/wire/subscribe-params.js";
 import { type ConnectionState, connectionStates, type StateChange } from "./connection-state.js";
 import { FloodgateError } from "./errors.js";
-import type { ExpiredFrame, Message, PresenceFrame, Summary } from "./frames.js";
+import type { ExpiredFrame, Message, PresenceFrame, SkippedSummary, Summary } from "./frames.js";
 import type { Session } from "./session.js";
 import { connectSse } from "./sse.js";
 import { type ConnectionEvents, transportFallback } from "./transport.js";
@@ -27,6 +27,19 @@ export interface SubscribeOptions {
    * `SUMMARY_INTERVAL` with drops); live only, never replayed on a reconnect.
    */
   onSummary?: (summary: Summary) => void;
+  /**
+   * At most this many messages a second for this subscription, as a rate shorthand from `1/s` to
+   * `1000/s` (`"5/s"`, `"120/m"`): its relay skips the rest for it alone (priority messages always
+   * come; on a `CONFLATE_KEYS` channel the latest message per key is held for it instead), and tells
+   * it what it skipped through `onSkipped`. Messages still come in seq order, with gaps.
+   */
+  maxRate?: string;
+  /**
+   * Gets each summary of what this subscription skipped — for its `maxRate`, or because its relay
+   * thinned it for reading too slowly — at most once per `SUMMARY_INTERVAL`: with the messages it
+   * received, they count everything the channel delivered while it was subscribed.
+   */
+  onSkipped?: (summary: SkippedSummary) => void;
   /**
    * Presence frames (`?presence=1`): who is here in a small channel, how many in a large one. A
    * reconnect starts again with a fresh `state` frame.
@@ -73,10 +86,11 @@ export function subscribe(
     if (typeof m.seq === "number" && Number.isSafeInteger(m.seq) && m.seq >= 0)
       position = Math.max(position ?? 0, m.seq);
   };
-  const deliverOne = (m: Message | Summary | PresenceFrame | ExpiredFrame) => {
+  const deliverOne = (m: Message | Summary | SkippedSummary | PresenceFrame | ExpiredFrame) => {
     if (closed || m === null || typeof m !== "object") return;
     if (m.type === "expired") return expiredAt(m);
     // Summaries and presence frames have no seq: they neither move lastSeq nor count as messages.
+    if (m.type === "summary" && "scope" in m) return void options.onSkipped?.(m);
     if (m.type === "summary") return void options.onSummary?.(m);
     if (m.type === "presence") return options.onPresence?.(m);
     if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
@@ -87,9 +101,10 @@ export function subscribe(
   // A text frame is one message, or (packed frames, `?batch=1`) an array of them in seq order,
   // handed to the application one by one.
   const deliver = (text: string) => {
-    let parsed: Message | Summary | PresenceFrame | (Message | Summary | PresenceFrame)[];
+    type Frame = Message | Summary | SkippedSummary | PresenceFrame;
+    let parsed: Frame | Frame[];
     try {
-      parsed = JSON.parse(text) as Message | Summary | PresenceFrame | (Message | Summary | PresenceFrame)[];
+      parsed = JSON.parse(text) as Frame | Frame[];
     } catch {
       return;
     }
@@ -124,7 +139,11 @@ export function subscribe(
     // Resume from the last seq (or the position the server gave, when further); with an explicit
     // `after` (even 0) the first connect replays too.
     const resume = lastSeq > 0 || options.after !== undefined || position !== null;
-    const params = { after: resume ? Math.max(lastSeq, position ?? 0) : undefined, presence: !!options.onPresence };
+    const params = {
+      after: resume ? Math.max(lastSeq, position ?? 0) : undefined,
+      presence: !!options.onPresence,
+      maxRate: options.maxRate,
+    };
     const query = subscribeQuery(params);
     const qs = query.toString() ? `?${query}` : "";
     // WebSockets ask for packed frames: fewer sends per message for the relay, same messages here.

@@ -8,7 +8,7 @@ import { Hono } from "hono";
 import * as z from "zod";
 import { splitShardKey } from "../../../functions/shard-key";
 import { pointJson } from "../../active-channels/series";
-import { RATE_LIMIT_BUCKETS, seriesKey } from "../../metrics/series";
+import { RATE_LIMIT_BUCKETS, READERS_SKIPPED_SERIES, readersThinnedSeries, seriesKey } from "../../metrics/series";
 import { activeChannelsStub } from "../../platform/stubs";
 import { formatDuration } from "../../settings/durations";
 import { isAnalytics, shardRuleFor, targetFor, thinningFor } from "../../settings/rules";
@@ -111,6 +111,13 @@ dashboard.get(documented(dashboard, overviewRoute), async (c) => {
       dropped: count("floodgate_messages_total", { result: "dropped" }),
     },
     rate_limits: Object.fromEntries(RATE_LIMIT_BUCKETS.map((b) => [b, decisions(b)])),
+    // Each reader's rate (docs/api.md, "Each reader's rate"): subscribers thinned (their max_rate, or
+    // for slowness) and messages skipped for them, in all; thinned now is per channel in its stats.
+    readers: {
+      skipped: count(READERS_SKIPPED_SERIES, {}),
+      thinned_max_rate: series[readersThinnedSeries("max_rate")] ?? 0,
+      thinned_slow: series[readersThinnedSeries("slow")] ?? 0,
+    },
     // The record of dropped messages, for the analytics channel's card: copies recorded and failed.
     record: {
       channel: config.analyticsChannel.name,

@@ -63,6 +63,9 @@ export function manifest(config: Settings) {
         ? { rules: config.throttleSummary.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })) }
         : {}),
     },
+    // CONFLATE_KEYS in selection order (docs/api.md, "Each reader's rate"): what a subscriber with a
+    // max_rate holds the latest of per key.
+    conflate_keys: config.conflateKeys.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })),
     // Presence (docs/api.md, "Presence"): announced per join and leave up to announce_max, above it
     // one interval frame per interval.
     presence: { announce_max: config.presenceAnnounceMax, interval: formatDuration(config.presenceIntervalMs) },
@@ -137,6 +140,15 @@ const Manifest = z
         .optional()
         .openapi({ description: "THROTTLE_SUMMARY, in selection order (most specific first); omitted when empty." }),
     }),
+    conflate_keys: z
+      .array(
+        z.object({ pattern: z.string(), pointer: z.string().openapi({ description: "A JSON Pointer (RFC 6901)." }) }),
+      )
+      .openapi({
+        description:
+          "CONFLATE_KEYS, in selection order (most specific first): on a matching channel a subscriber with a " +
+          "`max_rate` holds the latest message per value at the pointer instead of skipping it.",
+      }),
     presence: z.object({
       announce_max: z
         .number()
@@ -263,6 +275,19 @@ const ChannelStatsSchema = ChannelViewSchema.extend({
       }),
     })
     .openapi({ description: "Presence (occupancy is `occupancy`): its mode and what it cost the channel." }),
+  readers: z
+    .object({
+      thinned: z.number().int().openapi({
+        description:
+          "Subscribers thinned now: those with a max_rate, and those their relay thins for reading too slowly.",
+      }),
+      skipped_total: z.number().int().openapi({
+        description: "Messages skipped for single subscribers (their max_rate or slowness), every subscriber's summed.",
+      }),
+    })
+    .openapi({
+      description: "Each reader's rate: what relays thin for single subscribers, at no cost to the channel.",
+    }),
   shard_rule: z
     .object({ pattern: z.string(), by: z.enum(["group", "continent"]) })
     .optional()
@@ -300,6 +325,7 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
   const rule = shardRuleView(svc.config, channel);
   let sharded: Record<string, unknown> = {};
   let counts = stats;
+  let readers = stats.readers;
   if (rule) {
     // A sharded channel: its totals add every shard's own counts (docs/api.md, "Shards").
     const { shards, raw } = await shardsStats(c.env, svc, channel);
@@ -316,6 +342,7 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
       "slow_consumers_closed",
     ] as const;
     counts = { ...stats, ...totalled(stats, raw, keys) };
+    readers = readersOf([stats, ...raw]);
     ({ occupancy, delivered_total, dropped_total } = counts);
     sharded = { shard_rule: rule, shards };
   }
@@ -336,9 +363,21 @@ ops.get(documented(ops, statsRoute), adminAuth, async (c) => {
     last_summary: stats.last_summary,
     ...(analytics ? { record: await recordView(c.env, svc, stats) } : {}),
     presence: stats.presence,
+    readers,
     ...sharded,
   });
 });
+
+/** Each reader's rate (docs/api.md, "Each reader's rate"): a sharded channel's `readers` add every shard's. */
+function readersOf(all: ChannelStats[]): ChannelStats["readers"] {
+  let thinned = 0;
+  let skipped = 0;
+  for (const s of all) {
+    thinned += s.readers?.thinned ?? 0;
+    skipped += s.readers?.skipped_total ?? 0;
+  }
+  return { thinned, skipped_total: skipped };
+}
 
 /**
  * The record's reconciliation: copies recorded, failed and expired (the metrics the queue's consumer

@@ -16,6 +16,7 @@ import { clientCapError, clientKey } from "../../channel/client-cap";
 import { relayStub } from "../../platform/stubs";
 import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
+import { parseMaxRate } from "../../relay/reader-rate";
 import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
 import { readSubscribeQuery, WS_PROTOCOL } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
@@ -44,8 +45,11 @@ const subscribeRoute = route({
     "WebSocket text frame is a JSON array of one or more `Frame`s in seq order, at most 1 MiB (what the relay has " +
     "pending for the socket, held at most `FRAME_DELAY`). `public:` channels need no " +
     "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
-    "subscriber more than 1 MiB behind is closed with 4008 (SSE: the stream ends), and so are the most-behind when " +
-    "one relay holds 32 MiB for its subscribers together; resume with `?after=`. A subscription opened with a " +
+    "subscriber more than 512 KiB behind is thinned: held to half the rate it takes, halved again while its backlog " +
+    "grows, lifted a step at a time once it drains, told what it skipped in subscriber summaries (see `max_rate`); it " +
+    "is closed with 4008 (SSE: the stream ends) only when still over 1 MiB at 1 message a second. A replay of over " +
+    "1 MiB is cut short the same way, and the most-behind are closed when one relay holds 32 MiB for its subscribers " +
+    "together; resume with `?after=`. A subscription opened with a " +
     'token ends at the token\'s `exp`: a last WebSocket frame `{"type":"expired","reason":"token expired",' +
     '"seq":N}` (with `?batch=1` inside an array) then close 4001 `token expired`; SSE `id: N`, `event: expired` ' +
     "with that frame as data, then the end. N is the last seq the subscription was sent or is past (its resume " +
@@ -82,6 +86,21 @@ const subscribeRoute = route({
             "`state`, then `join`/`leave` up to `PRESENCE_ANNOUNCE_MAX` subscribers or one `interval` per " +
             "`PRESENCE_INTERVAL` above; SSE `event: presence` with no `id`); never in history, never replayed. " +
             "Any other value answers 400.",
+        }),
+      max_rate: z
+        .string()
+        .optional()
+        .openapi({
+          example: "5/s",
+          description:
+            "At most this many messages per second for this subscriber: a rate shorthand worth 1/s to 1000/s " +
+            "(`5/s`, `120/m` = 2/s; anything else, an empty value included, answers 400). A bucket of that rate, " +
+            "burst one second's worth: priority messages always pass (taking budget when there is some); on a " +
+            "`CONFLATE_KEYS` channel a message with a key is held as the latest of its key until budget allows; " +
+            "the rest is skipped for this subscriber alone. Delivered messages keep their seq and order. At most " +
+            'once per `SUMMARY_INTERVAL` a subscriber that skipped receives `{"type":"summary","scope":"subscriber",' +
+            '"channel","from","to","skipped":N[,"by_key"]}` (SSE `event: summary`, no `id`): received + skipped = ' +
+            "everything the channel delivered while it was subscribed. A resume (`after`) replays within the same budget.",
         }),
     }),
     headers: z.object({
@@ -129,10 +148,14 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   if (!upgrade && !sse) {
     throw invalidArgument("subscribe needs a WebSocket upgrade or Accept: text/event-stream");
   }
-  const { after, batch, presence } = readSubscribeQuery(
-    (name) => c.req.query(name),
-    upgrade ? undefined : c.req.header("last-event-id"),
-  );
+  const {
+    after,
+    batch,
+    presence,
+    maxRate: maxRateText,
+  } = readSubscribeQuery((name) => c.req.query(name), upgrade ? undefined : c.req.header("last-event-id"));
+  // Each reader's rate (docs/api.md, "Each reader's rate"): 1/s to 1000/s, else 400 before anything else.
+  const maxRate = maxRateText === null ? null : parseMaxRate(maxRateText);
   const protocols = upgrade ? offeredProtocols(c.req.raw) : [];
   if (protocols.length > 0 && !protocols.includes(WS_PROTOCOL)) {
     // The upgrade must answer with one offered subprotocol, and the only other one is the token.
@@ -201,6 +224,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
       floor: after === null ? slot.head : Math.min(after, slot.head),
       // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
       expiresAt: verified ? verified.claims.exp * 1000 : null,
+      maxRate,
     },
     c.req.raw,
   );

@@ -1,0 +1,257 @@
+/**
+ * The relay's sends to the subscribers it thins (docs/api.md, "Each reader's rate"; "Slow
+ * subscribers"), beside its stream (./stream.ts), which hands each of them its share of a pass:
+ * each one's {@link Reader} picks what to send now, and the texts are built once per distinct pick —
+ * subscribers that share a rate and a phase share one packed text or one SSE chunk, as unthinned
+ * ones share the pass's. Also what comes between passes, on the readers' timer: held messages as room
+ * comes, subscriber summaries, a slow subscriber's thinning lifted as it drains; a resume's replay
+ * within the budget; and a last summary when a subscription ends.
+ */
+import { topKeys } from "../../functions/drop-summary";
+import { SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON } from "../wire/close-codes";
+import {
+  type LiveFrame,
+  packFrames,
+  type SideFrame,
+  sideSseEvent,
+  sseChunk,
+  sseEvent,
+  subscriberSummaryFrame,
+} from "../wire/frame-text";
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
+import type { ChannelForRelay } from "./calls";
+import type { Reader } from "./reader";
+import { type ReaderSub, type ReadersRelay, RelayReaders } from "./readers";
+import { type SendTally, type SideCut, sendTo, tallyWaiting } from "./send-pass";
+import { SLOW_STEP_MS } from "./slowness";
+import type { SseClient } from "./sse-hub";
+import type { RelaySubscribers } from "./subscribers";
+
+/** What the thinned sends need of their relay, besides what its readers need. */
+export interface ThinningRelay extends Omit<ReadersRelay, "due"> {
+  channel(): Pick<ChannelForRelay, "framesAfter">;
+  maxFrameBytes(): number;
+  /** Subscribers closed as slow (the count report carries them). */
+  slowClosed(n: number): void;
+}
+
+/** What one pass builds once and shares: packed texts and SSE chunks by pick. */
+export class ThinPass {
+  private readonly texts = new Map<string, string[]>();
+  private readonly chunks = new Map<string, Uint8Array>();
+
+  packed(frames: readonly LiveFrame[], side: readonly SideFrame[], mask: number, maxBytes: number): string[] {
+    const key = `${mask}|${pickKey(frames)}`;
+    let texts = this.texts.get(key);
+    if (!texts) {
+      texts = packFrames(side.length > 0 ? [...frames, ...side] : frames, maxBytes);
+      this.texts.set(key, texts);
+    }
+    return texts;
+  }
+
+  chunk(frames: readonly LiveFrame[], side: readonly SideFrame[], mask: number): Uint8Array {
+    const key = `${mask}|${pickKey(frames)}`;
+    let chunk = this.chunks.get(key);
+    if (!chunk) {
+      chunk = sseChunk([...frames.map(sseEvent), ...side.map(sideSseEvent)]);
+      this.chunks.set(key, chunk);
+    }
+    return chunk;
+  }
+}
+
+/** A pick as a key: the seqs it holds (frames of one channel, so a seq names one frame). */
+function pickKey(frames: readonly LiveFrame[]): string {
+  let key = "";
+  for (const f of frames) key += `${f.seq},`;
+  return key;
+}
+
+export class ThinnedStream {
+  readonly readers: RelayReaders;
+
+  constructor(
+    private readonly relay: ThinningRelay,
+    private readonly subs: RelaySubscribers,
+  ) {
+    this.readers = new RelayReaders({ ...relay, due: (now) => this.tick(now) });
+  }
+
+  /** One WebSocket's share of a pass (`frames` past its floor), packed or not, and its side frames. */
+  sendSocket(
+    ws: WebSocket,
+    reader: Reader,
+    frames: readonly LiveFrame[],
+    cut: SideCut,
+    tally: SendTally,
+    pass: ThinPass,
+    now: number,
+  ): void {
+    const out = reader.take(frames, this.readers.keysOf, now);
+    const mask = cut.mask(ws);
+    const side = cut.frames(mask);
+    if (out.length === 0 && side.length === 0) {
+      tallyWaiting(ws, tally);
+      return;
+    }
+    if (this.subs.isBatched(ws)) {
+      const texts = pass.packed(out, side, mask, this.relay.maxFrameBytes());
+      sendTo(ws, tally, () => {
+        for (const text of texts) ws.send(text);
+      });
+    } else {
+      sendTo(ws, tally, () => {
+        for (const f of out) ws.send(f.text);
+        for (const f of side) ws.send(f.text);
+      });
+    }
+  }
+
+  /** One SSE reader's chunk of a pass (`frames` past its floor), or null when it gets nothing. */
+  sseChunk(
+    client: SseClient,
+    reader: Reader,
+    frames: readonly LiveFrame[],
+    cut: SideCut,
+    pass: ThinPass,
+    now: number,
+  ): Uint8Array | null {
+    const out = reader.take(frames, this.readers.keysOf, now);
+    const mask = cut.mask(client);
+    const side = cut.frames(mask);
+    if (out.length === 0 && side.length === 0) return null;
+    return pass.chunk(out, side, mask);
+  }
+
+  /**
+   * After a pass: each subscriber past half the bound, and each one thinned for slowness, is looked
+   * at (thinned, lifted a step, or closed as slow: 4008, an SSE stream cut off).
+   */
+  watchBacklogs(tally: SendTally, now: number): void {
+    const seen = new Set<ReaderSub>();
+    for (const { sub, bytes } of tally.over) {
+      seen.add(sub);
+      if (this.readers.watch(sub, bytes, now) === "close") this.closeSlow(sub, tally);
+    }
+    for (const sub of [...this.readers.slowed()]) {
+      if (seen.has(sub) || !this.isOpen(sub)) continue;
+      if (this.readers.watch(sub, this.backlogOf(sub), now) === "close") this.closeSlow(sub, tally);
+    }
+  }
+
+  /**
+   * A joining subscriber's replay (`?after=`) within its budget: history after `floor` up to `upTo`,
+   * page by page, each message sent, held or skipped as live ones are — so, unlike an unthinned
+   * replay, one past the byte bound is never cut short: what it sends is bounded by its rate.
+   */
+  async replay(sub: ReaderSub, reader: Reader, floor: number, upTo: number): Promise<void> {
+    let after = floor;
+    while (after < upTo && this.isOpen(sub)) {
+      const page = await this.relay.channel().framesAfter(after, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
+      const last = page.frames.at(-1);
+      if (!last) return;
+      this.send(sub, reader.take(page.frames, this.readers.keysOf, this.relay.now()), []);
+      after = last.seq;
+      if (!page.more) return;
+    }
+  }
+
+  /**
+   * The readers' timer (and the relay's alarm): held messages that have room go out, due summaries,
+   * thinned-for-slowness subscribers that drained are lifted a step; then the counts and the timer.
+   */
+  tick(now: number): void {
+    let next = Number.POSITIVE_INFINITY;
+    for (const [sub, reader] of [...this.readers.entries()]) {
+      if (!this.isOpen(sub)) {
+        this.readers.forget(sub);
+        continue;
+      }
+      if (this.joining(sub)) continue; // its replay sends, and it is looked at again once live
+      const out = reader.release(now);
+      const summary = reader.takeSummary(now);
+      const side = summary ? [this.summaryFrame(summary)] : [];
+      if (out.length > 0 || side.length > 0) this.send(sub, out, side);
+      if (reader.slowness && this.readers.watch(sub, this.backlogOf(sub), now) === "close") {
+        this.closeSlow(sub, null);
+        continue;
+      }
+      if (reader.idle) this.readers.forget(sub);
+      else next = Math.min(next, dueOf(reader, now));
+    }
+    this.readers.settle(now, this.thinned(), next);
+  }
+
+  /** Subscribers thinned now (stats' `thinned`). */
+  thinned(): number {
+    return this.readers.thinned((sub) => this.isOpen(sub));
+  }
+
+  /**
+   * The subscription ends (its token expired, or it is closed as slow): what it holds counts as
+   * skipped, and it gets its last summary now, so received + skipped covers everything it was offered.
+   */
+  finish(sub: ReaderSub): void {
+    const reader = this.readers.get(sub);
+    if (!reader) return;
+    const now = this.relay.now();
+    reader.finish(this.readers.keysOf, now);
+    const summary = reader.takeSummary(now, true);
+    if (summary) this.send(sub, [], [this.summaryFrame(summary)]);
+    this.readers.forget(sub);
+  }
+
+  private summaryFrame(s: NonNullable<ReturnType<Reader["takeSummary"]>>): SideFrame {
+    const key = this.relay.channelKey() ?? "";
+    return {
+      event: "summary",
+      text: subscriberSummaryFrame(key, s.from, s.to, s.skipped, s.byKey ? topKeys(s.byKey) : null),
+    };
+  }
+
+  /** Frames and side frames to one subscriber outside a pass. */
+  private send(sub: ReaderSub, frames: readonly LiveFrame[], side: readonly SideFrame[]): void {
+    if (frames.length === 0 && side.length === 0) return;
+    if (!("send" in sub)) {
+      this.subs.hub.write(sub, sseChunk([...frames.map(sseEvent), ...side.map(sideSseEvent)]));
+      return;
+    }
+    try {
+      if (this.subs.isBatched(sub))
+        for (const text of packFrames([...frames, ...side], this.relay.maxFrameBytes())) sub.send(text);
+      else for (const f of [...frames, ...side]) sub.send(f.text);
+    } catch {
+      // closed meanwhile
+    }
+  }
+
+  /** Closes a subscriber still over the bound at 1/s: its last summary first, then 4008 (SSE: cut off). */
+  private closeSlow(sub: ReaderSub, tally: SendTally | null): void {
+    this.finish(sub);
+    if (tally) tally.slow++;
+    else this.relay.slowClosed(1);
+    if ("send" in sub) this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
+    else this.subs.hub.cut(sub);
+  }
+
+  private isOpen(sub: ReaderSub): boolean {
+    return this.subs.isOpen("send" in sub ? { ws: sub } : { sse: sub });
+  }
+
+  private joining(sub: ReaderSub): boolean {
+    return "send" in sub ? this.subs.joining.has(sub) : !this.subs.hub.live.has(sub);
+  }
+
+  private backlogOf(sub: ReaderSub): number {
+    return "send" in sub ? sub.bufferedAmount : this.subs.hub.backlog(sub);
+  }
+}
+
+/** When a reader next has something to do: a held message's room, its summary, a look at its backlog. */
+function dueOf(reader: Reader, now: number): number {
+  let at = reader.summaryDue() ?? Number.POSITIVE_INFINITY;
+  if (reader.held.size > 0) at = Math.min(at, reader.releaseAt());
+  if (reader.slowness) at = Math.min(at, now + SLOW_STEP_MS);
+  return at;
+}
