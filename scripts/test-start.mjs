@@ -89,7 +89,7 @@ try {
   const second = await start(["--port", "8798", "--persist-to", state]).exited;
   const out = server.output();
   check(
-    /settings in force/.test(out) && /throttle +target 20\/s/.test(out),
+    /settings in force/.test(out) && /throttle +target 20\/s/.test(out) && /Pusher +door (open|closed)/.test(out),
     `… prints the settings in force, the --var target among them: ${out
       .split("\n")
       .find((l) => l.includes("target"))
