@@ -61,6 +61,9 @@ export async function startWorker({ inspectorPort, config: workerConfig = config
       inspectorPort: inspectorPort ?? (process.env.INSPECT ? 9229 : undefined),
       port: 0,
       log: new Log(LogLevel.WARN),
+      // No request.cf download (offline it fails with a stack trace): the placeholder is what a local
+      // request carries anyway.
+      cf: false,
       workers: [
         {
           compatibilityDate: workerConfig.compatibility_date,
