@@ -80,6 +80,11 @@ export class BoundedMap<K, V> {
     return this.entries.delete(key);
   }
 
+  /** The keys, least recently used first (reading them does not touch their order). */
+  keys(): IterableIterator<K> {
+    return this.entries.keys();
+  }
+
   clear(): void {
     this.newest = undefined;
     this.entries.clear();

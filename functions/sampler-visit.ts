@@ -21,6 +21,11 @@ import {
 export const KV_OPERATIONS_PER_RUN = 1000;
 /** KV operations one channel's visit may take: a read of its key and perhaps a write. */
 export const KV_OPERATIONS_PER_VISIT = 2;
+/**
+ * A shard's visit (functions/shard-key.ts) may also read its channel's key, the rate the shard runs at
+ * without a key of its own; one read per channel per run, shared by its shards.
+ */
+export const KV_OPERATIONS_PER_SHARD_VISIT = 3;
 /** KV operations a run makes before any visit: the one read of the global key. */
 const KV_OPERATIONS_BEFORE_VISITS = 1;
 
@@ -37,18 +42,18 @@ export class KvBudget {
   }
 
   /** Reserves one visit's operations; false when they do not fit (the channel is deferred). */
-  reserveVisit(): boolean {
-    if (this.left < KV_OPERATIONS_PER_VISIT) return false;
-    this.left -= KV_OPERATIONS_PER_VISIT;
+  reserveVisit(operations: number = KV_OPERATIONS_PER_VISIT): boolean {
+    if (this.left < operations) return false;
+    this.left -= operations;
     return true;
   }
 
   /**
-   * Gives back what a finished visit did not use. A visit that failed gives nothing back: it may have
-   * read or written before it failed, and the cap must hold either way.
+   * Gives back what a finished visit did not use of what it reserved. A visit that failed gives
+   * nothing back: it may have read or written before it failed, and the cap must hold either way.
    */
-  settle(visit: VisitOutcome): void {
-    this.left += KV_OPERATIONS_PER_VISIT - kvOperations(visit);
+  settle(reserved: number, used: number): void {
+    this.left += reserved - used;
   }
 }
 
@@ -84,6 +89,14 @@ export function globalRunningRate(storedGlobal: number | null, fallbackRate: num
   return storedGlobal ?? fallbackRate;
 }
 
+/**
+ * The rate a shard without its own key runs at (functions/before-publish.ts): its channel's key when
+ * that holds a rate, else what every channel without a key runs at.
+ */
+export function shardDefaultRate(storedChannel: number | null, globalRate: number): number {
+  return storedChannel ?? globalRate;
+}
+
 /** A period as the channel's object hands it to the sweep. */
 export interface TakenPeriod {
   counts: PeriodCounts;
@@ -100,12 +113,15 @@ export interface VisitInput {
   period: TakenPeriod;
   /** The channel's own `throttleRate:<channel>`, parsed; null when absent or not a number. */
   storedRate: number | null;
-  /** What the channel runs at without its own key ({@link globalRunningRate}). */
-  globalRate: number;
+  /**
+   * What the channel runs at without its own key: {@link globalRunningRate}, or for a shard
+   * {@link shardDefaultRate}.
+   */
+  defaultRate: number;
 }
 
 export interface VisitDecision {
-  /** The rate the channel ran at during the period: its own key, else the global rate. */
+  /** The rate the channel ran at during the period: its own key, else its default rate. */
   currentRate: number;
   /** The rate the channel runs at after the visit. */
   newRate: number;
@@ -122,15 +138,15 @@ export interface VisitDecision {
 }
 
 /** Decides one visit of a channel with a target from its period and the rates stored for it. */
-export function decideVisit({ target, period, storedRate, globalRate }: VisitInput): VisitDecision {
+export function decideVisit({ target, period, storedRate, defaultRate }: VisitInput): VisitDecision {
   const counts = period.counts;
-  // Without its own key the channel runs at the global rate (or the fallback).
-  const current = storedRate ?? globalRate;
+  // Without its own key the channel runs at its default (the global rate or the fallback; a shard's channel's).
+  const current = storedRate ?? defaultRate;
   // The fast loop's rate when it decided during this period (finer and fresher, same law); else the
   // law on this period's counts — a channel whose fast loop did not run, idle ones included.
   const fast = period.fastRate !== null && (period.fastDecidedAt ?? 0) > period.startedAt;
   const next = fast ? roundRate(period.fastRate ?? 0) : roundRate(nextDropRate(counts, current, target));
-  const write = needsWrite(storedRate, next, globalRate);
+  const write = needsWrite(storedRate, next, defaultRate);
   const newRate = write ? next : current;
   return {
     currentRate: current,
@@ -147,11 +163,11 @@ export function decideVisit({ target, period, storedRate, globalRate }: VisitInp
 /**
  * Whether the channel's key must hold `next`. Only a meaningful change of the rate the channel runs
  * at is written (KV: one write per second per key, each write billed, a run's operations capped). A
- * new channel under its target that already runs at 0 gets no key; one that the global rate would
- * throttle gets its own 0, so the global rate never throttles a channel under its target.
+ * new channel under its target that already runs at 0 gets no key; one that its default rate (the
+ * global one) would throttle gets its own 0, so the default never throttles a channel under its target.
  */
-export function needsWrite(storedRate: number | null, next: number, globalRate: number): boolean {
-  return storedRate === null ? next !== globalRate : isMeaningfulChange(storedRate, next);
+export function needsWrite(storedRate: number | null, next: number, defaultRate: number): boolean {
+  return storedRate === null ? next !== defaultRate : isMeaningfulChange(storedRate, next);
 }
 
 /** Three decimals for reports; a non-finite value (no length, unlimited) as null. */
