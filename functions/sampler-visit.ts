@@ -19,7 +19,7 @@ import {
 
 /** Workers KV operations one invocation may make (docs/operations.md, "Sampler limits per run"). */
 export const KV_OPERATIONS_PER_RUN = 1000;
-/** KV operations one channel's visit may take: a read of its key and perhaps a write. */
+/** KV operations one channel's visit may take: a read of its key and perhaps a write (or a delete). */
 export const KV_OPERATIONS_PER_VISIT = 2;
 /**
  * A shard's visit (functions/shard-key.ts) may also read its channel's key, the rate the shard runs at
@@ -58,11 +58,11 @@ export class KvBudget {
 }
 
 /** What a visit did, as far as KV is concerned. */
-export type VisitOutcome = { skipped: SkipReason } | { written: boolean };
+export type VisitOutcome = { skipped: SkipReason } | { written: boolean; deleted?: boolean };
 
-/** KV operations a visit made: none when skipped, a read, and a write when it wrote. */
+/** KV operations a visit made: none when skipped, a read, and a write (or a delete) when it changed the key. */
 export function kvOperations(visit: VisitOutcome): number {
-  return "written" in visit ? (visit.written ? 2 : 1) : 0;
+  return "written" in visit ? (visit.written || visit.deleted ? 2 : 1) : 0;
 }
 
 /** Why a visit touches nothing. */
@@ -127,6 +127,11 @@ export interface VisitDecision {
   newRate: number;
   /** Whether `newRate` must be written to the channel's key. */
   write: boolean;
+  /**
+   * Whether the channel's key must be deleted instead: `newRate` is its default, what it runs at
+   * without a key, so a released channel leaves no key behind (KV is never listed or swept).
+   */
+  deleteKey: boolean;
   /** Who decided the rate: the fast loop during the period (the sweep persists it), or the sweep. */
   decidedBy: "fast loop" | "sweep";
   /** Offered messages per second over the period (null: a period with no length). */
@@ -146,12 +151,16 @@ export function decideVisit({ target, period, storedRate, defaultRate }: VisitIn
   // law on this period's counts — a channel whose fast loop did not run, idle ones included.
   const fast = period.fastRate !== null && (period.fastDecidedAt ?? 0) > period.startedAt;
   const next = fast ? roundRate(period.fastRate ?? 0) : roundRate(nextDropRate(counts, current, target));
-  const write = needsWrite(storedRate, next, defaultRate);
-  const newRate = write ? next : current;
+  const change = needsWrite(storedRate, next, defaultRate);
+  const newRate = change ? next : current;
+  // A key that holds the default (released to 0, or left from before) is removed rather than kept.
+  const deleteKey = storedRate !== null && newRate === defaultRate;
+  const write = change && !deleteKey;
   return {
     currentRate: current,
     newRate,
     write,
+    deleteKey,
     decidedBy: fast ? "fast loop" : "sweep",
     offeredRate: round3(offeredRate(counts)),
     // Unlimited (a delivery budget with nobody subscribed) shows as null.

@@ -25,7 +25,7 @@
  * @typedef {{ channel: string, copies: number, failures: number }} RecordTotals
  * @typedef {{ now: number, channels: Channel[], messages: { delivered: number, dropped: number },
  *   rate_limits: Record<string, { allowed: number, denied: number }>, record?: RecordTotals }} Overview
- * @typedef {{ channels: { written?: boolean }[] }} SamplerReport
+ * @typedef {{ channels: { written?: boolean, deleted?: boolean }[] }} SamplerReport
  */
 
 // ---- the page's own ----

@@ -122,20 +122,41 @@ describe("whether the key is written", () => {
     expect(d.newRate).toBe(0.8);
   });
 
-  it("the stored key wins over the global rate for the decision to write", () => {
-    // Same next rate as the global one, but the channel's own key says 0: it must be written.
+  it("the stored key wins over the global rate for the decision to change the key", () => {
+    // Same next rate as the global one, but the channel's own key says 0: the key must go, so the
+    // channel runs at the global rate (deleted rather than written with the same value).
     const d = decideVisit({ target: tenPerSecond, period: period(2400, 60), storedRate: 0, defaultRate: 0.75 });
     expect(d.currentRate).toBe(0);
-    expect(d.write).toBe(true);
+    expect(d).toMatchObject({ write: false, deleteKey: true, newRate: 0.75 });
+  });
+
+  it("a new rate that is not the default is written, never deleted", () => {
+    const d = decideVisit({ target: tenPerSecond, period: period(3000, 60), storedRate: 0.75, defaultRate: 0.5 });
+    expect(d).toMatchObject({ write: true, deleteKey: false, newRate: 0.8 });
+    const fresh = decideVisit({ target: tenPerSecond, period: period(60, 60), storedRate: null, defaultRate: 0.4 });
+    expect(fresh).toMatchObject({ write: true, deleteKey: false, newRate: 0 });
   });
 });
 
 describe("releasing an idle channel", () => {
-  it("a throttled channel with no traffic in its period is released to 0, written, and no longer throttled", () => {
+  it("a throttled channel with no traffic in its period is released to 0, its key deleted, and no longer throttled", () => {
     const d = decideVisit({ target: tenPerSecond, period: period(0, 60), storedRate: 0.9, defaultRate: 0 });
     expect(d.newRate).toBe(0);
-    expect(d.write).toBe(true);
+    expect(d.write).toBe(false);
+    expect(d.deleteKey).toBe(true);
     expect(d.throttled).toBe(false);
+  });
+
+  it("released over a global rate, the channel keeps its own 0", () => {
+    const d = decideVisit({ target: tenPerSecond, period: period(0, 60), storedRate: 0.9, defaultRate: 0.3 });
+    expect(d).toMatchObject({ newRate: 0, write: true, deleteKey: false, throttled: false });
+  });
+
+  it("a key left holding the default is deleted even when the rate does not change", () => {
+    const d = decideVisit({ target: tenPerSecond, period: period(0, 60), storedRate: 0, defaultRate: 0 });
+    expect(d).toMatchObject({ newRate: 0, write: false, deleteKey: true });
+    const shard = decideVisit({ target: tenPerSecond, period: period(2400, 60), storedRate: 0.75, defaultRate: 0.75 });
+    expect(shard).toMatchObject({ newRate: 0.75, write: false, deleteKey: true });
   });
 
   it("a channel still dropping stays throttled, so the registry visits it when it goes quiet", () => {
@@ -178,6 +199,7 @@ describe("the run's KV budget", () => {
     expect(kvOperations({ skipped: "no target" })).toBe(0);
     expect(kvOperations({ written: false })).toBe(1);
     expect(kvOperations({ written: true })).toBe(2);
+    expect(kvOperations({ written: false, deleted: true })).toBe(2);
   });
 
   it("defers a visit that would not fit, and fits one again once others give back what they did not use", () => {

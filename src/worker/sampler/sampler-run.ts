@@ -60,6 +60,8 @@ export interface ChannelSample {
   new_rate: number;
   /** Whether `new_rate` was written to KV (false when the change was too small to matter). */
   written: boolean;
+  /** Whether the channel's key was deleted instead: `new_rate` is what it runs at without one. */
+  deleted: boolean;
   /**
    * Who decided `new_rate`: the channel's fast loop (this run persisted it), or this sweep, by the same
    * law on its own period's counts (the fast loop had not decided during the period).
@@ -134,7 +136,7 @@ export async function runSampler(
         const runtime = runtimeTargets[channel] ?? runtimeTargets[splitShardKey(channel).channel];
         const visit = await sampleChannel(env, config, channel, now, runtime, defaults);
         kv.settle(reserved, kvOperations(visit.outcome) + visit.defaultReads);
-        if ("written" in visit.outcome && visit.outcome.written) cache?.invalidate(channel);
+        if ("written" in visit.outcome && (visit.outcome.written || visit.outcome.deleted)) cache?.invalidate(channel);
         results.push(visit.outcome);
         const sample = "new_rate" in visit.outcome ? visit.outcome : undefined;
         finished.push({ channel, generation, throttled: visit.throttled, sample, points: visit.points });
@@ -179,6 +181,7 @@ async function sampleChannel(
   const period = taken.counts;
   const decision = decideVisit({ target, period: taken, storedRate: stored, defaultRate });
   if (decision.write) await env.THROTTLE_KV.put(rateKey(channel), String(decision.newRate));
+  if (decision.deleteKey) await env.THROTTLE_KV.delete(rateKey(channel));
   const sample: ChannelSample = {
     channel,
     sampled_at: now,
@@ -194,6 +197,7 @@ async function sampleChannel(
     old_rate: stored,
     new_rate: decision.newRate,
     written: decision.write,
+    deleted: decision.deleteKey,
     decided_by: decision.decidedBy,
   };
   await stub.recordSample(sample);
