@@ -58,6 +58,17 @@ describe("per-shard throttle, stats and the record", () => {
     s.ws.close();
   });
 
+  it("a shard named like an object's own property (__proto__) is listed like any other", async () => {
+    const ch = `public:sharded.${uniq()}`;
+    const odd = await member([ch], "__proto__");
+    expect((await pub(ch, odd, 1)).status).toBe(200);
+    const stats = await statsOf(ch);
+    expect(stats.delivered_total).toBe(1);
+    expect(Object.entries(stats.shards as object)).toEqual([
+      ["__proto__", expect.objectContaining({ delivered_total: 1 })],
+    ]);
+  });
+
   it("a rate set without ?shard= reaches every shard, those that appear later too", async () => {
     const ch = `public:sharded.${uniq()}`;
     const es = await member([ch], "es");
