@@ -1,7 +1,7 @@
 /**
  * The deployment's metrics as series (docs/operations.md, Metrics): each family's help text, how a
  * series is keyed by its name and labels, and the Prometheus text of them all. Pure: the Worker's
- * buffer (src/worker/metrics-buffer.ts) counts by these keys, the metrics object (./metrics-store.ts)
+ * buffer (./metrics-buffer.ts) counts by these keys, the metrics object (./metrics-store.ts)
  * sums them, `GET /metrics` renders them.
  */
 /** The help text of each metric family, which is also the list of families rendered. */
@@ -35,7 +35,28 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_kv_reads_total: "Drop-rate reads from Workers KV (isolate cache misses).",
   floodgate_publish_overflow_total:
     "Publishes refused with 503 because an isolate's waiting publishes were at their byte cap.",
+  floodgate_refusals_total:
+    "Requests refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, unavailable (503).",
+  floodgate_subscriptions_closed_total:
+    "Subscriptions Floodgate ended, by reason: history_gap (4009), internal (1011), slow (4008), expired (4001), revoked (4001).",
 };
+
+/** The reasons `floodgate_refusals_total` always shows (a 429 of another bucket adds its own). */
+export const REFUSAL_REASONS = [
+  "unauthenticated",
+  "permission_denied",
+  "publish",
+  "subscribe",
+  "token-issue",
+  "read",
+  "admin-auth",
+  "subscriptions",
+  "unavailable",
+] as const;
+
+/** Why Floodgate ended a subscription (`floodgate_subscriptions_closed_total{reason}`). */
+export const CLOSE_REASONS = ["history_gap", "internal", "slow", "expired", "revoked"] as const;
+export type CloseReason = (typeof CLOSE_REASONS)[number];
 
 /** The rate-limit buckets, each always present in a scrape (docs/api.md, Operator routes). */
 export const RATE_LIMIT_BUCKETS = ["publish", "subscribe", "token-issue", "read", "admin-auth"] as const;
@@ -76,6 +97,8 @@ export function renderPrometheus(series: Record<string, number>): string {
     all[seriesKey("floodgate_rate_limit_deny_cache_hits_total", { bucket })] ??= 0;
     all[seriesKey("floodgate_rate_limit_lease_hits_total", { bucket })] ??= 0;
   }
+  for (const reason of REFUSAL_REASONS) all[seriesKey("floodgate_refusals_total", { reason })] ??= 0;
+  for (const reason of CLOSE_REASONS) all[seriesKey("floodgate_subscriptions_closed_total", { reason })] ??= 0;
   const lines: string[] = [];
   for (const [name, help] of Object.entries(METRIC_HELP)) {
     lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`);

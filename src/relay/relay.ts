@@ -29,6 +29,7 @@ import {
   type RelayReportAnswer,
   readSubscribe,
 } from "./calls";
+import { bindCloseCounts } from "./closes";
 import { RelayLifetime } from "./lifetime";
 import { type RelayIdentity, RelayReporter } from "./reporter";
 import { createRelayTable, readRelayRow } from "./schema";
@@ -69,6 +70,7 @@ export class Relay extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
+    bindCloseCounts(env, ctx);
     this.frameDelayMs = settingsOf(env).frameDelayMs;
     this.subs = new RelaySubscribers(ctx, () => this.reporter.changed());
     this.reporter = new RelayReporter(

@@ -8,12 +8,12 @@ import { CopyTally, copyKey, DropCopyQueue, OverflowLog, type QueuedCopy } from 
 import { Thinning } from "../../functions/thinning";
 import type { ChannelObject } from "../channel/channel-object";
 import { shardName } from "../limiter/limiter-shard";
+import { MetricsBuffer } from "../metrics/metrics-buffer";
 import { channelStub, limiterShardStub, metricsStub } from "../platform/stubs";
 import { isAnalytics } from "../settings/rules";
 import { type Settings, settingsOf } from "../settings/settings";
 import { sendToQueue } from "./drops/record-producer";
 import { LimiterGate } from "./gate/limiter-gate";
-import { MetricsBuffer } from "./metrics-buffer";
 import { PublishBatcher } from "./publish-batcher";
 
 export interface Services {
