@@ -6,6 +6,7 @@
  * report their counts and to fetch what they missed.
  */
 
+import { bindObjectMetrics, countInObject } from "../metrics/object-metrics";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { relayStub } from "../platform/stubs";
 import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
@@ -16,7 +17,7 @@ import { frame, type LiveFrame, type SideFrame, takeFrameBytes } from "../wire/f
 import type { RelayAssignment } from "./calls";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
-import { RelayPipe } from "./relay-pipe";
+import { PIPES_MAX_BYTES, PipeBudget, RelayPipe } from "./relay-pipe";
 import { clientCounts, type RelayEntry, RelayRegistry } from "./relay-registry";
 import type { ChannelStore } from "./store";
 
@@ -40,6 +41,10 @@ export class ChannelRelays {
   private readonly relays: RelayRegistry;
   /** The delivery line to each active relay (memory only: a new instance starts new lines). */
   private readonly pipes = new Map<string, RelayPipe>();
+  /** What all the lines hold together, bounded; frames let go on any line are counted. */
+  private readonly pipeBudget = new PipeBudget(PIPES_MAX_BYTES, (n) =>
+    countInObject("floodgate_relay_frames_shed_total", {}, n),
+  );
   /** When every relay was last woken to refresh its counts (see probe). */
   private lastProbe = 0;
   /**
@@ -60,6 +65,7 @@ export class ChannelRelays {
     private readonly env: Env,
     private readonly subscriberLeft: () => void,
   ) {
+    bindObjectMetrics(env);
     this.relays = new RelayRegistry(
       {
         save: (e) => this.save(e),
@@ -268,10 +274,14 @@ export class ChannelRelays {
   private pipeTo(name: string): RelayPipe {
     let pipe = this.pipes.get(name);
     if (!pipe) {
-      pipe = new RelayPipe((frames, head, side) => {
-        this.unsavedSends++;
-        return relayStub(this.env, name).deliver(frames, head, side);
-      }, SUBSCRIBER_MAX_BEHIND_BYTES);
+      pipe = new RelayPipe(
+        (frames, head, side) => {
+          this.unsavedSends++;
+          return relayStub(this.env, name).deliver(frames, head, side);
+        },
+        SUBSCRIBER_MAX_BEHIND_BYTES,
+        this.pipeBudget,
+      );
       this.pipes.set(name, pipe);
     }
     return pipe;

@@ -1,7 +1,7 @@
 /**
  * An isolate's metric counts waiting to be flushed to the metrics object (./metrics-store.ts), so
  * nothing makes a Durable Object call to count: a busy isolate flushes about once a second. The
- * Worker keeps one (src/worker/services.ts), and so does each isolate of relays (src/relay/closes.ts).
+ * Worker keeps one (src/worker/services.ts), and so does each isolate of objects (./object-metrics.ts).
  */
 import { seriesKey } from "./series";
 

@@ -37,6 +37,8 @@ export const METRIC_HELP: Record<string, string> = {
     "Publishes refused with 503 because an isolate's waiting publishes were at their byte cap.",
   floodgate_refusals_total:
     "Requests refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, unavailable (503).",
+  floodgate_relay_frames_shed_total:
+    "Frames a channel let go on its lines to relays (one relay 1 MiB behind, or all lines past their byte cap together); each relay fetched them from history.",
   floodgate_subscriptions_closed_total:
     "Subscriptions Floodgate ended, by reason: history_gap (4009), internal (1011), slow (4008), expired (4001), revoked (4001).",
 };
@@ -86,6 +88,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     [seriesKey("floodgate_object_calls_total", { object: "limiter" })]: 0,
     floodgate_kv_reads_total: 0,
     floodgate_publish_overflow_total: 0,
+    floodgate_relay_frames_shed_total: 0,
     ...series,
   };
   for (const bucket of RATE_LIMIT_BUCKETS) {
