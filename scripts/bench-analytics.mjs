@@ -54,7 +54,7 @@ export default {
     const items = Array.from({ length: n }, (_, i) => {
       const source_channel = "public:bench.source" + (i % 10);
       const data = JSON.stringify({ source_channel, message: { pad }, publisher: "bench", drop_rate: 1, dropped_at: now });
-      return { data, publisher: "bench", source_channel, dropped_at: now };
+      return { id: crypto.randomUUID(), data, publisher: "bench", source_channel, dropped_at: now };
     });
     await env.CHANNEL.get(env.CHANNEL.idFromName(name)).appendCopies(name, items, now);
     return new Response("ok");

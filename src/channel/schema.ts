@@ -5,7 +5,8 @@
  *
  * - `messages`: the history (`seq` is the rowid, the tie-break of every order used). On the analytics
  *   channel each copy also keeps its `source_channel` and `dropped_at` (src/channel/record.ts), each
- *   behind a partial index: any other channel leaves both null, so its publishes write no index entry.
+ *   behind a partial index, and its `id` behind a third (a copy delivered again is not appended
+ *   twice): any other channel leaves both null, so its publishes write no index entry.
  * - `idempotency`: `Idempotency-Key`s and the result they answer, for 10 minutes (src/channel/publishing.ts).
  * - `counters` and `meta`: the channel's totals and named values (src/channel/store.ts).
  * - `relays`: the relays holding its subscribers, with each one's counts and per-client counts
@@ -20,6 +21,7 @@ export function createChannelTables(sql: SqlStorage): void {
     "CREATE INDEX IF NOT EXISTS messages_by_source ON messages (source_channel, seq) WHERE source_channel IS NOT NULL",
   );
   sql.exec("CREATE INDEX IF NOT EXISTS messages_by_drop_time ON messages (dropped_at) WHERE dropped_at IS NOT NULL");
+  sql.exec("CREATE INDEX IF NOT EXISTS messages_by_copy_id ON messages (id) WHERE source_channel IS NOT NULL");
   sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
       key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
   sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");
