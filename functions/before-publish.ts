@@ -110,6 +110,8 @@ export class DropRateReader {
   private readonly logged = new Set<FallbackCause>();
   /** Rates the channel objects answered with, and until when each stands in for KV. */
   private readonly offered = new BoundedMap<string, { rate: number; expires: number }>(MAX_CACHED_CHANNELS);
+  /** Channels with a shard's rate kept (a hint: invalidating one of them looks for its shards). */
+  private readonly sharded = new BoundedMap<string, true>(MAX_CACHED_CHANNELS);
 
   constructor(opts: DropRateReaderOptions) {
     this.store = opts.store;
@@ -138,6 +140,7 @@ export class DropRateReader {
   }
 
   private start(channel: string, now: number): Promise<ResolvedRate> {
+    this.noteShard(channel);
     const entry: CacheEntry = { value: null, expires: now + this.cacheMs };
     const read = this.read(channel).then((v) => {
       entry.value = v;
@@ -173,6 +176,7 @@ export class DropRateReader {
       return;
     }
     this.offered.set(channel, { rate: clampRate(rate), expires: this.now() + CHANNEL_RATE_TTL_MS });
+    this.noteShard(channel);
   }
 
   /**
@@ -183,13 +187,24 @@ export class DropRateReader {
     if (channel === undefined || channel === "*") {
       this.cache.clear();
       this.offered.clear();
+      this.sharded.clear();
       this.globalText = null;
       return;
     }
+    this.cache.delete(channel);
+    this.offered.delete(channel);
+    // Its shards only when this isolate keeps any: a sampler run invalidates hundreds of channels.
+    if (!this.sharded.has(channel)) return;
+    this.sharded.delete(channel);
     const shards = channel + SHARD_KEY_SEPARATOR;
     for (const map of [this.cache, this.offered]) {
-      for (const key of [...map.keys()]) if (key === channel || key.startsWith(shards)) map.delete(key);
+      for (const key of [...map.keys()]) if (key.startsWith(shards)) map.delete(key);
     }
+  }
+
+  private noteShard(key: string): void {
+    const base = splitShardKey(key).channel;
+    if (base !== key) this.sharded.set(base, true);
   }
 
   /**
