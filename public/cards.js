@@ -1,16 +1,17 @@
 // @ts-check
-// One card per listed channel: its numbers (from the channel's snapshot), its charts, its audience,
-// its latest summary of drops, and its forms that set or clear the channel's drop rate and target.
+// One card per listed channel: its drop mode, its numbers (facts.js), its charts, its audience, its
+// latest summary of drops, and its forms that set or clear the channel's drop rate and target.
 
 import { api, messageOf, statusOf } from "./api.js";
 import { renderAudience } from "./audience.js";
 import { $, setError } from "./dom.js";
 import { renderSummary } from "./drop-summary.js";
-import { allowedText, clockTime, countText, targetText } from "./format.js";
+import { renderFacts } from "./facts.js";
 import { forgetOccupancy, renderOccupancy } from "./occupancy-chart.js";
 import { mountRatesChart, renderRatesChart, unmountRatesChart } from "./rates-chart.js";
 
 /** @import { CardActions, Channel, ChannelView } from "./types.js" */
+/** @import { PollTime } from "./facts.js" */
 
 /** @type {Map<string, ChannelView>} */
 const cards = new Map();
@@ -32,63 +33,42 @@ export function cardOf(name) {
  * Shows the channel on its card, making the card the first time the channel is listed.
  * @param {Channel} c
  * @param {CardActions} actions
+ * @param {PollTime} time the server's clock and the recent window (facts.js)
  */
-export function renderChannel(c, actions) {
+export function renderChannel(c, actions, time) {
   let view = cards.get(c.channel);
   if (!view) {
     view = createCard(c.channel, actions);
     cards.set(c.channel, view);
   }
-  renderOccupancy(c, view.el);
+  renderOccupancy(c, view.el, time.now);
   renderAudience(view.el, c);
-  const badge = document.createElement("span");
-  badge.textContent = c.drop_mode;
-  $(".badges", view.el).replaceChildren(badge);
+  renderDropMode(view.el, c.drop_mode);
   renderSummary(view.el, c.last_summary ?? null);
-  renderSnapshot(view, c);
-  renderRatesChart(view, c.series ?? [], c.target !== null && c.target !== undefined);
+  renderFacts(view.el, c, time);
+  renderRatesChart(view, c.series ?? [], c.target !== null && c.target !== undefined, time.now);
 }
 
+/** What each drop mode means (docs/throttling.md, "Random drop or deterministic thinning"). */
+const DROP_MODES = {
+  random:
+    "Random drop: each message is dropped by its own random draw with probability equal to the drop rate, so the share dropped in a period scatters a little around it. Channels matching THROTTLE_THINNING drop by deterministic thinning instead.",
+  thinning:
+    "Deterministic thinning (THROTTLE_THINNING): messages pass at exactly 1 − drop rate, evenly spaced by a running credit instead of a random draw, so delivered counts do not scatter. Other channels drop at random.",
+};
+
 /**
- * A card's numbers, every one from the channel's snapshot (the newest decision of either loop): its
- * drop rate, rates and subscribers are of one period, and its line says which.
- * @param {ChannelView} view
- * @param {Channel} c
+ * The badge naming how the channel drops, with what that means as its title.
+ * @param {HTMLElement} el
+ * @param {string} mode `random` or `thinning`
  */
-function renderSnapshot(view, c) {
-  const el = view.el;
-  const p = c.snapshot ?? null;
-  $(".target", el).textContent = targetText(c.target);
-  if (p && !c.target) {
-    // No target now (cleared, or a restart without it): the last decision is history, not the
-    // channel's state, so the card shows the rate it runs at and says when the target went.
-    $(".rate", el).textContent = c.drop_rate.toFixed(3);
-    $(".rate", el).classList.toggle("dropping", c.drop_rate > 0);
-    $(".occupancy", el).textContent = "—";
-    $(".delivered", el).textContent = "—";
-    $(".dropped", el).textContent = "—";
-    $(".sample", el).textContent =
-      `No target now: the sampler no longer measures this channel. Its last decision, at ${clockTime(p.at)}, was under the target it had then (${allowedText(p.allowed_rate)}).`;
-    return;
-  }
-  const rate = p ? p.drop_rate : c.drop_rate;
-  $(".rate", el).textContent = rate.toFixed(3);
-  $(".rate", el).classList.toggle("dropping", rate > 0);
-  if (!p) {
-    $(".occupancy", el).textContent = countText(c.occupancy);
-    $(".delivered", el).textContent = "—";
-    $(".dropped", el).textContent = "—";
-    $(".sample", el).textContent = c.target
-      ? "Not sampled yet: the first decision comes within one fast-loop period of the first message."
-      : "No target: the sampler does not measure this channel (give it a target to see its rates).";
-    return;
-  }
-  $(".occupancy", el).textContent = String(p.occupancy);
-  $(".delivered", el).textContent = p.delivered_rate.toFixed(1);
-  $(".dropped", el).textContent = p.dropped_rate.toFixed(1);
-  const secs = (p.elapsed_ms / 1000).toFixed(1);
-  $(".sample", el).textContent =
-    `${p.by === "sweep" ? "Sweep" : "Fast loop"} at ${clockTime(p.at)}, over ${secs} s: offered ${p.offered_rate}/s, target allowed ${allowedText(p.allowed_rate)} → drop rate ${p.drop_rate}`;
+function renderDropMode(el, mode) {
+  const badge = document.createElement("span");
+  badge.className = "drop-mode";
+  badge.textContent = mode === "thinning" ? "thinning" : "random drop";
+  badge.title = mode === "thinning" ? DROP_MODES.thinning : DROP_MODES.random;
+  badge.setAttribute("aria-label", badge.title);
+  $(".badges", el).replaceChildren(badge);
 }
 
 /**
@@ -116,7 +96,7 @@ function createCard(name, actions) {
   $(".name", el).textContent = name;
   $("#channels").prepend(el);
   /** @type {ChannelView} */
-  const view = { el, data: [[], [], [], [], []], plot: null, observer: null };
+  const view = { el, data: [[], [], [], [], [], []], plot: null, observer: null, now: Date.now() / 1000 };
   mountRatesChart(view);
   const cardError = $(".card-error", el);
   /** @param {() => Promise<unknown>} fn */

@@ -5,6 +5,7 @@
 import { cardNames, cardOf, removeCard, renderChannel } from "./cards.js";
 import { $, show } from "./dom.js";
 import { secondsBetween } from "./format.js";
+import { everySampled, recentWindowMs } from "./periods.js";
 
 /** @import { CardActions, Overview, Point, RecordTotals } from "./types.js" */
 
@@ -18,12 +19,13 @@ let recorded = null;
  * @param {CardActions} actions what the cards' buttons do after their calls
  */
 export function render(overview, actions) {
-  renderTotals(overview);
+  const time = { now: overview.now, windowMs: recentWindowMs(overview.channels) };
+  renderTotals(overview, time.windowMs);
   show("#empty", overview.channels.length === 0);
   const listed = new Set(overview.channels.map((c) => c.channel));
   // A channel that left the list (no traffic within the window) takes its card and chart with it.
   for (const name of cardNames()) if (!listed.has(name)) removeCard(name);
-  for (const c of overview.channels) renderChannel(c, actions);
+  for (const c of overview.channels) renderChannel(c, actions, time);
   renderRecord(overview);
 }
 
@@ -54,12 +56,15 @@ function renderRecord({ now, record }) {
 }
 
 /**
- * The top line. Its message rates are the sum of the cards' snapshots (each channel's newest period),
- * so a card's numbers and the top line agree; the deployment's totals beside them are counts, not
- * rates of another period. Rate-limit denials are per second since the previous poll.
+ * The top line. Its message rates are the sum of the sampled channels' newest periods that ended
+ * within `windowMs` (a sharded channel's shards each count as one): a channel idle since has no recent
+ * period and adds nothing, and the line says the window and how many channels it summed. Each card's
+ * numbers are the same period's, so they agree. Beside them: the deployment's totals (counts, not
+ * rates of another period) and rate-limit denials per second since the previous poll.
  * @param {Overview} overview
+ * @param {number} windowMs
  */
-function renderTotals({ now, messages, rate_limits, channels }) {
+function renderTotals({ now, messages, rate_limits, channels }, windowMs) {
   /** @type {Record<string, number>} */
   const denied = {};
   for (const [bucket, counts] of Object.entries(rate_limits)) denied[bucket] = counts.denied;
@@ -78,18 +83,22 @@ function renderTotals({ now, messages, rate_limits, channels }) {
     span.append(`${label} `, b, unit);
     return span;
   };
-  const snapshots = channels.map((c) => c.snapshot).filter((p) => p);
-  const sum = (/** @type {(p: Point) => number} */ f) =>
-    snapshots.reduce((n, p) => n + f(/** @type {Point} */ (p)), 0).toFixed(1);
+  const sampled = everySampled(channels).filter((c) => c.snapshot);
+  const recent = /** @type {Point[]} */ (sampled.map((c) => c.snapshot).filter((p) => p && now - p.at <= windowMs));
+  const sum = (/** @type {(p: Point) => number} */ f) => recent.reduce((n, p) => n + f(p), 0).toFixed(1);
+  const within = Math.round(windowMs / 1000);
+  const latest = item(
+    `Latest periods (${recent.length} of ${sampled.length} sampled channels, ended within ${within} s): delivered`,
+    sum((p) => p.delivered_rate),
+  );
+  latest.className = "latest";
+  latest.title = `Each sampled channel's newest period, if it ended in the last ${within} s (one and a half sampler periods, as the charts' sweeps are spaced): a channel with no traffic since is not counted.`;
   const title = document.createElement("span");
   title.textContent = "Rate-limit denials:";
   $("#limits").replaceChildren(
-    ...(snapshots.length
+    ...(sampled.length
       ? [
-          item(
-            "Sampled channels, latest periods: delivered",
-            sum((p) => p.delivered_rate),
-          ),
+          latest,
           item(
             "dropped",
             sum((p) => p.dropped_rate),

@@ -32,9 +32,12 @@
 
 /**
  * @typedef {(number | null)[]} Series
- * @typedef {[number[], Series, Series, Series, Series]} ChartData x (seconds), offered, delivered, dropped, target
- * @typedef {{ el: HTMLElement, data: ChartData, plot: uPlot | null, observer: ResizeObserver | null }} ChannelView
- * @typedef {{ data: [number[], (number | null)[]], plot: uPlot | null, observer: ResizeObserver | null }} OccupancyView
+ * @typedef {[number[], Series, Series, Series, Series, Series]} ChartData x (seconds), offered, delivered,
+ *   dropped, target, drop rate; a row of nulls where no period was measured
+ * @typedef {{ el: HTMLElement, data: ChartData, plot: uPlot | null, observer: ResizeObserver | null,
+ *   now: number }} ChannelView `now`: the server's clock at the last poll (seconds), where the time axis ends
+ * @typedef {{ data: [number[], (number | null)[]], plot: uPlot | null, observer: ResizeObserver | null,
+ *   now: number }} OccupancyView
  * @typedef {{ refresh: () => Promise<void>, fail: (e: unknown) => void }} CardActions what a card does after
  *   its buttons' calls: poll at once (`refresh`), or hand a 401 to the page (`fail` logs out)
  */

@@ -285,7 +285,12 @@ const pacer = setInterval(() => {
 }, 5);
 
 let lastTick = started;
-const ticker = setInterval(async () => {
+/** The last seconds' deliveries, for the windowed rate: one second's count swings with the loop's period. */
+const recent = [];
+const WINDOW_S = 5;
+/** Lines print in tick order even when a stats call answers late (each waits for the one before). */
+let printing = Promise.resolve();
+const ticker = setInterval(() => {
   const now = Date.now();
   const secs = (now - lastTick) / 1000;
   lastTick = now;
@@ -293,12 +298,20 @@ const ticker = setInterval(async () => {
   window.delivered = 0;
   window.dropped = 0;
   window.sent = 0;
-  const stats = await channelStats();
-  const rate = stats ? stats.drop_rate : null;
+  recent.push({ secs, delivered: snap.delivered });
+  while (recent.length > WINDOW_S) recent.shift();
+  const span = recent.reduce((a, r) => a + r.secs, 0);
+  const windowed = recent.reduce((a, r) => a + r.delivered, 0) / span;
   const t = Math.round((now - started) / 1000);
-  console.log(
-    `t=${String(t).padStart(3)}s sent ${counts.sent} (${Math.round(snap.sent / secs)}/s)  delivered ${counts.delivered}  dropped ${counts.dropped}  429s ${counts.limited}  errors ${counts.errors}${counts.behind ? `  behind ${counts.behind}` : ""}  | drop rate ${rate === null ? "?" : rate.toFixed(3)}  delivered ${Math.round(snap.delivered / secs)}/s vs target ${targetText(stats?.target)}  occupancy ${stats?.occupancy ?? "?"}`,
-  );
+  const totals = { ...counts };
+  const stats = channelStats();
+  printing = printing.then(async () => {
+    const s = await stats;
+    const rate = s ? s.drop_rate : null;
+    console.log(
+      `t=${String(t).padStart(3)}s sent ${totals.sent} (${Math.round(snap.sent / secs)}/s)  delivered ${totals.delivered}  dropped ${totals.dropped}  429s ${totals.limited}  errors ${totals.errors}${totals.behind ? `  behind ${totals.behind}` : ""}  | drop rate ${rate === null ? "?" : rate.toFixed(3)}  delivered ${Math.round(snap.delivered / secs)}/s (${Math.round(span)} s: ${windowed.toFixed(1)}/s) vs target ${targetText(s?.target)}  occupancy ${s?.occupancy ?? "?"}`,
+    );
+  });
 }, 1000);
 
 await new Promise((resolve) => {
@@ -311,6 +324,7 @@ await new Promise((resolve) => {
 });
 clearInterval(pacer);
 clearInterval(ticker);
+await printing;
 // Let the last frames arrive before counting what subscribers saw (and, with --summary, the last
 // interval's summary: up to SUMMARY_INTERVAL later).
 await new Promise((r) => setTimeout(r, watcher ? 2000 : 500));

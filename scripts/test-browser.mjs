@@ -11,19 +11,28 @@
 // CSP and the page runs with no CSP violation; with the server stopped the page says so. Also: a chart
 // with one point spans seconds, not years, and its legend shows the newest values; a card's numbers
 // are its snapshot's and agree with the top line; a page opened mid-run charts the run so far; bad
-// configuration shows a banner; at 390 px no label wraps and the target placeholder fits. Screenshots go
-// to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run does it).
+// configuration shows a banner; at 390 px no label wraps and the target placeholder fits. At a glance
+// (glance.mjs): the drop rate is plotted, each figure says how old it is, subscribers are counted (and
+// a count that fell to 0 during a period says what it was), lines break where nothing was measured, an
+// idle channel is dimmed and left out of the top line, which names its window, a sharded card adds up
+// its shards, the subscribers chart has a whole-number scale, time axes read well at every span and
+// width, and the drop mode's badge says what it means. A page on an origin in CORS_ORIGINS uses the
+// client (publish, history, presence, WebSocket, SSE fallback) and a page on another origin is
+// refused. Screenshots go to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y
+// chromium`; .ci/run does it).
 //
 // The parts, in scripts/test-browser/: setup.mjs (the Worker, the browser, the channels, `check`),
 // dashboard.mjs (logging in, a live channel, setting a rate, a phone's width, the server gone),
-// cards.mjs (what a channel's card shows), polling.mjs (polls and what a channel leaving takes with
-// it), config-banner.mjs (bad configuration), headers.mjs (security headers and CSP), sockets.mjs
-// (a browser's WebSocket straight to the Worker).
+// cards.mjs (what a channel's card shows), glance.mjs (what the dashboard tells at a glance),
+// polling.mjs (polls and what a channel leaving takes with it), config-banner.mjs (bad configuration),
+// headers.mjs (security headers and CSP), sockets.mjs (a browser's WebSocket straight to the Worker),
+// cross-origin.mjs (a web app on another origin).
 import { mkdirSync } from "node:fs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
 import { checkCardAgrees, checkNoTargetNow, checkOpenedMidRun } from "./test-browser/cards.mjs";
 import { checkConfigBanner } from "./test-browser/config-banner.mjs";
+import { checkCrossOrigin } from "./test-browser/cross-origin.mjs";
 import {
   checkLiveChannel,
   checkLogin,
@@ -31,6 +40,7 @@ import {
   checkServerDown,
   checkSetRate,
 } from "./test-browser/dashboard.mjs";
+import { checkDropRateAndAges, checkMadeUpRun, checkSubscribersCounted } from "./test-browser/glance.mjs";
 import { checkAssetHeaders, checkNoCspViolation, watchCspViolations } from "./test-browser/headers.mjs";
 import { checkChannelLeaves, checkPolling, instrumentPage } from "./test-browser/polling.mjs";
 import {
@@ -83,11 +93,17 @@ try {
     }
   })();
   await checkLiveChannel(page, CHANNEL);
+  await checkDropRateAndAges(page, CHANNEL);
+  await checkSubscribersCounted(page, CHANNEL, server.admin);
   await checkCardAgrees(page, CHANNEL);
   await checkNoTargetNow(page, CHANNEL);
   await checkOpenedMidRun(browser, CHANNEL, server.admin);
   publishing = false;
   await traffic;
+
+  await checkMadeUpRun(page, 1200);
+  await checkMadeUpRun(page, 390);
+  await page.setViewportSize({ width: 1200, height: 900 });
 
   await checkSetRate(page, publish);
   await checkPolling(page);
@@ -97,6 +113,7 @@ try {
   await checkNoCspViolation(page);
 
   await checkUncompressedFrames(browser);
+  await checkCrossOrigin(browser);
 
   stopServer();
   await checkServerDown(page);

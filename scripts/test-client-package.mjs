@@ -60,6 +60,23 @@ const project = mkdtempSync(join(tmpdir(), "floodgate-client-consumer-"));
 let worker;
 let browser;
 try {
+  // 0. Inside the repository, the workspace's link works as docs/client.md says: `npm install` built
+  //    dist/ (the package's `prepare`), so a script here imports the package by its name. Before step
+  //    1 removes dist/: on a fresh clone (CI) it can only have come from the install.
+  const linked = await run(
+    NODE22,
+    [
+      "--input-type=module",
+      "-e",
+      'const m = await import("@floodgate/client"); console.log(Object.keys(m).sort().join(","));',
+    ],
+    { cwd: root },
+  );
+  check(
+    linked.code === 0 && linked.out.includes("FloodgateClient"),
+    `import("@floodgate/client") inside the repository after npm install: ${linked.out.trim().split("\n").at(-1)}`,
+  );
+
   // 1. Pack, with dist/ removed first so the tarball's dist/ can only come from `prepare`.
   rmSync(join(root, "packages/client/dist"), { recursive: true, force: true });
   const packed = await run("npm", ["pack", "-w", "@floodgate/client", "--pack-destination", project, "--json"], {

@@ -9,7 +9,7 @@ import { importSource } from "./import-source.mjs";
 import { root } from "./root.mjs";
 
 /** `NAME=value` lines (quotes optional, # comments), as wrangler reads .dev.vars. */
-function readDevVars(file) {
+export function readDevVars(file = join(root, ".dev.vars")) {
   const out = {};
   if (!existsSync(file)) return out;
   for (const line of readFileSync(file, "utf8").split(/\r?\n/)) {
@@ -82,15 +82,33 @@ export function devVars(args) {
   return { ...fromToml, ...readDevVars(join(root, ".dev.vars")), ...vars };
 }
 
-/** The Worker's verdict on `vars`: null, or its one message (`invalid configuration: NAME: …`). */
-export async function configProblem(vars) {
-  if (vars === null) return null;
-  const mod = await importSource(`export { parseConfig, rawConfigFrom } from "./src/settings/settings";`);
+/** The Worker's own settings module, bundled once. */
+let settingsModule = null;
+function settingsSource() {
+  settingsModule ??= importSource(
+    `export { parseConfig, rawConfigFrom, CONFIG_VARIABLES } from "./src/settings/settings"; export { SECRET_MIN } from "./src/settings/secrets";`,
+  );
+  return settingsModule;
+}
+
+/**
+ * The Worker's verdict on `vars`: `{ problem }` (its one message, `invalid configuration: NAME: …`),
+ * or `{ settings }` parsed as the Worker parses them; `{}` when `vars` is null (wrangler.toml beyond
+ * this reader: the Worker's /healthz decides then).
+ */
+export async function checkConfig(vars) {
+  if (vars === null) return {};
+  const mod = await settingsSource();
   try {
-    mod.parseConfig(mod.rawConfigFrom(vars));
-    return null;
+    return { settings: mod.parseConfig(mod.rawConfigFrom(vars)) };
   } catch (e) {
-    if (e?.name === "ConfigError") return e.message;
+    if (e?.name === "ConfigError") return { problem: e.message };
     throw e;
   }
+}
+
+/** Every variable and secret name the Worker reads. */
+export async function knownVariables() {
+  const mod = await settingsSource();
+  return new Set([...mod.CONFIG_VARIABLES, ...Object.keys(mod.SECRET_MIN)]);
 }

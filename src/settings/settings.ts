@@ -88,6 +88,14 @@ export interface Settings {
   presenceIntervalMs: number;
   /** `AUDIENCE_SHARDS`: channels split into shards by a grouping, in selection order (docs/api.md, "Shards"). */
   audienceShards: Rule<ShardRule>[];
+  /** `CORS_ORIGINS`: the origins whose pages may call the API from a browser (docs/api.md, "Browsers on other origins"). */
+  cors: CorsOrigins;
+}
+
+/** `CORS_ORIGINS` parsed: the origins listed, and whether `*` (public reads from any origin) is. */
+export interface CorsOrigins {
+  origins: ReadonlySet<string>;
+  anyForPublicReads: boolean;
 }
 
 /** A `THROTTLE_SUMMARY` rule's pointer, as written and parsed into its reference tokens. */
@@ -117,6 +125,41 @@ function relayCapacity(raw: RawConfig): number {
 /** A duration with days allowed (`30d`, `36h`), at least one second. Returns milliseconds. */
 function longDuration(raw: RawConfig, variable: Parameters<typeof textOf>[1]): number {
   return duration(raw, variable, 1000, Number.POSITIVE_INFINITY, "at least 1s", { allowDays: true });
+}
+
+/**
+ * `CORS_ORIGINS`: comma-separated origins written as a browser sends them (`https://app.example`,
+ * `http://localhost:5173`: a scheme, a host, a port only when not the scheme's default, no path),
+ * and `*` for public reads from any origin. A malformed one is bad configuration, so a typo never
+ * silently locks a web app out (or lets another in).
+ */
+function corsOrigins(raw: RawConfig): CorsOrigins {
+  const origins = new Set<string>();
+  let anyForPublicReads = false;
+  for (const part of textOf(raw, "CORS_ORIGINS").split(",")) {
+    const entry = part.trim();
+    if (entry === "") continue;
+    if (entry === "*") {
+      anyForPublicReads = true;
+      continue;
+    }
+    let origin: string | null = null;
+    try {
+      const url = new URL(entry);
+      const host = /^(?:[a-z0-9-]+\.)*[a-z0-9-]+$|^\[[0-9a-f:.]+\]$/i.test(url.hostname);
+      if ((url.protocol === "https:" || url.protocol === "http:") && host && url.origin === entry) origin = url.origin;
+    } catch {
+      // not a URL: refused below
+    }
+    if (origin === null) {
+      throw new ConfigError(
+        "CORS_ORIGINS",
+        `"${entry}" is not an origin (scheme://host[:port], no path or trailing slash, e.g. https://app.example), nor *`,
+      );
+    }
+    origins.add(origin);
+  }
+  return { origins, anyForPublicReads };
 }
 
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */
@@ -187,6 +230,7 @@ export function parseConfig(raw: RawConfig): Settings {
       "from 1s to 1h",
     ),
     audienceShards: patternRules(raw, "AUDIENCE_SHARDS", parseShardRule),
+    cors: corsOrigins(raw),
   };
 }
 

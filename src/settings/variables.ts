@@ -46,6 +46,7 @@ export const DEFAULTS = {
   PRESENCE_ANNOUNCE_MAX: "20",
   PRESENCE_INTERVAL: "10s",
   AUDIENCE_SHARDS: null,
+  CORS_ORIGINS: null,
 } as const satisfies Record<string, string | null>;
 
 export type ConfigVariable = keyof typeof DEFAULTS;

@@ -9,6 +9,7 @@ import { ConfigError } from "../settings/settings";
 import { ApiError } from "../wire/errors";
 import type { AppEnv } from "./app-env";
 import { adminAuth } from "./auth/authorise";
+import { cors } from "./http/cors";
 import { apiErrorResponse, errorResponse } from "./http/errors";
 import { documented, json, mount, openApiDocument, route } from "./http/openapi";
 import { refusalReason } from "./http/refusals";
@@ -56,6 +57,9 @@ const withServices = createMiddleware<AppEnv>(async (c, next) => {
 });
 
 app.use("*", withServices);
+
+/** Browsers on other origins (src/worker/http/cors.ts): after the services, which hold `CORS_ORIGINS`. */
+app.use("*", cors);
 
 mount(app, "/v1/tokens", tokens);
 mount(app, "/v1/publish", publish);

@@ -4,18 +4,10 @@
  * storage (no ghost frames, seq continues), and the channel's alarm survives it.
  */
 import { runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { ChannelStats, PublishCommand } from "../../src/channel/calls";
+import type { PublishCommand } from "../../src/channel/calls";
 import { counter, withFailingAppend } from "../support/channel-internals";
-import { adminHeaders, callAndWait, openSocket, publisher, publishTo, uniq } from "../support/helpers";
-
-const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-
-async function channelStats(ch: string): Promise<ChannelStats> {
-  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return (await res.json()) as ChannelStats;
-}
+import { channelStats, channelObject as channelStub, openSocket, publisher, publishTo, uniq } from "../support/helpers";
 
 /** A publish of `data` (any JSON value) as the Worker sends it to the channel's object. */
 function deliverCommand(ch: string, data: unknown) {

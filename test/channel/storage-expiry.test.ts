@@ -5,34 +5,22 @@
  * Times are moved back in storage; alarms are run with runDurableObjectAlarm.
  */
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { ChannelStats } from "../../src/channel/calls";
 import { UNUSED_CHANNEL_TTL_MS, WIPE_RETRY_MS } from "../../src/channel/idle-expiry";
-import { relayName } from "../../src/relay/placement";
 import { backdateIdle, counter, lapseReservations } from "../support/channel-internals";
 import {
-  adminHeaders,
   call,
-  callAndWait,
+  channelStats,
+  channelObject as channelStub,
   type Frame,
   openSocket,
   publisher,
   publishTo,
+  relayObject as relayStub,
   storedTables,
   uniq,
   until,
 } from "../support/helpers";
-
-const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-
-/** The channel's only relay (fewer subscribers than RELAY_CAPACITY; no colo locally). */
-const relayStub = (ch: string) => env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0)));
-
-async function channelStats(ch: string): Promise<ChannelStats> {
-  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return (await res.json()) as ChannelStats;
-}
 
 describe("storage is bounded by activity", () => {
   const HISTORY_TTL_MS = 7 * 24 * 3600 * 1000;

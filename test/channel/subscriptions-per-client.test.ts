@@ -13,17 +13,17 @@ import type { ChannelStats } from "../../src/channel/calls";
 import { ChannelObject } from "../../src/channel/channel-object";
 import worker from "../../src/index";
 import { REPORT_RETRY_MS } from "../../src/relay/bounds";
-import { relayName } from "../../src/relay/placement";
-import type { Relay } from "../../src/relay/relay";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
 import {
   adminHeaders,
   BASE,
   callAndWait,
+  channelObject as channelStub,
   env,
   envWith,
   freshIp,
   mint,
+  relayObject as relayStub,
   uniq,
   until,
   withFailing,
@@ -33,10 +33,6 @@ import {
 const roomy = envWith({ SUBSCRIBE_BURST: "1000", READ_BURST: "1000" });
 /** The same with a cap of 2, for the tests about who counts as one client. */
 const capTwo = envWith({ SUBSCRIBE_BURST: "1000", READ_BURST: "1000", MAX_SUBSCRIPTIONS_PER_CLIENT: "2" });
-
-const relayStub = (ch: string) =>
-  env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0))) as DurableObjectStub<Relay>;
-const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
 
 interface Who {
   token?: string;

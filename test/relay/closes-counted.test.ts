@@ -5,17 +5,17 @@
  * counted in the relays' own isolates and flushed to the metrics object.
  */
 import { runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import { relayName } from "../../src/relay/placement";
 import { Relay } from "../../src/relay/relay";
 import {
   call,
+  channelObject,
   grown,
   mint,
   openSocket,
   publisher,
   publishTo,
+  relayObject,
   scrapeMetrics,
   uniq,
   until,
@@ -23,8 +23,6 @@ import {
 } from "../support/helpers";
 import { closed } from "../support/relay-fixtures";
 
-const relayStub = (ch: string) => env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0)));
-const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
 const closes = (reason: string) => `floodgate_subscriptions_closed_total{reason="${reason}"}`;
 
 /** Waits until the closes of `reason` grew by `n` since `before` (relays flush on their own time). */
@@ -59,7 +57,7 @@ describe("subscriptions closed, counted by reason", () => {
     const ch = `public:closes.${uniq()}`;
     const t = await publisher("public:closes.*");
     const a = await openSocket(ch);
-    const [failing] = await runInDurableObject(relayStub(ch), (_r, state) => state.getWebSockets());
+    const [failing] = await runInDurableObject(relayObject(ch), (_r, state) => state.getWebSockets());
     const b = await openSocket(ch);
     const aClosed = closed(a.ws);
     const before = await scrapeMetrics();
@@ -86,7 +84,7 @@ describe("subscriptions closed, counted by reason", () => {
     const before = await scrapeMetrics();
     const big = "x".repeat(30_000);
     for (let i = 0; i < 60; i++) {
-      await channelStub(ch).publishMany([
+      await channelObject(ch).publishMany([
         { channel: ch, data: JSON.stringify({ i, big }), publisher: "p", action: "deliver", now: Date.now() },
       ]);
     }
@@ -109,11 +107,11 @@ describe("subscriptions closed, counted by reason", () => {
     const text = stream.text();
     const anon = await openSocket(ch);
     await until(
-      () => runInDurableObject(relayStub(ch), (relay) => relay.counts().websockets === 2 && relay.counts().sse === 1),
+      () => runInDurableObject(relayObject(ch), (relay) => relay.counts().websockets === 2 && relay.counts().sse === 1),
       "three subscribers on the relay",
     );
     const before = await scrapeMetrics();
-    await runInDurableObject(relayStub(ch), (relay) => relay.tick(exp));
+    await runInDurableObject(relayObject(ch), (relay) => relay.tick(exp));
     expect(await done).toMatchObject({ code: 4001 });
     expect(await text).toContain("event: expired");
     await closedBy(before, "expired", 2);

@@ -13,7 +13,6 @@ import { FloodgateClient, type Message, type SocketLike } from "@floodgate/clien
 import { describe, expect, it } from "vitest";
 import worker from "../../src/index";
 import { FRAME_MAX_BYTES } from "../../src/relay/bounds";
-import { relayName } from "../../src/relay/placement";
 import { Relay } from "../../src/relay/relay";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
 import { type LiveFrame, packFrames, utf8Length } from "../../src/wire/frame-text";
@@ -27,6 +26,7 @@ import {
   mint,
   publishTo,
   readSse,
+  relayObject as relayStub,
   SLOW_TEST_MS,
   uniq,
   until,
@@ -36,8 +36,6 @@ import {
 
 const CAPACITY = 4;
 const relayEnv = envWith({ RELAY_CAPACITY: String(CAPACITY), SUBSCRIBE_BURST: "1000", READ_BURST: "1000" });
-const relayStub = (ch: string, k = 0) =>
-  env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", k))) as DurableObjectStub<Relay>;
 
 async function publisher(): Promise<string> {
   return (await mint({ sub: uniq("pub"), channels: ["public:packed.*"], rl: "100000/s" })).access_token;

@@ -10,18 +10,17 @@ import { createExecutionContext, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../src/index";
 import { channelStub } from "../../src/platform/stubs";
-import { relayName } from "../../src/relay/placement";
 import type { Relay } from "../../src/relay/relay";
 import type { SideFrame } from "../../src/wire/frame-text";
 import { sendSide } from "../support/channel-internals";
 import {
   BASE,
-  env,
   envWith,
   freshIp,
   historyOf,
   mint,
   publishTo,
+  relayObject as relayStub,
   uniq,
   until,
   untilUnsubscribed,
@@ -29,8 +28,6 @@ import {
 
 const CAPACITY = 2;
 const relayEnv = envWith({ RELAY_CAPACITY: String(CAPACITY), SUBSCRIBE_BURST: "1000", READ_BURST: "1000" });
-const relayStub = (ch: string, k = 0) =>
-  env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", k))) as DurableObjectStub<Relay>;
 
 const summary = (ch: string, n: number): SideFrame => ({
   event: "summary",

@@ -7,32 +7,21 @@
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { ChannelStats } from "../../src/channel/calls";
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "../../src/relay/bounds";
-import { relayName } from "../../src/relay/placement";
 import { SLOW_CONSUMER_CLOSE, SUBSCRIBER_SPOKE_CLOSE } from "../../src/wire/close-codes";
 import {
-  adminHeaders,
   call,
-  callAndWait,
+  channelStats,
+  channelObject as channelStub,
   type Frame,
   openSocket,
   publisher,
   publishTo,
   readSse,
+  relayObject as relayStub,
   uniq,
   until,
 } from "../support/helpers";
-
-const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-
-/** The channel's only relay (fewer subscribers than RELAY_CAPACITY; no colo locally). */
-const relayStub = (ch: string) => env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0)));
-
-async function channelStats(ch: string): Promise<ChannelStats> {
-  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return (await res.json()) as ChannelStats;
-}
 
 /** A raw WebSocket subscription that records text frames and its close. */
 async function rawSocket(ch: string, query = "") {

@@ -9,40 +9,27 @@
  * runDurableObjectAlarm; nothing sleeps.
  */
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
-import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { ChannelStats } from "../../src/channel/calls";
 import { ChannelObject } from "../../src/channel/channel-object";
 import { REPORT_RETRY_MS, SSE_HEARTBEAT_MS } from "../../src/relay/bounds";
-import { relayName } from "../../src/relay/placement";
-import type { Relay } from "../../src/relay/relay";
 import { TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../../src/wire/close-codes";
 import {
-  adminHeaders,
   call,
-  callAndWait,
+  channelStats,
+  channelObject as channelStub,
   mint,
   openSocket,
   readSse,
+  relayObject as relayStub,
   uniq,
   until,
   untilUnsubscribed,
   withFailing,
 } from "../support/helpers";
 
-const channelStub = (ch: string) => env.CHANNEL.get(env.CHANNEL.idFromName(ch));
-/** The channel's only relay (fewer subscribers than RELAY_CAPACITY; no colo locally). */
-const relayStub = (ch: string) =>
-  env.RELAY.get(env.RELAY.idFromName(relayName(ch, "local", 0))) as DurableObjectStub<Relay>;
-
 async function subscriber(): Promise<{ token: string; exp: number }> {
   const pair = await mint({ sub: uniq("life"), channels: ["public:life.*"] });
   return { token: pair.access_token, exp: pair.expires_at * 1000 };
-}
-
-async function channelStats(ch: string): Promise<ChannelStats> {
-  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return (await res.json()) as ChannelStats;
 }
 
 /** A WebSocket subscription (with a token when given) that records its frames (parsed) and its close. */

@@ -148,7 +148,9 @@ import {
   runInDurableObject,
   waitOnExecutionContext,
 } from "cloudflare:test";
+import type { ChannelStats } from "../../src/channel/calls";
 import worker from "../../src/index";
+import { relayName } from "../../src/relay/placement";
 
 /**
  * Calls the Worker's fetch handler with its own execution context and waits for its `waitUntil`
@@ -353,6 +355,22 @@ export async function untilUnsubscribed(...channels: string[]): Promise<void> {
       return stats.websockets === 0 && stats.sse === 0 && stats.relays === 0;
     }, `${channel} without subscribers`);
   }
+}
+
+/** A channel's object (by its name, or a shard's key), reached as the Worker reaches it. */
+export function channelObject(channel: string) {
+  return env.CHANNEL.get(env.CHANNEL.idFromName(channel));
+}
+
+/** The `k`-th relay of a channel (locally there is no colo: every relay is in the group `local`). */
+export function relayObject(channel: string, k = 0) {
+  return env.RELAY.get(env.RELAY.idFromName(relayName(channel, "local", k)));
+}
+
+/** `GET /v1/channels/{channel}/stats`, with the admin bearer. */
+export async function channelStats(channel: string): Promise<ChannelStats> {
+  const res = await callAndWait(`/v1/channels/${channel}/stats`, { headers: adminHeaders() });
+  return (await res.json()) as ChannelStats;
 }
 
 /** The series of a `/metrics` scrape, by key (`floodgate_refusals_total{reason="read"}`). */

@@ -5,11 +5,11 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import { TAKEOVER_MS } from "../../functions/coalescer";
-import type { ChannelStats, PublishCommand, PublishOutcome } from "../../src/channel/calls";
+import type { PublishCommand, PublishOutcome } from "../../src/channel/calls";
 import { ChannelObject } from "../../src/channel/channel-object";
 import { ApiError } from "../../src/wire/errors";
 import { PUBLISH_BATCHING, PublishBatcher } from "../../src/worker/publish-batcher";
-import { adminHeaders, callAndWait, publisher, publishTo, uniq } from "../support/helpers";
+import { adminHeaders, callAndWait, channelStats, publisher, publishTo, uniq } from "../support/helpers";
 
 const cmd = (i: number): PublishCommand => ({
   channel: "public:a.b",
@@ -18,11 +18,6 @@ const cmd = (i: number): PublishCommand => ({
   action: "deliver",
   now: i,
 });
-
-async function channelStats(ch: string): Promise<ChannelStats> {
-  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return (await res.json()) as ChannelStats;
-}
 
 describe("publish batcher", () => {
   it("sends publishes of one tick as one call, in order, and answers each with its own outcome", async () => {

@@ -46,6 +46,23 @@ export const MISSING_BEARER =
 export const ADMIN_BEARER_REQUIRED =
   "admin bearer token required: send Authorization: Bearer <ADMIN_TOKEN> (the server's secret; docs/api.md, Operator routes)";
 
+/**
+ * What a request that presents the admin token where an access token goes is told: the newcomer's
+ * first mistake ("malformed token" said nothing about why), with how to mint one.
+ */
+export const ADMIN_TOKEN_AS_ACCESS =
+  "this is the admin token: it mints tokens and calls /v1/admin, but publishing and private channels take an access token. Mint one with POST /v1/tokens and the admin token, e.g. " +
+  `curl -X POST <server>/v1/tokens -H "Authorization: Bearer <ADMIN_TOKEN>" -d '{"sub":"me","channels":["public:live.*"]}' (docs/api.md, Tokens)`;
+
+/** Whether `token` is the admin token, compared in constant time (it is a secret). */
+function isAdminToken(env: Env, token: string): boolean {
+  const admin = (env as unknown as Record<string, unknown>).ADMIN_TOKEN;
+  if (typeof admin !== "string" || admin.length === 0) return false;
+  const a = new TextEncoder().encode(token);
+  const b = new TextEncoder().encode(admin);
+  return a.byteLength === b.byteLength && crypto.subtle.timingSafeEqual(a, b);
+}
+
 /** Verifies an access token: signature, shape, expiry and type. @throws ApiError 401 */
 export async function verifyAccess(env: Env, token: string | null): Promise<VerifiedToken> {
   const secret = tokenSecret(env);
@@ -53,7 +70,11 @@ export async function verifyAccess(env: Env, token: string | null): Promise<Veri
   try {
     return await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
   } catch (e) {
-    if (e instanceof TokenError) throw unauthenticated(e.message);
+    if (e instanceof TokenError) {
+      // Only a token that is no JWT at all can be the admin token: a signed one never pays the compare.
+      if (e.failure === "malformed" && isAdminToken(env, token)) throw unauthenticated(ADMIN_TOKEN_AS_ACCESS);
+      throw unauthenticated(e.message);
+    }
     throw e;
   }
 }

@@ -170,8 +170,9 @@ export function leverOf(entry: OverviewEntry, sharding: { pattern: string; by: s
 /**
  * The overview's cards: one per channel, a sharded channel's shards gathered into its card. The card
  * keeps every field an unsharded channel's entry has (so the page draws it the same way): occupancy
- * is the shards' sum, drop rate the highest of theirs, and `shards` lists each shard's own entry with
- * its lever. Every card has its lever and, when sharded, `sharding` (the rule).
+ * is the shards' sum, drop rate the highest of theirs, `series` empty and `snapshot` null (the shards'
+ * periods are their own, not the channel's), and `shards` lists each shard's own entry with its lever.
+ * Every card has its lever and, when sharded, `sharding` (the rule).
  */
 function shardCards(config: Settings, entries: OverviewEntry[]): Record<string, unknown>[] {
   const cards: Record<string, unknown>[] = [];
@@ -208,6 +209,10 @@ function shardCards(config: Settings, entries: OverviewEntry[]): Record<string, 
       drop_rate: Math.max(...shards.map((s) => num(s, "drop_rate"))),
       occupancy: occupied ? shards.reduce((n, s) => n + num(s, "occupancy"), 0) : null,
       last_sample: null,
+      // No period of its own: each shard's entry carries its series and snapshot (the page sums them),
+      // never one shard's passed off as the channel's.
+      series: [],
+      snapshot: null,
       sharding,
       lever: {
         points_to: "shard",

@@ -70,6 +70,9 @@ export function manifest(config: Settings) {
     ...(config.audienceShards.length
       ? { audience_shards: config.audienceShards.map((r) => ({ pattern: r.pattern.source, by: r.value.by })) }
       : {}),
+    // CORS_ORIGINS (docs/api.md, "Browsers on other origins"): the listed origins, and "*" when public
+    // reads are open to any origin; empty: only the Worker's own origin, servers and native apps.
+    cors_origins: [...config.cors.origins, ...(config.cors.anyForPublicReads ? ["*"] : [])],
   };
 }
 
@@ -137,6 +140,10 @@ const Manifest = z
       .array(z.object({ pattern: z.string(), by: z.enum(["group", "continent"]) }))
       .optional()
       .openapi({ description: "AUDIENCE_SHARDS in selection order (most specific first); omitted when empty." }),
+    cors_origins: z.array(z.string()).openapi({
+      description:
+        'CORS_ORIGINS: origins whose pages may call the API from a browser; "*": public reads from any origin.',
+    }),
   })
   .openapi("Manifest");
 

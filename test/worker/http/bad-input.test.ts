@@ -4,17 +4,12 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { ChannelStats } from "../../../src/channel/calls";
 import { base64UrlEncode, signToken } from "../../../src/worker/auth/tokens";
-import { ADMIN, adminHeaders, call, callAndWait, historyOf, publisher, publishTo, uniq } from "../../support/helpers";
+import { ADMIN, call, channelStats, historyOf, publisher, publishTo, uniq } from "../../support/helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
 
 /** The channel's stats, once the requests before have finished their background work. */
-async function channelStats(ch: string): Promise<ChannelStats> {
-  const res = await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() });
-  return (await res.json()) as ChannelStats;
-}
 
 async function lastSeq(ch: string): Promise<number> {
   return (await channelStats(ch)).last_seq;

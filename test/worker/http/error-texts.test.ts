@@ -4,9 +4,9 @@
  * one asked for — keeping the documented shape and status codes.
  */
 import { describe, expect, it } from "vitest";
-import { ADMIN_BEARER_REQUIRED, MISSING_BEARER } from "../../../src/worker/auth/authorise";
+import { ADMIN_BEARER_REQUIRED, ADMIN_TOKEN_AS_ACCESS, MISSING_BEARER } from "../../../src/worker/auth/authorise";
 import { MALFORMED } from "../../../src/worker/auth/tokens";
-import { call, freshIp, mint, uniq } from "../../support/helpers";
+import { ADMIN, call, freshIp, mint, uniq } from "../../support/helpers";
 
 const body = async (res: Response) => (await res.json()) as { code: string; msg: string; meta: { code: string } };
 
@@ -22,6 +22,23 @@ describe("error texts", () => {
       expect(await body(res)).toEqual({ code: "unauthenticated", msg: MALFORMED, meta: { code: "UNAUTHENTICATED" } });
     }
     expect(MALFORMED).toMatch(/^malformed token: .*POST \/v1\/tokens/);
+  });
+
+  it("the admin token presented where an access token goes says it is the admin token and how to mint one", async () => {
+    for (const path of [`/v1/publish/public:err.${uniq()}`, `/v1/history/private:err.${uniq()}.x`]) {
+      const res = await call(path, {
+        method: path.includes("publish") ? "POST" : "GET",
+        headers: { authorization: `Bearer ${ADMIN}`, "cf-connecting-ip": freshIp() },
+        ...(path.includes("publish") ? { body: "{}" } : {}),
+      });
+      expect(res.status).toBe(401);
+      expect(await body(res)).toEqual({
+        code: "unauthenticated",
+        msg: ADMIN_TOKEN_AS_ACCESS,
+        meta: { code: "UNAUTHENTICATED" },
+      });
+    }
+    expect(ADMIN_TOKEN_AS_ACCESS).toMatch(/^this is the admin token: .*POST \/v1\/tokens/);
   });
 
   it("a missing bearer says how to get a token; an admin route says which token it wants", async () => {

@@ -7,8 +7,10 @@ import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { rateKey } from "../../../functions/before-publish";
+import { shardKey } from "../../../functions/shard-key";
 import { activeChannelsStub } from "../../../src/platform/stubs";
 import { OVERVIEW_MAX_CHANNELS } from "../../../src/worker/routes/dashboard";
+import { member, pub, socket } from "../../support/audience-shards";
 import { backdatePeriod, makeSeenReportDue } from "../../support/channel-internals";
 import {
   adminHeaders,
@@ -187,6 +189,36 @@ describe("GET /v1/admin/overview", () => {
     const user = await callAndWait("/v1/admin/overview", { headers: { authorization: `Bearer ${access_token}` } });
     expect(user.status).toBe(401);
     expect((await admin("/v1/admin/overview?within=forever")).status).toBe(400);
+  });
+});
+
+describe("a sharded channel's card", () => {
+  it("passes off no one shard's period as the channel's: the card has none, each shard its own", async () => {
+    // `public:sharded.fast.*`: shards by the token's group, each with a 1/s target (test/vitest.config.ts).
+    const ch = `public:sharded.fast.${uniq()}`;
+    const es = await member([ch], "es");
+    const fr = await member([ch], "fr");
+    const listener = await socket(ch, es);
+    for (let i = 0; i < 4; i++) expect((await pub(ch, fr, i)).status).toBe(200);
+    expect((await pub(ch, es, "x")).status).toBe(200);
+    for (const g of ["es", "fr"]) await backdatePeriod(shardKey(ch, g), 10_000);
+    expect((await admin("/v1/admin/sample", { method: "POST" })).status).toBe(200);
+
+    const card = (await overview()).channels.find((c) => c.channel === ch) as unknown as {
+      occupancy: number;
+      series: unknown[];
+      snapshot: unknown;
+      shards: { shard: string; snapshot: { occupancy: number; delivered: number } | null }[];
+    };
+    // Before: the card spread its most recently seen shard's series and snapshot, so the page showed
+    // `fr`'s 0 subscribers beside `fr`'s deliveries as the whole channel's.
+    expect(card.series).toEqual([]);
+    expect(card.snapshot).toBeNull();
+    expect(card.occupancy).toBe(1);
+    const snap = Object.fromEntries(card.shards.map((s) => [s.shard, s.snapshot]));
+    expect(snap.es).toMatchObject({ occupancy: 1, delivered: 1 });
+    expect(snap.fr).toMatchObject({ occupancy: 0, delivered: 4 });
+    listener.ws.close();
   });
 });
 

@@ -1,0 +1,111 @@
+/**
+ * Browsers on other origins (docs/api.md, "Browsers on other origins"): `CORS_ORIGINS` lists the
+ * origins whose pages may call the API. For a listed origin every `/v1/` route and `/app/` answers
+ * with `Access-Control-Allow-Origin: <that origin>`, preflights answer 204, and the rate-limit headers
+ * a script needs are exposed. `*` lets any origin make public reads only — subscribe to, read the
+ * history and presence of a public channel, and the manifest — and never a request that carries
+ * `Authorization`. An origin not listed gets no CORS headers (its preflight answers 403), and its
+ * WebSocket upgrades answer 403: a browser sends `Origin` on a WebSocket but never preflights one.
+ * Requests without `Origin` (servers, native apps) are not touched.
+ *
+ * Hono's own `cors` middleware sets its headers before the handler runs and answers every preflight
+ * 204, so it cannot refuse an origin's preflight or decide by the route and token as this must.
+ */
+import { createMiddleware } from "hono/factory";
+import type { CorsOrigins } from "../../settings/settings";
+import { isChannelName, parseChannelName } from "../../wire/channel-names";
+import { permissionDenied } from "../../wire/errors";
+import type { AppEnv } from "../app-env";
+import { apiErrorResponse } from "./errors";
+
+/** The methods the API answers to. */
+const ALLOW_METHODS = "GET, POST, PUT, DELETE";
+/** The request headers Floodgate reads. */
+const ALLOW_HEADERS =
+  "Authorization, Content-Type, Idempotency-Key, Floodgate-Priority, Floodgate-Shard, Last-Event-ID";
+/** The response headers a script may read: when to retry and how much budget is left. */
+const EXPOSE_HEADERS = "Retry-After, RateLimit, RateLimit-Policy";
+/** How long a browser may reuse a preflight's answer, in seconds (Chromium caps it at 2 hours). */
+const MAX_AGE_S = 600;
+
+/** What an origin may do: everything, public reads only (`*`), or nothing. */
+type Grant = "listed" | "public" | "none";
+
+function grantOf(cors: CorsOrigins, origin: string): Grant {
+  if (cors.origins.has(origin)) return "listed";
+  return cors.anyForPublicReads ? "public" : "none";
+}
+
+/** `/v1/{subscribe,history,presence}/<public channel>` and the manifest, read with GET. */
+function isPublicRead(method: string, path: string): boolean {
+  if (method !== "GET" && method !== "HEAD") return false;
+  if (path === "/v1/manifest") return true;
+  const m = /^\/v1\/(?:subscribe|history|presence)\/([^/]+)$/.exec(path);
+  if (!m?.[1]) return false;
+  let name: string;
+  try {
+    name = decodeURIComponent(m[1]);
+  } catch {
+    return false;
+  }
+  return isChannelName(name) && parseChannelName(name).visibility === "public";
+}
+
+/** The paths CORS applies to. */
+function inScope(path: string): boolean {
+  return path.startsWith("/v1/") || path.startsWith("/app/");
+}
+
+export const cors = createMiddleware<AppEnv>(async (c, next) => {
+  const origin = c.req.header("origin");
+  const path = c.req.path;
+  if (!origin || !inScope(path)) return next();
+  const settings = c.var.svc.config.cors;
+  // None listed: the API is for its own origin, servers and native apps, as without this middleware.
+  if (settings.origins.size === 0 && !settings.anyForPublicReads) return next();
+  const grant = grantOf(settings, origin);
+  const method = c.req.method;
+
+  // A preflight: answered here, before any route (none is declared for OPTIONS) or budget.
+  const requested = c.req.header("access-control-request-method");
+  if (method === "OPTIONS" && requested) {
+    const withAuth = (c.req.header("access-control-request-headers") ?? "").toLowerCase().includes("authorization");
+    const ok = grant === "listed" || (grant === "public" && !withAuth && isPublicRead(requested, path));
+    if (!ok) return refused(origin);
+    return new Response(null, {
+      status: 204,
+      headers: {
+        "Access-Control-Allow-Origin": grant === "listed" ? origin : "*",
+        "Access-Control-Allow-Methods": grant === "listed" ? ALLOW_METHODS : "GET",
+        "Access-Control-Allow-Headers": ALLOW_HEADERS,
+        "Access-Control-Max-Age": String(MAX_AGE_S),
+        Vary: "Origin",
+      },
+    });
+  }
+
+  // A WebSocket from a page: no preflight protects it, so the origin is checked here.
+  const upgrade = (c.req.header("upgrade") ?? "").toLowerCase() === "websocket";
+  if (upgrade) {
+    const ok = grant === "listed" || (grant === "public" && (path.startsWith("/app/") || isPublicRead(method, path)));
+    if (!ok) return refused(origin);
+    return next();
+  }
+
+  await next();
+  const headers = c.res.headers;
+  headers.append("Vary", "Origin");
+  const allow =
+    grant === "listed"
+      ? origin
+      : grant === "public" && !c.req.header("authorization") && isPublicRead(method, path)
+        ? "*"
+        : null;
+  if (allow === null) return;
+  headers.set("Access-Control-Allow-Origin", allow);
+  headers.set("Access-Control-Expose-Headers", EXPOSE_HEADERS);
+});
+
+function refused(origin: string): Response {
+  return apiErrorResponse(permissionDenied(`origin ${origin} may not call this API from a browser (CORS_ORIGINS)`));
+}

@@ -1,0 +1,183 @@
+/**
+ * Browsers on other origins (CORS_ORIGINS): listed origins get CORS on every /v1/ route and their
+ * preflights; `*` opens public reads only; an unlisted origin gets nothing, its preflight and its
+ * WebSocket upgrades 403; requests without Origin are untouched.
+ */
+import { describe, expect, it } from "vitest";
+import { parseConfig, rawConfigFrom } from "../../../src/settings/settings";
+import { ADMIN, adminHeaders, callAndWait, envWith, freshIp, mint, uniq } from "../../support/helpers";
+
+const APP = "https://app.example";
+const LOCAL = "http://localhost:5173";
+const listed = envWith({ CORS_ORIGINS: `${APP}, ${LOCAL}` });
+const star = envWith({ CORS_ORIGINS: "*" });
+const mixed = envWith({ CORS_ORIGINS: `*,${APP}` });
+
+function from(origin: string, init: RequestInit & { headers?: Record<string, string> } = {}): RequestInit {
+  return { ...init, headers: { origin, "cf-connecting-ip": freshIp(), ...(init.headers ?? {}) } };
+}
+
+function preflight(origin: string, method: string, headers = ""): RequestInit {
+  return from(origin, {
+    method: "OPTIONS",
+    headers: {
+      "access-control-request-method": method,
+      ...(headers ? { "access-control-request-headers": headers } : {}),
+    },
+  });
+}
+
+describe("CORS_ORIGINS: listed origins", () => {
+  it("a preflight from a listed origin answers 204 with the methods, the headers Floodgate reads and a max age", async () => {
+    const res = await callAndWait(
+      `/v1/publish/public:${uniq()}.x`,
+      preflight(APP, "POST", "authorization, content-type, idempotency-key"),
+      listed,
+    );
+    expect(res.status).toBe(204);
+    expect(res.headers.get("access-control-allow-origin")).toBe(APP);
+    expect(res.headers.get("access-control-allow-methods")).toContain("POST");
+    const allowed = (res.headers.get("access-control-allow-headers") ?? "").toLowerCase();
+    for (const h of [
+      "authorization",
+      "content-type",
+      "idempotency-key",
+      "floodgate-priority",
+      "floodgate-shard",
+      "last-event-id",
+    ]) {
+      expect(allowed).toContain(h);
+    }
+    expect(Number(res.headers.get("access-control-max-age"))).toBeGreaterThan(0);
+    expect(res.headers.get("vary")).toContain("Origin");
+  });
+
+  it("a publish from a listed origin carries its origin, Vary: Origin and the exposed rate-limit headers", async () => {
+    const ch = `public:${uniq()}.cors`;
+    const { access_token } = await mint({ sub: uniq("u"), channels: [ch] });
+    const res = await callAndWait(
+      `/v1/publish/${ch}`,
+      from(LOCAL, { method: "POST", headers: { authorization: `Bearer ${access_token}` }, body: '{"hi":1}' }),
+      listed,
+    );
+    expect(res.status).toBe(200);
+    expect(res.headers.get("access-control-allow-origin")).toBe(LOCAL);
+    expect(res.headers.get("vary")).toContain("Origin");
+    const exposed = res.headers.get("access-control-expose-headers") ?? "";
+    for (const h of ["Retry-After", "RateLimit", "RateLimit-Policy"]) expect(exposed).toContain(h);
+  });
+
+  it("errors carry CORS too, so a page can read a 401's body", async () => {
+    const res = await callAndWait(`/v1/publish/public:${uniq()}.x`, from(APP, { method: "POST", body: "{}" }), listed);
+    expect(res.status).toBe(401);
+    expect(res.headers.get("access-control-allow-origin")).toBe(APP);
+  });
+
+  it("an origin not in the list gets no CORS headers, and its preflight answers 403 in the error shape", async () => {
+    const other = "https://evil.example";
+    const pre = await callAndWait(`/v1/history/public:${uniq()}.x`, preflight(other, "GET"), listed);
+    expect(pre.status).toBe(403);
+    expect(pre.headers.get("access-control-allow-origin")).toBeNull();
+    expect(await pre.json()).toMatchObject({ code: "permission_denied", meta: { code: "PERMISSION_DENIED" } });
+    const res = await callAndWait(`/v1/manifest`, from(other), listed);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+  });
+
+  it("a WebSocket upgrade from an unlisted origin answers 403 before upgrading; a listed one upgrades", async () => {
+    const ch = `public:${uniq()}.ws`;
+    const ws = {
+      upgrade: "websocket",
+      connection: "Upgrade",
+      "sec-websocket-version": "13",
+      "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+    };
+    const refused = await callAndWait(`/v1/subscribe/${ch}`, from("https://evil.example", { headers: ws }), listed);
+    expect(refused.status).toBe(403);
+    expect(refused.webSocket).toBeNull();
+    const ok = await callAndWait(`/v1/subscribe/${ch}`, from(APP, { headers: ws }), listed);
+    expect(ok.status).toBe(101);
+    ok.webSocket?.accept();
+    ok.webSocket?.close(1000, "done");
+  });
+
+  it("requests without Origin (servers, native apps) are unaffected, WebSockets included", async () => {
+    const res = await callAndWait(`/v1/manifest`, { headers: { "cf-connecting-ip": freshIp() } }, listed);
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+    const ws = await callAndWait(
+      `/v1/subscribe/public:${uniq()}.native`,
+      { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } },
+      listed,
+    );
+    expect(ws.status).toBe(101);
+    ws.webSocket?.accept();
+    ws.webSocket?.close(1000, "done");
+  });
+});
+
+describe("CORS_ORIGINS: * opens public reads only", () => {
+  it("history, presence and SSE subscribe of a public channel and the manifest answer Access-Control-Allow-Origin: *", async () => {
+    const ch = `public:${uniq()}.open`;
+    for (const path of [`/v1/history/${ch}`, `/v1/presence/${ch}`, "/v1/manifest"]) {
+      const res = await callAndWait(path, from("https://any.example"), star);
+      expect(res.status, path).toBe(200);
+      expect(res.headers.get("access-control-allow-origin"), path).toBe("*");
+    }
+    const pre = await callAndWait(`/v1/history/${ch}`, preflight("https://any.example", "GET", "last-event-id"), star);
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get("access-control-allow-origin")).toBe("*");
+  });
+
+  it("a private channel, a publish, or a request carrying Authorization gets no CORS headers under *", async () => {
+    const priv = `private:${uniq()}.a.b`;
+    const res = await callAndWait(`/v1/history/${priv}`, from("https://any.example"), star);
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+    const withAuth = await callAndWait(
+      `/v1/history/public:${uniq()}.x`,
+      from("https://any.example", { headers: { authorization: "Bearer x" } }),
+      star,
+    );
+    expect(withAuth.headers.get("access-control-allow-origin")).toBeNull();
+    const prePublish = await callAndWait(
+      `/v1/publish/public:${uniq()}.x`,
+      preflight("https://any.example", "POST"),
+      star,
+    );
+    expect(prePublish.status).toBe(403);
+    const preAuth = await callAndWait(
+      `/v1/history/public:${uniq()}.x`,
+      preflight("https://any.example", "GET", "authorization"),
+      star,
+    );
+    expect(preAuth.status).toBe(403);
+  });
+
+  it("beside *, a listed origin keeps everything", async () => {
+    const res = await callAndWait(`/v1/tokens`, preflight(APP, "POST", "authorization, content-type"), mixed);
+    expect(res.status).toBe(204);
+    expect(res.headers.get("access-control-allow-origin")).toBe(APP);
+    const admin = await callAndWait(`/v1/admin/channels`, from(APP, { headers: adminHeaders() }), mixed);
+    expect(admin.headers.get("access-control-allow-origin")).toBe(APP);
+    expect(ADMIN.length).toBeGreaterThan(0);
+  });
+});
+
+describe("CORS_ORIGINS: configuration", () => {
+  const NO_BUDGETS = { PUBLISH_RATE: "", SUBSCRIBE_RATE: "", TOKEN_ISSUE_RATE: "", READ_RATE: "" };
+  it.each([
+    "app.example",
+    "https://app.example/",
+    "https://app.example/path",
+    "ftp://app.example",
+    "https://*.example",
+  ])("%s is not an origin: invalid configuration naming CORS_ORIGINS", (value) => {
+    expect(() => parseConfig({ ...NO_BUDGETS, CORS_ORIGINS: value })).toThrow(/CORS_ORIGINS/);
+  });
+
+  it("the manifest shows the origins, * last; empty by default", async () => {
+    const res = await callAndWait("/v1/manifest", {}, mixed);
+    expect(((await res.json()) as { cors_origins: string[] }).cors_origins).toEqual([APP, "*"]);
+    const shipped = parseConfig(rawConfigFrom((await import("cloudflare:workers")).env));
+    expect([...shipped.cors.origins]).toEqual([]);
+  });
+});
