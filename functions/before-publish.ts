@@ -2,8 +2,8 @@
  * The before-publish function: decides whether a message on a busy channel is delivered or dropped.
  *
  * docs/api.md, POST /v1/publish, step 2 (the before-publish throttle). The drop rate is read from a key-value store (Workers KV in production): the
- * key `throttleRate:<channel>`, else the global key `throttleRate`; it is parsed as a number and
- * clamped to [0,1]. A missing, non-numeric or unreadable value means the fallback rate. A message is
+ * key `throttleRate:<channel>`, else (for a shard, functions/shard-key.ts) its channel's key, else the
+ * global key `throttleRate`; it is parsed as a number and clamped to [0,1]. A missing, non-numeric or unreadable value means the fallback rate. A message is
  * dropped with that probability; the analytics channel is never throttled.
  *
  * Platform-neutral: the store, clock, random source and logger are arguments, so the same code runs
@@ -22,6 +22,7 @@
 
 import { BoundedMap } from "./bounded-map";
 import { clampRate } from "./sampler";
+import { SHARD_KEY_SEPARATOR, splitShardKey } from "./shard-key";
 import type { Thinning } from "./thinning";
 import { pollUntil } from "./waiting";
 
@@ -109,6 +110,8 @@ export class DropRateReader {
   private readonly logged = new Set<FallbackCause>();
   /** Rates the channel objects answered with, and until when each stands in for KV. */
   private readonly offered = new BoundedMap<string, { rate: number; expires: number }>(MAX_CACHED_CHANNELS);
+  /** Channels with a shard's rate kept (a hint: invalidating one of them looks for its shards). */
+  private readonly sharded = new BoundedMap<string, true>(MAX_CACHED_CHANNELS);
 
   constructor(opts: DropRateReaderOptions) {
     this.store = opts.store;
@@ -121,9 +124,14 @@ export class DropRateReader {
 
   /** The drop rate for a channel (cached for `cacheMs`). Never rejects. */
   rateFor(channel: string): Promise<ResolvedRate> {
-    const now = this.now();
     const fresh = this.offered.get(channel);
-    if (fresh && fresh.expires > now) return Promise.resolve({ rate: fresh.rate, source: "fast-loop" });
+    if (fresh && fresh.expires > this.now()) return Promise.resolve({ rate: fresh.rate, source: "fast-loop" });
+    return this.stored(channel);
+  }
+
+  /** The rate the store gives a channel (its key, its channel's for a shard, the global one), cached. */
+  private stored(channel: string): Promise<ResolvedRate> {
+    const now = this.now();
     const hit = this.cache.get(channel);
     if (hit && hit.expires > now) {
       return hit.value ? Promise.resolve(hit.value) : this.join(channel, hit);
@@ -132,6 +140,7 @@ export class DropRateReader {
   }
 
   private start(channel: string, now: number): Promise<ResolvedRate> {
+    this.noteShard(channel);
     const entry: CacheEntry = { value: null, expires: now + this.cacheMs };
     const read = this.read(channel).then((v) => {
       entry.value = v;
@@ -167,18 +176,35 @@ export class DropRateReader {
       return;
     }
     this.offered.set(channel, { rate: clampRate(rate), expires: this.now() + CHANNEL_RATE_TTL_MS });
+    this.noteShard(channel);
   }
 
-  /** Forgets cached rates, the channel objects' too (an admin write in this isolate takes effect at once). */
+  /**
+   * Forgets cached rates, the channel objects' too (an admin write in this isolate takes effect at
+   * once). A channel's shards go with it: they may hold its rate.
+   */
   invalidate(channel?: string): void {
     if (channel === undefined || channel === "*") {
       this.cache.clear();
       this.offered.clear();
+      this.sharded.clear();
       this.globalText = null;
-    } else {
-      this.cache.delete(channel);
-      this.offered.delete(channel);
+      return;
     }
+    this.cache.delete(channel);
+    this.offered.delete(channel);
+    // Its shards only when this isolate keeps any: a sampler run invalidates hundreds of channels.
+    if (!this.sharded.has(channel)) return;
+    this.sharded.delete(channel);
+    const shards = channel + SHARD_KEY_SEPARATOR;
+    for (const map of [this.cache, this.offered]) {
+      for (const key of [...map.keys()]) if (key.startsWith(shards)) map.delete(key);
+    }
+  }
+
+  private noteShard(key: string): void {
+    const base = splitShardKey(key).channel;
+    if (base !== key) this.sharded.set(base, true);
   }
 
   /**
@@ -200,6 +226,10 @@ export class DropRateReader {
     let source: RateSource = "channel";
     try {
       text = await this.get(CHANNEL_RATE_PREFIX + channel);
+      // A shard without a key of its own runs at its channel's rate (docs/api.md, "Shards"): read
+      // through the channel's own cache entry, so the shards of one channel share its read.
+      const base = splitShardKey(channel).channel;
+      if (text === null && base !== channel) return this.stored(base);
       if (text === null) {
         source = "global";
         text = await this.readGlobal();

@@ -24,8 +24,10 @@
  * A leader whose request dies before it sends (its timers never fire again) must not strand its
  * followers: whoever waits on a batch shows it is alive on every check (`beat`), and a follower that
  * sees a batch unsent with no beat for {@link TAKEOVER_MS} takes it over and sends it itself, the
- * dead leader's item included (nothing accepted is lost). A leader that was only slow finds its batch
- * sent and waits for its own answer like a follower; a batch is only ever sent once.
+ * dead leader's item included (nothing accepted is lost). Posted items have no followers waiting: a
+ * batch with no beat for that long takes no new item, and the batch opened behind it sends it first.
+ * A leader that was only slow finds its batch sent and waits for its own answer like a follower; a
+ * batch is only ever sent once.
  */
 import { pollUntil } from "./waiting";
 
@@ -136,7 +138,12 @@ export class Coalescer<In, Out> {
 
   private joinable(lane: Lane<In, Out>): Batch<In, Out> | null {
     const open = lane.open;
-    return open && !open.closed && open.items.length < this.opts.maxBatch ? open : null;
+    return open && !open.closed && open.items.length < this.opts.maxBatch && !this.abandoned(open) ? open : null;
+  }
+
+  /** Unsent, and whoever was to send it has shown no life for {@link TAKEOVER_MS}: its request died. */
+  private abandoned(batch: Batch<In, Out>): boolean {
+    return !batch.closed && this.now() - batch.beat > TAKEOVER_MS;
   }
 
   /** Opens a new batch behind the lane's newest one. */
@@ -197,13 +204,26 @@ export class Coalescer<In, Out> {
    */
   private async drive(key: string, lane: Lane<In, Out>, batch: Batch<In, Out>, gather: boolean): Promise<void> {
     if (gather && this.opts.gatherAlways) await this.wait(this.opts.gatherMs);
-    const ahead = batch.ahead;
+    let ahead = batch.ahead;
     if (ahead && !ahead.finished) {
-      const finished = await pollUntil(() => {
-        batch.beat = this.now();
-        return ahead.finished || batch.closed;
-      }, this.opts.stallMs);
-      if (!finished && !ahead.finished) this.opts.onStall?.(ahead.items);
+      for (;;) {
+        const before: Batch<In, Out> = ahead;
+        const finished = await pollUntil(() => {
+          batch.beat = this.now();
+          return before.finished || batch.closed || this.abandoned(before);
+        }, this.opts.stallMs);
+        if (batch.closed || before.finished) break;
+        if (this.abandoned(before)) {
+          // Its leader died before sending: this one sends it first (claimed in this turn), then itself.
+          before.beat = this.now();
+          await this.drive(key, lane, before, false);
+          ahead = batch.ahead;
+          if (!ahead || ahead.finished) break;
+          continue;
+        }
+        if (!finished) this.opts.onStall?.(before.items);
+        break;
+      }
     } else if (gather && !this.opts.gatherAlways) {
       await this.wait(this.opts.gatherMs);
     }

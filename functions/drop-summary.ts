@@ -132,12 +132,12 @@ function byteOrder(a: string, b: string): number {
 export function topKeys(counts: ReadonlyMap<string, number>, top: number = SUMMARY_TOP_KEYS): Record<string, number> {
   const named = [...counts].filter(([k, n]) => k !== OTHER_KEY && n > 0);
   named.sort((a, b) => b[1] - a[1] || byteOrder(a[0], b[0]));
-  const out: Record<string, number> = {};
-  for (const [k, n] of named.slice(0, top)) out[k] = n;
   let other = counts.get(OTHER_KEY) ?? 0;
   for (const [, n] of named.slice(top)) other += n;
-  if (other > 0) out[OTHER_KEY] = other;
-  return out;
+  const entries = named.slice(0, top);
+  if (other > 0) entries.push([OTHER_KEY, other]);
+  // Defined, never assigned: `out["__proto__"] = n` would set the prototype and lose the count.
+  return Object.fromEntries(entries);
 }
 
 /** One summary frame as JSON text (docs/api.md, "Summaries of drops"). */

@@ -150,6 +150,57 @@ export function splitByHour<C extends RecordCopy>(batch: string, copies: readonl
     .map(([hour, list]) => ({ key: objectKey(hour, batch), copies: list.sort((a, b) => a.dropped_at - b.dropped_at) }));
 }
 
+/** One object of a consumer batch: an hour's copies of every queue message, and which messages they came from. */
+export interface CombinedObject<C extends RecordCopy> {
+  key: string;
+  copies: C[];
+  /** The queue messages (their batch ids) with copies in this object. */
+  batches: string[];
+}
+
+/**
+ * The copies of every queue message one consumer invocation writes, as one object per UTC hour
+ * (not one per message and hour: a busy record would otherwise hold tens of objects a second, more
+ * than its retention sweep deletes). `unique` names the invocation; each object's key starts with its
+ * earliest drop like a message's (see {@link batchId}).
+ */
+export function combineByHour<C extends RecordCopy>(
+  parts: readonly { batch: string; copies: readonly C[] }[],
+  unique: string,
+): CombinedObject<C>[] {
+  const byHour = new Map<number, { copies: C[]; batches: Set<string> }>();
+  for (const part of parts) {
+    for (const c of part.copies) {
+      const h = hourOf(c.dropped_at);
+      let group = byHour.get(h);
+      if (!group) {
+        group = { copies: [], batches: new Set() };
+        byHour.set(h, group);
+      }
+      group.copies.push(c);
+      group.batches.add(part.batch);
+    }
+  }
+  return [...byHour]
+    .sort((a, b) => a[0] - b[0])
+    .map(([hour, g]) => ({
+      key: objectKey(hour, batchId(g.copies, unique)),
+      copies: g.copies.sort((a, b) => a.dropped_at - b.dropped_at),
+      batches: [...g.batches],
+    }));
+}
+
+/**
+ * How long the queue waits before delivering a message again after its `attempts`-th delivery
+ * failed, in seconds: `base`, then twice as long each time, at most `max`. With the consumer's 5 s
+ * base, 5 retries wait 5, 10, 20, 40 and 80 s: an outage of R2 or of the analytics object of up to
+ * a minute is over before the fourth.
+ */
+export function retryDelaySeconds(attempts: number, base: number, max: number): number {
+  const n = Math.max(1, Math.floor(attempts));
+  return Math.min(max, base * 2 ** Math.min(n - 1, 30));
+}
+
 /** A copy as one line of the record (no newline): the message spliced in as the publisher sent it. */
 export function recordLine(c: RecordCopy): string {
   return `{"id":${JSON.stringify(c.id)},"source_channel":${JSON.stringify(c.source_channel)}${c.shard === undefined ? "" : `,"shard":${JSON.stringify(c.shard)}`},"message":${c.message},"publisher":${JSON.stringify(c.publisher)},"drop_rate":${JSON.stringify(c.drop_rate)},"dropped_at":${JSON.stringify(c.dropped_at)}}`;

@@ -19,8 +19,13 @@ import {
 
 /** Workers KV operations one invocation may make (docs/operations.md, "Sampler limits per run"). */
 export const KV_OPERATIONS_PER_RUN = 1000;
-/** KV operations one channel's visit may take: a read of its key and perhaps a write. */
+/** KV operations one channel's visit may take: a read of its key and perhaps a write (or a delete). */
 export const KV_OPERATIONS_PER_VISIT = 2;
+/**
+ * A shard's visit (functions/shard-key.ts) may also read its channel's key, the rate the shard runs at
+ * without a key of its own; one read per channel per run, shared by its shards.
+ */
+export const KV_OPERATIONS_PER_SHARD_VISIT = 3;
 /** KV operations a run makes before any visit: the one read of the global key. */
 const KV_OPERATIONS_BEFORE_VISITS = 1;
 
@@ -37,27 +42,27 @@ export class KvBudget {
   }
 
   /** Reserves one visit's operations; false when they do not fit (the channel is deferred). */
-  reserveVisit(): boolean {
-    if (this.left < KV_OPERATIONS_PER_VISIT) return false;
-    this.left -= KV_OPERATIONS_PER_VISIT;
+  reserveVisit(operations: number = KV_OPERATIONS_PER_VISIT): boolean {
+    if (this.left < operations) return false;
+    this.left -= operations;
     return true;
   }
 
   /**
-   * Gives back what a finished visit did not use. A visit that failed gives nothing back: it may have
-   * read or written before it failed, and the cap must hold either way.
+   * Gives back what a finished visit did not use of what it reserved. A visit that failed gives
+   * nothing back: it may have read or written before it failed, and the cap must hold either way.
    */
-  settle(visit: VisitOutcome): void {
-    this.left += KV_OPERATIONS_PER_VISIT - kvOperations(visit);
+  settle(reserved: number, used: number): void {
+    this.left += reserved - used;
   }
 }
 
 /** What a visit did, as far as KV is concerned. */
-export type VisitOutcome = { skipped: SkipReason } | { written: boolean };
+export type VisitOutcome = { skipped: SkipReason } | { written: boolean; deleted?: boolean };
 
-/** KV operations a visit made: none when skipped, a read, and a write when it wrote. */
+/** KV operations a visit made: none when skipped, a read, and a write (or a delete) when it changed the key. */
 export function kvOperations(visit: VisitOutcome): number {
-  return "written" in visit ? (visit.written ? 2 : 1) : 0;
+  return "written" in visit ? (visit.written || visit.deleted ? 2 : 1) : 0;
 }
 
 /** Why a visit touches nothing. */
@@ -84,6 +89,14 @@ export function globalRunningRate(storedGlobal: number | null, fallbackRate: num
   return storedGlobal ?? fallbackRate;
 }
 
+/**
+ * The rate a shard without its own key runs at (functions/before-publish.ts): its channel's key when
+ * that holds a rate, else what every channel without a key runs at.
+ */
+export function shardDefaultRate(storedChannel: number | null, globalRate: number): number {
+  return storedChannel ?? globalRate;
+}
+
 /** A period as the channel's object hands it to the sweep. */
 export interface TakenPeriod {
   counts: PeriodCounts;
@@ -100,17 +113,25 @@ export interface VisitInput {
   period: TakenPeriod;
   /** The channel's own `throttleRate:<channel>`, parsed; null when absent or not a number. */
   storedRate: number | null;
-  /** What the channel runs at without its own key ({@link globalRunningRate}). */
-  globalRate: number;
+  /**
+   * What the channel runs at without its own key: {@link globalRunningRate}, or for a shard
+   * {@link shardDefaultRate}.
+   */
+  defaultRate: number;
 }
 
 export interface VisitDecision {
-  /** The rate the channel ran at during the period: its own key, else the global rate. */
+  /** The rate the channel ran at during the period: its own key, else its default rate. */
   currentRate: number;
   /** The rate the channel runs at after the visit. */
   newRate: number;
   /** Whether `newRate` must be written to the channel's key. */
   write: boolean;
+  /**
+   * Whether the channel's key must be deleted instead: `newRate` is its default, what it runs at
+   * without a key, so a released channel leaves no key behind (KV is never listed or swept).
+   */
+  deleteKey: boolean;
   /** Who decided the rate: the fast loop during the period (the sweep persists it), or the sweep. */
   decidedBy: "fast loop" | "sweep";
   /** Offered messages per second over the period (null: a period with no length). */
@@ -122,20 +143,24 @@ export interface VisitDecision {
 }
 
 /** Decides one visit of a channel with a target from its period and the rates stored for it. */
-export function decideVisit({ target, period, storedRate, globalRate }: VisitInput): VisitDecision {
+export function decideVisit({ target, period, storedRate, defaultRate }: VisitInput): VisitDecision {
   const counts = period.counts;
-  // Without its own key the channel runs at the global rate (or the fallback).
-  const current = storedRate ?? globalRate;
+  // Without its own key the channel runs at its default (the global rate or the fallback; a shard's channel's).
+  const current = storedRate ?? defaultRate;
   // The fast loop's rate when it decided during this period (finer and fresher, same law); else the
   // law on this period's counts — a channel whose fast loop did not run, idle ones included.
   const fast = period.fastRate !== null && (period.fastDecidedAt ?? 0) > period.startedAt;
   const next = fast ? roundRate(period.fastRate ?? 0) : roundRate(nextDropRate(counts, current, target));
-  const write = needsWrite(storedRate, next, globalRate);
-  const newRate = write ? next : current;
+  const change = needsWrite(storedRate, next, defaultRate);
+  const newRate = change ? next : current;
+  // A key that holds the default (released to 0, or left from before) is removed rather than kept.
+  const deleteKey = storedRate !== null && newRate === defaultRate;
+  const write = change && !deleteKey;
   return {
     currentRate: current,
     newRate,
     write,
+    deleteKey,
     decidedBy: fast ? "fast loop" : "sweep",
     offeredRate: round3(offeredRate(counts)),
     // Unlimited (a delivery budget with nobody subscribed) shows as null.
@@ -147,11 +172,11 @@ export function decideVisit({ target, period, storedRate, globalRate }: VisitInp
 /**
  * Whether the channel's key must hold `next`. Only a meaningful change of the rate the channel runs
  * at is written (KV: one write per second per key, each write billed, a run's operations capped). A
- * new channel under its target that already runs at 0 gets no key; one that the global rate would
- * throttle gets its own 0, so the global rate never throttles a channel under its target.
+ * new channel under its target that already runs at 0 gets no key; one that its default rate (the
+ * global one) would throttle gets its own 0, so the default never throttles a channel under its target.
  */
-export function needsWrite(storedRate: number | null, next: number, globalRate: number): boolean {
-  return storedRate === null ? next !== globalRate : isMeaningfulChange(storedRate, next);
+export function needsWrite(storedRate: number | null, next: number, defaultRate: number): boolean {
+  return storedRate === null ? next !== defaultRate : isMeaningfulChange(storedRate, next);
 }
 
 /** Three decimals for reports; a non-finite value (no length, unlimited) as null. */

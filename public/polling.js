@@ -81,8 +81,9 @@ $("#sample").addEventListener("click", async () => {
   try {
     /** @type {SamplerReport} */
     const report = await api("/v1/admin/sample", { method: "POST" });
-    const written = report.channels.filter((c) => c.written).length;
-    $("#status").textContent = `Sampler: ${report.channels.length} channels visited, ${written} rates written`;
+    const written = report.channels.filter((c) => c.written || c.deleted).length;
+    $("#status").textContent =
+      `Sampler: ${report.channels.length} channels visited, ${written} rates written or released`;
     await poll();
   } catch (e) {
     handleError(e);

@@ -30,7 +30,7 @@
  *   pusher?: PusherTotals, readers?: ReaderTotals }} Overview
  * @typedef {{ enabled: boolean, connections: number, subscriptions: number, errors: number }} PusherTotals the
  *   Pusher door's connections and subscriptions open now, and the Pusher errors it sent (docs/api.md, "The Pusher door")
- * @typedef {{ channels: { written?: boolean }[] }} SamplerReport
+ * @typedef {{ channels: { written?: boolean, deleted?: boolean }[] }} SamplerReport
  */
 
 // ---- the page's own ----

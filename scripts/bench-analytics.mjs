@@ -1,6 +1,4 @@
 #!/usr/bin/env node
-import { load, metrics, publishOpts, setRate } from "./lib/bench.mjs";
-import { options } from "./lib/options.mjs";
 // `npm run bench:analytics`: the record of dropped messages under a flood, then the live view's
 // append rate.
 //
@@ -12,6 +10,11 @@ import { options } from "./lib/options.mjs";
 // queue messages and R2 writes per 1,000 drops, and how long the queue took to drain after the load.
 // --floods-only / --append-only run one part.
 //
+// **Storage faults** (`--faults`, docs/benchmarks.md, "The record through storage faults"): R2, then
+// the analytics object, down for --outage-seconds each (default 60) under --rate drops/s (default 50);
+// prints dropped, recorded, failed and unaccounted (must be 0), and copies held twice (must be 0).
+// Its parts are in scripts/bench-analytics/faults.mjs.
+//
 // **Append rate**: how many copies of dropped messages per second one analytics channel
 // object appends, with the Worker's batching (100 copies per call), for small and large messages.
 // The Worker under test is Floodgate's own Durable Object classes behind a one-route entry that
@@ -20,6 +23,9 @@ import { options } from "./lib/options.mjs";
 // always has work queued and its own rate is what is measured. Storage is in memory as for
 // `npm run bench` (lib/workerd.mjs). Options: --seconds N (default 5), --connections N (default 8),
 // --batch N (default 100), --sizes a,b (message bytes, default 200,30000).
+import { runFaults } from "./bench-analytics/faults.mjs";
+import { load, metrics, publishOpts, setRate } from "./lib/bench.mjs";
+import { options } from "./lib/options.mjs";
 import { root } from "./lib/root.mjs";
 import { mintToken } from "./lib/tokens.mjs";
 import { cpuMicros, startFloodgate } from "./lib/workerd.mjs";
@@ -34,7 +40,15 @@ const opts = options("bench:analytics", {
   "pace-seconds": 60,
   "floods-only": false,
   "append-only": false,
+  faults: false,
+  "outage-seconds": 60,
+  rate: 50,
+  "settle-seconds": 240,
 });
+if (opts.faults) {
+  await runFaults(opts);
+  process.exit();
+}
 const SECONDS = opts.seconds;
 const CONNECTIONS = opts.connections;
 const BATCH = opts.batch;
@@ -54,7 +68,7 @@ export default {
     const items = Array.from({ length: n }, (_, i) => {
       const source_channel = "public:bench.source" + (i % 10);
       const data = JSON.stringify({ source_channel, message: { pad }, publisher: "bench", drop_rate: 1, dropped_at: now });
-      return { data, publisher: "bench", source_channel, dropped_at: now };
+      return { id: crypto.randomUUID(), data, publisher: "bench", source_channel, dropped_at: now };
     });
     await env.CHANNEL.get(env.CHANNEL.idFromName(name)).appendCopies(name, items, now);
     return new Response("ok");

@@ -39,10 +39,10 @@ export default {
     const svc = services(env);
     const run = runSampler(env, svc.config, Date.now(), svc.reader).then((report) => {
       if (report.channels.length === 0) return;
-      const changed = report.channels.filter((c) => "written" in c && c.written).length;
+      const changed = report.channels.filter((c) => "written" in c && (c.written || c.deleted)).length;
       const failed = report.channels.filter((c) => "error" in c).length;
       console.log(
-        `floodgate sampler: ${report.channels.length} channels visited, ${changed} rates written, ${failed} failed, ${report.deferred} left for the next run`,
+        `floodgate sampler: ${report.channels.length} channels visited, ${changed} rates written or released, ${failed} failed, ${report.deferred} left for the next run`,
       );
     });
     // The record's retention is a step of its own: neither waits on nor fails with the other.

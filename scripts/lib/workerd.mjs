@@ -192,6 +192,7 @@ export async function startFloodgate(vars = {}, entry, { tree = root, inspectorP
           maxBatchSize: q.max_batch_size,
           maxBatchTimeout: q.max_batch_timeout,
           maxRetries: q.max_retries,
+          retryDelay: q.retry_delay,
           deadLetterQueue: q.dead_letter_queue,
         },
       ]),

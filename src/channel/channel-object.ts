@@ -156,24 +156,30 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
   /**
    * Appends copies of dropped messages in one call and one transaction: this object is the analytics
    * channel (the record of dropped messages), so it keeps them for `ANALYTICS_RETENTION`, not
-   * `HISTORY_LIMIT`, and makes sure its alarm will expire them. Returns the last seq.
+   * `HISTORY_LIMIT`, and makes sure its alarm will expire them. Answers how many it appended: a copy
+   * it keeps already (the same id, delivered again by the queue) is not appended twice.
    */
   appendCopies(channel: string, items: CopyItem[], now: number): number {
     this.store.revive();
     this.store.remember(channel);
     this.record.becomeRecord();
-    let last = this.store.counter("last_seq");
+    let appended = 0;
     let sends = 0;
     this.store.inBatch(() => {
       sends = this.relays.saveSends();
-      for (const item of items) last = this.messages.append(item.data, item.publisher, now, item).seq;
-      this.store.bump({ copies_total: items.length });
-      this.store.set({ last_publish_at: now });
+      // At most once by id, whatever the queue's redeliveries (src/channel/record.ts).
+      for (const item of items) {
+        if (this.record.holds(item.id)) continue;
+        this.messages.append(item.data, item.publisher, now, item);
+        appended++;
+      }
+      this.store.bump({ copies_total: appended });
+      if (appended > 0) this.store.set({ last_publish_at: now });
     });
     this.relays.sendsSaved(sends);
     this.relays.fanOut();
     this.record.scheduleExpiry();
-    return last;
+    return appended;
   }
 
   /**

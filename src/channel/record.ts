@@ -101,6 +101,15 @@ export class ChannelRecord {
     return now;
   }
 
+  /** Whether a copy with this id is kept already (a queue message delivered again carries it again). */
+  holds(id: string): boolean {
+    return (
+      this.store.sql
+        .exec("SELECT 1 FROM messages INDEXED BY messages_by_copy_id WHERE id = ? AND source_channel IS NOT NULL", id)
+        .toArray().length > 0
+    );
+  }
+
   /** Makes sure the alarm will expire the oldest message the analytics channel keeps. */
   scheduleExpiry(): void {
     const oldest = this.oldestDroppedAt();

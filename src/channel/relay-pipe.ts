@@ -13,6 +13,10 @@
  * the relay leaves, so a relay learns of a hole even if the channel goes quiet: the last message of
  * an event is not held back until a next publish that may never come.
  *
+ * All of a channel's lines together are bounded too ({@link PipeBudget}): past
+ * {@link PIPES_MAX_BYTES}, queued or in calls not yet answered, the line holding the most lets its
+ * oldest frames go first, repaired the same way. Every frame let go is counted (`onShed`).
+ *
  * Side frames (summaries, presence: docs/api.md, "Side frames") ride the same line, after the message
  * frames queued before them. They have no seq, so nothing repairs them: past their own bound
  * ({@link PIPE_SIDE_MAX_BYTES}) the oldest are let go, and a failed call's side frames are lost. Each
@@ -22,6 +26,35 @@ import { type LiveFrame, type SideFrame, utf8Length } from "../wire/frame-text";
 
 /** Sends frames (possibly none), the channel's head seq and side frames (possibly none) to the relay. */
 export type RelaySend = (frames: LiveFrame[], head: number, side: SideFrame[]) => Promise<unknown>;
+
+/**
+ * Most bytes of frames all of one channel's lines hold together, queued or in a call not yet
+ * answered: each line holds at most a subscriber's 1 MiB, and a channel has as many lines as relays
+ * (100 at the shipped `MAX_SUBSCRIBERS` and `RELAY_CAPACITY`, more over many data centres).
+ */
+export const PIPES_MAX_BYTES = 8 * 1024 * 1024;
+
+/** The bytes all of one channel's lines hold, and which line lets frames go when they are too many. */
+export class PipeBudget {
+  bytes = 0;
+  readonly pipes = new Set<RelayPipe>();
+
+  /** @param onShed frames let go on any line (past its own bound or this one), to count. */
+  constructor(
+    readonly maxBytes: number = PIPES_MAX_BYTES,
+    readonly onShed: (frames: number) => void = () => {},
+  ) {}
+
+  /** Over the bound: the lines holding the most queued let their oldest frames go first. */
+  relieve(): void {
+    while (this.bytes > this.maxBytes) {
+      let fullest: RelayPipe | null = null;
+      for (const p of this.pipes) if (p.sheddable > (fullest?.sheddable ?? 0)) fullest = p;
+      if (!fullest) return; // what is left is in calls on their way, and each line's newest frame
+      fullest.shed(this.bytes - this.maxBytes);
+    }
+  }
+}
 
 /** Most bytes of side frames queued on one line while a call is in flight or retried. */
 export const PIPE_SIDE_MAX_BYTES = 256 * 1024;
@@ -43,6 +76,8 @@ export const PIPE_RETRY_MAX_MS = 30_000;
 export class RelayPipe {
   private queue: LiveFrame[] = [];
   private queuedBytes = 0;
+  /** Bytes of frames in the call on its way (counted in the budget until it is answered). */
+  private inFlightBytes = 0;
   private side: SideFrame[] = [];
   private sideBytes = 0;
   private inFlight = false;
@@ -59,7 +94,31 @@ export class RelayPipe {
   constructor(
     private readonly send: RelaySend,
     private readonly maxQueueBytes: number,
-  ) {}
+    private readonly budget: PipeBudget = new PipeBudget(Number.POSITIVE_INFINITY),
+  ) {
+    budget.pipes.add(this);
+  }
+
+  /** Queued bytes this line could let go (all but its newest frame). */
+  get sheddable(): number {
+    return this.queue.length > 1 ? this.queuedBytes - utf8Length((this.queue.at(-1) as LiveFrame).text) : 0;
+  }
+
+  /** Lets the oldest queued frames go until `bytes` are freed or only the newest is left; the relay repairs them. */
+  shed(bytes: number): void {
+    let freed = 0;
+    let n = 0;
+    while (freed < bytes && this.queue.length > 1) {
+      const gone = this.queue.shift() as LiveFrame;
+      freed += utf8Length(gone.text);
+      n++;
+    }
+    if (n === 0) return;
+    this.queuedBytes -= freed;
+    this.budget.bytes -= freed;
+    this.needsHead = true;
+    this.budget.onShed(n);
+  }
 
   /** Queues a batch (in seq order after what is queued) and sends it when the line is free. */
   push(frames: LiveFrame[], head: number): void {
@@ -69,16 +128,16 @@ export class RelayPipe {
       clearTimeout(this.retry);
       this.retry = null;
     }
+    let added = 0;
     for (const f of frames) {
       this.queue.push(f);
-      this.queuedBytes += utf8Length(f.text);
+      added += utf8Length(f.text);
     }
+    this.queuedBytes += added;
+    this.budget.bytes += added;
     // Past the bound the oldest go (at least the newest frame stays): the relay repairs them.
-    while (this.queuedBytes > this.maxQueueBytes && this.queue.length > 1) {
-      const gone = this.queue.shift() as LiveFrame;
-      this.queuedBytes -= utf8Length(gone.text);
-      this.needsHead = true;
-    }
+    if (this.queuedBytes > this.maxQueueBytes) this.shed(this.queuedBytes - this.maxQueueBytes);
+    this.budget.relieve();
     this.pump();
   }
 
@@ -112,6 +171,9 @@ export class RelayPipe {
   /** The relay left: nothing more is sent. */
   stop(): void {
     this.stopped = true;
+    this.budget.pipes.delete(this);
+    this.budget.bytes -= this.queuedBytes + this.inFlightBytes;
+    this.inFlightBytes = 0;
     this.queue = [];
     this.queuedBytes = 0;
     this.side = [];
@@ -125,7 +187,9 @@ export class RelayPipe {
     if (this.queue.length === 0 && this.side.length === 0 && !this.needsHead) return;
     const frames = this.queue;
     const side = this.side;
+    const bytes = this.queuedBytes;
     this.queue = [];
+    this.inFlightBytes = bytes;
     this.queuedBytes = 0;
     this.side = [];
     this.sideBytes = 0;
@@ -133,13 +197,20 @@ export class RelayPipe {
     this.inFlight = true;
     this.lastCallAt = Date.now();
     this.sent++;
+    const answered = () => {
+      if (this.stopped) return; // stop() gave its bytes back
+      this.budget.bytes -= bytes;
+      this.inFlightBytes = 0;
+    };
     this.send(frames, this.head, side).then(
       () => {
+        answered();
         this.inFlight = false;
         this.failures = 0;
         this.pump();
       },
       () => {
+        answered();
         this.inFlight = false;
         if (this.stopped) return;
         // The frames are not sent again: the relay repairs them from history once it hears the head

@@ -6,6 +6,7 @@
  * report their counts and to fetch what they missed.
  */
 
+import { bindObjectMetrics } from "../metrics/object-metrics";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { activeChannelsStub } from "../platform/stubs";
 import { PAGE_MAX_BYTES } from "../relay/bounds";
@@ -62,6 +63,7 @@ export class ChannelRelays {
     private readonly subscriberLeft: () => void,
   ) {
     this.lines = new RelayLines(store, env);
+    bindObjectMetrics(env);
     this.relays = new RelayRegistry(
       {
         save: (e) => this.save(e),

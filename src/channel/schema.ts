@@ -5,7 +5,8 @@
  *
  * - `messages`: the history (`seq` is the rowid, the tie-break of every order used). On the analytics
  *   channel each copy also keeps its `source_channel` and `dropped_at` (src/channel/record.ts), each
- *   behind a partial index: any other channel leaves both null, so its publishes write no index entry.
+ *   behind a partial index, and its `id` behind a third (a copy delivered again is not appended
+ *   twice): any other channel leaves both null, so its publishes write no index entry.
  *   A Pusher event keeps its delivery details in `meta` (src/wire/pusher/event-meta.ts), else null.
  *   `priority` marks a priority message (1, else null), so a relay that thins a subscriber knows it in
  *   a replay or a repair too (docs/api.md, "Each reader's rate").
@@ -26,6 +27,7 @@ export function createChannelTables(sql: SqlStorage): void {
     "CREATE INDEX IF NOT EXISTS messages_by_source ON messages (source_channel, seq) WHERE source_channel IS NOT NULL",
   );
   sql.exec("CREATE INDEX IF NOT EXISTS messages_by_drop_time ON messages (dropped_at) WHERE dropped_at IS NOT NULL");
+  sql.exec("CREATE INDEX IF NOT EXISTS messages_by_copy_id ON messages (id) WHERE source_channel IS NOT NULL");
   sql.exec(`CREATE TABLE IF NOT EXISTS idempotency (
       key TEXT PRIMARY KEY, result TEXT NOT NULL, expires_at INTEGER NOT NULL)`);
   sql.exec("CREATE INDEX IF NOT EXISTS idempotency_expiry ON idempotency (expires_at)");

@@ -1,7 +1,7 @@
 /**
  * MetricsStore — the one Durable Object that holds the deployment's totals for `/metrics`
  * (docs/operations.md, Metrics). Each isolate counts into its own buffer
- * (src/worker/metrics-buffer.ts) and flushes it here at most about once a second; `/metrics` flushes
+ * (./metrics-buffer.ts) and flushes it here at most about once a second; `/metrics` flushes
  * its own isolate's buffer before reading, so a scrape sees every decision made before it in a
  * single-isolate local run. Counts are exact once every isolate has flushed. Its one table, `series`,
  * holds a total per series key (./series.ts).

@@ -1,7 +1,7 @@
 /**
  * The deployment's metrics as series (docs/operations.md, Metrics): each family's help text, how a
  * series is keyed by its name and labels, and the Prometheus text of them all. Pure: the Worker's
- * buffer (src/worker/metrics-buffer.ts) counts by these keys, the metrics object (./metrics-store.ts)
+ * buffer (./metrics-buffer.ts) counts by these keys, the metrics object (./metrics-store.ts)
  * sums them, `GET /metrics` renders them.
  */
 /** The help text of each metric family, which is also the list of families rendered. */
@@ -45,6 +45,12 @@ export const METRIC_HELP: Record<string, string> = {
     "Messages skipped for single subscribers: over their own max_rate, or thinned for reading too slowly (each subscriber's skips counted).",
   floodgate_readers_thinned_total:
     "Subscribers whose stream was thinned, by reason: max_rate (they asked for it) or slow (their relay thinned them for reading too slowly).",
+  floodgate_refusals_total:
+    "Requests refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, unavailable (503).",
+  floodgate_relay_frames_shed_total:
+    "Frames a channel let go on its lines to relays (one relay 1 MiB behind, or all lines past their byte cap together); each relay fetched them from history.",
+  floodgate_subscriptions_closed_total:
+    "Subscriptions Floodgate ended, by reason: history_gap (4009), internal (1011), slow (4008), expired (4001), revoked (4001).",
 };
 
 /** `floodgate_readers_skipped_total`, as relays count it (docs/api.md, "Each reader's rate"). */
@@ -53,6 +59,23 @@ export const READERS_SKIPPED_SERIES = "floodgate_readers_skipped_total";
 export function readersThinnedSeries(reason: "max_rate" | "slow"): string {
   return seriesKey("floodgate_readers_thinned_total", { reason });
 }
+
+/** The reasons `floodgate_refusals_total` always shows (a 429 of another bucket adds its own). */
+export const REFUSAL_REASONS = [
+  "unauthenticated",
+  "permission_denied",
+  "publish",
+  "subscribe",
+  "token-issue",
+  "read",
+  "admin-auth",
+  "subscriptions",
+  "unavailable",
+] as const;
+
+/** Why Floodgate ended a subscription (`floodgate_subscriptions_closed_total{reason}`). */
+export const CLOSE_REASONS = ["history_gap", "internal", "slow", "expired", "revoked"] as const;
+export type CloseReason = (typeof CLOSE_REASONS)[number];
 
 /** The rate-limit buckets, each always present in a scrape (docs/api.md, Operator routes). */
 export const RATE_LIMIT_BUCKETS = ["publish", "subscribe", "token-issue", "read", "admin-auth"] as const;
@@ -85,6 +108,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     [READERS_SKIPPED_SERIES]: 0,
     [readersThinnedSeries("max_rate")]: 0,
     [readersThinnedSeries("slow")]: 0,
+    floodgate_relay_frames_shed_total: 0,
     ...series,
   };
   for (const bucket of RATE_LIMIT_BUCKETS) {
@@ -96,6 +120,8 @@ export function renderPrometheus(series: Record<string, number>): string {
     all[seriesKey("floodgate_rate_limit_deny_cache_hits_total", { bucket })] ??= 0;
     all[seriesKey("floodgate_rate_limit_lease_hits_total", { bucket })] ??= 0;
   }
+  for (const reason of REFUSAL_REASONS) all[seriesKey("floodgate_refusals_total", { reason })] ??= 0;
+  for (const reason of CLOSE_REASONS) all[seriesKey("floodgate_subscriptions_closed_total", { reason })] ??= 0;
   const lines: string[] = [];
   for (const [name, help] of Object.entries(METRIC_HELP)) {
     lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} counter`);

@@ -11,6 +11,7 @@ import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../wire/close-codes";
 import { expiredFrame } from "../wire/frame-text";
 import { SSE_HEARTBEAT_MS } from "./bounds";
+import { countClosed } from "./closes";
 import type { SseClient } from "./sse-hub";
 import { attachment, type RelaySubscribers, type Subscriber } from "./subscribers";
 
@@ -52,11 +53,12 @@ export class RelayLifetime {
     if (expired.some((ws) => this.subs.isBatched(ws))) this.stream.flushHeld();
     for (const ws of expired) this.expireSocket(ws);
     const hub = this.subs.hub;
-    hub.expire(
+    const sseExpired = hub.expire(
       now,
       (sse) => this.stream.positionOf({ sse }),
       (sse) => this.stream.thinned.finish(sse),
     );
+    countClosed("expired", expired.length + sseExpired);
     if (hub.size > 0 && now >= this.nextHeartbeat) {
       hub.heartbeat();
       this.nextHeartbeat = 0;

@@ -16,6 +16,7 @@
  *   {@link RELAY_MAX_BUFFERED_BYTES}; past it the subscribers most behind are closed first.
  */
 import { DurableObject } from "cloudflare:workers";
+import { bindObjectMetrics } from "../metrics/object-metrics";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
 import { channelStub, metricsStub } from "../platform/stubs";
 import { settingsOf } from "../settings/settings";
@@ -73,6 +74,7 @@ export class Relay extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
+    bindObjectMetrics(env);
     this.frameDelayMs = settingsOf(env).frameDelayMs;
     this.subs = new RelaySubscribers(ctx, () => this.reporter.changed());
     this.reporter = new RelayReporter(

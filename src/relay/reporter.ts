@@ -9,6 +9,7 @@
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { REPORT_RETRY_MS } from "./bounds";
 import type { ChannelForRelay, RelayReportAnswer } from "./calls";
+import { countClosed } from "./closes";
 
 /** Who this relay is; stored once it has a subscriber. */
 export interface RelayIdentity {
@@ -60,9 +61,10 @@ export class RelayReporter {
     private readonly alarms: AlarmScheduler,
   ) {}
 
-  /** Subscribers closed as slow, told with the next report. */
+  /** Subscribers closed as slow, told with the next report (and counted in `/metrics`). */
   slow(n = 1): void {
     this.slowClosed += n;
+    countClosed("slow", n);
   }
 
   /** No report on its way, and the channel's view may be wrong: the alarm reports again. */

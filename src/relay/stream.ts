@@ -50,6 +50,7 @@ import {
 } from "../wire/frame-text";
 import { FRAME_MAX_BYTES, PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 import type { ChannelForRelay } from "./calls";
+import { countClosed } from "./closes";
 import { boundMemory, type SocketBacklog } from "./memory";
 import type { RelayReporter } from "./reporter";
 import { newTally, PackedOnce, type SendTally, SideCut, sendTo, tallyWaiting } from "./send-pass";
@@ -129,7 +130,7 @@ export class RelayStream {
       }
       if (page.frames.length !== gapEnd - last || page.frames[0]?.seq !== last + 1) {
         // History no longer holds the hole: nothing newer is sent across it.
-        this.subs.closeAll(HISTORY_GAP_CLOSE, HISTORY_GAP_REASON, () => {});
+        this.subs.closeAll(HISTORY_GAP_CLOSE, HISTORY_GAP_REASON, (n) => countClosed("history_gap", n));
         this.advance(end, false);
         return;
       }
@@ -178,6 +179,7 @@ export class RelayStream {
         else page = await this.relay.channel().framesAfter(floor, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
       } catch (e) {
         console.error("floodgate relay: replay failed", e instanceof Error ? e.message : e);
+        countClosed("internal");
         this.subs.leave(sub, INTERNAL_CLOSE, "replay failed; reconnect with ?after=<last seq received>");
         return;
       }
@@ -382,6 +384,7 @@ export class RelayStream {
     if (tally.over.length > 0 || this.thinned.readers.slowed().size > 0)
       this.thinned.watchBacklogs(tally, this.relay.now());
     if (tally.slow > 0) this.reporter.slow(tally.slow);
+    countClosed("internal", tally.closed); // sends that failed (1011)
     if (tally.slow > 0 || tally.closed > 0) this.reporter.changed();
     this.boundMemory(tally.backlog);
   }

@@ -12,6 +12,7 @@ import { adminAuth } from "./auth/authorise";
 import { cors } from "./http/cors";
 import { apiErrorResponse, errorResponse } from "./http/errors";
 import { documented, json, mount, openApiDocument, route } from "./http/openapi";
+import { refusalReason } from "./http/refusals";
 import { noSuchRoute } from "./http/route-hints";
 import { securityHeaders } from "./http/security-headers";
 import { pusherAuth } from "./pusher/auth-route";
@@ -52,6 +53,8 @@ const withServices = createMiddleware<AppEnv>(async (c, next) => {
   c.set("svc", svc);
   c.set("defer", defer);
   await next();
+  const refused = refusalReason(c.res);
+  if (refused !== null) svc.metrics.inc("floodgate_refusals_total", { reason: refused });
   // Every request, denied ones included, makes sure its counts reach the metrics object soon.
   svc.metrics.schedule(defer);
 });

@@ -8,13 +8,14 @@ import { CopyTally, copyKey, DropCopyQueue, OverflowLog, type QueuedCopy } from 
 import { Thinning } from "../../functions/thinning";
 import type { ChannelObject } from "../channel/channel-object";
 import { shardName } from "../limiter/limiter-shard";
+import { MetricsBuffer } from "../metrics/metrics-buffer";
 import { channelStub, limiterShardStub, metricsStub } from "../platform/stubs";
 import { isAnalytics } from "../settings/rules";
 import { type Settings, settingsOf } from "../settings/settings";
 import { sendToQueue } from "./drops/record-producer";
 import { LimiterGate } from "./gate/limiter-gate";
-import { MetricsBuffer } from "./metrics-buffer";
 import { PublishBatcher } from "./publish-batcher";
+import { ChannelReads } from "./reads/channel-reads";
 
 export interface Services {
   config: Settings;
@@ -26,6 +27,8 @@ export interface Services {
   thinning: Thinning;
   /** Coalesces concurrent publishes to one channel into one object call. */
   publishBatcher: PublishBatcher;
+  /** History and presence answers shared for up to a second (src/worker/reads/channel-reads.ts). */
+  reads: ChannelReads;
 }
 
 /** The stub of a channel's object, for one call; counts the call in `floodgate_object_calls_total`. */
@@ -97,6 +100,7 @@ export function services(env: Env): Services {
       { onOverflow: () => metrics.inc("floodgate_publish_overflow_total") },
     ),
     reader,
+    reads: new ChannelReads(config, (key) => countedChannelStub(env, key)),
     drops: new DropCopyQueue({
       sink: { send: (batch) => sendCopies(env, config, reader, metrics, batch) },
       maxBytes: config.maxMessageBytes * COPY_QUEUE_MESSAGE_BYTES,

@@ -206,6 +206,27 @@ describe("summaries of drops", () => {
     sub.ws.close();
   });
 
+  it("a value an object would take for its own (__proto__) is a key like any other: the counts add up", async () => {
+    const ch = `public:summary.${uniq()}`;
+    const token = await publisher();
+    const sub = await openSocket(ch, "", relayEnv);
+    await until(async () => (await stats(ch)).relays >= 1, "subscriber");
+    await setRate(ch, 1);
+    const bodies = [{ emoji: "__proto__" }, { emoji: "constructor" }, { emoji: "__proto__" }];
+    await publishAll(ch, token, bodies, isolateA, 202);
+    // Decided inside the channel's own batch too (with an Idempotency-Key).
+    await publishAll(ch, token, [{ emoji: "__proto__" }], isolateB, 202, { "idempotency-key": uniq("k") });
+    expect(await endInterval(ch)).toBe(true);
+    await until(() => summariesIn(sub.frames).length === 1, "summary");
+    const [summary] = summariesIn(sub.frames);
+    expect(summary?.dropped).toBe(4);
+    expect(Object.entries(summary?.by_key ?? {})).toEqual([
+      ["__proto__", 3],
+      ["constructor", 1],
+    ]);
+    sub.ws.close();
+  });
+
   it("sends nothing for an interval without drops, and never puts a summary in history or a resume", async () => {
     const ch = `public:summary.${uniq()}`;
     const token = await publisher();

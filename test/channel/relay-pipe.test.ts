@@ -11,6 +11,7 @@ import {
   PIPE_RETRY_BASE_MS,
   PIPE_RETRY_MAX_MS,
   PIPE_SIDE_MAX_BYTES,
+  PipeBudget,
   RelayPipe,
 } from "../../src/channel/relay-pipe";
 import type { LiveFrame, SideFrame } from "../../src/wire/frame-text";
@@ -172,5 +173,66 @@ describe("relay pipe", () => {
     calls[2]?.settle(true);
     await turn();
     expect(calls).toHaveLength(3);
+  });
+
+  it("all of a channel's lines together stay under their byte bound: the line holding the most lets go first, counted and repaired", async () => {
+    let shed = 0;
+    const budget = new PipeBudget(40, (n) => {
+      shed += n;
+    });
+    const stalled = recorder();
+    const fast = recorder();
+    const a = new RelayPipe(stalled.send, 1024, budget);
+    const b = new RelayPipe(fast.send, 1024, budget);
+    // Each line's first call is on its way: counted until answered.
+    a.push([f(1, "xxxx")], 1);
+    b.push([f(1, "xxxx")], 1);
+    expect(budget.bytes).toBe(8);
+    fast.calls[0]?.settle(true);
+    await turn();
+    expect(budget.bytes).toBe(4);
+    // The fast relay answers every call at once; the stalled one never does, so its queue grows.
+    for (let s = 2; s <= 30; s++) {
+      a.push([f(s, "xxxx")], s);
+      b.push([f(s, "xxxx")], s);
+      fast.calls.at(-1)?.settle(true);
+      await turn();
+      expect(budget.bytes).toBeLessThanOrEqual(40);
+    }
+    // Only the stalled line let frames go; the fast one got every frame.
+    expect(shed).toBeGreaterThan(0);
+    expect(fast.calls.flatMap((c) => c.seqs)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
+    stalled.calls[0]?.settle(true);
+    await turn();
+    // The stalled relay's next call has the newest frames and the head: it fetches the hole from history.
+    const next = stalled.calls[1];
+    expect(next?.head).toBe(30);
+    expect(next?.seqs.at(-1)).toBe(30);
+    expect(next?.seqs[0]).toBeGreaterThan(2);
+    expect(shed).toBe(30 - 1 - (next?.seqs.length ?? 0));
+    // A line that stops gives back what it held.
+    next?.settle(true);
+    await turn();
+    a.push([f(31, "xxxx")], 31);
+    a.stop();
+    b.stop();
+    expect(budget.bytes).toBe(0);
+  });
+
+  it("frames a line lets go past its own bound are counted too", async () => {
+    let shed = 0;
+    const { calls, send } = recorder();
+    const pipe = new RelayPipe(
+      send,
+      10,
+      new PipeBudget(Number.POSITIVE_INFINITY, (n) => {
+        shed += n;
+      }),
+    );
+    for (let s = 1; s <= 6; s++) pipe.push([f(s, "xxxx")], s);
+    expect(shed).toBe(3); // 2..4 went: 5, 6 are queued behind the call of 1
+    calls[0]?.settle(true);
+    await turn();
+    expect(calls[1]).toMatchObject({ seqs: [5, 6], head: 6 });
   });
 });

@@ -13,6 +13,25 @@ describe("bounded map", () => {
     expect(m.get("d")).toBe(3);
   });
 
+  it("with a byte bound, the least recently used entries go until a new one fits; one larger than the budget is not kept", () => {
+    const m = new BoundedMap<string, string>(100, { max: 10, of: (_k, v) => v.length });
+    m.set("a", "xxxx").set("b", "xxxx");
+    expect(m.byteSize).toBe(8);
+    m.get("a");
+    m.set("c", "xxxxx"); // 13 > 10: b (the coldest) goes
+    expect(["a", "b", "c"].filter((k) => m.has(k))).toEqual(["a", "c"]);
+    expect(m.byteSize).toBe(9);
+    m.set("a", "x"); // overwritten: its old bytes are given back
+    expect(m.byteSize).toBe(6);
+    m.set("huge", "x".repeat(11));
+    expect(m.has("huge")).toBe(false);
+    expect(m.byteSize).toBe(6);
+    m.delete("c");
+    expect(m.byteSize).toBe(1);
+    m.clear();
+    expect(m.byteSize).toBe(0);
+  });
+
   it("a read counts as a use: the entry read last outlives colder ones", () => {
     const m = new BoundedMap<string, number>(3);
     m.set("a", 1).set("b", 2).set("c", 3);

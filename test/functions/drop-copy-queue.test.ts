@@ -213,6 +213,41 @@ describe("drop copy queue", () => {
     }
   });
 
+  it("a batch whose leader died before sending (its timers never fire) is sent by the next one, never stranded", async () => {
+    vi.useFakeTimers();
+    try {
+      const sent: number[][] = [];
+      const failed: number[] = [];
+      const unsettled: number[] = [];
+      let waits = 0;
+      const q = new DropCopyQueue({
+        sink: { send: async (b) => void sent.push(b.map(indexOf)) },
+        onFailure: (f) => void failed.push(f.total),
+        onUnsettled: (c) => void unsettled.push(c.total),
+        maxBytes: 1 << 30,
+        windowMs: 10,
+        // The first batch's leader is a request that was cut off while it gathered: its wait never ends.
+        wait: (ms) => (waits++ === 0 ? new Promise<void>(() => {}) : new Promise((r) => setTimeout(r, ms))),
+      });
+      void q.enqueue(copy(0));
+      void q.enqueue(copy(1)); // joins the dead leader's batch while it still looks alive
+      void q.enqueue(copy(2));
+      await vi.advanceTimersByTimeAsync(1000);
+      expect(sent).toEqual([]);
+      // The next copy finds the batch unsent with no sign of life: it sends that batch first, then its own.
+      const next = q.enqueue(copy(3));
+      await vi.advanceTimersByTimeAsync(1000);
+      await next;
+      expect(sent).toEqual([[0, 1, 2], [3]]);
+      expect(failed).toEqual([]);
+      expect(unsettled).toEqual([]);
+      expect(q.size).toBe(0);
+      expect(q.bytes).toBe(0);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
+
   it("a copy enqueued after a flush drained starts a new flush (none is stranded)", async () => {
     const sent: number[] = [];
     const q = new DropCopyQueue({

@@ -9,6 +9,7 @@ import {
   rateKey,
 } from "../../functions/before-publish";
 import { clampRate } from "../../functions/sampler";
+import { shardKey } from "../../functions/shard-key";
 import { seededRandom } from "../support/seeded-random";
 
 const CH = "public:live.reactions";
@@ -93,6 +94,28 @@ describe("reading the rate", () => {
     const { r } = reader(memoryStore({ [rateKey(CH)]: "0.3", throttleRate: "0.7" }));
     expect(await r.rateFor(CH)).toEqual({ rate: 0.3, source: "channel" });
     expect(await r.rateFor("public:other.channel")).toEqual({ rate: 0.7, source: "global" });
+  });
+
+  it("a shard without its own key runs at its channel's key, then the global one; shards share the channel's read", async () => {
+    let now = 0;
+    const values: Record<string, string> = { [rateKey(CH)]: "0.4", throttleRate: "0.7" };
+    const store = memoryStore(values);
+    const { r } = reader(store, { cacheMs: 1000, now: () => now });
+    const es = shardKey(CH, "es");
+    const fr = shardKey(CH, "fr");
+    expect(await r.rateFor(es)).toEqual({ rate: 0.4, source: "channel" });
+    expect(await r.rateFor(fr)).toEqual({ rate: 0.4, source: "channel" });
+    // Each shard's own key once, the channel's once, the global key never.
+    expect(store.reads).toEqual([rateKey(es), rateKey(CH), rateKey(fr)]);
+    values[rateKey(fr)] = "0.1";
+    delete values[rateKey(CH)];
+    now = 1000;
+    expect(await r.rateFor(fr)).toEqual({ rate: 0.1, source: "channel" });
+    expect(await r.rateFor(es)).toEqual({ rate: 0.7, source: "global" });
+    // Invalidating the channel forgets its shards too (an admin write for all shards in this isolate).
+    values[rateKey(CH)] = "1";
+    r.invalidate(CH);
+    expect((await r.rateFor(es)).rate).toBe(1);
   });
 
   it.each([

@@ -121,6 +121,18 @@ describe("a summary's by_key", () => {
     expect(Object.keys(topKeys(new Map([["a", 1]])))).toEqual(["a"]);
   });
 
+  it("keeps keys an object would take for its own, so the counts still add up", () => {
+    const t = new KeyTally();
+    for (const k of ["__proto__", "constructor", "toString", "hasOwnProperty"]) t.add(k, 2);
+    t.addAll(JSON.parse('{"__proto__":1}') as Record<string, number>);
+    const by = topKeys(t.counts);
+    expect(Object.keys(by)).toEqual(["__proto__", "constructor", "hasOwnProperty", "toString"]);
+    expect(Object.values(by).reduce((a, b) => a + b, 0)).toBe(t.total);
+    expect(JSON.parse(summaryFrame("public:live.emoji", 0, 1, t)).by_key).toEqual(
+      JSON.parse('{"__proto__":3,"constructor":2,"hasOwnProperty":2,"toString":2}'),
+    );
+  });
+
   it("is carried by a summary frame with its interval and total", () => {
     const t = new KeyTally();
     t.add("🔥", 3);

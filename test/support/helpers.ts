@@ -372,3 +372,25 @@ export async function channelStats(channel: string): Promise<ChannelStats> {
   const res = await callAndWait(`/v1/channels/${channel}/stats`, { headers: adminHeaders() });
   return (await res.json()) as ChannelStats;
 }
+
+/** The series of a `/metrics` scrape, by key (`floodgate_refusals_total{reason="read"}`). */
+export async function scrapeMetrics(customEnv: Env = env): Promise<Record<string, number>> {
+  // From an address of its own: a test that exhausts an admin-auth budget must not refuse the scrape.
+  const res = await callAndWait("/metrics", { headers: adminHeaders({ "cf-connecting-ip": freshIp() }) }, customEnv);
+  if (res.status !== 200) throw new Error(`scrape failed: ${res.status}`);
+  const text = await res.text();
+  const out: Record<string, number> = {};
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const at = line.lastIndexOf(" ");
+    out[line.slice(0, at)] = Number(line.slice(at + 1));
+  }
+  return out;
+}
+
+/** How much each series grew between two scrapes (only those that did). */
+export function grown(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(after)) if (v !== (before[k] ?? 0)) out[k] = v - (before[k] ?? 0);
+  return out;
+}

@@ -182,12 +182,39 @@ function checkClaims(v: unknown): { claims: TokenClaims; patterns: ChannelPatter
   return { claims: v as unknown as TokenClaims, patterns };
 }
 
+/** Most tokens the verified-token cache holds. */
+export const VERIFIED_CACHE_TOKENS = 10_000;
 /**
- * Tokens whose signature and shape this isolate already verified, by their exact text. A hit skips
- * the HMAC (the same string verifies the same way with the same secret); expiry and type are checked
- * again on every use. Bounded, and keyed by secret too so a rotated secret starts clean.
+ * Most bytes the verified-token cache holds: tokens carry up to {@link MAX_TOKEN_LENGTH} characters of
+ * claims each, so a count alone would let 10,000 large ones hold hundreds of megabytes of an isolate.
  */
-const verified = new BoundedMap<string, { secret: string; result: VerifiedToken }>(10_000);
+export const VERIFIED_CACHE_BYTES = 8 * 1024 * 1024;
+/** What one cached token holds besides its claims' text: the digest key, the objects' own overhead. */
+const VERIFIED_ENTRY_OVERHEAD = 512;
+
+interface VerifiedEntry {
+  secret: string;
+  result: VerifiedToken;
+  /** Estimated bytes: the claims as parsed (strings at 2 bytes a character, the patterns beside them). */
+  bytes: number;
+}
+
+/**
+ * Tokens whose signature and shape this isolate already verified, by the SHA-256 digest of their
+ * text (never the text itself: a key is 43 characters whatever the token's length). A hit skips the
+ * HMAC (the same string verifies the same way with the same secret); expiry and type are checked
+ * again on every use. Bounded in tokens and in bytes, and keyed by secret too so a rotated secret
+ * starts clean.
+ */
+export const verifiedTokens = new BoundedMap<string, VerifiedEntry>(VERIFIED_CACHE_TOKENS, {
+  max: VERIFIED_CACHE_BYTES,
+  of: (_key, entry) => entry.bytes,
+});
+
+/** The cache key of a token: its SHA-256 digest, base64url. */
+async function tokenDigest(token: string): Promise<string> {
+  return base64UrlEncode(new Uint8Array(await crypto.subtle.digest("SHA-256", encoder.encode(token))));
+}
 
 /**
  * Verifies signature, shape, expiry (`now < exp`, no leeway), issue time (`iat` at most
@@ -204,8 +231,9 @@ export async function verifyToken(
   if (typeof token !== "string" || token.length === 0 || token.length > MAX_TOKEN_LENGTH) {
     throw new TokenError("malformed", MALFORMED);
   }
-  const hit = verified.get(token);
-  const result = hit && hit.secret === secret ? hit.result : await verifySignatureAndShape(token, secret);
+  const digest = await tokenDigest(token);
+  const hit = verifiedTokens.get(digest);
+  const result = hit && hit.secret === secret ? hit.result : await verifySignatureAndShape(token, secret, digest);
   const { claims } = result;
   if (!(nowSeconds < claims.exp)) throw new TokenError("expired", "token has expired");
   if (claims.iat > nowSeconds + IAT_SKEW_SECONDS)
@@ -215,7 +243,7 @@ export async function verifyToken(
   return result;
 }
 
-async function verifySignatureAndShape(token: string, secret: string): Promise<VerifiedToken> {
+async function verifySignatureAndShape(token: string, secret: string, digest: string): Promise<VerifiedToken> {
   const parts = token.split(".");
   if (parts.length !== 3) throw new TokenError("malformed", MALFORMED);
   const [h, p, s] = parts as [string, string, string];
@@ -226,6 +254,9 @@ async function verifySignatureAndShape(token: string, secret: string): Promise<V
   const ok = await crypto.subtle.verify("HMAC", await hmacKey(secret), sig, encoder.encode(`${h}.${p}`));
   if (!ok) throw new TokenError("bad_signature", "token signature is invalid");
   const result = checkClaims(parseJson(base64UrlDecode(p)));
-  verified.set(token, { secret, result });
+  // The claims' JSON is 3/4 of the base64url part; parsed, its strings take 2 bytes a character, and
+  // the patterns parsed from `chs` about as much again.
+  const bytes = 3 * p.length + VERIFIED_ENTRY_OVERHEAD;
+  verifiedTokens.set(digest, { secret, result, bytes });
   return result;
 }

@@ -1,10 +1,22 @@
 /**
  * The record's objects in RECORD_BUCKET (docs/operations.md, "The record of dropped messages"): one
- * gzip NDJSON object per queue message and UTC hour, `drops/dt=YYYY-MM-DD/hour=HH/<batch>.ndjson.gz`,
- * its copy count in the object's custom metadata so retention can count what it deletes without
- * reading it.
+ * gzip NDJSON object per consumer invocation and UTC hour (functions/record-batch.ts `combineByHour`),
+ * `drops/dt=YYYY-MM-DD/hour=HH/<first drop>-<unique>.ndjson.gz`. Its custom metadata holds its copy
+ * count, so retention counts what it deletes without reading it, and a tag of each queue message it
+ * holds, so a message delivered again finds the hours of it already recorded and writes none of them
+ * twice.
  */
-import { type RecordBatch, type RecordCopy, recordLine, splitByHour } from "../../../functions/record-batch";
+import {
+  type CombinedObject,
+  firstDropOfKey,
+  hourOfKey,
+  hourPrefix,
+  type RecordBatch,
+  type RecordCopy,
+  recordLine,
+  splitByHour,
+} from "../../../functions/record-batch";
+import { base64UrlEncode } from "../auth/tokens";
 
 async function gzip(text: string): Promise<ArrayBuffer> {
   const stream = new Blob([text]).stream().pipeThrough(new CompressionStream("gzip"));
@@ -23,39 +35,97 @@ export function copiesIn(obj: { customMetadata?: Record<string, string> }): numb
 }
 
 /**
- * Writes one batch, an object per hour it spans, and tells `recorded` the copies of each object newly
- * written, as soon as it is: an object already there was written by an earlier delivery of the same
- * batch (at least once), with the same copies, and was counted then; it is overwritten with the same
- * bytes and not counted again. `written` hears each object put (redeliveries included: what R2 bills).
- * @throws when the bucket fails; the objects written before stay, counted (a retry overwrites them).
+ * A queue message's tag in an object's metadata: 12 base64url characters (72 bits) of its batch id's
+ * SHA-256. An object holds at most a consumer batch's 100 messages: 1.3 KB of R2's 8 KB of metadata.
  */
-export async function writeBatch(
-  bucket: R2Bucket,
-  batch: RecordBatch,
-  recorded: (n: number) => void,
-  written: () => void = () => {},
-): Promise<void> {
-  for (const part of splitByHour(batch.batch, batch.copies)) {
-    const existed = (await bucket.head(part.key)) !== null;
-    const body = await gzip(part.copies.map((c) => `${recordLine(c)}\n`).join(""));
-    await bucket.put(part.key, body, {
-      httpMetadata: { contentType: "application/gzip" },
-      customMetadata: { copies: String(part.copies.length) },
-    });
-    written();
-    if (!existed) recorded(part.copies.length);
-  }
+export async function batchTag(batch: string): Promise<string> {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(batch));
+  return base64UrlEncode(new Uint8Array(digest)).slice(0, 12);
 }
 
-/** A batch's copies split into those whose hour's object is in the bucket and those whose is not. */
+/**
+ * Writes a consumer batch's objects, in parallel. `recorded` hears each written object's copies (its
+ * copies were in no object before: those already recorded were left out by {@link recordedParts}),
+ * `written` each put. Answers the keys written; an object that failed is not (its messages are
+ * delivered again, and write only the hours still missing).
+ */
+export async function writeObjects(
+  bucket: R2Bucket,
+  objects: CombinedObject<RecordCopy>[],
+  recorded: (n: number) => void,
+  written: () => void = () => {},
+): Promise<Set<string>> {
+  const done = new Set<string>();
+  await Promise.all(
+    objects.map(async (o) => {
+      try {
+        const tags = await Promise.all(o.batches.map(batchTag));
+        await bucket.put(o.key, await gzip(o.copies.map((c) => `${recordLine(c)}\n`).join("")), {
+          httpMetadata: { contentType: "application/gzip" },
+          customMetadata: { copies: String(o.copies.length), batches: tags.join(" ") },
+        });
+      } catch (e) {
+        console.error(`floodgate record: could not write ${o.key}`, e instanceof Error ? e.message : e);
+        return;
+      }
+      written();
+      recorded(o.copies.length);
+      done.add(o.key);
+    }),
+  );
+  return done;
+}
+
+/** One hour of a queue message: its copies of that hour. */
+export type HourPart = { key: string; copies: RecordCopy[] };
+
+/**
+ * Each message's hours split into those already in the record and those not: an hour is recorded
+ * when an object of it lists the message's tag (or is the message's own, as written before objects
+ * were combined). Each hour is listed once for all the messages, only as far as the latest of their
+ * earliest drops in it: keys sort by their earliest drop, and an object holding a copy starts at or
+ * before it.
+ * @throws when the bucket fails (the caller retries the messages)
+ */
 export async function recordedParts(
   bucket: R2Bucket,
-  batch: RecordBatch,
-): Promise<{ recorded: RecordCopy[]; missing: RecordCopy[] }> {
-  const recorded: RecordCopy[] = [];
-  const missing: RecordCopy[] = [];
-  for (const part of splitByHour(batch.batch, batch.copies)) {
-    ((await bucket.head(part.key)) !== null ? recorded : missing).push(...part.copies);
-  }
-  return { recorded, missing };
+  batches: readonly RecordBatch[],
+): Promise<{ recorded: HourPart[]; missing: HourPart[] }[]> {
+  const parts = batches.map((b) => splitByHour(b.batch, b.copies));
+  const tags = await Promise.all(batches.map((b) => batchTag(b.batch)));
+  // Per hour: how far to list, and what was found in it.
+  const hours = new Map<number, { until: number; tags: Set<string>; keys: Set<string> }>();
+  parts.forEach((list) => {
+    for (const part of list) {
+      const hour = hourOfKey(part.key) as number;
+      const first = part.copies[0]?.dropped_at ?? hour;
+      const h = hours.get(hour);
+      if (h) h.until = Math.max(h.until, first);
+      else hours.set(hour, { until: first, tags: new Set(), keys: new Set() });
+    }
+  });
+  await Promise.all(
+    [...hours].map(async ([hour, h]) => {
+      let cursor: string | undefined;
+      scan: do {
+        const page = await bucket.list({ prefix: hourPrefix(hour), cursor, include: ["customMetadata"] });
+        for (const obj of page.objects) {
+          if (firstDropOfKey(obj.key, hour) > h.until) break scan;
+          h.keys.add(obj.key);
+          for (const t of (obj.customMetadata?.batches ?? "").split(" ")) if (t) h.tags.add(t);
+        }
+        cursor = page.truncated ? page.cursor : undefined;
+      } while (cursor);
+    }),
+  );
+  return parts.map((list, i) => {
+    const recorded: HourPart[] = [];
+    const missing: HourPart[] = [];
+    for (const part of list) {
+      // `part.key` is the message's own object's key (functions/record-batch.ts splitByHour).
+      const h = hours.get(hourOfKey(part.key) as number);
+      (h && (h.tags.has(tags[i] as string) || h.keys.has(part.key)) ? recorded : missing).push(part);
+    }
+    return { recorded, missing };
+  });
 }

@@ -7,7 +7,7 @@ import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
 import { parseStoredRate, rateKey } from "../../../functions/before-publish";
-import { shardKey, splitShardKey } from "../../../functions/shard-key";
+import { splitShardKey } from "../../../functions/shard-key";
 import { activeChannelsStub } from "../../platform/stubs";
 import { shardRuleFor, targetFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
@@ -21,7 +21,7 @@ import { bodyObject, jsonBody } from "../http/validation";
 import { exportQuery, exportResponse } from "../record/export";
 import { runSampler } from "../sampler/sampler-run";
 import { namedAudience } from "../shards/audience";
-import { shardNames } from "../shards/shard-view";
+import { shardRateKeys } from "../shards/shard-rates";
 import { ChannelViewSchema, channelStats, channelView, targetOf } from "./channel-view";
 
 /** Admin bodies are a few fields: anything longer is not one. */
@@ -112,20 +112,22 @@ const ShardQuery = z.object({
     .optional()
     .openapi({
       description:
-        "Sharded channels only: one shard's rate. Without it a PUT or DELETE acts on the channel's key and on every " +
-        "shard the channel lists now. On a channel no rule shards, or a name no shard can have: 400.",
+        "Sharded channels only: one shard's rate. Without it a PUT or DELETE acts on every shard, those that " +
+        "appear later too (a shard without a rate of its own runs at its channel's). On a channel no rule " +
+        "shards, or a name no shard can have: 400.",
     }),
 });
 
 /**
- * The KV keys a throttle route acts on: the channel's (or `*`'s); `?shard=<name>`, that shard's; a
- * sharded channel without `shard`, its own and every listed shard's (`all`).
+ * The KV key a throttle route acts on: the channel's (or `*`'s); `?shard=<name>`, that shard's. A
+ * sharded channel without `shard` means all its shards, those that appear later too: its own key, and
+ * the shards' own keys go (`shardKeys`), so every shard falls back to it (functions/before-publish.ts).
  * @throws ApiError 400 for `shard` on `*` or an unsharded channel, or a name no shard can have
  */
 async function throttleKeys(env: Env, config: Settings, name: string, shard: string | undefined) {
   if (name === "*") {
     if (shard !== undefined) throw invalidArgument("shard: the global key has no shards");
-    return { view: name, keys: [name] };
+    return { view: name, key: rateKey(name), shardKeys: [] };
   }
   const channel = channelParam(name);
   const rule = shardRuleFor(config, channel);
@@ -133,10 +135,10 @@ async function throttleKeys(env: Env, config: Settings, name: string, shard: str
     if (!rule) throw invalidArgument(`shard: channel ${name} is not sharded (AUDIENCE_SHARDS)`);
     const audience = namedAudience(channel, rule.value, shard);
     if (!audience) throw invalidArgument(`shard: "${shard}" cannot be a shard of ${name}`);
-    return { view: audience.key, keys: [audience.key] };
+    return { view: audience.key, key: rateKey(audience.key), shardKeys: [] };
   }
-  const shards = rule ? await shardNames(env, config, channel) : [];
-  return { view: name, keys: [name, ...shards.map((s) => shardKey(name, s))] };
+  const shardKeys = rule ? await orUnavailable("drop-rate store", () => shardRateKeys(env.THROTTLE_KV, name)) : [];
+  return { view: name, key: rateKey(name), shardKeys };
 }
 
 const throttleGet = route({
@@ -171,11 +173,12 @@ const throttlePut = route({
 admin.put(documented(admin, throttlePut), channelFirst(true), jsonBody(ThrottleBody, MAX_ADMIN_BODY), async (c) => {
   const svc = c.var.svc;
   const { rate } = c.req.valid("json");
-  const { view, keys } = await throttleKeys(c.env, svc.config, c.req.param("channel"), c.req.query("shard"));
-  await orUnavailable("drop-rate store", () =>
-    Promise.all(keys.map((k) => c.env.THROTTLE_KV.put(rateKey(k), String(rate)))),
-  );
-  for (const k of keys) svc.reader.invalidate(k); // this isolate sees it at once; others within THROTTLE_RATE_CACHE_MS
+  const { view, key, shardKeys } = await throttleKeys(c.env, svc.config, c.req.param("channel"), c.req.query("shard"));
+  await orUnavailable("drop-rate store", async () => {
+    await c.env.THROTTLE_KV.put(key, String(rate));
+    await Promise.all(shardKeys.map((k) => c.env.THROTTLE_KV.delete(k)));
+  });
+  svc.reader.invalidate(view); // this isolate sees it at once (shards too); others within THROTTLE_RATE_CACHE_MS
   return c.json(await throttleView(c.env, svc.config, view));
 });
 
@@ -189,9 +192,16 @@ const throttleDelete = route({
 });
 
 admin.delete(documented(admin, throttleDelete), channelFirst(true), async (c) => {
-  const { keys } = await throttleKeys(c.env, c.var.svc.config, c.req.param("channel"), c.req.query("shard"));
-  await orUnavailable("drop-rate store", () => Promise.all(keys.map((k) => c.env.THROTTLE_KV.delete(rateKey(k)))));
-  for (const k of keys) c.var.svc.reader.invalidate(k);
+  const { view, key, shardKeys } = await throttleKeys(
+    c.env,
+    c.var.svc.config,
+    c.req.param("channel"),
+    c.req.query("shard"),
+  );
+  await orUnavailable("drop-rate store", () =>
+    Promise.all([key, ...shardKeys].map((k) => c.env.THROTTLE_KV.delete(k))),
+  );
+  c.var.svc.reader.invalidate(view);
   return c.body(null, 204);
 });
 

@@ -13,7 +13,6 @@ import { readAccess } from "../auth/subscriber-access";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, Frame, json, route } from "../http/openapi";
 import { channelParam, sourceChannelParam } from "../http/params";
-import { countedChannelStub } from "../services";
 
 export const history = new Hono<AppEnv>();
 
@@ -23,7 +22,8 @@ const historyRoute = route({
   summary: "Read a channel's retained messages",
   description:
     "Oldest first. With `after`: the first `limit` messages with a higher seq; without: the newest `limit`. A page " +
-    "also stops after 4 MiB. Parameters are checked first (400), then the client IP's read budget (429), then the token.",
+    "also stops after 4 MiB. At most 1 s old. Parameters are checked first (400), then the client IP's read budget " +
+    "(429), then the token.",
   security: [{}, ...ACCESS_TOKEN],
   request: {
     params: ChannelPath,
@@ -51,8 +51,7 @@ history.get(documented(history, historyRoute), async (c) => {
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
   const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
   const { limitHeaders, key } = await readAccess(c, channel);
-  const frames = await orUnavailable("channel", () =>
-    countedChannelStub(c.env, key).history(after, limit, source?.name ?? null),
-  );
+  // Shared for up to a second between readers of the same object (src/worker/reads/channel-reads.ts).
+  const frames = await orUnavailable("channel", () => svc.reads.history(key, after, limit, source?.name ?? null));
   return c.body(`{"messages":[${frames.join(",")}]}`, 200, { ...limitHeaders, "content-type": "application/json" });
 });

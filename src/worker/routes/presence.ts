@@ -10,7 +10,6 @@ import { readAccess } from "../auth/subscriber-access";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../http/openapi";
 import { channelParam } from "../http/params";
-import { countedChannelStub } from "../services";
 
 export const PresenceAnswerSchema = z
   .object({
@@ -53,6 +52,6 @@ presence.get(documented(presence, presenceRoute), async (c) => {
   const channel = channelParam(c.req.param("channel"));
   // The object that answers: the channel's, or on a sharded channel the caller's shard's.
   const { limitHeaders, key } = await readAccess(c, channel);
-  const answer = await orUnavailable("channel", () => countedChannelStub(c.env, key).presence(key));
+  const answer = await orUnavailable("channel", () => c.var.svc.reads.presence(key));
   return c.json(answer, 200, limitHeaders);
 });

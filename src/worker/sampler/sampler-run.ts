@@ -22,8 +22,12 @@ import { GLOBAL_RATE_KEY, parseStoredRate, rateKey } from "../../../functions/be
 import {
   decideVisit,
   globalRunningRate,
+  KV_OPERATIONS_PER_SHARD_VISIT,
+  KV_OPERATIONS_PER_VISIT,
   KvBudget,
+  kvOperations,
   type SkipReason,
+  shardDefaultRate,
   visitTarget,
 } from "../../../functions/sampler-visit";
 import { splitShardKey } from "../../../functions/shard-key";
@@ -56,6 +60,8 @@ export interface ChannelSample {
   new_rate: number;
   /** Whether `new_rate` was written to KV (false when the change was too small to matter). */
   written: boolean;
+  /** Whether the channel's key was deleted instead: `new_rate` is what it runs at without one. */
+  deleted: boolean;
   /**
    * Who decided `new_rate`: the channel's fast loop (this run persisted it), or this sweep, by the same
    * law on its own period's counts (the fast loop had not decided during the period).
@@ -115,20 +121,22 @@ export async function runSampler(
     globalText === null ? null : parseStoredRate(globalText),
     config.throttleFallbackRate,
   );
+  const defaults = new DefaultRates(env, globalRate);
 
   async function worker(): Promise<void> {
     for (let next = queue.shift(); next; next = queue.shift()) {
       const { channel, generation } = next;
-      if (!kv.reserveVisit()) {
+      const reserved = isShardKey(channel) ? KV_OPERATIONS_PER_SHARD_VISIT : KV_OPERATIONS_PER_VISIT;
+      if (!kv.reserveVisit(reserved)) {
         deferred++; // keeps its mark: the next run visits it
         continue;
       }
       try {
         // A shard (functions/shard-key.ts) holds its channel's runtime target unless it has its own.
         const runtime = runtimeTargets[channel] ?? runtimeTargets[splitShardKey(channel).channel];
-        const visit = await sampleChannel(env, config, channel, now, runtime, globalRate);
-        kv.settle(visit.outcome);
-        if ("written" in visit.outcome && visit.outcome.written) cache?.invalidate(channel);
+        const visit = await sampleChannel(env, config, channel, now, runtime, defaults);
+        kv.settle(reserved, kvOperations(visit.outcome) + visit.defaultReads);
+        if ("written" in visit.outcome && (visit.outcome.written || visit.outcome.deleted)) cache?.invalidate(channel);
         results.push(visit.outcome);
         const sample = "new_rate" in visit.outcome ? visit.outcome : undefined;
         finished.push({ channel, generation, throttled: visit.throttled, sample, points: visit.points });
@@ -152,20 +160,28 @@ async function sampleChannel(
   channel: string,
   now: number,
   runtimeTarget: unknown,
-  globalRate: number,
-): Promise<{ outcome: ChannelSample | SkippedChannel; throttled: boolean; points?: SeriesPoint[] }> {
+  defaults: DefaultRates,
+): Promise<{
+  outcome: ChannelSample | SkippedChannel;
+  throttled: boolean;
+  points?: SeriesPoint[];
+  /** KV reads of the channel's key this shard's visit made (the run shares them). */
+  defaultReads: number;
+}> {
   const plan = visitTarget(isAnalytics(config, channel), targetFor(config, channelOfKey(channel), runtimeTarget));
-  if ("skipped" in plan) return { outcome: { channel, skipped: plan.skipped }, throttled: false };
+  if ("skipped" in plan) return { outcome: { channel, skipped: plan.skipped }, throttled: false, defaultReads: 0 };
   const { target } = plan;
   const stub = countedChannelStub(env, channel);
-  const [taken, storedText] = await Promise.all([
+  const [taken, storedText, { rate: defaultRate, read: defaultReads }] = await Promise.all([
     stub.takePeriod(now, targetJson(target)),
     env.THROTTLE_KV.get(rateKey(channel)),
+    defaults.of(channel),
   ]);
   const stored = storedText === null ? null : parseStoredRate(storedText);
   const period = taken.counts;
-  const decision = decideVisit({ target, period: taken, storedRate: stored, globalRate });
+  const decision = decideVisit({ target, period: taken, storedRate: stored, defaultRate });
   if (decision.write) await env.THROTTLE_KV.put(rateKey(channel), String(decision.newRate));
+  if (decision.deleteKey) await env.THROTTLE_KV.delete(rateKey(channel));
   const sample: ChannelSample = {
     channel,
     sampled_at: now,
@@ -181,6 +197,7 @@ async function sampleChannel(
     old_rate: stored,
     new_rate: decision.newRate,
     written: decision.write,
+    deleted: decision.deleteKey,
     decided_by: decision.decidedBy,
   };
   await stub.recordSample(sample);
@@ -195,5 +212,40 @@ async function sampleChannel(
     allowed_rate: decision.allowedRate,
     drop_rate: decision.newRate,
   };
-  return { outcome: sample, throttled: decision.throttled, points: [...(taken.fastPoints ?? []), sweepPoint] };
+  return {
+    outcome: sample,
+    throttled: decision.throttled,
+    points: [...(taken.fastPoints ?? []), sweepPoint],
+    defaultReads,
+  };
+}
+
+/**
+ * What a channel without its own key runs at during one run: the global rate; for a shard its
+ * channel's key first (functions/before-publish.ts), read once per channel per run however many of
+ * its shards are visited. `read` counts the read for the visit that made it (the run's KV budget).
+ */
+class DefaultRates {
+  private readonly channels = new Map<string, Promise<number>>();
+
+  constructor(
+    private readonly env: Env,
+    private readonly globalRate: number,
+  ) {}
+
+  async of(key: string): Promise<{ rate: number; read: number }> {
+    if (!isShardKey(key)) return { rate: this.globalRate, read: 0 };
+    const channel = splitShardKey(key).channel;
+    const known = this.channels.get(channel);
+    if (known) return { rate: await known, read: 0 };
+    const rate = this.env.THROTTLE_KV.get(rateKey(channel)).then((text) =>
+      shardDefaultRate(text === null ? null : parseStoredRate(text), this.globalRate),
+    );
+    this.channels.set(channel, rate);
+    return { rate: await rate, read: 1 };
+  }
+}
+
+function isShardKey(key: string): boolean {
+  return splitShardKey(key).shard !== null;
 }

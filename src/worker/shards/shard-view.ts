@@ -60,16 +60,19 @@ export async function shardsStats(
       return { name, stats, rate: rate.rate };
     }),
   );
-  const shards: Record<string, ShardStats> = {};
-  for (const { name, stats, rate } of each) {
-    shards[name] = {
-      occupancy: stats.occupancy,
-      delivered_total: stats.delivered_total,
-      dropped_total: stats.dropped_total,
-      drop_rate: rate,
-      last_seq: stats.last_seq,
-    };
-  }
+  // Defined, never assigned: a group may be named `__proto__`, which assignment would swallow.
+  const shards: Record<string, ShardStats> = Object.fromEntries(
+    each.map(({ name, stats, rate }) => [
+      name,
+      {
+        occupancy: stats.occupancy,
+        delivered_total: stats.delivered_total,
+        dropped_total: stats.dropped_total,
+        drop_rate: rate,
+        last_seq: stats.last_seq,
+      },
+    ]),
+  );
   return { shards, raw: each.map((e) => e.stats) };
 }
 

@@ -5,7 +5,16 @@
 import { env } from "cloudflare:workers";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { base64UrlEncode, signToken, type TokenClaims, TokenError, verifyToken } from "../../../src/worker/auth/tokens";
+import {
+  base64UrlEncode,
+  MAX_TOKEN_LENGTH,
+  signToken,
+  type TokenClaims,
+  TokenError,
+  VERIFIED_CACHE_BYTES,
+  verifiedTokens,
+  verifyToken,
+} from "../../../src/worker/auth/tokens";
 import { ADMIN, adminHeaders, call, callAndWait, envWith, freshIp, mint, publishTo, uniq } from "../../support/helpers";
 import { anyString, RUNS } from "../../support/property-inputs";
 
@@ -313,6 +322,43 @@ describe("token decoder", () => {
       ),
       { ...RUNS, numRuns: 300 },
     );
+  });
+
+  it("caches verified tokens by digest, bounded in bytes: a flood of large tokens cannot grow the isolate", async () => {
+    verifiedTokens.clear();
+    const big = (n: number) =>
+      signToken(
+        {
+          sub: `flood-${n}`,
+          typ: "access",
+          // About 6,000 characters of claims: the token is near MAX_TOKEN_LENGTH.
+          chs: Array.from(
+            { length: 200 },
+            (_, i) => `public:c${String(n).padStart(5, "0")}.p${String(i).padStart(8, "0")}`,
+          ),
+          scp: ["subscribe"],
+          iat: now - 10,
+          exp: now + 600,
+          jti: `j${n}`,
+        },
+        secret,
+      );
+    const first = await big(0);
+    expect(first.length).toBeGreaterThan(MAX_TOKEN_LENGTH - 1500);
+    await verifyToken(first, secret, "access", now);
+    const count = Math.ceil((2 * VERIFIED_CACHE_BYTES) / first.length);
+    for (let n = 1; n <= count; n++) await verifyToken(await big(n), secret, "access", now);
+    expect(verifiedTokens.byteSize).toBeLessThanOrEqual(VERIFIED_CACHE_BYTES);
+    expect(verifiedTokens.byteSize).toBeGreaterThan(VERIFIED_CACHE_BYTES / 2);
+    // Each entry counts at least the token's own characters at 2 bytes each.
+    expect(verifiedTokens.byteSize / verifiedTokens.size).toBeGreaterThan(2 * first.length);
+    for (const key of verifiedTokens.keys()) expect(key).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    // The oldest went first; the newest is still a hit, and still checked for expiry on every use.
+    const last = await big(count);
+    const hits = verifiedTokens.size;
+    await verifyToken(last, secret, "access", now);
+    expect(verifiedTokens.size).toBe(hits);
+    await expect(verifyToken(last, secret, "access", now + 600)).rejects.toMatchObject({ failure: "expired" });
   });
 
   it("refuses alg none, other algorithms, and a token signed with a different secret", async () => {

@@ -19,7 +19,7 @@ import { describe, expect, it, vi } from "vitest";
 import { batchId, HOUR_MS, hourPrefix, type RecordBatch, type RecordCopy } from "../../../functions/record-batch";
 import { ChannelObject } from "../../../src/channel/channel-object";
 import worker from "../../../src/index";
-import { gunzipText } from "../../../src/worker/record/record-objects";
+import { batchTag, gunzipText } from "../../../src/worker/record/record-objects";
 import { DEAD_LETTER_QUEUE } from "../../../src/worker/record/record-queue";
 import { sweepRecord } from "../../../src/worker/record/record-retention";
 import { services } from "../../../src/worker/services";
@@ -169,10 +169,12 @@ describe("the path of a copy", () => {
     await until(async () => (await delta(before)).recorded >= 300, "the consumer recording 300 copies", 30_000);
     const d = await delta(before);
     expect(d).toMatchObject({ dropped: 300, recorded: 300, failed: 0 });
-    // Many copies to a queue message (at most 4 of 30 KB fit in one), an object per message and hour.
+    // Many copies to a queue message (at most 4 of 30 KB fit in one), and an object per consumer
+    // invocation and hour: many messages to an object.
     expect(d.queueMessages).toBeGreaterThanOrEqual(75);
     expect(d.queueMessages).toBeLessThan(300);
-    expect(d.objectsWritten).toBeGreaterThanOrEqual(d.queueMessages);
+    expect(d.objectsWritten).toBeGreaterThanOrEqual(1);
+    expect(d.objectsWritten).toBeLessThan(d.queueMessages / 2);
     const { status, lines } = await exportLines(`?from=${t0}&to=${Date.now() + 1}&source_channel=${source}`);
     expect(status).toBe(200);
     expect(lines).toHaveLength(300);
@@ -263,9 +265,17 @@ describe("the record's objects", () => {
     const first = await objectsOf(h);
     const second = await objectsOf(h + HOUR_MS);
     const iso = new Date(h).toISOString();
+    // Named by the hour and its earliest drop, then the consumer invocation that wrote it.
     expect(first.map((o) => o.key)).toEqual([
-      `drops/dt=${iso.slice(0, 10)}/hour=${iso.slice(11, 13)}/${b.batch}.ndjson.gz`,
+      expect.stringMatching(
+        new RegExp(
+          `^drops/dt=${iso.slice(0, 10)}/hour=${iso.slice(11, 13)}/${String(h + HOUR_MS - 100).padStart(13, "0")}-[\\w-]+\\.ndjson\\.gz$`,
+        ),
+      ),
     ]);
+    // Its metadata names the queue message it holds (a redelivery finds it there) and counts its copies.
+    const head = await env.RECORD_BUCKET.head(first[0]?.key ?? "");
+    expect(head?.customMetadata).toEqual({ copies: "2", batches: await batchTag(b.batch) });
     expect(first[0]?.lines.map((c) => c.dropped_at)).toEqual([h + HOUR_MS - 100, h + HOUR_MS - 1]);
     expect(second[0]?.lines.map((c) => c.dropped_at)).toEqual([h + HOUR_MS, h + HOUR_MS + 5]);
     // One copy per line, the API's fields, the message as the publisher sent it.
@@ -359,7 +369,7 @@ describe("faults", () => {
 });
 
 describe("retention", () => {
-  it("deletes only objects whose hour is past RECORD_RETENTION, oldest first, a bounded number per run", async () => {
+  it("deletes only objects whose hour is past RECORD_RETENTION, oldest first, a bounded number of calls per run", async () => {
     const h = Date.UTC(2001, 0, 1) + Math.floor(Math.random() * 1000) * 24 * HOUR_MS;
     const source = `public:recret.${uniq()}`;
     for (const hour of [h, h + HOUR_MS, h + 2 * HOUR_MS, h + 3 * HOUR_MS])
@@ -368,14 +378,31 @@ describe("retention", () => {
     // Now is such that the first three hours are wholly past the retention and the fourth is not.
     const now = h + 3 * HOUR_MS + svc.config.recordRetentionMs + 1;
     const before = await metrics();
-    expect(await sweepRecord(env, svc, now, 2)).toEqual({ deleted: 2, copies: 4 });
+    // One key a call, two calls a run.
+    const run = () => sweepRecord(env, svc, now, { calls: 2, perCall: 1 });
+    expect(await run()).toEqual({ deleted: 2, copies: 4, calls: 2 });
     expect(await objectsOf(h)).toEqual([]);
     expect(await objectsOf(h + HOUR_MS)).toEqual([]);
     expect(await objectsOf(h + 2 * HOUR_MS)).toHaveLength(1);
-    expect(await sweepRecord(env, svc, now, 2)).toEqual({ deleted: 1, copies: 2 });
-    expect(await sweepRecord(env, svc, now, 2)).toEqual({ deleted: 0, copies: 0 });
+    expect(await run()).toEqual({ deleted: 1, copies: 2, calls: 1 });
+    expect(await run()).toEqual({ deleted: 0, copies: 0, calls: 0 });
     expect(await objectsOf(h + 3 * HOUR_MS)).toHaveLength(1);
     expect((await delta(before)).expired).toBe(6);
+  });
+
+  it("deletes in as many calls as it takes: more than one call's keys go in one run", async () => {
+    const h = Date.UTC(2003, 0, 1) + Math.floor(Math.random() * 1000) * 24 * HOUR_MS;
+    const source = `public:recret.${uniq()}`;
+    // Five objects of one expired hour (one consumer invocation each).
+    for (let i = 0; i < 5; i++) await deliver(QUEUE, [batchOf(copiesAt(source, [h + 10 + i]))]);
+    expect(await objectsOf(h)).toHaveLength(5);
+    const svc = services(env);
+    const now = h + HOUR_MS + svc.config.recordRetentionMs + 1;
+    // Two keys a call: one run deletes all five (and any older object another test left) in three calls or more.
+    const swept = await sweepRecord(env, svc, now, { calls: 10, perCall: 2 });
+    expect(swept.deleted).toBeGreaterThanOrEqual(5);
+    expect(swept.calls).toBe(Math.ceil(swept.deleted / 2));
+    expect(await objectsOf(h)).toEqual([]);
   });
 });
 

@@ -1,7 +1,7 @@
 /** The public manifest and Prometheus metrics. */
 import { describe, expect, it } from "vitest";
+import { MetricsBuffer } from "../../../src/metrics/metrics-buffer";
 import { signToken } from "../../../src/worker/auth/tokens";
-import { MetricsBuffer } from "../../../src/worker/metrics-buffer";
 import { adminHeaders, callAndWait, envWith, SLOW_TEST_MS, uniq } from "../../support/helpers";
 
 describe("manifest", () => {

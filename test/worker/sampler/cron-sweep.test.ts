@@ -59,7 +59,7 @@ describe("scheduled sampler", () => {
     expect(snap.throttled).toContain(ch);
   });
 
-  it("releases an idle throttled channel to 0 at the next run, then forgets it", async () => {
+  it("releases an idle throttled channel to 0 at the next run, deleting its key, then forgets it", async () => {
     const ch = `public:sampled.${uniq()}`;
     const token = await publisher("public:sampled.*", "10000/s");
     await publishMany(ch, token, 40);
@@ -68,7 +68,14 @@ describe("scheduled sampler", () => {
     expect(Number(await env.THROTTLE_KV.get(rateKey(ch)))).toBeGreaterThan(0.7);
     await backdatePeriod(ch, 60_000); // a quiet minute
     await cron();
-    expect(await env.THROTTLE_KV.get(rateKey(ch))).toBe("0");
+    // Released to the default (the global rate, 0 here): the key goes, so released channels leave no keys behind.
+    expect(await env.THROTTLE_KV.get(rateKey(ch))).toBeNull();
+    const stats = (await (await callAndWait(`/v1/channels/${ch}/stats`, { headers: adminHeaders() })).json()) as {
+      last_sample: ChannelSample;
+      drop_rate: number;
+    };
+    expect(stats.last_sample).toMatchObject({ new_rate: 0, written: false, deleted: true });
+    expect(stats.drop_rate).toBe(0);
     expect((await registry().snapshot()).throttled).not.toContain(ch);
   });
 

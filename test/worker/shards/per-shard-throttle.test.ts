@@ -11,8 +11,8 @@ import { shardKey } from "../../../functions/shard-key";
 import { leverOf } from "../../../src/worker/routes/dashboard";
 import type { ChannelSample } from "../../../src/worker/sampler/sampler-run";
 import { ANALYTICS, member, pub, socket, statsOf, stub } from "../../support/audience-shards";
-import { counter, fastRate, setCounters } from "../../support/channel-internals";
-import { adminHeaders, call, historyOf, uniq, until } from "../../support/helpers";
+import { backdatePeriod, counter, fastRate, setCounters } from "../../support/channel-internals";
+import { adminHeaders, call, cron, historyOf, setRate, uniq, until } from "../../support/helpers";
 
 describe("per-shard throttle, stats and the record", () => {
   it("stats answer totals and each shard; ?shard= sets one shard's rate", async () => {
@@ -56,6 +56,65 @@ describe("per-shard throttle, stats and the record", () => {
     const unsharded = await call(`/v1/admin/throttle/public:plain.${uniq()}?shard=es`, { headers: adminHeaders() });
     expect(unsharded.status).toBe(400);
     s.ws.close();
+  });
+
+  it("a shard named like an object's own property (__proto__) is listed like any other", async () => {
+    const ch = `public:sharded.${uniq()}`;
+    const odd = await member([ch], "__proto__");
+    expect((await pub(ch, odd, 1)).status).toBe(200);
+    const stats = await statsOf(ch);
+    expect(stats.delivered_total).toBe(1);
+    expect(Object.entries(stats.shards as object)).toEqual([
+      ["__proto__", expect.objectContaining({ delivered_total: 1 })],
+    ]);
+  });
+
+  it("a rate set without ?shard= reaches every shard, those that appear later too", async () => {
+    const ch = `public:sharded.${uniq()}`;
+    const es = await member([ch], "es");
+    const fr = await member([ch], "fr");
+    const de = await member([ch], "de");
+    expect((await pub(ch, es, 0)).status).toBe(200); // es exists when the rate is set; fr, de do not
+    const put = await call(`/v1/admin/throttle/${ch}?shard=fr`, {
+      method: "PUT",
+      headers: adminHeaders(),
+      body: JSON.stringify({ rate: 0 }),
+    });
+    expect(put.status).toBe(200);
+    const all = await call(`/v1/admin/throttle/${ch}`, {
+      method: "PUT",
+      headers: adminHeaders(),
+      body: JSON.stringify({ rate: 1 }),
+    });
+    expect(all.status).toBe(200);
+    // "All shards" overrides a shard's own rate, and a shard that appears later inherits the channel's.
+    expect((await pub(ch, es, 1)).status).toBe(202);
+    expect((await pub(ch, fr, 1)).status).toBe(202);
+    expect((await pub(ch, de, 1)).status).toBe(202);
+    // A shard's own rate still wins over its channel's.
+    await call(`/v1/admin/throttle/${ch}?shard=de`, {
+      method: "PUT",
+      headers: adminHeaders(),
+      body: JSON.stringify({ rate: 0 }),
+    });
+    expect((await pub(ch, de, 2)).status).toBe(200);
+    expect((await pub(ch, es, 2)).status).toBe(202);
+    expect(((await statsOf(ch)).shards as Record<string, { drop_rate: number }>).fr?.drop_rate).toBe(1);
+    // DELETE without ?shard= hands every shard back to the global key.
+    const del = await call(`/v1/admin/throttle/${ch}`, { method: "DELETE", headers: adminHeaders() });
+    expect(del.status).toBe(204);
+    for (const t of [es, fr, de]) expect((await pub(ch, t, 3)).status).toBe(200);
+  });
+
+  it("the sweep gives a shard under its target its own 0 when its channel's rate would throttle it", async () => {
+    const ch = `public:sharded.fast.${uniq()}`;
+    const quiet = await member([ch], "quiet");
+    for (let i = 0; i < 2; i++) expect((await pub(ch, quiet, i)).status).toBe(200);
+    await setRate(ch, 1); // every shard, the quiet one included, now runs at 1 without a key of its own
+    await backdatePeriod(shardKey(ch, "quiet"), 60_000); // 2 messages in a minute, far under 1/s
+    await cron();
+    expect(await env.THROTTLE_KV.get(rateKey(shardKey(ch, "quiet")))).toBe("0");
+    expect(await env.THROTTLE_KV.get(rateKey(ch))).toBe("1");
   });
 
   it("the record of a dropped message says which shard", async () => {

@@ -1,8 +1,9 @@
 /**
- * An isolate's metric counts waiting to be flushed to the metrics object (src/metrics/metrics-store.ts),
- * so no request makes a Durable Object call to count: a busy isolate flushes about once a second.
+ * An isolate's metric counts waiting to be flushed to the metrics object (./metrics-store.ts), so
+ * nothing makes a Durable Object call to count: a busy isolate flushes about once a second. The
+ * Worker keeps one (src/worker/services.ts), and so does each isolate of objects (./object-metrics.ts).
  */
-import { seriesKey } from "../metrics/series";
+import { seriesKey } from "./series";
 
 /** Most series keys one isolate remembers ({@link MetricsBuffer.inc}). */
 const MAX_SERIES_KEYS = 256;

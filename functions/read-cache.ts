@@ -1,0 +1,98 @@
+/**
+ * Answers of reads shared for a moment inside one isolate (docs/api.md, "Bounds": reads cannot
+ * starve a channel): however many readers ask for the same thing within `ttlMs`, the backend is asked
+ * once, and every answer is at most `ttlMs` old, counted from when that ask began. Nothing here checks
+ * who may read: the caller does that for every request before it asks, and keys by what it reads.
+ *
+ * Single flight, the workerd way (functions/waiting.ts): a request that finds an ask in flight never
+ * awaits another request's promise; it checks for the answer on timers of its own for up to
+ * `patienceMs`, then asks for itself (the request that asked was cut off, or the backend is slow).
+ * A failed ask is not kept: the next request asks again.
+ *
+ * Bounded by entries and by bytes ({@link BoundedMap}): keys come from outsiders' requests, and one
+ * answer may be megabytes. An answer larger than the whole budget is answered, never kept.
+ *
+ * Platform-neutral: the clock is an argument.
+ */
+import { BoundedMap } from "./bounded-map";
+import { pollUntil } from "./waiting";
+
+export interface ReadCacheOptions<V> {
+  /** How long an answer is shared, counted from when its ask began, in ms. */
+  ttlMs: number;
+  /** Most answers kept. */
+  maxEntries: number;
+  /** Most bytes of answers kept (as `sizeOf` counts them). */
+  maxBytes: number;
+  sizeOf: (value: V) => number;
+  /** How long a request waits for another's ask before asking itself, in ms. */
+  patienceMs: number;
+  /** Clock in epoch ms. Default `Date.now`. */
+  now?: () => number;
+}
+
+interface Entry<V> {
+  /** Set once the ask answered; null while in flight. */
+  value: V | null;
+  /** The ask failed: joiners ask for themselves. */
+  failed: boolean;
+  /** When the ask began: the answer is shared until `at + ttlMs`. */
+  at: number;
+  /** Estimated bytes, fixed once answered (the map's byte count reads it). */
+  bytes: number;
+}
+
+export class ReadCache<V> {
+  private readonly entries: BoundedMap<string, Entry<V>>;
+  private readonly now: () => number;
+  /** Asks made to the backend (for tests and benchmarks). */
+  asks = 0;
+
+  constructor(private readonly opts: ReadCacheOptions<V>) {
+    this.now = opts.now ?? Date.now;
+    this.entries = new BoundedMap<string, Entry<V>>(Math.max(1, opts.maxEntries), {
+      max: opts.maxBytes,
+      of: (_key, e) => e.bytes,
+    });
+  }
+
+  /** The answer for `key`: shared while fresh, else from `ask` (one ask per key at a time). */
+  async get(key: string, ask: () => Promise<V>): Promise<V> {
+    const hit = this.entries.get(key);
+    if (hit && this.now() - hit.at < this.opts.ttlMs) {
+      if (hit.value !== null) return hit.value;
+      if (!hit.failed) {
+        const answered = await pollUntil(() => hit.value !== null || hit.failed, this.opts.patienceMs);
+        if (answered && hit.value !== null) return hit.value;
+      }
+    }
+    return this.ask(key, ask);
+  }
+
+  /** Forgets every answer (a test hook; the TTL does it otherwise). */
+  clear(): void {
+    this.entries.clear();
+  }
+
+  private async ask(key: string, ask: () => Promise<V>): Promise<V> {
+    const entry: Entry<V> = { value: null, failed: false, at: this.now(), bytes: 0 };
+    if (this.opts.ttlMs > 0) this.entries.set(key, entry);
+    this.asks++;
+    let value: V;
+    try {
+      value = await ask();
+    } catch (e) {
+      entry.failed = true;
+      if (this.entries.peek(key) === entry) this.entries.delete(key);
+      throw e;
+    }
+    entry.value = value;
+    // Re-set with its size, so the byte bound counts it (it may not fit, and is then not kept).
+    if (this.entries.peek(key) === entry) {
+      this.entries.delete(key);
+      entry.bytes = this.opts.sizeOf(value);
+      this.entries.set(key, entry);
+    }
+    return value;
+  }
+}

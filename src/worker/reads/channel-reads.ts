@@ -1,0 +1,73 @@
+/**
+ * Reads of what a channel holds, shared for up to a second in an isolate (docs/api.md, "Bounds":
+ * reads cannot starve a channel). However many clients read a channel's history and presence, each
+ * isolate asks the channel's object at most about once a second for each: its newest retained
+ * messages (a snapshot that answers any page it covers) and its presence. Answers are at most
+ * {@link READ_TTL_MS} old. Who may read is checked for every request before it gets here (the read
+ * door, src/worker/auth/subscriber-access.ts), and answers are keyed by the object that holds them
+ * (the channel's, or a shard's), so an answer only ever reaches a reader of that channel or shard.
+ *
+ * The analytics channel is read from its object every time: its history is paged by operators
+ * through every retained copy, not read by crowds.
+ */
+import { ReadCache } from "../../../functions/read-cache";
+import type { PresenceAnswer } from "../../channel/presence";
+import type { Settings } from "../../settings/settings";
+import { type HistorySnapshot, pageFromSnapshot, SNAPSHOT_LIMIT, snapshotOf } from "./history-snapshot";
+
+/** The most a shared answer may be behind its object. */
+export const READ_TTL_MS = 1000;
+/** How long a read waits for an answer another read is getting before it asks itself. */
+const PATIENCE_MS = 2000;
+/** Answers one isolate keeps: at most this many, and this many bytes (a snapshot may be 4 MiB). */
+const MAX_ENTRIES = 1000;
+export const READ_CACHE_BYTES = 16 * 1024 * 1024;
+
+/** The part of a channel's object reads need (its stub, counted: src/worker/services.ts). */
+export interface ReadBackend {
+  history(after: number | null, limit: number, sourceChannel: string | null): Promise<string[]>;
+  presence(key: string): Promise<PresenceAnswer>;
+}
+
+export class ChannelReads {
+  readonly snapshots: ReadCache<HistorySnapshot>;
+  readonly presences: ReadCache<PresenceAnswer>;
+
+  constructor(
+    private readonly config: Settings,
+    private readonly object: (key: string) => ReadBackend,
+  ) {
+    this.snapshots = new ReadCache<HistorySnapshot>({
+      ttlMs: READ_TTL_MS,
+      maxEntries: MAX_ENTRIES,
+      maxBytes: READ_CACHE_BYTES,
+      sizeOf: (s) => s.bytes,
+      patienceMs: PATIENCE_MS,
+    });
+    this.presences = new ReadCache<PresenceAnswer>({
+      ttlMs: READ_TTL_MS,
+      maxEntries: MAX_ENTRIES,
+      maxBytes: READ_CACHE_BYTES / 16,
+      sizeOf: (p) => 2 * JSON.stringify(p).length + 64,
+      patienceMs: PATIENCE_MS,
+    });
+  }
+
+  /** A page of `key`'s history (docs/api.md, GET /v1/history), as the object would answer it. */
+  async history(key: string, after: number | null, limit: number, source: string | null): Promise<string[]> {
+    if (source === null && key !== this.config.analyticsChannel.name) {
+      const snapshot = await this.snapshots.get(key, async () =>
+        snapshotOf(await this.object(key).history(null, SNAPSHOT_LIMIT, null), this.config.maxMessageBytes),
+      );
+      const page = pageFromSnapshot(snapshot, after, limit);
+      if (page !== null) return page;
+    }
+    // Not covered by the snapshot (an old page of a long history, a page past 4 MiB), or not shared.
+    return this.object(key).history(after, limit, source);
+  }
+
+  /** `key`'s presence (docs/api.md, GET /v1/presence). */
+  presence(key: string): Promise<PresenceAnswer> {
+    return this.presences.get(key, () => this.object(key).presence(key));
+  }
+}

@@ -1,0 +1,98 @@
+/**
+ * Every refusal is counted (docs/operations.md, "Metrics"): `floodgate_refusals_total{reason}` grows by
+ * one for each 401, 403, 429 (by its bucket's name, `subscriptions` included) and 503, whichever route
+ * answered it and whether it threw its error or built its answer (the limiter's 429s).
+ */
+import { describe, expect, it } from "vitest";
+import { call, callAndWait, envWith, grown, mint, publishTo, scrapeMetrics, uniq, until } from "../../support/helpers";
+
+const refusals = (reason: string) => `floodgate_refusals_total{reason="${reason}"}`;
+
+describe("refusals counted by reason", () => {
+  it("shows every reason at 0 before any refusal, and none for answers that are not refusals", async () => {
+    const metrics = await scrapeMetrics();
+    for (const reason of [
+      "unauthenticated",
+      "permission_denied",
+      "publish",
+      "subscribe",
+      "token-issue",
+      "read",
+      "admin-auth",
+      "subscriptions",
+      "unavailable",
+    ])
+      expect(metrics[refusals(reason)]).toBeGreaterThanOrEqual(0);
+    for (const reason of ["history_gap", "internal", "slow", "expired", "revoked"])
+      expect(metrics[`floodgate_subscriptions_closed_total{reason="${reason}"}`]).toBeGreaterThanOrEqual(0);
+    const before = await scrapeMetrics();
+    const ch = `public:counted.${uniq()}`;
+    const t = (await mint({ sub: uniq(), channels: ["public:counted.*"] })).access_token;
+    expect(
+      (await callAndWait(`/v1/publish/${ch}`, { method: "POST", headers: { authorization: `Bearer ${t}` }, body: "1" }))
+        .status,
+    ).toBe(200);
+    expect((await callAndWait(`/v1/publish/${ch}`, { method: "POST", body: "{" })).status).toBe(401);
+    expect((await callAndWait("/v1/nowhere")).status).toBe(404);
+    const grew = grown(before, await scrapeMetrics());
+    expect(Object.keys(grew).filter((k) => k.startsWith("floodgate_refusals_total"))).toEqual([
+      refusals("unauthenticated"),
+    ]);
+    expect(grew[refusals("unauthenticated")]).toBe(1);
+  });
+
+  it("401 and 403", async () => {
+    const before = await scrapeMetrics();
+    const t = (await mint({ sub: uniq(), channels: ["public:mine.*"] })).access_token;
+    expect((await publishTo(`public:counted.${uniq()}`, "not-a-token", 1)).status).toBe(401);
+    expect((await publishTo(`public:counted.${uniq()}`, t, 1)).status).toBe(403);
+    expect((await call("/v1/admin/throttle/*", { headers: { authorization: "Bearer wrong" } })).status).toBe(401);
+    await until(async () => {
+      const grew = grown(before, await scrapeMetrics());
+      return grew[refusals("unauthenticated")] === 2 && grew[refusals("permission_denied")] === 1;
+    }, "two 401s and a 403 counted");
+  });
+
+  it("each 429 by its bucket: a budget's, and the per-client subscription cap's", async () => {
+    const tight = envWith({ READ_RATE: "1/h", READ_BURST: "1", MAX_SUBSCRIPTIONS_PER_CLIENT: "1" });
+    const before = await scrapeMetrics(tight);
+    const ip = { "cf-connecting-ip": "192.0.2.77" };
+    const ch = `public:counted.${uniq()}`;
+    expect((await callAndWait(`/v1/history/${ch}`, { headers: ip }, tight)).status).toBe(200);
+    expect((await callAndWait(`/v1/history/${ch}`, { headers: ip }, tight)).status).toBe(429);
+    expect((await callAndWait(`/v1/history/${ch}`, { headers: ip }, tight)).status).toBe(429);
+    const t = (await mint({ sub: uniq(), channels: ["public:counted.*"] })).access_token;
+    const sub = { authorization: `Bearer ${t}`, upgrade: "websocket" };
+    const first = await callAndWait(`/v1/subscribe/${ch}`, { headers: sub }, tight);
+    expect(first.status).toBe(101);
+    first.webSocket?.accept();
+    expect((await callAndWait(`/v1/subscribe/${ch}`, { headers: sub }, tight)).status).toBe(429);
+    const grew = grown(before, await scrapeMetrics(tight));
+    expect(grew[refusals("read")]).toBe(2);
+    expect(grew[refusals("subscriptions")]).toBe(1);
+    first.webSocket?.close();
+  });
+
+  it("503 as unavailable", async () => {
+    const full = envWith({ MAX_SUBSCRIBERS: "1" });
+    const before = await scrapeMetrics(full);
+    const ch = `public:counted.${uniq()}`;
+    const one = await callAndWait(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } }, full);
+    expect(one.status).toBe(101);
+    one.webSocket?.accept();
+    const two = await callAndWait(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } }, full);
+    expect(two.status).toBe(503);
+    expect(grown(before, await scrapeMetrics(full))[refusals("unavailable")]).toBe(1);
+    one.webSocket?.close();
+  });
+
+  it("admin-auth past its budget", async () => {
+    const tight = envWith({ ADMIN_AUTH_RATE: "1/h", ADMIN_AUTH_BURST: "1" });
+    const before = await scrapeMetrics(tight);
+    const ip = { "cf-connecting-ip": "192.0.2.78", authorization: "Bearer wrong" };
+    expect((await callAndWait("/v1/admin/throttle/*", { headers: ip }, tight)).status).toBe(401);
+    expect((await callAndWait("/v1/admin/throttle/*", { headers: ip }, tight)).status).toBe(429);
+    const grew = grown(before, await scrapeMetrics(tight));
+    expect(grew).toMatchObject({ [refusals("unauthenticated")]: 1, [refusals("admin-auth")]: 1 });
+  });
+});
