@@ -2,7 +2,7 @@
  * What one Pusher connection may hold and how long it may stay silent (docs/api.md, "The Pusher
  * door"): 100 channels at once (the 101st is a 429 subscription_error that changes nothing), the
  * activity timeout (a server ping after PUSHER_ACTIVITY_TIMEOUT, close 4201 without an answer within
- * 30 s), and unsubscribing from what it does not hold changes nothing.
+ * 30 s; a pong keeps it open), and unsubscribing from what it does not hold changes nothing.
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { adminHeaders, call, uniq, until } from "../support/helpers";
@@ -59,5 +59,23 @@ describe("a connection's bounds", () => {
     await p.next((e) => e.event === "pusher:ping");
     await livenessAt(host as string, start + 121_000 + 31_000);
     expect(await p.closed).toMatchObject({ code: 4201 });
+  });
+
+  it("a connection that answers the server's ping with pusher:pong stays open and is pinged again after the next silence", async () => {
+    const p = await openPusher();
+    await p.subscribe(uniq("answers-"));
+    await until(async () => (await hostsWithConnections()).length > 0, "the connection's host in its directory");
+    const [host] = await hostsWithConnections();
+    const start = Date.now();
+    await livenessAt(host as string, start + 121_000);
+    await p.next((e) => e.event === "pusher:ping");
+    const afterFirstPing = p.events.length;
+    p.send({ event: "pusher:pong", data: {} });
+    await p.barrier();
+    // Past the 30 s wait: an answered ping closes nothing; silent again for a timeout, it is pinged again.
+    await livenessAt(host as string, start + 121_000 + 31_000);
+    await p.next((e) => e.event === "pusher:ping", afterFirstPing);
+    await p.barrier();
+    expect(p.ws.readyState).toBe(WebSocket.OPEN);
   });
 });
