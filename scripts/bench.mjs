@@ -21,6 +21,8 @@ import { printTargets, targets } from "./bench/targets.mjs";
 // row —, two no-op or writing object calls) and the literal before-publish recipe with 10 WebSocket
 // subscribers (lib/bench-recipe-worker.mjs), against Floodgate's publish with 10 (pub10), and in the
 // fine check the recipe at drop rate 0.5 (recipe50) against Floodgate's at 0.5 (drop50).
+// The Pusher door (docs/api.md, "The Pusher door"): a signed `POST /apps/{id}/events` to 10 Pusher
+// connections (pusher10) against the native publish with 10 subscribers (pub10), on the same Worker.
 // Audience shards (docs/api.md, "Shards"): a publish into a sharded channel against pub1 (shard1; the
 // shard selection should cost at most 5%), and a broadcast into 10 shards (broadcast10: cost per shard).
 //

@@ -1,17 +1,11 @@
 // One size of `npm run bench:fanout`: a fresh Floodgate, `size` subscribers spread over threads, one
 // publisher at a steady rate, the tail until every frame is in (with --max-rate: until every message
 // is received or counted skipped), and the tally as one row of the report.
+import { PUSHER_APP } from "../lib/pusher-app.mjs";
 import { mintToken } from "../lib/tokens.mjs";
 import { cpuMicros, startFloodgate } from "../lib/workerd.mjs";
 import { now } from "./clock.mjs";
 import { startSubscriberThread } from "./subscriber-threads.mjs";
-
-/** The Pusher app of a `--pusher` run (docs/api.md, "The Pusher door"). */
-const PUSHER_APP = {
-  PUSHER_APP_ID: "bench-app",
-  PUSHER_APP_KEY: "bench-key",
-  PUSHER_APP_SECRET: "bench-pusher-secret-0",
-};
 
 /**
  * Runs one size and resolves to its row (report.mjs prints it). `settings` are the bench's options

@@ -12,6 +12,7 @@ import {
   sumStatuses,
   webSocketSubscribers,
 } from "../lib/bench.mjs";
+import { PUSHER_APP, pusherEvents, pusherSubscribers } from "../lib/pusher-app.mjs";
 import { mintToken } from "../lib/tokens.mjs";
 import { startFloodgate } from "../lib/workerd.mjs";
 import { COUNTERS, measured } from "./rounds.mjs";
@@ -23,6 +24,7 @@ import {
   mintCrowd,
   mintMany,
   NO_DEFAULT_LIMITS,
+  PUSHER_BENCH_CHANNEL,
   RECIPE_SUBSCRIBERS,
   touchAll,
   withoutPath,
@@ -86,6 +88,18 @@ function finePaths({ spread: SPREAD }, { bareScenario, barePost, bareWrite1 }) {
     deny: (tree) => floodgatePath("public:bench.flood", { n: 0, rl: "1/h", tree }),
     pub1: (tree) => floodgatePath("public:bench.one", { tree }),
     pub10: (tree) => floodgatePath("public:bench.ten", { n: RECIPE_SUBSCRIBERS, tree }),
+    // The Pusher door's publish (a signed HTTP API event) to 10 Pusher connections: pub10's counterpart.
+    pusher10: async (tree) => {
+      const worker = await startFloodgate({ ...NO_DEFAULT_LIMITS, ...PUSHER_APP }, undefined, { tree });
+      const sub = await pusherSubscribers(worker.base, PUSHER_BENCH_CHANNEL, RECIPE_SUBSCRIBERS);
+      return {
+        ...pusherEvents(worker, PUSHER_BENCH_CHANNEL),
+        dispose: async () => {
+          sub.close();
+          await worker.stop();
+        },
+      };
+    },
     drop50: (tree) => floodgatePath("public:bench.half", { n: RECIPE_SUBSCRIBERS, rate: 0.5, tree }),
     drop90: (tree) => floodgatePath("public:bench.ninety", { rate: 0.9, tree }),
     // The same shape as drop50 on a channel a THROTTLE_SUMMARY rule matches (the bench Worker's vars).

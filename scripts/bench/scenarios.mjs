@@ -2,6 +2,7 @@
 // reference, a Worker of its own for the many-subject, read-flood and recipe scenarios), their
 // subscribers, and the list of scenarios, each a load target with what to count beside it.
 import { publishOpts, setRate, startBare, startRecipe, webSocketSubscribers } from "../lib/bench.mjs";
+import { PUSHER_APP, pusherEvents, pusherSubscribers } from "../lib/pusher-app.mjs";
 import { mintToken } from "../lib/tokens.mjs";
 import { startFloodgate } from "../lib/workerd.mjs";
 import {
@@ -14,6 +15,7 @@ import {
   many,
   mintMany,
   NO_DEFAULT_LIMITS,
+  PUSHER_BENCH_CHANNEL,
   publish,
   RECIPE_SUBSCRIBERS,
   touchAll,
@@ -27,7 +29,8 @@ import {
  */
 export async function startScenarios(config) {
   const { subscribers: SUBSCRIBERS, spread: SPREAD, wanted } = config;
-  const fg = await startFloodgate(NO_DEFAULT_LIMITS);
+  // The Pusher door open (pusher10: the door's publishes beside the native ones, pub10).
+  const fg = await startFloodgate({ ...NO_DEFAULT_LIMITS, ...PUSHER_APP });
   const bare = await startBare();
   const subscribers = (channel, n, base = fg.base) => webSocketSubscribers(base, channel, n);
 
@@ -56,6 +59,9 @@ export async function startScenarios(config) {
     ninety: await subscribers("public:bench.ninety", 1),
     sharded: await subscribers("public:bench.sharded", 1),
     ...(wanted("broadcast10") ? { bcast: await subscribers("public:bench.bcast", 1) } : {}),
+    ...(wanted("pusher10")
+      ? { pusher: await pusherSubscribers(fg.base, PUSHER_BENCH_CHANNEL, RECIPE_SUBSCRIBERS) }
+      : {}),
     ...(fgMany ? { crowd: await subscribers("public:bench.crowd", 1, fgMany.base) } : {}),
     ...(recipe ? { recipe: await subscribers("public:bench.recipe", RECIPE_SUBSCRIBERS, recipe.base) } : {}),
   };
@@ -142,6 +148,16 @@ export async function startScenarios(config) {
             opts: withoutPath(publishOpts("recipe-subject", "public:bench.recipe")),
             reference: true,
             postShaped: true,
+          },
+        ]
+      : []),
+    ...(wanted("pusher10")
+      ? [
+          {
+            id: "pusher10",
+            title: `Pusher HTTP API event (signed POST /apps/{id}/events), throttle 0, ${RECIPE_SUBSCRIBERS} Pusher connections`,
+            subs: subs.pusher,
+            ...pusherEvents(fg, PUSHER_BENCH_CHANNEL),
           },
         ]
       : []),

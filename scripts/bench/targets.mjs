@@ -32,6 +32,12 @@ export function targets(config, has) {
       min: 2.5,
     },
     {
+      id: "pusher10",
+      against: "pub10",
+      title: `Pusher HTTP API event, ${RECIPE_SUBSCRIBERS} Pusher connections / native delivered publish, ${RECIPE_SUBSCRIBERS} subscribers`,
+      min: 0.8,
+    },
+    {
       id: "drop50",
       against: "recipe50",
       title: `publish at drop rate 0.5, ${RECIPE_SUBSCRIBERS} subscribers / literal recipe at 0.5`,

@@ -22,6 +22,8 @@ export const generous = "1000000/s";
 export const channels = ["public:bench.*"];
 // Subscribers of the publish channel Floodgate and the literal recipe are compared on (pub10, recipe10).
 export const RECIPE_SUBSCRIBERS = 10;
+// The Pusher channel the door's publishes go to (pusher10; the Floodgate channel `pusher:bench-ten`).
+export const PUSHER_BENCH_CHANNEL = "bench-ten";
 // The drop flood: as many connections as the measurement it repeats, 30 KB bodies.
 export const FLOOD_CONNECTIONS = 100;
 export const FLOOD_BODY = JSON.stringify({ pad: "x".repeat(30_000) });
