@@ -109,9 +109,14 @@ const presenceRows = [];
 const rateRows = [];
 for (const size of SIZES) {
   const runs = opts.presence ? [false, true] : [false];
+  // This size's native run without presence: what --max-rate compares with (not the Pusher run).
+  let unthrottled = null;
+  let withPresence = null;
   for (const presence of runs) {
     const row = await runSize(size, presence, { settings: opts, extraVars, publishes: PUBLISHES });
     rows.push(row);
+    if (presence) withPresence = row;
+    else unthrottled = row;
     console.log(
       `  ${size} subscribers${opts.presence ? (presence ? ", presence=1" : ", no presence") : ""}: ${row.deliveriesPerS.toFixed(0)} deliveries/s, p50 ${row.p50.toFixed(1)} ms, p99 ${row.p99.toFixed(1)} ms, lost ${row.lost}, duplicated ${row.duplicated} (load average ${loadAverage()})`,
     );
@@ -124,14 +129,14 @@ for (const size of SIZES) {
       `  ${size} Pusher connections: ${row.deliveriesPerS.toFixed(0)} deliveries/s, p50 ${row.p50.toFixed(1)} ms, p99 ${row.p99.toFixed(1)} ms, lost ${row.lost}, duplicated ${row.duplicated}, ${row.sendsPerPublish} channel sends per publish over ${row.relays} hosts (load average ${loadAverage()})`,
     );
   }
-  if (opts.presence) presenceRows.push(presenceRow(rows.at(-2), rows.at(-1)));
+  if (opts.presence) presenceRows.push(presenceRow(unthrottled, withPresence));
   if (maxRate) {
     // The same size again, every subscriber at --max-rate, right after the unthrottled run.
     const row = await runSize(size, false, { settings: opts, extraVars, publishes: PUBLISHES, maxRate });
     console.log(
       `  ${size} subscribers, max_rate=${maxRate}: ${row.receivedPerSubscriber.join("–")} messages each, ${row.skipped} skipped, accounts off ${row.accountsOff} (load average ${loadAverage()})`,
     );
-    rateRows.push(maxRateRow(rows.at(-1), row));
+    rateRows.push(maxRateRow(unthrottled, row));
   }
 }
 printReport(rows, presenceRows, opts, rateRows);
