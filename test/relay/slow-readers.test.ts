@@ -14,7 +14,9 @@ import {
   adminHeaders,
   callAndWait,
   channelStats,
+  grown,
   relayObject,
+  scrapeMetrics,
   uniq,
   until,
   untilUnsubscribed,
@@ -30,6 +32,7 @@ describe("slow subscribers are thinned before they are dropped", () => {
     const stalled = await readerSocket(ch, "", false); // never read until the end
     const live = await readerSocket(ch);
     const metricsBefore = await thinnedMetric("slow");
+    const scrapeBefore = await scrapeMetrics();
     let n = 0;
     let thinnedSeen = false;
     // 10 messages a second until its relay closes it (it holds only the live one then).
@@ -54,6 +57,13 @@ describe("slow subscribers are thinned before they are dropped", () => {
     stalled.ws.accept();
     await until(() => stalled.closed() !== null, "the close");
     expect(stalled.closed()?.code).toBe(SLOW_CONSUMER_CLOSE);
+    // Counted once among the subscriptions Floodgate ended (docs/operations.md, "Metrics").
+    const slowCloses = 'floodgate_subscriptions_closed_total{reason="slow"}';
+    await until(
+      async () => (grown(scrapeBefore, await scrapeMetrics())[slowCloses] ?? 0) >= 1,
+      "the close in /metrics",
+    );
+    expect(grown(scrapeBefore, await scrapeMetrics())[slowCloses]).toBe(1);
     const seqs = stalled.messages.map((m) => m.seq);
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
     expect(seqs.length).toBeLessThan(seqs.at(-1) ?? 0); // thinned: gaps
