@@ -45,6 +45,12 @@
 // skipped), with their ratio. SUMMARY_INTERVAL is the shipped 1s, so the tail waits for the last
 // summaries.
 //
+// --floor: the socket floor (lib/bench-socket-floor-worker.mjs). After each size's native run, the
+// same size against a Worker that does only what no fan-out can skip: hibernatable WebSockets in
+// objects of 1,000, each message built once and sent with one `ws.send` per socket, packed into as
+// many frames per message as the native run sent (with --batch). Below the table: workerd CPU per
+// delivery of both, and their ratio — how far Floodgate is from the cost of the sockets themselves.
+//
 // --vars '{"NAME":"value"}' sets Worker variables on top of the shipped [vars] and the budgets below
 // (e.g. '{"RELAY_CAPACITY":"500"}' for more relays per size).
 //
@@ -82,6 +88,7 @@ const opts = options("bench:fanout", {
   batch: false,
   presence: false,
   pusher: false,
+  floor: false,
   "max-rate": "",
 });
 let extraVars;
@@ -127,6 +134,20 @@ for (const size of SIZES) {
     rows.push(row);
     console.log(
       `  ${size} Pusher connections: ${row.deliveriesPerS.toFixed(0)} deliveries/s, p50 ${row.p50.toFixed(1)} ms, p99 ${row.p99.toFixed(1)} ms, lost ${row.lost}, duplicated ${row.duplicated}, ${row.sendsPerPublish} channel sends per publish over ${row.relays} hosts (load average ${loadAverage()})`,
+    );
+  }
+  if (opts.floor) {
+    // The socket floor at the frames per message the native run sent (1 without --batch).
+    const framesPerMessage = opts.batch ? unthrottled.framesPerMessage : 1;
+    const row = await runSize(
+      size,
+      false,
+      { settings: opts, extraVars, publishes: PUBLISHES, framesPerMessage },
+      "floor",
+    );
+    rows.push(row);
+    console.log(
+      `  ${size} subscribers, socket floor: ${row.deliveriesPerS.toFixed(0)} deliveries/s, p50 ${row.p50.toFixed(1)} ms, lost ${row.lost}, duplicated ${row.duplicated}, ${row.framesPerMessage.toFixed(3)} frames per message (load average ${loadAverage()})`,
     );
   }
   if (opts.presence) presenceRows.push(presenceRow(unthrottled, withPresence));

@@ -47,7 +47,7 @@ export function printReport(rows, presenceRows, { presence }, rateRows = []) {
   console.log("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
   for (const r of rows) {
     console.log(
-      `| ${r.size.toLocaleString("en")}${r.door === "pusher" ? " Pusher" : ""} | ${Math.round(r.deliveriesPerS).toLocaleString("en")} | ${r.p50.toFixed(1)} ms | ${r.p99.toFixed(1)} ms | ${r.tailS.toFixed(1)} s | ${r.lost} | ${r.duplicated} | ${r.sendsPerPublish} | ${r.relays} | ${r.framesPerMessage.toFixed(3)} | ${Number.isFinite(r.cpuPerDelivery) ? `${r.cpuPerDelivery.toFixed(1)} µs` : "–"} | ${r.clientCpuPerDelivery.toFixed(1)} µs | ${r.delivered} / ${r.sent} | ${r.closed} |`,
+      `| ${r.size.toLocaleString("en")}${r.door === "pusher" ? " Pusher" : r.door === "floor" ? " socket floor" : ""} | ${Math.round(r.deliveriesPerS).toLocaleString("en")} | ${r.p50.toFixed(1)} ms | ${r.p99.toFixed(1)} ms | ${r.tailS.toFixed(1)} s | ${r.lost} | ${r.duplicated} | ${r.sendsPerPublish} | ${r.relays} | ${r.framesPerMessage.toFixed(3)} | ${Number.isFinite(r.cpuPerDelivery) ? `${r.cpuPerDelivery.toFixed(1)} µs` : "–"} | ${r.clientCpuPerDelivery.toFixed(1)} µs | ${r.delivered} / ${r.sent} | ${r.closed} |`,
     );
   }
   const pusherRows = rows.filter((r) => r.door === "pusher");
@@ -58,8 +58,15 @@ export function printReport(rows, presenceRows, { presence }, rateRows = []) {
       `\n${p.size.toLocaleString("en")} subscribers, workerd CPU per delivery: Pusher door ${p.cpuPerDelivery.toFixed(1)} µs, native ${native.cpuPerDelivery.toFixed(1)} µs (${judged(p.cpuPerDelivery / native.cpuPerDelivery, "×", { max: PUSHER_CPU_MAX })}); channel sends per publish ${p.sendsPerPublish} over ${p.relays} hosts (native: ${native.sendsPerPublish} over ${native.relays} relays).`,
     );
   }
+  for (const f of rows.filter((r) => r.door === "floor")) {
+    const native = rows.find((r) => r.size === f.size && r.door === "native");
+    if (!native) continue;
+    console.log(
+      `\n${f.size.toLocaleString("en")} subscribers against the socket floor (${f.framesPerMessage.toFixed(3)} frames per message, native ${native.framesPerMessage.toFixed(3)}): workerd CPU per delivery ${native.cpuPerDelivery.toFixed(1)} µs against ${f.cpuPerDelivery.toFixed(1)} µs (${(native.cpuPerDelivery / f.cpuPerDelivery).toFixed(2)}×); p50 ${native.p50.toFixed(0)} against ${f.p50.toFixed(0)} ms.`,
+    );
+  }
   for (const r of rows) {
-    if (r.door === "pusher" || r.size < PACKED_SIZE || r.framesPerMessage >= 1) continue;
+    if (r.door !== "native" || r.size < PACKED_SIZE || r.framesPerMessage >= 1) continue;
     console.log(
       `\npacked frames, ${r.size.toLocaleString("en")} subscribers (targets of docs/benchmarks.md): workerd CPU per delivery ${judged(r.cpuPerDelivery, " µs", { max: PACKED_CPU_MAX_US })}, p50 ${judged(r.p50, " ms", { max: PACKED_P50_MAX_MS, digits: 0 })}, p99 ${judged(r.p99, " ms", { max: PACKED_P99_MAX_MS, digits: 0 })}, lost ${judged(r.lost, "", { max: 0, digits: 0 })}, duplicated ${judged(r.duplicated, "", { max: 0, digits: 0 })}`,
     );

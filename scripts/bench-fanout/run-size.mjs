@@ -1,6 +1,7 @@
 // One size of `npm run bench:fanout`: a fresh Floodgate, `size` subscribers spread over threads, one
 // publisher at a steady rate, the tail until every frame is in (with --max-rate: until every message
 // is received or counted skipped), and the tally as one row of the report.
+import { startSocketFloor } from "../lib/bench.mjs";
 import { PUSHER_APP } from "../lib/pusher-app.mjs";
 import { mintToken } from "../lib/tokens.mjs";
 import { cpuMicros, startFloodgate } from "../lib/workerd.mjs";
@@ -11,27 +12,32 @@ import { startSubscriberThread } from "./subscriber-threads.mjs";
  * Runs one size and resolves to its row (report.mjs prints it). `settings` are the bench's options
  * (`rate`, `seconds`, `clients`, `settle`, `batch`, `presence`), `extraVars` the --vars given, and
  * `publishes` how many publishes the publisher sends. `presence`: every subscriber asks for it.
- * `door`: "native" (Floodgate's own WebSockets on a public channel) or "pusher" (Pusher connections on
- * a `pusher:` channel, each subscribing as pusher-js does; the same publishes, as Pusher events).
+ * `door`: "native" (Floodgate's own WebSockets on a public channel), "pusher" (Pusher connections on
+ * a `pusher:` channel, each subscribing as pusher-js does; the same publishes, as Pusher events) or
+ * "floor" (the socket floor's WebSockets, sending `framesPerMessage` frames per message).
  */
 export async function runSize(
   size,
   presence,
-  { settings: opts, extraVars, publishes: PUBLISHES, maxRate = null },
+  { settings: opts, extraVars, publishes: PUBLISHES, maxRate = null, framesPerMessage = 1 },
   door = "native",
 ) {
   const pusher = door === "pusher";
-  const fg = await startFloodgate({
-    ...PUSHER_APP,
-    ...(opts.presence ? { PRESENCE_INTERVAL: "2s" } : {}),
-    READ_RATE: "",
-    SUBSCRIBE_RATE: "",
-    PUBLISH_RATE: "",
-    PUBLISH_BURST: "",
-    // Every subscriber is the same client (one address, no token): the per-client cap must not bind.
-    MAX_SUBSCRIPTIONS_PER_CLIENT: String(size),
-    ...extraVars,
-  });
+  // --floor: the socket floor (lib/bench-socket-floor-worker.mjs) answers the same routes the run uses.
+  const fg =
+    door === "floor"
+      ? await startSocketFloor({ framesPerMessage })
+      : await startFloodgate({
+          ...PUSHER_APP,
+          ...(opts.presence ? { PRESENCE_INTERVAL: "2s" } : {}),
+          READ_RATE: "",
+          SUBSCRIBE_RATE: "",
+          PUBLISH_RATE: "",
+          PUBLISH_BURST: "",
+          // Every subscriber is the same client (one address, no token): the per-client cap must not bind.
+          MAX_SUBSCRIPTIONS_PER_CLIENT: String(size),
+          ...extraVars,
+        });
   const channel = pusher ? `pusher:fanout-n${size}` : `public:fanout.n${size}`;
   // The subscribers' kind of connection (subscriber-thread.mjs, KINDS) and the URL they open.
   const kind = pusher ? "pusher" : "floodgate";

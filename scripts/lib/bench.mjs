@@ -75,6 +75,26 @@ export default app;`,
 }
 
 /**
+ * The socket floor (scripts/lib/bench-socket-floor-worker.mjs) in its own workerd: hibernatable
+ * WebSockets in objects of 1,000, one `ws.send` per socket per frame, `framesPerMessage` frames per
+ * message (below 1: packed). What bench:fanout's --floor compares Floodgate's fan-out with.
+ */
+export async function startSocketFloor({ framesPerMessage = 1 } = {}) {
+  return startWorker({
+    name: "floor",
+    bindings: { FRAMES_PER_MESSAGE: String(framesPerMessage) },
+    modules: [
+      {
+        type: "ESModule",
+        path: "floor.mjs",
+        contents: await bundle({ entryPoints: [join(root, "scripts/lib/bench-socket-floor-worker.mjs")] }),
+      },
+    ],
+    durableObjects: { FLOOR: { className: "FloorSockets", useSQLite: true } },
+  });
+}
+
+/**
  * The literal before-publish recipe (scripts/lib/bench-recipe-worker.mjs) in its own workerd: per message
  * a rate-limiter object call, a KV read and one channel-object call that stores and sends it.
  */
