@@ -20,6 +20,7 @@
  * Its place in its group's directory (src/host-directory/) is reported like a relay's count.
  */
 import { DurableObject } from "cloudflare:workers";
+import { admissionOf } from "../channel/client-cap";
 import { directoryName } from "../host-directory/naming";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
 import { channelStub, hostDirectoryStub } from "../platform/stubs";
@@ -74,7 +75,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       attachment: (ws) => this.connections.attachment(ws),
       lane: (key, name) => this.lane(key, name),
       existingLane: (key) => this.lanes.get(key),
-      reserve: async (key, client) => {
+      reserve: async (key, client, visibility) => {
         const s = settingsOf(this.env);
         const id = this.id as { name: string; group: string; k: number };
         return await channelStub(this.env, key).assignHost(
@@ -82,9 +83,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
           id.name,
           id.group,
           id.k,
-          s.maxSubscribers,
           client,
-          s.maxSubscriptionsPerClient,
+          admissionOf(s, visibility),
           { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs },
         );
       },

@@ -89,7 +89,12 @@ describe("counts", () => {
     const t = await publisher("public:relays.*");
     const a = await openSocket(ch, "", relayEnv);
     // A slot whose subscriber never reaches the relay (its client went away on the way there).
-    await channelStub(ch).assignRelay(ch, "local", CAPACITY, 100_000, "ip:test", 20);
+    await channelStub(ch).assignRelay(ch, "local", CAPACITY, "ip:test", {
+      maxSubscribers: 100_000,
+      maxPerClient: 20,
+      maxAnonymous: 100_000,
+      maxPerNet: 200,
+    });
     a.ws.close();
     await until(async () => (await stats(ch)).occupancy === 0, "the subscriber's leave to be counted");
     expect((await stats(ch)).relays).toBe(1); // kept while the slot is reserved

@@ -12,7 +12,14 @@
 import { Hono } from "hono";
 import * as z from "zod";
 import type { RelayAssignment } from "../../channel/calls";
-import { clientCapError, clientKey } from "../../channel/client-cap";
+import {
+  admissionOf,
+  anonymousFullError,
+  clientCapError,
+  clientKey,
+  NET_SHARE,
+  netCapError,
+} from "../../channel/client-cap";
 import { relayStub } from "../../platform/stubs";
 import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
@@ -193,13 +200,14 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         key,
         placementGroup(c.req.raw),
         svc.config.relayCapacity,
-        svc.config.maxSubscribers,
         client,
-        svc.config.maxSubscriptionsPerClient,
+        admissionOf(svc.config, channel.visibility),
         { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
       ),
   );
   if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
+  if ("netFull" in slot) throw netCapError(NET_SHARE * svc.config.maxSubscriptionsPerClient);
+  if ("anonymousFull" in slot) throw anonymousFullError();
   if ("full" in slot) {
     throw new ApiError(
       "unavailable",
