@@ -5,7 +5,8 @@
  * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
  * that does not verify), so nobody can spend or read another subject's budget → private channels
  * need that verified token with scope and channel → the channel reserves a slot on a relay of the
- * subscriber's placement group (the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` reached: 429;
+ * subscriber's placement group (the client's lease on its connections over all channels first,
+ * `MAX_CONNECTIONS_PER_CLIENT`: 429 `connections`; then the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` reached: 429;
  * `MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
  * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
  */
@@ -31,6 +32,7 @@ import { checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
 import { offeredProtocols, presentedToken } from "../auth/subscriber-access";
 import type { VerifiedToken } from "../auth/tokens";
 import { readBudget, subscribeBudget } from "../gate/budgets";
+import { releaseConnection, takeConnection } from "../gate/connections";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";
 import { channelParam, clientIp } from "../http/params";
@@ -191,6 +193,9 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
 
   // Counted per token subject, or per IP (/64) for a subscriber without a verified token.
   const client = clientKey(verified ? verified.claims.sub : null, clientIp(c.req.raw));
+  // Its connections over all channels first (MAX_CONNECTIONS_PER_CLIENT): a lease its relay confirms.
+  const lease = await takeConnection(c.env, client, svc.config.maxConnectionsPerClient);
+  const release = () => c.var.defer(releaseConnection(c.env, client, lease));
   // A sharded channel's subscriber joins its own shard, a channel of its own (docs/api.md, "Shards").
   const { key } = audienceOf(svc.config, channel, verified?.claims, c.req.raw);
   const slot = await orUnavailable(
@@ -205,6 +210,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
       ),
   );
+  if (!("relay" in slot)) release();
   if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
   if ("netFull" in slot) throw netCapError(NET_SHARE * svc.config.maxSubscriptionsPerClient);
   if ("anonymousFull" in slot) throw anonymousFullError();
@@ -224,6 +230,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
       k: slot.k,
       reservation: slot.reservation,
       client,
+      lease,
       mode: upgrade ? "ws" : "sse",
       batch: upgrade && batch,
       presence,
@@ -236,9 +243,14 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
     },
     c.req.raw,
   );
-  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(relaySubscribe));
-  if (res.status === RELAY_REFUSED_STATUS)
+  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(relaySubscribe)).catch((e) => {
+    release();
+    throw e;
+  });
+  if (res.status === RELAY_REFUSED_STATUS) {
+    release();
     throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
+  }
   // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);
   for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);
