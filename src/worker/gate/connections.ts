@@ -25,14 +25,20 @@ export function connectionsError(max: number): ApiError {
   );
 }
 
-/** A lease on one more connection of `client`. @throws ApiError 429 `connections`; 503 when its ledger fails */
-export async function takeConnection(env: Env, client: string, max: number): Promise<string> {
+/** A lease on one more connection of `client`, or null when it holds `max`. @throws ApiError 503 when its ledger fails */
+export async function leaseConnection(env: Env, client: string, max: number): Promise<string | null> {
   const answer = await orUnavailable(
     "the client's connection count",
     async (): Promise<LedgerAnswer> => await connectionLedgerStub(env, client).acquire(max),
   );
-  if ("full" in answer) throw connectionsError(max);
-  return answer.lease;
+  return "full" in answer ? null : answer.lease;
+}
+
+/** A lease on one more connection of `client`. @throws ApiError 429 `connections`; 503 when its ledger fails */
+export async function takeConnection(env: Env, client: string, max: number): Promise<string> {
+  const lease = await leaseConnection(env, client, max);
+  if (lease === null) throw connectionsError(max);
+  return lease;
 }
 
 /** A lease whose connection was refused or failed further on: the slot is free now, not in 30 s. */
