@@ -65,7 +65,11 @@ const subscribeRoute = route({
     "point when it was sent nothing): reconnect with a fresh token and `?after=` the larger of N and the last seq " +
     "received. SSE streams get a `: keepalive` comment line at least every 15 s. " +
     "A client (its token's `sub`, else its IP, IPv6 per /64) holds at most `MAX_SUBSCRIPTIONS_PER_CLIENT` open " +
-    "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`. " +
+    "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`; anonymous " +
+    "clients of one IPv6 /48 together at most 10 times that (429, bucket `subscriptions`). A client holds at most " +
+    "`MAX_CONNECTIONS_PER_CLIENT` open subscriptions and Pusher connections over all channels: one more answers 429 " +
+    "with bucket `connections`. On a public channel anonymous subscribers hold at most `ANONYMOUS_SHARE` of " +
+    "`MAX_SUBSCRIBERS`: one more anonymous subscribe answers 503 with `Retry-After`, while token holders still get in. " +
     "Every refusal is a plain HTTP response before any upgrade. " +
     // Summaries of drops (docs/api.md, "Summaries of drops").
     "On a channel with a `THROTTLE_SUMMARY` rule, every `SUMMARY_INTERVAL` with drops each subscriber also gets " +
@@ -139,12 +143,20 @@ const subscribeRoute = route({
         },
       },
     },
-    ...errors(400, 401, 403, 429, 500, 503),
+    ...errors(400, 401, 403, 429, 500),
+    503: json(
+      ErrorBody,
+      "`unavailable` / `UNAVAILABLE` with `Retry-After`: the channel has `MAX_SUBSCRIBERS` subscribers, or, for a " +
+        "subscribe without a verified token to a public channel, anonymous subscribers hold `ANONYMOUS_SHARE` of them; " +
+        "or the channel could not be reached.",
+    ),
     429: json(
       ErrorBody,
       "`resource_exhausted` / `RATE_LIMITED` with `Retry-After`: bucket `subscribe` (the subject's budget) or " +
         "`read` (the client IP's, without a verified token), with `RateLimit` headers; or bucket `subscriptions`: " +
-        "the client already holds `MAX_SUBSCRIPTIONS_PER_CLIENT` open subscriptions of this channel.",
+        "the client already holds `MAX_SUBSCRIPTIONS_PER_CLIENT` open subscriptions of this channel (or anonymous " +
+        "clients of its IPv6 /48 hold 10 times that); or bucket `connections`: the client already holds " +
+        "`MAX_CONNECTIONS_PER_CLIENT` open subscriptions and Pusher connections over all channels.",
     ),
   },
 });
