@@ -9,7 +9,7 @@ export const LEASE_TTL_MS = 30_000;
 
 /**
  * How long a holder's count stands without being told again: a holder that died (its connections
- * with it) stops counting within this, as a closed subscription does (§18: within 30 s).
+ * with it) stops counting within this, as a closed subscription does (docs/api.md: within 30 s).
  */
 export const HOLD_TTL_MS = 30_000;
 
