@@ -58,6 +58,8 @@ const NO_DEFAULT_LIMITS = {
   PUBLISH_BURST: "",
   READ_RATE: "",
   MAX_SUBSCRIPTIONS_PER_CLIENT: "100000",
+  ANONYMOUS_SHARE: "1",
+  MAX_CONNECTIONS_PER_CLIENT: "100000",
 };
 
 /** A CDP session on the inspector target named `id` (workerd names the Worker's `core:user:<name>`). */

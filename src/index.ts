@@ -11,6 +11,7 @@ import { services } from "./worker/services";
 export { ActiveChannels } from "./active-channels/active-channels";
 export { ChannelObject } from "./channel/channel-object";
 export { ConnectionHost } from "./connection-host/connection-host";
+export { ConnectionLedger } from "./connection-ledger/connection-ledger";
 export { HostDirectory } from "./host-directory/host-directory";
 export { LimiterShard } from "./limiter/limiter-shard";
 export { MetricsStore } from "./metrics/metrics-store";

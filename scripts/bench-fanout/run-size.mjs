@@ -36,6 +36,9 @@ export async function runSize(
           PUBLISH_BURST: "",
           // Every subscriber is the same client (one address, no token): the per-client cap must not bind.
           MAX_SUBSCRIPTIONS_PER_CLIENT: String(size),
+          // ... and one anonymous client over one channel: neither the anonymous share nor its connections.
+          ANONYMOUS_SHARE: "1",
+          MAX_CONNECTIONS_PER_CLIENT: String(size + 100),
           ...extraVars,
         });
   const channel = pusher ? `pusher:fanout-n${size}` : `public:fanout.n${size}`;

@@ -12,6 +12,8 @@ export const NO_DEFAULT_LIMITS = {
   PUBLISH_BURST: "",
   READ_RATE: "",
   MAX_SUBSCRIPTIONS_PER_CLIENT: "100000",
+  ANONYMOUS_SHARE: "1",
+  MAX_CONNECTIONS_PER_CLIENT: "100000",
   // Summaries of drops on one channel only (drop50sum): every other scenario runs without a rule.
   THROTTLE_SUMMARY: JSON.stringify({ "public:bench.halfsum": "/emoji" }),
   // Audience shards (docs/api.md, "Shards"): a sharded publish against an unsharded one (shard1 vs

@@ -90,7 +90,11 @@ export type RelayAssignment =
   | { relay: string; group: string; k: number; reservation: string; head: number }
   | { full: true }
   /** The client holds MAX_SUBSCRIPTIONS_PER_CLIENT subscriptions of this channel already. */
-  | { clientFull: true };
+  | { clientFull: true }
+  /** Anonymous clients of the client's IPv6 /48 hold 10 × MAX_SUBSCRIPTIONS_PER_CLIENT of it already. */
+  | { netFull: true }
+  /** Anonymous subscribers hold ANONYMOUS_SHARE × MAX_SUBSCRIBERS of it already (src/channel/client-cap.ts). */
+  | { anonymousFull: true };
 
 export interface ChannelStats {
   channel: string | null;

@@ -42,6 +42,7 @@ import type {
   RecordCounts,
   RelayAssignment,
 } from "./calls";
+import type { Admission } from "./client-cap";
 import { DropSummaries } from "./drop-summaries";
 import { ChannelFastLoop } from "./fast-loop";
 import { IdleExpiry } from "./idle-expiry";
@@ -312,23 +313,22 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
 
   /**
    * A slot for one subscriber of `client` on a relay of its placement group (src/channel/relay-registry.ts),
-   * or `full` past `maxSubscribers`, or `clientFull` past `maxPerClient`. The Worker passes the
-   * capacities (and presence's settings) from its configuration.
+   * or why not (the client's cap, its /48's, `MAX_SUBSCRIBERS`, the anonymous share: `limits`). The
+   * Worker passes the capacities (and presence's settings) from its configuration.
    */
   async assignRelay(
     channel: string,
     group: string,
     capacity: number,
-    maxSubscribers: number,
     client: string,
-    maxPerClient: number,
+    limits: Admission,
     presence?: PresenceSettings,
   ): Promise<RelayAssignment> {
     await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();
-    return this.relays.assign(group, capacity, maxSubscribers, client, maxPerClient, presence);
+    return this.relays.assign(group, capacity, client, limits, presence);
   }
 
   /**
@@ -340,16 +340,15 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     host: string,
     group: string,
     k: number,
-    maxSubscribers: number,
     client: string,
-    maxPerClient: number,
+    limits: Admission,
     presence?: PresenceSettings,
   ): Promise<RelayAssignment> {
     await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();
-    return this.relays.assignHost(host, group, k, maxSubscribers, client, maxPerClient, presence);
+    return this.relays.assignHost(host, group, k, client, limits, presence);
   }
 
   /** A relay's counts after a change (src/channel/relays.ts). */

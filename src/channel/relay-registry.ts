@@ -13,6 +13,8 @@
  * - **Per client** (`MAX_SUBSCRIPTIONS_PER_CLIENT`): a reservation names its client (src/channel/client-cap.ts),
  *   and each report carries the relay's open subscriptions per client, so a client's total is what
  *   its real sockets hold plus its slots on the way, and follows every close the relay reports.
+ * - **Anonymous** (`ANONYMOUS_SHARE`, the /48 cap): each entry keeps what its anonymous clients hold,
+ *   in total and per IPv6 /48, worked out once per report, so a subscribe adds up relays, not clients.
  * - **Active**: a relay is sent messages only once it has reported, i.e. once a subscriber's own
  *   request has reached it first (src/relay/placement.ts). Only active relays are stored: a pending one is
  *   re-entered by its first report if the channel restarts meanwhile.
@@ -22,6 +24,7 @@
  *   relay's, and the same counts, caps and reports hold.
  */
 import type { RelayReport } from "../relay/calls";
+import { type Admission, isAnonymous, netOf } from "./client-cap";
 
 export interface RelayEntry {
   name: string;
@@ -32,6 +35,9 @@ export interface RelayEntry {
   active: boolean;
   /** Open subscriptions per client key, as last reported (entries at most websockets + sse). */
   clients: Map<string, number>;
+  /** Of {@link clients}: what anonymous clients hold, in total and per /48 (src/channel/client-cap.ts). */
+  anonymous: number;
+  nets: Map<string, number>;
   /** Reserved slots: reservation id → when it lapses (epoch ms) and whose it is. */
   reservations: Map<string, Reservation>;
 }
@@ -41,8 +47,24 @@ export interface Reservation {
   client: string;
 }
 
-/** A slot, or refused: `full` past `MAX_SUBSCRIBERS`, `clientFull` past the client's own cap. */
-export type Assignment = { relay: string; reservation: string } | { full: true } | { clientFull: true };
+/**
+ * A slot, or refused: `full` past `MAX_SUBSCRIBERS`, `clientFull` past the client's own cap,
+ * `netFull` past its /48's, `anonymousFull` past the anonymous share.
+ */
+export type Assignment =
+  | { relay: string; reservation: string }
+  | { full: true }
+  | { clientFull: true }
+  | { netFull: true }
+  | { anonymousFull: true };
+
+/** No bound but the relays' own: a directory of hosts (src/host-directory/). */
+export const UNBOUNDED: Admission = {
+  maxSubscribers: Number.POSITIVE_INFINITY,
+  maxPerClient: Number.POSITIVE_INFINITY,
+  maxAnonymous: Number.POSITIVE_INFINITY,
+  maxPerNet: Number.POSITIVE_INFINITY,
+};
 
 /** How long a reserved slot waits for its subscriber's relay to report it. */
 export const RESERVATION_TTL_MS = 30_000;
@@ -69,7 +91,8 @@ export class RelayRegistry {
 
   /** Relays read back from storage. */
   load(rows: Iterable<Pick<RelayEntry, "name" | "group" | "k" | "websockets" | "sse" | "clients">>): void {
-    for (const r of rows) this.entries.set(r.name, { ...r, active: true, reservations: new Map() });
+    for (const r of rows)
+      this.entries.set(r.name, { ...r, ...tally(r.clients), active: true, reservations: new Map() });
   }
 
   clear(): void {
@@ -104,30 +127,49 @@ export class RelayRegistry {
 
   /** Subscriptions `client` holds on every relay together, its reserved slots included. */
   held(client: string, now: number): number {
-    let n = 0;
-    for (const e of this.entries.values()) {
-      n += e.clients.get(client) ?? 0;
-      live(e, now);
-      for (const r of e.reservations.values()) if (r.client === client) n++;
-    }
-    return n;
+    return this.census(client, now).client;
   }
 
   /**
-   * Reserves a slot for one subscriber of `group` held by `client`, or answers `clientFull` when that
-   * client holds `maxPerClient` already and `full` past `maxSubscribers`.
+   * What `client` holds, what its /48 holds and what anonymous clients hold, on every relay together
+   * with their reserved slots; in one pass over relays and reservations, never over clients.
    */
-  assign(
-    group: string,
-    capacity: number,
-    maxSubscribers: number,
-    now: number,
-    client: string,
-    maxPerClient: number,
-  ): Assignment {
-    if (this.held(client, now) >= maxPerClient) return { clientFull: true };
+  private census(client: string, now: number): { client: number; net: number; anonymous: number } {
+    const net = netOf(client);
+    const c = { client: 0, net: 0, anonymous: 0 };
+    for (const e of this.entries.values()) {
+      c.client += e.clients.get(client) ?? 0;
+      c.anonymous += e.anonymous;
+      if (net !== null) c.net += e.nets.get(net) ?? 0;
+      live(e, now);
+      for (const r of e.reservations.values()) {
+        if (r.client === client) c.client++;
+        if (!isAnonymous(r.client)) continue;
+        c.anonymous++;
+        if (net !== null && netOf(r.client) === net) c.net++;
+      }
+    }
+    return c;
+  }
+
+  /** Why `client` may not have one more slot, or null when it may. */
+  private refusal(client: string, now: number, limits: Admission): Exclude<Assignment, { relay: string }> | null {
+    const c = this.census(client, now);
+    if (c.client >= limits.maxPerClient) return { clientFull: true };
+    if (isAnonymous(client) && netOf(client) !== null && c.net >= limits.maxPerNet) return { netFull: true };
     const t = this.totals(now);
-    if (t.websockets + t.sse + t.reserved >= maxSubscribers) return { full: true };
+    if (t.websockets + t.sse + t.reserved >= limits.maxSubscribers) return { full: true };
+    if (isAnonymous(client) && c.anonymous >= limits.maxAnonymous) return { anonymousFull: true };
+    return null;
+  }
+
+  /**
+   * Reserves a slot for one subscriber of `group` held by `client`, or answers why not: `clientFull`,
+   * `netFull`, `full` past `maxSubscribers`, `anonymousFull` (see {@link Assignment}).
+   */
+  assign(group: string, capacity: number, now: number, client: string, limits: Admission): Assignment {
+    const refused = this.refusal(client, now, limits);
+    if (refused) return refused;
     const mine = [...this.entries.values()]
       .filter((e) => e.group === group && this.placeable(e.name))
       .sort((a, b) => a.k - b.k);
@@ -144,20 +186,11 @@ export class RelayRegistry {
 
   /**
    * Reserves a slot on the connection host `name` (placed by its own group and k), with the same
-   * refusals as {@link assign}: `clientFull`, then `full`.
+   * refusals as {@link assign}.
    */
-  assignOn(
-    name: string,
-    group: string,
-    k: number,
-    maxSubscribers: number,
-    now: number,
-    client: string,
-    maxPerClient: number,
-  ): Assignment {
-    if (this.held(client, now) >= maxPerClient) return { clientFull: true };
-    const t = this.totals(now);
-    if (t.websockets + t.sse + t.reserved >= maxSubscribers) return { full: true };
+  assignOn(name: string, group: string, k: number, now: number, client: string, limits: Admission): Assignment {
+    const refused = this.refusal(client, now, limits);
+    if (refused) return refused;
     let entry = this.entries.get(name);
     if (!entry) {
       entry = { name, group, k, ...empty() };
@@ -187,6 +220,7 @@ export class RelayRegistry {
     entry.websockets = r.websockets;
     entry.sse = r.sse;
     entry.clients = clientCounts(r.clients, r.websockets + r.sse);
+    Object.assign(entry, tally(entry.clients));
     for (const id of r.joined) entry.reservations.delete(id);
     if (entry.websockets + entry.sse === 0 && live(entry, now) === 0) {
       this.entries.delete(entry.name);
@@ -219,7 +253,28 @@ function live(e: RelayEntry, now: number): number {
 }
 
 function empty(): Omit<RelayEntry, "name" | "group" | "k"> {
-  return { websockets: 0, sse: 0, active: false, clients: new Map(), reservations: new Map() };
+  return {
+    websockets: 0,
+    sse: 0,
+    active: false,
+    clients: new Map(),
+    anonymous: 0,
+    nets: new Map(),
+    reservations: new Map(),
+  };
+}
+
+/** What a relay's anonymous clients hold, in total and per /48 (no more entries than its clients). */
+function tally(clients: Map<string, number>): Pick<RelayEntry, "anonymous" | "nets"> {
+  let anonymous = 0;
+  const nets = new Map<string, number>();
+  for (const [key, n] of clients) {
+    if (!isAnonymous(key)) continue;
+    anonymous += n;
+    const net = netOf(key);
+    if (net !== null) nets.set(net, (nets.get(net) ?? 0) + n);
+  }
+  return { anonymous, nets };
 }
 
 /**

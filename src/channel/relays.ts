@@ -15,6 +15,7 @@ import { relayName } from "../relay/placement";
 import { settingsOf } from "../settings/settings";
 import { frame, type LiveFrame, type MessageFields, type SideFrame, takeFrameBytes } from "../wire/frame-text";
 import type { RelayAssignment } from "./calls";
+import type { Admission } from "./client-cap";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
 import { PusherAudience } from "./pusher-audience";
@@ -161,22 +162,21 @@ export class ChannelRelays {
 
   /**
    * A slot for one subscriber of `client` (src/channel/client-cap.ts) on a relay of its placement
-   * group, or `full` past `maxSubscribers`, or `clientFull` when the client holds `maxPerClient`
-   * here already; with the head seq: the subscriber gets every message after it (or after its
+   * group, or why not (src/channel/relay-registry.ts `Assignment`: the client's cap, its /48's,
+   * `MAX_SUBSCRIBERS`, the anonymous share); with the head seq: the subscriber gets every message after it (or after its
    * `?after=`, if lower).
    */
   assign(
     group: string,
     capacity: number,
-    maxSubscribers: number,
     client: string,
-    maxPerClient: number,
+    limits: Admission,
     presence?: PresenceSettings,
   ): RelayAssignment {
     if (presence) this.presenceSettings = presence;
     const now = Date.now();
     this.relays.sweep(now);
-    const a = this.relays.assign(group, capacity, maxSubscribers, now, client, maxPerClient);
+    const a = this.relays.assign(group, capacity, now, client, limits);
     // Refused, or a new relay opened: counts matter now, and a relay reset since its last report
     // (its WebSockets dropped) still counts them until something wakes it. Wake them all.
     if (!("relay" in a) || !this.relays.get(a.relay)?.active) this.probe(now);
@@ -193,15 +193,14 @@ export class ChannelRelays {
     host: string,
     group: string,
     k: number,
-    maxSubscribers: number,
     client: string,
-    maxPerClient: number,
+    limits: Admission,
     presence?: PresenceSettings,
   ): RelayAssignment {
     if (presence) this.presenceSettings = presence;
     const now = Date.now();
     this.relays.sweep(now);
-    const a = this.relays.assignOn(host, group, k, maxSubscribers, now, client, maxPerClient);
+    const a = this.relays.assignOn(host, group, k, now, client, limits);
     if (!("relay" in a)) {
       this.probe(now);
       return a;

@@ -15,6 +15,8 @@ export interface HostConnect {
   reservation: string;
   /** Whose connection it is (src/channel/client-cap.ts `clientKey`: its IP, IPv6 per /64). */
   client: string;
+  /** The lease its client's connection ledger gave it (src/connection-ledger/), confirmed by the host. */
+  lease: string;
   /** The request's continent (`request.cf.continent`), for channels sharded by continent; null: none. */
   continent: string | null;
   /** Most connections one host holds (`RELAY_CAPACITY`). */
@@ -32,6 +34,7 @@ export function hostConnectRequest(c: HostConnect, original: Request): Request {
   q.set("k", String(c.k));
   q.set("reservation", c.reservation);
   q.set("client", c.client);
+  q.set("lease", c.lease);
   if (c.continent !== null) q.set("continent", c.continent);
   q.set("capacity", String(c.capacity));
   return new Request(url, original);
@@ -46,6 +49,7 @@ export function readHostConnect(request: Request): HostConnect {
     k: Number(q.get("k")),
     reservation: q.get("reservation") ?? "",
     client: q.get("client") ?? "",
+    lease: q.get("lease") ?? "",
     continent: q.get("continent"),
     capacity: Number(q.get("capacity")),
   };

@@ -20,10 +20,12 @@
  * Its place in its group's directory (src/host-directory/) is reported like a relay's count.
  */
 import { DurableObject } from "cloudflare:workers";
+import { admissionOf } from "../channel/client-cap";
 import { directoryName } from "../host-directory/naming";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import { channelStub, hostDirectoryStub } from "../platform/stubs";
+import { channelStub, connectionLedgerStub, hostDirectoryStub } from "../platform/stubs";
 import { RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
+import { ConnectionHolds } from "../relay/connection-holds";
 import { RelayReporter } from "../relay/reporter";
 import { settingsOf } from "../settings/settings";
 import type { LiveFrame, SideFrame } from "../wire/frame-text";
@@ -56,6 +58,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   private readonly metrics: HostMetrics;
   /** Its count in its group's directory (src/host-directory/). */
   private readonly directory: RelayReporter;
+  private readonly holds: ConnectionHolds;
   /** Bytes waiting on each socket, as last read, and their total: the host's memory bound. */
   private readonly backlog = new Map<WebSocket, number>();
   private backlogTotal = 0;
@@ -74,7 +77,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       attachment: (ws) => this.connections.attachment(ws),
       lane: (key, name) => this.lane(key, name),
       existingLane: (key) => this.lanes.get(key),
-      reserve: async (key, client) => {
+      reserve: async (key, client, visibility) => {
         const s = settingsOf(this.env);
         const id = this.id as { name: string; group: string; k: number };
         return await channelStub(this.env, key).assignHost(
@@ -82,9 +85,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
           id.name,
           id.group,
           id.k,
-          s.maxSubscribers,
           client,
-          s.maxSubscriptionsPerClient,
+          admissionOf(s, visibility),
           { announceMax: s.presenceAnnounceMax, intervalMs: s.presenceIntervalMs },
         );
       },
@@ -138,6 +140,15 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       },
       this.alarms,
     );
+    // Each connection counts toward its client's MAX_CONNECTIONS_PER_CLIENT over all channels.
+    this.holds = new ConnectionHolds(
+      {
+        holder: () => this.id?.name ?? null,
+        counts: () => this.connections.clientCounts(),
+        ledger: (client) => connectionLedgerStub(env, client),
+      },
+      this.alarms,
+    );
     // pusher-js's own ping is answered without waking the host (./liveness.ts counts it as activity).
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair(PING, PONG));
     ctx.blockConcurrencyWhile(async () => {
@@ -162,6 +173,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     ws.send(connectionEstablished(a?.id ?? "", settingsOf(this.env).pusher.activityTimeoutS));
     this.directory.joined.push(c.reservation);
     this.directory.changed();
+    this.holds.joined(c.client, c.lease);
     this.liveness.watch(now);
     this.metrics.inc("floodgate_pusher_connections_total", { event: "opened" });
     return response;
@@ -218,6 +230,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.liveness.tick(now);
     for (const lane of this.lanes.values()) if (lane.reporter.due()) lane.reporter.changed();
     if (this.directory.due()) this.directory.changed();
+    this.holds.tick(now);
   }
 
   // ---- LaneOwner ----------------------------------------------------------------------------------
@@ -280,6 +293,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.subscriptions.dropConnection(ws);
     this.connections.forget(ws);
     this.directory.changed();
+    this.holds.changed();
     this.metrics.inc("floodgate_pusher_connections_total", { event: "closed" });
   }
 
@@ -368,6 +382,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.id = null;
     this.tablesReady = false;
     this.directory.reset();
+    this.holds.reset();
     this.alarms.cleared();
     this.ctx.storage.deleteAll().catch((e: unknown) => {
       console.error("floodgate host: could not delete its storage", e instanceof Error ? e.message : e);

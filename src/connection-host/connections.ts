@@ -96,4 +96,14 @@ export class Connections {
   get count(): number {
     return this.open().length;
   }
+
+  /** Open connections per client, told to each client's ledger (src/relay/connection-holds.ts). */
+  clientCounts(): [string, number][] {
+    const counts = new Map<string, number>();
+    for (const ws of this.open()) {
+      const client = this.attachment(ws)?.client ?? "";
+      counts.set(client, (counts.get(client) ?? 0) + 1);
+    }
+    return [...counts];
+  }
 }

@@ -29,7 +29,7 @@ export interface SubscribingHost {
   /** The lane of a channel key, made when it has none. */
   lane(key: string, name: string): HostLane;
   existingLane(key: string): HostLane | undefined;
-  reserve(key: string, client: string): Promise<RelayAssignment>;
+  reserve(key: string, client: string, visibility: "public" | "private"): Promise<RelayAssignment>;
   send(ws: WebSocket, text: string): void;
   error(ws: WebSocket, code: number, message: string): void;
   subscriptionError(ws: WebSocket, channel: string, status: number, type: string, error: string): void;
@@ -121,7 +121,7 @@ export class HostSubscriptions {
     mine.set(channel, key); // held while the slot is reserved: a second subscribe waits for this one
     let slot: RelayAssignment;
     try {
-      slot = await host.reserve(key, client);
+      slot = await host.reserve(key, client, floodgate.visibility);
     } catch (e) {
       console.error("floodgate host: could not reserve a subscription", e instanceof Error ? e.message : e);
       mine.delete(channel);
@@ -137,7 +137,17 @@ export class HostSubscriptions {
         "too many subscriptions of this channel for one client",
       );
     }
-    if ("full" in slot) {
+    if ("netFull" in slot) {
+      mine.delete(channel);
+      return host.subscriptionError(
+        ws,
+        channel,
+        429,
+        "LimitReached",
+        "too many subscriptions of this channel from one network (IPv6 /48)",
+      );
+    }
+    if ("full" in slot || "anonymousFull" in slot) {
       mine.delete(channel);
       return host.subscriptionError(
         ws,

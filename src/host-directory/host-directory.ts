@@ -11,7 +11,7 @@
  * SQLite table, so a restarted directory still knows how full each host is.
  */
 import { DurableObject } from "cloudflare:workers";
-import { type RelayEntry, RelayRegistry } from "../channel/relay-registry";
+import { type RelayEntry, RelayRegistry, UNBOUNDED } from "../channel/relay-registry";
 import type { RelayReport, RelayReportAnswer } from "../relay/calls";
 import { hostName } from "./naming";
 
@@ -63,7 +63,7 @@ export class HostDirectory extends DurableObject<Env> {
   place(group: string, capacity: number): HostPlace {
     const now = Date.now();
     this.hosts.sweep(now);
-    const a = this.hosts.assign(group, capacity, Number.POSITIVE_INFINITY, now, "", Number.POSITIVE_INFINITY);
+    const a = this.hosts.assign(group, capacity, now, "", UNBOUNDED);
     if (!("relay" in a)) throw new Error("a directory places every connection");
     const entry = this.hosts.get(a.relay) as RelayEntry;
     return { host: a.relay, group, k: entry.k, reservation: a.reservation };

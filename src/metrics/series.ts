@@ -70,6 +70,7 @@ export const REFUSAL_REASONS = [
   "read",
   "admin-auth",
   "subscriptions",
+  "connections",
   "unavailable",
 ] as const;
 

@@ -51,6 +51,11 @@ export function refreshLedgerStub(env: Env, subject: string) {
   return env.REFRESH_LEDGER.get(objectId(env.REFRESH_LEDGER, subject));
 }
 
+/** A client's `ConnectionLedger` (its connections over all channels), by client key (src/channel/client-cap.ts). */
+export function connectionLedgerStub(env: Env, client: string) {
+  return env.CONNECTION_LEDGER.get(objectId(env.CONNECTION_LEDGER, client));
+}
+
 /** A relay of a channel, by relay name (src/relay/placement.ts names them). */
 export function relayStub(env: Env, relay: string) {
   return env.RELAY.get(objectId(env.RELAY, relay));

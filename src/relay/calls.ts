@@ -20,6 +20,8 @@ export interface RelaySubscribe {
   reservation: string;
   /** Whose subscription it is (src/channel/client-cap.ts `clientKey`). */
   client: string;
+  /** The lease the client's connection ledger gave it (src/connection-ledger/), reported when it joins. */
+  lease: string;
   mode: "ws" | "sse";
   /** A WebSocket that asked for packed frames (`?batch=1`). */
   batch: boolean;
@@ -47,6 +49,7 @@ export function subscribeRequest(s: RelaySubscribe, original: Request): Request 
   q.set("k", String(s.k));
   q.set("reservation", s.reservation);
   q.set("client", s.client);
+  q.set("lease", s.lease);
   q.set("mode", s.mode);
   if (s.batch) q.set("batch", "1");
   if (s.presence) q.set("presence", "1");
@@ -69,6 +72,7 @@ export function readSubscribe(request: Request): RelaySubscribe {
     k: Number(q.get("k")),
     reservation: q.get("reservation") ?? "",
     client: q.get("client") ?? "",
+    lease: q.get("lease") ?? "",
     mode: q.get("mode") === "ws" ? "ws" : "sse",
     batch: q.get("batch") === "1",
     presence: q.get("presence") === "1",

@@ -12,13 +12,15 @@
  *   A relay left empty is told to leave: it deletes its storage and is gone from the registry.
  * - src/relay/lifetime.ts: token expiry and the SSE heartbeat, on the relay's one alarm.
  *   WebSockets that go away are told by the runtime (webSocketClose / webSocketError).
+ * - src/relay/connection-holds.ts: what it holds of each client, told to the client's ledger
+ *   (`MAX_CONNECTIONS_PER_CLIENT`, counted over all channels), renewed on the alarm.
  * - src/relay/memory.ts: what waits for all subscribers together is bounded by
  *   {@link RELAY_MAX_BUFFERED_BYTES}; past it the subscribers most behind are closed first.
  */
 import { DurableObject } from "cloudflare:workers";
 import { bindObjectMetrics } from "../metrics/object-metrics";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import { channelStub, metricsStub } from "../platform/stubs";
+import { channelStub, connectionLedgerStub, metricsStub } from "../platform/stubs";
 import { settingsOf } from "../settings/settings";
 import { INTERNAL_CLOSE, NORMAL_CLOSE, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "../wire/close-codes";
 import type { LiveFrame, SideFrame } from "../wire/frame-text";
@@ -30,6 +32,7 @@ import {
   type RelayReportAnswer,
   readSubscribe,
 } from "./calls";
+import { ConnectionHolds } from "./connection-holds";
 import { RelayLifetime } from "./lifetime";
 import { readRateText } from "./reader-rate";
 import { type RelayIdentity, RelayReporter } from "./reporter";
@@ -61,6 +64,7 @@ export class Relay extends DurableObject<Env> {
   private readonly reporter: RelayReporter;
   private readonly stream: RelayStream;
   private readonly lifetime: RelayLifetime;
+  private readonly holds: ConnectionHolds;
   /** Bytes waiting for all subscribers together before the most behind are closed (a test lowers it). */
   maxBufferedBytes = RELAY_MAX_BUFFERED_BYTES;
   /** `FRAME_DELAY` in ms (docs/api.md, "Packed frames"); a test sets its own. */
@@ -76,7 +80,18 @@ export class Relay extends DurableObject<Env> {
     this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
     bindObjectMetrics(env);
     this.frameDelayMs = settingsOf(env).frameDelayMs;
-    this.subs = new RelaySubscribers(ctx, () => this.reporter.changed());
+    this.subs = new RelaySubscribers(ctx, () => {
+      this.reporter.changed();
+      this.holds.changed();
+    });
+    this.holds = new ConnectionHolds(
+      {
+        holder: () => this.identity?.relay ?? null,
+        counts: () => this.subs.clientCounts(),
+        ledger: (client) => connectionLedgerStub(env, client),
+      },
+      this.alarms,
+    );
     this.reporter = new RelayReporter(
       {
         identity: () => this.identity,
@@ -191,6 +206,7 @@ export class Relay extends DurableObject<Env> {
     // A relay that knows nothing yet starts where the channel was when the slot was taken.
     if (this.stream.lastSeq === null) this.stream.lastSeq = s.head;
     this.reporter.joined.push(s.reservation);
+    this.holds.joined(s.client, s.lease);
     let sub: Subscriber;
     let response: Response;
     if (s.mode === "ws") {
@@ -267,6 +283,7 @@ export class Relay extends DurableObject<Env> {
     const earliest = this.lifetime.expire(now);
     if (this.reporter.due()) this.reporter.changed();
     this.stream.thinned.tick(now);
+    this.holds.tick(now);
     this.lifetime.schedule(now, earliest);
   }
 
@@ -285,6 +302,7 @@ export class Relay extends DurableObject<Env> {
     this.stream.lastSeq = null;
     this.subs.floors.clear();
     this.reporter.reset();
+    this.holds.reset();
     this.tableReady = false;
     this.storedRest = null;
     this.storedSeq = null;

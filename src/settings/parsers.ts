@@ -100,6 +100,16 @@ export function wholeNumber(raw: RawConfig, variable: ConfigVariable, min = 1, m
   return n;
 }
 
+/** A decimal fraction from 0 to 1, both included (an empty value takes the default). */
+export function fraction(raw: RawConfig, variable: ConfigVariable): number {
+  const t = textOf(raw, variable);
+  const n = Number(t);
+  if (!/^\d+(\.\d+)?$/.test(t) || !(n >= 0 && n <= 1)) {
+    throw new ConfigError(variable, `"${t}" must be a fraction from 0 to 1, such as 0.5`);
+  }
+  return n;
+}
+
 /**
  * A duration in milliseconds from `minMs` to `maxMs` (an empty value takes the default); `range`
  * is how the error message states the bounds ("from 1s to 1h", "at least 1s").

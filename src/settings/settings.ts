@@ -15,7 +15,7 @@ import {
   type Rule,
 } from "../wire/channel-names";
 import { type Limit, parseLimit } from "./limits";
-import { budget, ConfigError, duration, patternRules, textOf, wholeNumber, wrap } from "./parsers";
+import { budget, ConfigError, duration, fraction, patternRules, textOf, wholeNumber, wrap } from "./parsers";
 import { PUSHER_SECRET, type PusherSettings, parsePusher } from "./pusher";
 import { parseShardRule, type ShardRule } from "./shards";
 import { parseTarget, type Target } from "./targets";
@@ -76,6 +76,10 @@ export interface Settings {
   maxSubscribers: number;
   /** Most open subscriptions one client (token `sub`, else IP or IPv6 /64) holds on one channel; past it 429. */
   maxSubscriptionsPerClient: number;
+  /** Largest fraction of `maxSubscribers` anonymous subscribers hold on one channel; past it 503 (docs/api.md, "Relays"). */
+  anonymousShare: number;
+  /** Most open subscriptions and Pusher connections one client holds over all channels; past it 429 `connections`. */
+  maxConnectionsPerClient: number;
   /** Longest a relay holds a packed frame back to pack more into it, in ms (docs/api.md, "Packed frames"). */
   frameDelayMs: number;
   // ---- summaries of drops (docs/api.md, "Summaries of drops") ----
@@ -217,6 +221,8 @@ export function parseConfig(raw: RawConfig): Settings {
     relayCapacity: relayCapacity(raw),
     maxSubscribers: wholeNumber(raw, "MAX_SUBSCRIBERS"),
     maxSubscriptionsPerClient: wholeNumber(raw, "MAX_SUBSCRIPTIONS_PER_CLIENT"),
+    anonymousShare: fraction(raw, "ANONYMOUS_SHARE"),
+    maxConnectionsPerClient: wholeNumber(raw, "MAX_CONNECTIONS_PER_CLIENT"),
     frameDelayMs: duration(raw, "FRAME_DELAY", 0, MAX_FRAME_DELAY_MS, "from 0ms to 1s", { allowBareZero: true }),
     throttleSummary: patternRules(raw, "THROTTLE_SUMMARY", summaryRule),
     summaryIntervalMs: duration(

@@ -158,7 +158,12 @@ describe("made-up channels leave nothing", () => {
   it("a subscribe that never reached its relay (its reserved slot lapses) leaves nothing a minute later", async () => {
     const ch = `public:bounds.${uniq()}`;
     const stub = channelStub(ch);
-    await stub.assignRelay(ch, "local", 1000, 100_000, "ip:test", 20);
+    await stub.assignRelay(ch, "local", 1000, "ip:test", {
+      maxSubscribers: 100_000,
+      maxPerClient: 20,
+      maxAnonymous: 100_000,
+      maxPerNet: 200,
+    });
     expect(await storedTables(stub)).toMatchObject({ meta: 1 });
     expect((await alarmOf(stub)) as number).toBeLessThanOrEqual(Date.now() + UNUSED_CHANNEL_TTL_MS);
     await runInDurableObject(stub, (instance) => {

@@ -22,6 +22,8 @@ export default async function setup(project: TestProject): Promise<() => Promise
     PUSHER_APP_SECRET: PUSHER.secret,
     // Every connection here comes from one address: its read budget must not be what a test meets.
     READ_RATE: "1000/s",
+    // Every connection of the run comes from this machine, one client: the files run side by side.
+    MAX_CONNECTIONS_PER_CLIENT: "1000",
   });
   project.provide("floodgate", { base: worker.base, admin: worker.admin });
   return () => worker.stop();

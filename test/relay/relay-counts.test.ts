@@ -89,7 +89,12 @@ describe("counts", () => {
     const t = await publisher("public:relays.*");
     const a = await openSocket(ch, "", relayEnv);
     // A slot whose subscriber never reaches the relay (its client went away on the way there).
-    await channelStub(ch).assignRelay(ch, "local", CAPACITY, 100_000, "ip:test", 20);
+    await channelStub(ch).assignRelay(ch, "local", CAPACITY, "ip:test", {
+      maxSubscribers: 100_000,
+      maxPerClient: 20,
+      maxAnonymous: 100_000,
+      maxPerNet: 200,
+    });
     a.ws.close();
     await until(async () => (await stats(ch)).occupancy === 0, "the subscriber's leave to be counted");
     expect((await stats(ch)).relays).toBe(1); // kept while the slot is reserved
@@ -104,7 +109,7 @@ describe("counts", () => {
 
   it("a relay reset on a quiet channel does not keep its dropped subscribers counted against MAX_SUBSCRIBERS", async () => {
     const ch = `public:relays.${uniq()}`;
-    const capped = envWith({ RELAY_CAPACITY: String(CAPACITY), MAX_SUBSCRIBERS: "1" });
+    const capped = envWith({ RELAY_CAPACITY: String(CAPACITY), MAX_SUBSCRIBERS: "1", ANONYMOUS_SHARE: "1" });
     const a = await openSocket(ch, "", capped);
     await expect(
       runInDurableObject(relayStub(ch, 0), (_r, state) => {
@@ -132,7 +137,7 @@ describe("counts", () => {
 
   it("past MAX_SUBSCRIBERS a subscribe answers 503 unavailable with Retry-After, before any upgrade", async () => {
     const ch = `public:relays.${uniq()}`;
-    const capped = envWith({ RELAY_CAPACITY: "2", MAX_SUBSCRIBERS: "3" });
+    const capped = envWith({ RELAY_CAPACITY: "2", MAX_SUBSCRIBERS: "3", ANONYMOUS_SHARE: "1" });
     const subs = await openSockets(ch, 3, capped);
     const modes: Record<string, string>[] = [{ upgrade: "websocket" }, { accept: "text/event-stream" }];
     for (const headers of modes) {

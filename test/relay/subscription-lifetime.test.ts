@@ -97,7 +97,8 @@ describe("a subscription ends with its token", () => {
     const { token, exp } = await subscriber();
     const anon = await socket(ch);
     const signed = await socket(ch, token);
-    expect(await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm())).toBe(exp);
+    // Set by exp (earlier when the relay renews what it holds in its clients' connection ledgers first).
+    expect(await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm())).toBeLessThanOrEqual(exp);
     await tickAt(ch, exp - 1);
     expect(signed.closed()).toBeNull();
     await tickAt(ch, exp);
@@ -114,7 +115,7 @@ describe("a subscription ends with its token", () => {
     const signed = await socket(ch, token);
     const stub = relayStub(ch);
     await evictDurableObject(stub);
-    expect(await runInDurableObject(stub, (_r, state) => state.storage.getAlarm())).toBe(exp);
+    expect(await runInDurableObject(stub, (_r, state) => state.storage.getAlarm())).toBeLessThanOrEqual(exp);
     // The expiry is moved back in the socket's attachment (what survives hibernation), then the
     // object is evicted again so nothing of it is in memory when the alarm runs.
     await runInDurableObject(stub, (_r, state) => {

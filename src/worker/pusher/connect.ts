@@ -4,7 +4,8 @@
  * 4001 and close 4001), the protocol (5 to 7, else 4007), the client IP's read budget (429 before any
  * upgrade, as a subscribe without a token) — then placed by its placement group's directory
  * (src/host-directory/) on a connection host, which takes the upgrade and holds it
- * (src/connection-host/). A host already full closes it with 4100: the client backs off and retries.
+ * (src/connection-host/). A host already full closes it with 4100, and so does a client that holds
+ * `MAX_CONNECTIONS_PER_CLIENT` connections already (src/worker/gate/connections.ts): it backs off and retries.
  */
 import { Hono } from "hono";
 import * as z from "zod";
@@ -19,6 +20,7 @@ import { PUSHER_APP_CLOSED, PUSHER_OVER_CAPACITY, PUSHER_UNSUPPORTED_PROTOCOL } 
 import { pusherError } from "../../wire/pusher/frames";
 import type { AppEnv } from "../app-env";
 import { readBudget } from "../gate/budgets";
+import { leaseConnection, releaseConnection } from "../gate/connections";
 import { orUnavailable } from "../http/errors";
 import { documented, errors, route } from "../http/openapi";
 import { clientIp } from "../http/params";
@@ -36,7 +38,9 @@ const connectRoute = route({
     'pusher-js, Laravel Echo and the Pusher mobile SDKs connect here (docs/api.md, "The Pusher door"). Upgrades to a ' +
     'WebSocket that first sends `{"event":"pusher:connection_established","data":"{\\"socket_id\\":…,\\"activity_timeout\\":…}"}`, ' +
     "then takes `pusher:subscribe`, `pusher:unsubscribe`, `pusher:ping` and client events, up to 100 channels at once. " +
-    "A wrong key or a closed door: `pusher:error` 4001 and close 4001; a protocol other than 5–7: 4007; no room: 4100. " +
+    "A wrong key or a closed door: `pusher:error` 4001 and close 4001; a protocol other than 5–7: 4007; no room: 4100; the client (its IP, IPv6 " +
+    "per /64) already holding `MAX_CONNECTIONS_PER_CLIENT` open subscriptions and Pusher connections over all channels: " +
+    "4100 too. " +
     "Charged to the client IP's read budget (429 before the upgrade).",
   request: {
     params: z.object({
@@ -70,20 +74,27 @@ pusherConnect.get(documented(pusherConnect, connectRoute), async (c) => {
   const ip = clientIp(c.req.raw);
   const budget = readBudget(svc.config, ip);
   const limitHeaders = await svc.gate.check("read", budget.key, budget.limit, c.var.defer);
+  const client = clientKey(null, ip);
+  // The client's connections over all channels (MAX_CONNECTIONS_PER_CLIENT): past it, close 4100.
+  const lease = await leaseConnection(c.env, client, svc.config.maxConnectionsPerClient);
+  if (lease === null) {
+    count(PUSHER_OVER_CAPACITY);
+    svc.metrics.inc("floodgate_refusals_total", { reason: "connections" });
+    return refusedSocket(PUSHER_OVER_CAPACITY, "Over capacity: too many connections for one client; retry later");
+  }
   const group = placementGroup(c.req.raw);
   const capacity = svc.config.relayCapacity;
-  const place = await orUnavailable("connection host", () =>
-    hostDirectoryStub(c.env, directoryName(group)).place(group, capacity),
-  );
-  const res = await orUnavailable("connection host", () =>
-    connectionHostStub(c.env, place.host).fetch(
-      hostConnectRequest(
-        { ...place, client: clientKey(null, ip), continent: continentOf(c.req.raw), capacity },
-        c.req.raw,
-      ),
-    ),
-  );
+  const res = await orUnavailable("connection host", async () => {
+    const place = await hostDirectoryStub(c.env, directoryName(group)).place(group, capacity);
+    return await connectionHostStub(c.env, place.host).fetch(
+      hostConnectRequest({ ...place, client, lease, continent: continentOf(c.req.raw), capacity }, c.req.raw),
+    );
+  }).catch((e: unknown) => {
+    c.var.defer(releaseConnection(c.env, client, lease));
+    throw e;
+  });
   if (res.status === HOST_FULL_STATUS || !res.webSocket) {
+    c.var.defer(releaseConnection(c.env, client, lease));
     count(PUSHER_OVER_CAPACITY);
     return refusedSocket(PUSHER_OVER_CAPACITY, "Over capacity: retry later");
   }

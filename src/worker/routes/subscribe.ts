@@ -5,14 +5,22 @@
  * charged: `subscribe:<sub>` for a verified token, else the client IP's read budget (no token, or one
  * that does not verify), so nobody can spend or read another subject's budget → private channels
  * need that verified token with scope and channel → the channel reserves a slot on a relay of the
- * subscriber's placement group (the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` reached: 429;
+ * subscriber's placement group (the client's lease on its connections over all channels first,
+ * `MAX_CONNECTIONS_PER_CLIENT`: 429 `connections`; then the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` reached: 429;
  * `MAX_SUBSCRIBERS` past: 503) → that relay takes the connection
  * (docs/api.md, "Relays"). Every refusal is a plain HTTP response before upgrade.
  */
 import { Hono } from "hono";
 import * as z from "zod";
 import type { RelayAssignment } from "../../channel/calls";
-import { clientCapError, clientKey } from "../../channel/client-cap";
+import {
+  admissionOf,
+  anonymousFullError,
+  clientCapError,
+  clientKey,
+  NET_SHARE,
+  netCapError,
+} from "../../channel/client-cap";
 import { relayStub } from "../../platform/stubs";
 import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
@@ -24,6 +32,7 @@ import { checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
 import { offeredProtocols, presentedToken } from "../auth/subscriber-access";
 import type { VerifiedToken } from "../auth/tokens";
 import { readBudget, subscribeBudget } from "../gate/budgets";
+import { releaseConnection, takeConnection } from "../gate/connections";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";
 import { channelParam, clientIp } from "../http/params";
@@ -56,7 +65,11 @@ const subscribeRoute = route({
     "point when it was sent nothing): reconnect with a fresh token and `?after=` the larger of N and the last seq " +
     "received. SSE streams get a `: keepalive` comment line at least every 15 s. " +
     "A client (its token's `sub`, else its IP, IPv6 per /64) holds at most `MAX_SUBSCRIPTIONS_PER_CLIENT` open " +
-    "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`. " +
+    "subscriptions of one channel: one more answers 429 with bucket `subscriptions` and `Retry-After`; anonymous " +
+    "clients of one IPv6 /48 together at most 10 times that (429, bucket `subscriptions`). A client holds at most " +
+    "`MAX_CONNECTIONS_PER_CLIENT` open subscriptions and Pusher connections over all channels: one more answers 429 " +
+    "with bucket `connections`. On a public channel anonymous subscribers hold at most `ANONYMOUS_SHARE` of " +
+    "`MAX_SUBSCRIBERS`: one more anonymous subscribe answers 503 with `Retry-After`, while token holders still get in. " +
     "Every refusal is a plain HTTP response before any upgrade. " +
     // Summaries of drops (docs/api.md, "Summaries of drops").
     "On a channel with a `THROTTLE_SUMMARY` rule, every `SUMMARY_INTERVAL` with drops each subscriber also gets " +
@@ -130,12 +143,20 @@ const subscribeRoute = route({
         },
       },
     },
-    ...errors(400, 401, 403, 429, 500, 503),
+    ...errors(400, 401, 403, 429, 500),
+    503: json(
+      ErrorBody,
+      "`unavailable` / `UNAVAILABLE` with `Retry-After`: the channel has `MAX_SUBSCRIBERS` subscribers, or, for a " +
+        "subscribe without a verified token to a public channel, anonymous subscribers hold `ANONYMOUS_SHARE` of them; " +
+        "or the channel could not be reached.",
+    ),
     429: json(
       ErrorBody,
       "`resource_exhausted` / `RATE_LIMITED` with `Retry-After`: bucket `subscribe` (the subject's budget) or " +
         "`read` (the client IP's, without a verified token), with `RateLimit` headers; or bucket `subscriptions`: " +
-        "the client already holds `MAX_SUBSCRIPTIONS_PER_CLIENT` open subscriptions of this channel.",
+        "the client already holds `MAX_SUBSCRIPTIONS_PER_CLIENT` open subscriptions of this channel (or anonymous " +
+        "clients of its IPv6 /48 hold 10 times that); or bucket `connections`: the client already holds " +
+        "`MAX_CONNECTIONS_PER_CLIENT` open subscriptions and Pusher connections over all channels.",
     ),
   },
 });
@@ -184,6 +205,9 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
 
   // Counted per token subject, or per IP (/64) for a subscriber without a verified token.
   const client = clientKey(verified ? verified.claims.sub : null, clientIp(c.req.raw));
+  // Its connections over all channels first (MAX_CONNECTIONS_PER_CLIENT): a lease its relay confirms.
+  const lease = await takeConnection(c.env, client, svc.config.maxConnectionsPerClient);
+  const release = () => c.var.defer(releaseConnection(c.env, client, lease));
   // A sharded channel's subscriber joins its own shard, a channel of its own (docs/api.md, "Shards").
   const { key } = audienceOf(svc.config, channel, verified?.claims, c.req.raw);
   const slot = await orUnavailable(
@@ -193,13 +217,15 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         key,
         placementGroup(c.req.raw),
         svc.config.relayCapacity,
-        svc.config.maxSubscribers,
         client,
-        svc.config.maxSubscriptionsPerClient,
+        admissionOf(svc.config, channel.visibility),
         { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
       ),
   );
+  if (!("relay" in slot)) release();
   if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
+  if ("netFull" in slot) throw netCapError(NET_SHARE * svc.config.maxSubscriptionsPerClient);
+  if ("anonymousFull" in slot) throw anonymousFullError();
   if ("full" in slot) {
     throw new ApiError(
       "unavailable",
@@ -216,6 +242,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
       k: slot.k,
       reservation: slot.reservation,
       client,
+      lease,
       mode: upgrade ? "ws" : "sse",
       batch: upgrade && batch,
       presence,
@@ -228,9 +255,14 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
     },
     c.req.raw,
   );
-  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(relaySubscribe));
-  if (res.status === RELAY_REFUSED_STATUS)
+  const res = await orUnavailable("channel", () => relayStub(c.env, slot.relay).fetch(relaySubscribe)).catch((e) => {
+    release();
+    throw e;
+  });
+  if (res.status === RELAY_REFUSED_STATUS) {
+    release();
     throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
+  }
   // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);
   for (const [k, v] of Object.entries(limitHeaders)) headers.set(k, v);

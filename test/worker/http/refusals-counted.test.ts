@@ -4,7 +4,18 @@
  * answered it and whether it threw its error or built its answer (the limiter's 429s).
  */
 import { describe, expect, it } from "vitest";
-import { call, callAndWait, envWith, grown, mint, publishTo, scrapeMetrics, uniq, until } from "../../support/helpers";
+import {
+  call,
+  callAndWait,
+  envWith,
+  freshIp,
+  grown,
+  mint,
+  publishTo,
+  scrapeMetrics,
+  uniq,
+  until,
+} from "../../support/helpers";
 
 const refusals = (reason: string) => `floodgate_refusals_total{reason="${reason}"}`;
 
@@ -20,6 +31,7 @@ describe("refusals counted by reason", () => {
       "read",
       "admin-auth",
       "subscriptions",
+      "connections",
       "unavailable",
     ])
       expect(metrics[refusals(reason)]).toBeGreaterThanOrEqual(0);
@@ -74,7 +86,7 @@ describe("refusals counted by reason", () => {
   });
 
   it("503 as unavailable", async () => {
-    const full = envWith({ MAX_SUBSCRIBERS: "1" });
+    const full = envWith({ MAX_SUBSCRIBERS: "1", ANONYMOUS_SHARE: "1" });
     const before = await scrapeMetrics(full);
     const ch = `public:counted.${uniq()}`;
     const one = await callAndWait(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } }, full);
@@ -84,6 +96,19 @@ describe("refusals counted by reason", () => {
     expect(two.status).toBe(503);
     expect(grown(before, await scrapeMetrics(full))[refusals("unavailable")]).toBe(1);
     one.webSocket?.close();
+  });
+
+  it("429 connections: one client past MAX_CONNECTIONS_PER_CLIENT over two channels", async () => {
+    const one = envWith({ MAX_CONNECTIONS_PER_CLIENT: "1" });
+    const before = await scrapeMetrics(one);
+    const ip = { "cf-connecting-ip": freshIp(), upgrade: "websocket" };
+    const first = await callAndWait(`/v1/subscribe/public:counted.${uniq()}`, { headers: ip }, one);
+    expect(first.status).toBe(101);
+    first.webSocket?.accept();
+    const second = await callAndWait(`/v1/subscribe/public:counted.${uniq()}`, { headers: ip }, one);
+    expect(second.status).toBe(429);
+    expect(grown(before, await scrapeMetrics(one))[refusals("connections")]).toBe(1);
+    first.webSocket?.close();
   });
 
   it("admin-auth past its budget", async () => {

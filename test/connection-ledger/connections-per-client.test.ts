@@ -1,0 +1,157 @@
+/**
+ * One client's connections are bounded across channels (docs/api.md, "Relays"; docs/security.md):
+ * a client — its token's `sub`, else its IP (IPv6 per /64) — holds at most MAX_CONNECTIONS_PER_CLIENT
+ * open subscriptions over all channels; one more answers 429 `resource_exhausted`, bucket
+ * `connections`, with Retry-After. Counted by the client's ledger (src/connection-ledger/) from its
+ * relays' statements: a close counts out when its relay tells, a relay that stops telling (it died)
+ * counts out within 30 s, a subscribe refused further on gives its lease back. Real sockets in workerd
+ * through the Worker, budgets out of the way; the ledger's clock is passed, nothing sleeps.
+ */
+import { createExecutionContext, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import { clientKey } from "../../src/channel/client-cap";
+import { HOLD_RENEW_MS, HOLD_TTL_MS } from "../../src/connection-ledger/calls";
+import worker from "../../src/index";
+import { relayName } from "../../src/relay/placement";
+import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
+import { env, envWith, freshIp, mint, relayObject, uniq, until } from "../support/helpers";
+
+interface Who {
+  token?: string;
+  ip?: string;
+}
+
+async function subscribe(ch: string, mode: "ws" | "sse", who: Who, customEnv: Env): Promise<Response> {
+  const headers: Record<string, string> = mode === "ws" ? { upgrade: "websocket" } : { accept: "text/event-stream" };
+  headers["cf-connecting-ip"] = who.ip ?? freshIp();
+  if (who.token) headers.authorization = `Bearer ${who.token}`;
+  const ctx = createExecutionContext();
+  const res = await worker.fetch(new Request(`${BASE}/v1/subscribe/${ch}`, { headers }), customEnv, ctx);
+  await waitOnExecutionContext(ctx);
+  return res;
+}
+
+const BASE = "https://floodgate.test";
+
+async function open(ch: string, mode: "ws" | "sse", who: Who, customEnv: Env): Promise<{ end: () => Promise<void> }> {
+  const res = await subscribe(ch, mode, who, customEnv);
+  if (mode === "ws") {
+    const ws = res.webSocket;
+    if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status} ${await res.text()}`);
+    ws.accept();
+    return { end: async () => ws.close(1000, "done") };
+  }
+  if (res.status !== 200 || !res.body) throw new Error(`subscribe failed: ${res.status} ${await res.text()}`);
+  const reader = res.body.getReader();
+  void reader.read().catch(() => {});
+  return { end: () => reader.cancel() };
+}
+
+async function expectConnectionsRefusal(res: Response, max: number): Promise<void> {
+  expect(res.status).toBe(429);
+  expect(res.webSocket).toBeNull();
+  expect(Number(res.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+  expect(res.headers.get("ratelimit-policy")).toBe(`"connections";q=${max}`);
+  const body = (await res.json()) as { code: string; meta: Record<string, string> };
+  expect(body).toMatchObject({ code: "resource_exhausted", meta: { code: "RATE_LIMITED", bucket: "connections" } });
+  expect(Number(body.meta.retry_after_ms)).toBeGreaterThanOrEqual(1000);
+}
+
+/** What the client's ledger counts at `at` (its own clock: a time ahead shows what lapses by then). */
+function held(client: string, at = Date.now()): Promise<number> {
+  const ledger = env.CONNECTION_LEDGER.get(env.CONNECTION_LEDGER.idFromName(client));
+  return runInDurableObject(ledger, (l) => l.held(at));
+}
+
+/** Until when a holder's statement stands in the client's ledger (0: it has none). */
+function standsUntil(client: string, holder: string): Promise<number> {
+  const ledger = env.CONNECTION_LEDGER.get(env.CONNECTION_LEDGER.idFromName(client));
+  return runInDurableObject(
+    ledger,
+    (l) => (l as unknown as { holds: Map<string, { until: number }> }).holds.get(holder)?.until ?? 0,
+  );
+}
+
+const three = envWith({ SUBSCRIBE_BURST: "1000", READ_BURST: "1000", MAX_CONNECTIONS_PER_CLIENT: "3" });
+
+async function token(sub: string): Promise<string> {
+  return (await mint({ sub, channels: ["public:conn.*"] })).access_token;
+}
+
+describe("MAX_CONNECTIONS_PER_CLIENT", () => {
+  it("a subject's subscriptions count over all channels: the 4th of 3 answers 429 `connections`; another subject gets in; a close frees one", async () => {
+    const sub = uniq("s");
+    const t = await token(sub);
+    const held3 = [
+      await open(`public:conn.${uniq()}`, "ws", { token: t }, three),
+      await open(`public:conn.${uniq()}`, "sse", { token: t }, three),
+      await open(`public:conn.${uniq()}`, "ws", { token: t }, three),
+    ];
+    for (const mode of ["ws", "sse"] as const) {
+      await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, mode, { token: t }, three), 3);
+    }
+    const other = await open(`public:conn.${uniq()}`, "ws", { token: await token(uniq("o")) }, three);
+    // The relays have told the ledger: the leases joined, the statements stand.
+    await until(async () => (await held(clientKey(sub, null))) === 3, "the relays' statements");
+    await held3[0]?.end();
+    await until(async () => (await held(clientKey(sub, null))) === 2, "the close to be told");
+    held3[0] = await open(`public:conn.${uniq()}`, "sse", { token: t }, three);
+    await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "ws", { token: t }, three), 3);
+    for (const h of [...held3, other]) await h.end();
+  });
+
+  it("without a token the client is its IP, an IPv6 address its /64", async () => {
+    const ip = freshIp();
+    const v4 = [];
+    for (let i = 0; i < 3; i++) v4.push(await open(`public:conn.${uniq()}`, "ws", { ip }, three));
+    await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "sse", { ip }, three), 3);
+    const net = `2001:db8:${Math.floor(Math.random() * 0xffff).toString(16)}:1`;
+    const v6 = [];
+    for (let i = 1; i <= 3; i++) v6.push(await open(`public:conn.${uniq()}`, "ws", { ip: `${net}::${i}` }, three));
+    await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "ws", { ip: `${net}:ffff::9` }, three), 3);
+    for (const h of [...v4, ...v6]) await h.end();
+  });
+
+  it("a subscribe refused further on (the channel's own cap) gives its lease back at once", async () => {
+    const capped = envWith({
+      SUBSCRIBE_BURST: "1000",
+      MAX_CONNECTIONS_PER_CLIENT: "2",
+      MAX_SUBSCRIPTIONS_PER_CLIENT: "1",
+    });
+    const t = await token(uniq("r"));
+    const ch = `public:conn.${uniq()}`;
+    const first = await open(ch, "ws", { token: t }, capped);
+    for (let i = 0; i < 3; i++) expect((await subscribe(ch, "ws", { token: t }, capped)).status).toBe(429);
+    // Three refusals took no connection: the second channel still gets in.
+    const second = await open(`public:conn.${uniq()}`, "ws", { token: t }, capped);
+    for (const h of [first, second]) await h.end();
+  });
+
+  it("a relay renews what it holds on its alarm; one that stops (it died) counts out within 30 s", async () => {
+    const sub = uniq("d");
+    const t = await token(sub);
+    const ch = `public:conn.${uniq()}`;
+    const held2 = [await open(ch, "ws", { token: t }, three), await open(ch, "sse", { token: t }, three)];
+    const client = clientKey(sub, null);
+    await until(async () => (await held(client)) === 2, "the relay's statement");
+    // Not renewed, the statement stands just under HOLD_TTL and lapses after it.
+    expect(await held(client, Date.now() + HOLD_TTL_MS - 2_000)).toBe(2);
+    expect(await held(client, Date.now() + HOLD_TTL_MS + 1_000)).toBe(0);
+    // The relay's alarm renews it: told again, it stands a full HOLD_TTL from then.
+    const first = await standsUntil(client, relayName(ch, "local", 0));
+    await runInDurableObject(relayObject(ch), (relay) => relay.tick(Date.now() + HOLD_RENEW_MS));
+    await until(async () => (await standsUntil(client, relayName(ch, "local", 0))) > first, "the renewal");
+    for (const h of held2) await h.end();
+    await until(async () => (await held(client)) === 0, "the closes to be told");
+  });
+
+  it("defaults to 100; a value that is not a positive integer fails closed naming the variable", () => {
+    const { MAX_CONNECTIONS_PER_CLIENT: shipped, ...rest } = rawConfigFrom(env);
+    expect(shipped).toBe("100");
+    expect(parseConfig(rest).maxConnectionsPerClient).toBe(100);
+    for (const bad of ["0", "-1", "2.5", "many"]) {
+      expect(() => parseConfig({ ...rest, MAX_CONNECTIONS_PER_CLIENT: bad })).toThrow(ConfigError);
+      expect(() => parseConfig({ ...rest, MAX_CONNECTIONS_PER_CLIENT: bad })).toThrow(/MAX_CONNECTIONS_PER_CLIENT/);
+    }
+  });
+});
