@@ -23,9 +23,9 @@ import { DurableObject } from "cloudflare:workers";
 import { admissionOf } from "../channel/client-cap";
 import { directoryName } from "../host-directory/naming";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import { channelStub, connectionLedgerStub, hostDirectoryStub } from "../platform/stubs";
+import { channelStub, hostDirectoryStub } from "../platform/stubs";
 import { RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
-import { ConnectionHolds } from "../relay/connection-holds";
+import { type ConnectionHolds, connectionHolds } from "../relay/connection-holds";
 import { RelayReporter } from "../relay/reporter";
 import { settingsOf } from "../settings/settings";
 import type { LiveFrame, SideFrame } from "../wire/frame-text";
@@ -141,14 +141,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       this.alarms,
     );
     // Each connection counts toward its client's MAX_CONNECTIONS_PER_CLIENT over all channels.
-    this.holds = new ConnectionHolds(
-      {
-        holder: () => this.id?.name ?? null,
-        counts: () => this.connections.clientCounts(),
-        ledger: (client) => connectionLedgerStub(env, client),
-      },
-      this.alarms,
-    );
+    this.holds = connectionHolds(env, this.alarms, () => this.id?.name ?? null, this.connections);
     // pusher-js's own ping is answered without waking the host (./liveness.ts counts it as activity).
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair(PING, PONG));
     ctx.blockConcurrencyWhile(async () => {
@@ -230,7 +223,12 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.liveness.tick(now);
     for (const lane of this.lanes.values()) if (lane.reporter.due()) lane.reporter.changed();
     if (this.directory.due()) this.directory.changed();
-    this.holds.tick(now);
+    this.holds.tick();
+  }
+
+  /** How many connections of `client` it holds now: its ledger asks again before refusing. */
+  heldOf(client: string): number {
+    return this.holds.of(client);
   }
 
   // ---- LaneOwner ----------------------------------------------------------------------------------

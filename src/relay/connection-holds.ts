@@ -1,15 +1,18 @@
 /**
  * What a holder of connections (a relay, a connection host) tells each of its clients' ledgers
- * (src/connection-ledger/connection-ledger.ts): how many it holds of that client, after every change
- * and again every {@link HOLD_RENEW_MS} on its alarm, with the leases of those that joined since, so
- * the client's count over all channels follows the holder's real sockets (`MAX_CONNECTIONS_PER_CLIENT`).
+ * (src/connection-ledger/connection-ledger.ts): how many it holds of that client, whenever that count
+ * changes (joins, leaves, closes, a restart that finds fewer sockets), with the leases of those that
+ * joined since, so the client's count over all channels follows the holder's real sockets
+ * (`MAX_CONNECTIONS_PER_CLIENT`). And what it holds of one client when a ledger asks again.
  *
  * One call per client whose count changed, coalesced per turn; a failed call is repeated on the
- * alarm. Nothing here is stored: a restarted holder tells every client again on its next alarm, and
- * what it never tells lapses in the ledger on its own.
+ * alarm. Nothing is told while nothing changes, so the holder's alarm never wakes for its ledgers and
+ * a quiet holder hibernates. Nothing here is stored: a holder that restarted or died without telling
+ * is asked again by the ledger before it refuses anyone, and answers from its sockets.
  */
-import { HOLD_RENEW_MS, type LedgerForHolder } from "../connection-ledger/calls";
+import type { LedgerForHolder } from "../connection-ledger/calls";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
+import { connectionLedgerStub } from "../platform/stubs";
 
 export interface HoldsOwner {
   /** The holder's name in every ledger (its object name), or null while it holds nothing. */
@@ -28,7 +31,6 @@ export class ConnectionHolds {
   private readonly joinedLeases = new Map<string, string[]>();
   private readonly dirty = new Set<string>();
   private scheduled = false;
-  private renewedAt = 0;
 
   constructor(
     private readonly owner: HoldsOwner,
@@ -51,39 +53,38 @@ export class ConnectionHolds {
       for (const [client, n] of now) if (this.told.get(client) !== n) this.dirty.add(client);
       for (const client of this.told.keys()) if (!now.has(client)) this.dirty.add(client);
       for (const client of this.joinedLeases.keys()) this.dirty.add(client);
-      this.flush(now, Date.now());
+      this.flush(now);
     });
   }
 
-  /** The holder's alarm: every client it holds is told again once per {@link HOLD_RENEW_MS}; then the next time. */
-  tick(now: number): void {
-    const counts = new Map(this.owner.counts());
-    if (now - this.renewedAt >= HOLD_RENEW_MS) {
-      for (const client of counts.keys()) this.dirty.add(client);
-      this.renewedAt = now;
-    }
-    this.flush(counts, now);
-    if (counts.size > 0) this.alarms.request(this.renewedAt + HOLD_RENEW_MS);
+  /** The holder's alarm: calls that failed are repeated (nothing else is told on a schedule). */
+  tick(): void {
+    if (this.dirty.size > 0) this.flush(new Map(this.owner.counts()));
   }
 
-  /** Forgets everything (the holder left; its ledgers' statements lapse or were told 0). */
+  /** What the holder holds of `client` now, for its ledger asking again (changes nothing). */
+  of(client: string): number {
+    for (const [c, n] of this.owner.counts()) if (c === client) return n;
+    return 0;
+  }
+
+  /** Forgets everything (the holder left; its ledgers were told 0, or ask it again). */
   reset(): void {
     this.told.clear();
     this.joinedLeases.clear();
     this.dirty.clear();
   }
 
-  private flush(counts: Map<string, number>, now: number): void {
+  private flush(counts: Map<string, number>): void {
     const holder = this.owner.holder();
     if (holder === null) return;
-    if (this.renewedAt === 0) this.renewedAt = now;
     for (const client of this.dirty) {
       const n = counts.get(client) ?? 0;
       const leases = this.joinedLeases.get(client) ?? [];
       this.joinedLeases.delete(client);
       if (n > 0) this.told.set(client, n);
       else this.told.delete(client);
-      Promise.resolve(this.owner.ledger(client).hold(holder, n, leases)).catch((e: unknown) => {
+      Promise.resolve(this.owner.ledger(client).hold(client, holder, n, leases)).catch((e: unknown) => {
         console.error("floodgate: could not tell a connection ledger", e instanceof Error ? e.message : e);
         // Told again on the alarm, with its leases (which lapse on their own meanwhile).
         this.told.delete(client);
@@ -93,6 +94,16 @@ export class ConnectionHolds {
       });
     }
     this.dirty.clear();
-    if (counts.size > 0) this.alarms.request(this.renewedAt + HOLD_RENEW_MS);
   }
+}
+
+/** The holds of a holder named `holder()` whose sockets are `held`, told to the clients' ledger objects. */
+export function connectionHolds(
+  env: Env,
+  alarms: AlarmScheduler,
+  holder: () => string | null,
+  held: { clientCounts(): [string, number][] },
+): ConnectionHolds {
+  const ledger = (client: string) => connectionLedgerStub(env, client);
+  return new ConnectionHolds({ holder, counts: () => held.clientCounts(), ledger }, alarms);
 }

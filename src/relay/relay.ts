@@ -13,14 +13,14 @@
  * - src/relay/lifetime.ts: token expiry and the SSE heartbeat, on the relay's one alarm.
  *   WebSockets that go away are told by the runtime (webSocketClose / webSocketError).
  * - src/relay/connection-holds.ts: what it holds of each client, told to the client's ledger
- *   (`MAX_CONNECTIONS_PER_CLIENT`, counted over all channels), renewed on the alarm.
+ *   (`MAX_CONNECTIONS_PER_CLIENT`, counted over all channels) when it changes; asked again by a ledger.
  * - src/relay/memory.ts: what waits for all subscribers together is bounded by
  *   {@link RELAY_MAX_BUFFERED_BYTES}; past it the subscribers most behind are closed first.
  */
 import { DurableObject } from "cloudflare:workers";
 import { bindObjectMetrics } from "../metrics/object-metrics";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import { channelStub, connectionLedgerStub, metricsStub } from "../platform/stubs";
+import { channelStub, metricsStub } from "../platform/stubs";
 import { settingsOf } from "../settings/settings";
 import { INTERNAL_CLOSE, NORMAL_CLOSE, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "../wire/close-codes";
 import type { LiveFrame, SideFrame } from "../wire/frame-text";
@@ -32,7 +32,7 @@ import {
   type RelayReportAnswer,
   readSubscribe,
 } from "./calls";
-import { ConnectionHolds } from "./connection-holds";
+import { type ConnectionHolds, connectionHolds } from "./connection-holds";
 import { RelayLifetime } from "./lifetime";
 import { readRateText } from "./reader-rate";
 import { type RelayIdentity, RelayReporter } from "./reporter";
@@ -84,14 +84,7 @@ export class Relay extends DurableObject<Env> {
       this.reporter.changed();
       this.holds.changed();
     });
-    this.holds = new ConnectionHolds(
-      {
-        holder: () => this.identity?.relay ?? null,
-        counts: () => this.subs.clientCounts(),
-        ledger: (client) => connectionLedgerStub(env, client),
-      },
-      this.alarms,
-    );
+    this.holds = connectionHolds(env, this.alarms, () => this.identity?.relay ?? null, this.subs);
     this.reporter = new RelayReporter(
       {
         identity: () => this.identity,
@@ -273,6 +266,11 @@ export class Relay extends DurableObject<Env> {
     this.tick(Date.now());
   }
 
+  /** How many open subscriptions of `client` it holds now: its ledger asks again before refusing. */
+  heldOf(client: string): number {
+    return this.holds.of(client);
+  }
+
   /**
    * The relay's alarm (its time is `now`; tests pass their own): closes the subscriptions whose token
    * expired, writes due SSE heartbeats, repeats a count report the channel did not get, then asks for
@@ -283,7 +281,7 @@ export class Relay extends DurableObject<Env> {
     const earliest = this.lifetime.expire(now);
     if (this.reporter.due()) this.reporter.changed();
     this.stream.thinned.tick(now);
-    this.holds.tick(now);
+    this.holds.tick();
     this.lifetime.schedule(now, earliest);
   }
 

@@ -3,14 +3,20 @@
  * a client — its token's `sub`, else its IP (IPv6 per /64) — holds at most MAX_CONNECTIONS_PER_CLIENT
  * open subscriptions over all channels; one more answers 429 `resource_exhausted`, bucket
  * `connections`, with Retry-After. Counted by the client's ledger (src/connection-ledger/) from its
- * relays' statements: a close counts out when its relay tells, a relay that stops telling (it died)
- * counts out within 30 s, a subscribe refused further on gives its lease back. Real sockets in workerd
- * through the Worker, budgets out of the way; the ledger's clock is passed, nothing sleeps.
+ * relays' statements, told only when a count changes: a close counts out when its relay tells, a relay
+ * that died without telling is asked again before its statement refuses anyone, a subscribe refused
+ * further on gives its lease back. Real sockets in workerd through the Worker, budgets out of the way;
+ * the ledger's clock is set by the test, nothing sleeps.
  */
-import { createExecutionContext, runInDurableObject, waitOnExecutionContext } from "cloudflare:test";
+import {
+  createExecutionContext,
+  runDurableObjectAlarm,
+  runInDurableObject,
+  waitOnExecutionContext,
+} from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { clientKey } from "../../src/channel/client-cap";
-import { HOLD_RENEW_MS, HOLD_TTL_MS } from "../../src/connection-ledger/calls";
+import { ASK_AFTER_MS, SWEEP_MS } from "../../src/connection-ledger/calls";
 import worker from "../../src/index";
 import { relayName } from "../../src/relay/placement";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
@@ -57,19 +63,28 @@ async function expectConnectionsRefusal(res: Response, max: number): Promise<voi
   expect(Number(body.meta.retry_after_ms)).toBeGreaterThanOrEqual(1000);
 }
 
-/** What the client's ledger counts at `at` (its own clock: a time ahead shows what lapses by then). */
-function held(client: string, at = Date.now()): Promise<number> {
-  const ledger = env.CONNECTION_LEDGER.get(env.CONNECTION_LEDGER.idFromName(client));
-  return runInDurableObject(ledger, (l) => l.held(at));
+function ledgerOf(client: string) {
+  return env.CONNECTION_LEDGER.get(env.CONNECTION_LEDGER.idFromName(client));
 }
 
-/** Until when a holder's statement stands in the client's ledger (0: it has none). */
-function standsUntil(client: string, holder: string): Promise<number> {
-  const ledger = env.CONNECTION_LEDGER.get(env.CONNECTION_LEDGER.idFromName(client));
+/** What the client's ledger counts now. */
+function held(client: string): Promise<number> {
+  return runInDurableObject(ledgerOf(client), (l) => l.held());
+}
+
+/** What a holder last said it holds of the client, in the client's ledger (0: it has no statement). */
+function statementOf(client: string, holder: string): Promise<number> {
   return runInDurableObject(
-    ledger,
-    (l) => (l as unknown as { holds: Map<string, { until: number }> }).holds.get(holder)?.until ?? 0,
+    ledgerOf(client),
+    (l) => (l as unknown as { holds: Map<string, { n: number }> }).holds.get(holder)?.n ?? 0,
   );
+}
+
+/** Moves the ledger's clock `ms` ahead of the real one. */
+function age(client: string, ms: number): Promise<void> {
+  return runInDurableObject(ledgerOf(client), (l) => {
+    l.clock = () => Date.now() + ms;
+  });
 }
 
 const three = envWith({ SUBSCRIBE_BURST: "1000", READ_BURST: "1000", MAX_CONNECTIONS_PER_CLIENT: "3" });
@@ -127,22 +142,59 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     for (const h of [first, second]) await h.end();
   });
 
-  it("a relay renews what it holds on its alarm; one that stops (it died) counts out within 30 s", async () => {
-    const sub = uniq("d");
-    const t = await token(sub);
+  it("a relay holding subscribers tells its ledgers only of changes: no alarm is set for them", async () => {
+    const ip = freshIp();
     const ch = `public:conn.${uniq()}`;
-    const held2 = [await open(ch, "ws", { token: t }, three), await open(ch, "sse", { token: t }, three)];
-    const client = clientKey(sub, null);
+    const held2 = [await open(ch, "ws", { ip }, three), await open(ch, "ws", { ip }, three)];
+    const client = clientKey(null, ip);
     await until(async () => (await held(client)) === 2, "the relay's statement");
-    // Not renewed, the statement stands just under HOLD_TTL and lapses after it.
-    expect(await held(client, Date.now() + HOLD_TTL_MS - 2_000)).toBe(2);
-    expect(await held(client, Date.now() + HOLD_TTL_MS + 1_000)).toBe(0);
-    // The relay's alarm renews it: told again, it stands a full HOLD_TTL from then.
-    const first = await standsUntil(client, relayName(ch, "local", 0));
-    await runInDurableObject(relayObject(ch), (relay) => relay.tick(Date.now() + HOLD_RENEW_MS));
-    await until(async () => (await standsUntil(client, relayName(ch, "local", 0))) > first, "the renewal");
+    // Anonymous WebSocket subscribers: no token expires, no heartbeat is due; the relay may hibernate.
+    const alarm = await runInDurableObject(relayObject(ch), (_relay, state) => state.storage.getAlarm());
+    expect(alarm).toBeNull();
     for (const h of held2) await h.end();
     await until(async () => (await held(client)) === 0, "the closes to be told");
+  });
+
+  it("a holder that died without telling stops counting when it would refuse: its stale statement is asked again", async () => {
+    const sub = uniq("d");
+    const t = await token(sub);
+    const client = clientKey(sub, null);
+    const ch = `public:conn.${uniq()}`;
+    const live = relayName(ch, "local", 0);
+    const held2 = [await open(ch, "ws", { token: t }, three), await open(ch, "sse", { token: t }, three)];
+    await until(async () => (await statementOf(client, live)) === 2, "the relay's statement");
+    // A relay of another channel said it held one of the client's, then went with its sockets untold.
+    const dead = relayName(`public:conn.${uniq()}`, "local", 0);
+    await runInDurableObject(ledgerOf(client), (l) => l.hold(client, dead, 1, []));
+    // Fresh, the statement stands: the client is at its cap of 3.
+    await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "ws", { token: t }, three), 3);
+    // Older than ASK_AFTER_MS (no renewal meanwhile), the refusal asks its holders first: the dead one
+    // holds nothing, the live one its 2; the subscribe gets in.
+    await age(client, ASK_AFTER_MS + 1_000);
+    const third = await open(`public:conn.${uniq()}`, "ws", { token: t }, three);
+    expect(await statementOf(client, dead)).toBe(0);
+    expect(await statementOf(client, live)).toBe(2);
+    // Really at 3 now: refused, and the holders just asked are not asked again.
+    await until(async () => (await held(client)) === 3, "the join to be told");
+    await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "sse", { token: t }, three), 3);
+    for (const h of [...held2, third]) await h.end();
+    await until(async () => (await held(client)) === 0, "the closes to be told");
+  });
+
+  it("a ledger with statements sweeps hourly: a holder that went is forgotten, and nothing is kept", async () => {
+    const client = clientKey(uniq("w"), null);
+    const dead = relayName(`public:conn.${uniq()}`, "local", 0);
+    await runInDurableObject(ledgerOf(client), (l) => l.hold(client, dead, 2, []));
+    const at = await runInDurableObject(ledgerOf(client), (_l, state) => state.storage.getAlarm());
+    expect(at).toBeGreaterThan(Date.now() + SWEEP_MS - 60_000);
+    await age(client, SWEEP_MS + 1_000);
+    expect(await runDurableObjectAlarm(ledgerOf(client))).toBe(true);
+    expect(await held(client)).toBe(0);
+    const kept = await runInDurableObject(ledgerOf(client), async (_l, state) => ({
+      alarm: await state.storage.getAlarm(),
+      tables: state.storage.sql.exec("SELECT name FROM sqlite_master WHERE type = 'table'").toArray().length,
+    }));
+    expect(kept).toEqual({ alarm: null, tables: 0 });
   });
 
   it("defaults to 100; a value that is not a positive integer fails closed naming the variable", () => {

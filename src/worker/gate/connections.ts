@@ -4,7 +4,8 @@
  * (src/connection-ledger/) gives it a lease, or answers that the client holds
  * `MAX_CONNECTIONS_PER_CLIENT` open subscriptions and Pusher connections already: 429, bucket
  * `connections`. The holder that takes the connection confirms the lease; one refused further on is
- * released at once, and one never confirmed lapses in 30 s.
+ * released at once, and one never confirmed lapses in 30 s. One call per subscribe; the ledger asks
+ * the client's stale holders again only before it refuses.
  */
 import { CONNECTIONS_RETRY_AFTER_S, type LedgerAnswer } from "../../connection-ledger/calls";
 import { connectionLedgerStub } from "../../platform/stubs";
@@ -29,7 +30,7 @@ export function connectionsError(max: number): ApiError {
 export async function leaseConnection(env: Env, client: string, max: number): Promise<string | null> {
   const answer = await orUnavailable(
     "the client's connection count",
-    async (): Promise<LedgerAnswer> => await connectionLedgerStub(env, client).acquire(max),
+    async (): Promise<LedgerAnswer> => await connectionLedgerStub(env, client).acquire(max, client),
   );
   return "full" in answer ? null : answer.lease;
 }
