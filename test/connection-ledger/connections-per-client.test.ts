@@ -18,9 +18,12 @@ import { describe, expect, it } from "vitest";
 import { clientKey } from "../../src/channel/client-cap";
 import { ASK_AFTER_MS, SWEEP_MS } from "../../src/connection-ledger/calls";
 import worker from "../../src/index";
+import { connectionHostStub } from "../../src/platform/stubs";
 import { relayName } from "../../src/relay/placement";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
 import { env, envWith, freshIp, mint, relayObject, uniq, until } from "../support/helpers";
+import { hostsWithConnections } from "../support/host-internals";
+import { closePushers, openPusher } from "../support/pusher";
 
 interface Who {
   token?: string;
@@ -179,6 +182,27 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "sse", { token: t }, three), 3);
     for (const h of [...held2, third]) await h.end();
     await until(async () => (await held(client)) === 0, "the closes to be told");
+  });
+
+  it("a connection host asked again answers what it holds of the client from its sockets", async () => {
+    await openPusher(undefined, three);
+    await until(async () => (await hostsWithConnections()).length > 0, "the connection's host in its directory");
+    const [host] = (await hostsWithConnections()) as [string];
+    const counts = await runInDurableObject(connectionHostStub(env, host), (h) =>
+      (h as unknown as { connections: { clientCounts(): [string, number][] } }).connections.clientCounts(),
+    );
+    const client = counts[0]?.[0] ?? "";
+    await until(async () => (await statementOf(client, host)) === 1, "the host's statement");
+    // Say the host restarted and found fewer sockets than it last told (3, the cap), without telling.
+    await runInDurableObject(ledgerOf(client), (l) => l.hold(client, host, 3, []));
+    expect(await ledgerOf(client).acquire(3, client)).toEqual({ full: true });
+    await age(client, ASK_AFTER_MS + 1_000);
+    const answer = await ledgerOf(client).acquire(3, client);
+    expect(answer).toHaveProperty("lease");
+    expect(await statementOf(client, host)).toBe(1);
+    if ("lease" in answer) await ledgerOf(client).release(answer.lease);
+    await closePushers();
+    await until(async () => (await held(client)) === 0, "the close to be told");
   });
 
   it("a ledger with statements sweeps hourly: a holder that went is forgotten, and nothing is kept", async () => {
