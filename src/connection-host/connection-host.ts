@@ -147,6 +147,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     ctx.blockConcurrencyWhile(async () => {
       await this.alarms.load();
       this.restore();
+      this.holds.restored();
     });
   }
 

@@ -68,6 +68,15 @@ export class ConnectionHolds {
     return 0;
   }
 
+  /**
+   * Back from hibernation: its sockets are what it told before it slept, so waking tells no ledger
+   * (else the first change after each wake would tell every client again). A count that fell while
+   * it was gone (streams that did not survive a restart) is corrected when a ledger asks again.
+   */
+  restored(): void {
+    for (const [client, n] of this.owner.counts()) this.told.set(client, n);
+  }
+
   /** Forgets everything (the holder left; its ledgers were told 0, or ask it again). */
   reset(): void {
     this.told.clear();

@@ -150,6 +150,7 @@ export class Relay extends DurableObject<Env> {
       this.storedRest = this.restOfRow();
       this.storedSeq = row.last_seq;
       this.subs.restore(row.last_seq);
+      this.holds.restored();
       // Back from hibernation: subscribers with a max_rate, or thinned for slowness, are thinned again.
       for (const ws of this.subs.sockets()) {
         const a = attachment(ws);

@@ -75,12 +75,16 @@ function held(client: string): Promise<number> {
   return runInDurableObject(ledgerOf(client), (l) => l.held());
 }
 
-/** What a holder last said it holds of the client, in the client's ledger (0: it has no statement). */
-function statementOf(client: string, holder: string): Promise<number> {
-  return runInDurableObject(
-    ledgerOf(client),
-    (l) => (l as unknown as { holds: Map<string, { n: number }> }).holds.get(holder)?.n ?? 0,
+/** A holder's last statement of the client in the client's ledger: what it holds, when it said so. */
+function statement(client: string, holder: string): Promise<{ n: number; at: number } | undefined> {
+  return runInDurableObject(ledgerOf(client), (l) =>
+    (l as unknown as { holds: Map<string, { n: number; at: number }> }).holds.get(holder),
   );
+}
+
+/** What a holder last said it holds of the client (0: it has no statement). */
+async function statementOf(client: string, holder: string): Promise<number> {
+  return (await statement(client, holder))?.n ?? 0;
 }
 
 /** Moves the ledger's clock `ms` ahead of the real one. */
@@ -156,6 +160,28 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     expect(alarm).toBeNull();
     for (const h of held2) await h.end();
     await until(async () => (await held(client)) === 0, "the closes to be told");
+  });
+
+  it("a relay back from hibernation tells no ledger again: a close after waking tells its own client only", async () => {
+    const [a, b] = [freshIp(), freshIp()];
+    const ch = `public:conn.${uniq()}`;
+    const relay = relayName(ch, "local", 0);
+    const held2 = [await open(ch, "ws", { ip: a }, three), await open(ch, "ws", { ip: a }, three)];
+    const other = await open(ch, "ws", { ip: b }, three);
+    const [ca, cb] = [clientKey(null, a), clientKey(null, b)];
+    await until(async () => (await statementOf(ca, relay)) === 2 && (await statementOf(cb, relay)) === 1, "both told");
+    const before = await statement(ca, relay);
+    // Woken as a fresh instance is: nothing remembered of what it told, its sockets restored.
+    await runInDurableObject(relayObject(ch), (r) => {
+      const holds = (r as unknown as { holds: { reset(): void; restored(): void } }).holds;
+      holds.reset();
+      holds.restored();
+    });
+    await other.end();
+    await until(async () => (await statementOf(cb, relay)) === 0, "the close to be told");
+    expect(await statement(ca, relay)).toEqual(before);
+    for (const h of held2) await h.end();
+    await until(async () => (await held(ca)) === 0, "the closes to be told");
   });
 
   it("a holder that died without telling stops counting when it would refuse: its stale statement is asked again", async () => {
