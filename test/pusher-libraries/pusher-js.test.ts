@@ -177,7 +177,7 @@ describe("the throttle", () => {
     await until(() => got.length === 1, "the priority event");
     expect(got).toEqual([{ n: 2 }]);
     // The record's live view: the analytics channel's copy of the drop, with the app key as its publisher.
-    const reader = await token(uniq("analyst"), ["private:floodgate.analytics.**"]);
+    const reader = await token(uniq("analyst"), ["private:floodgate.analytics.dropped"]);
     const copies = async () => {
       const res = await fetch(
         `${floodgate.base}/v1/history/private:floodgate.analytics.dropped?source_channel=pusher:${name}`,

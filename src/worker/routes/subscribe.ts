@@ -179,7 +179,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   const limitHeaders = await svc.gate.check(verified ? "subscribe" : "read", budget.key, budget.limit, c.var.defer);
   if (channel.visibility === "private") {
     if (!verified) throw refused ?? unauthenticated(MISSING_BEARER);
-    checkGrant(verified, "subscribe", channel);
+    checkGrant(verified, "subscribe", channel, svc.config.analyticsChannel.name);
   }
 
   // Counted per token subject, or per IP (/64) for a subscriber without a verified token.

@@ -79,7 +79,7 @@ describe("POST /apps/{id}/events", () => {
     await p.next((e) => e.event === "e" && e.data === "kept");
     expect(p.events.filter((e) => e.data === "lost")).toEqual([]);
     const analyst = (
-      await mint({ sub: uniq("an"), channels: ["private:floodgate.analytics.**"], scopes: ["subscribe"] })
+      await mint({ sub: uniq("an"), channels: ["private:floodgate.analytics.dropped"], scopes: ["subscribe"] })
     ).access_token;
     const copies = async () =>
       (
