@@ -20,7 +20,7 @@ import { parseMaxRate } from "../../relay/reader-rate";
 import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
 import { readSubscribeQuery, WS_PROTOCOL } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
-import { checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
+import { checkGrant, grants, MISSING_BEARER, verifyAccess } from "../auth/authorise";
 import { offeredProtocols, presentedToken } from "../auth/subscriber-access";
 import type { VerifiedToken } from "../auth/tokens";
 import { readBudget, subscribeBudget } from "../gate/budgets";
@@ -182,8 +182,11 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
     checkGrant(verified, "subscribe", channel, svc.config.analyticsChannel.name);
   }
 
-  // Counted per token subject, or per IP (/64) for a subscriber without a verified token.
-  const client = clientKey(verified ? verified.claims.sub : null, clientIp(c.req.raw));
+  // Counted per token subject, or per IP (/64) for a subscriber without a verified token. Presence
+  // names a subject only where its token grants the channel (docs/api.md, "Presence"): a token for
+  // other channels on a public one subscribes anonymously, counted but never named to anyone.
+  const named = verified && grants(verified, "subscribe", channel, svc.config.analyticsChannel.name) ? verified : null;
+  const client = clientKey(named ? named.claims.sub : null, clientIp(c.req.raw));
   // A sharded channel's subscriber joins its own shard, a channel of its own (docs/api.md, "Shards").
   const { key } = audienceOf(svc.config, channel, verified?.claims, c.req.raw);
   const slot = await orUnavailable(
