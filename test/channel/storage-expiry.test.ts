@@ -159,7 +159,7 @@ describe("made-up channels leave nothing", () => {
     const ch = `public:bounds.${uniq()}`;
     const stub = channelStub(ch);
     await stub.assignRelay(ch, "local", 1000, 100_000, "ip:test", 20);
-    expect(await storedTables(stub)).toMatchObject({ meta: 1 });
+    expect(await storedTables(stub)).toMatchObject({ meta: 2 }); // its name and its epoch
     expect((await alarmOf(stub)) as number).toBeLessThanOrEqual(Date.now() + UNUSED_CHANNEL_TTL_MS);
     await runInDurableObject(stub, (instance) => {
       lapseReservations(instance);
