@@ -19,6 +19,8 @@ import { attachment, type RelaySubscribers, type Subscriber } from "./subscriber
 export interface StreamPosition {
   /** The last seq a subscriber has been sent or is past. */
   positionOf(sub: Subscriber): number;
+  /** The channel's epoch as last heard (docs/api.md, "Numbering restarts"), if any. */
+  readonly epoch: string | undefined;
   /** Sends the frames held for packed sockets now. */
   flushHeld(): void;
   /** The subscriber's last summary of what it skipped, if it is thinned (docs/api.md, "Each reader's rate"). */
@@ -57,6 +59,7 @@ export class RelayLifetime {
       now,
       (sse) => this.stream.positionOf({ sse }),
       (sse) => this.stream.thinned.finish(sse),
+      this.stream.epoch,
     );
     countClosed("expired", expired.length + sseExpired);
     if (hub.size > 0 && now >= this.nextHeartbeat) {
@@ -70,7 +73,7 @@ export class RelayLifetime {
   private expireSocket(ws: WebSocket): void {
     // A thinned subscriber hears what it skipped first: its position counts those as passed.
     this.stream.thinned.finish(ws);
-    const text = expiredFrame(this.stream.positionOf({ ws }));
+    const text = expiredFrame(this.stream.positionOf({ ws }), this.stream.epoch);
     try {
       ws.send(this.subs.isBatched(ws) ? `[${text}]` : text);
     } catch {

@@ -205,6 +205,7 @@ export class Relay extends DurableObject<Env> {
     }
     // A relay that knows nothing yet starts where the channel was when the slot was taken.
     if (this.stream.lastSeq === null) this.stream.lastSeq = s.head;
+    if (s.epoch) this.stream.epoch = s.epoch;
     this.reporter.joined.push(s.reservation);
     this.holds.joined(s.client, s.lease);
     let sub: Subscriber;

@@ -7,7 +7,7 @@
  * one opened with a token ends with `event: expired` when the token does ({@link SseHub.expire}).
  */
 
-import { expiredFrame } from "../wire/frame-text";
+import { expiredFrame, sseId } from "../wire/frame-text";
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 
 export interface SseClient {
@@ -112,7 +112,12 @@ export class SseHub {
    * is past) as its `seq` and `id`, so the client resumes with `?after=` from there even when it was
    * sent nothing.
    */
-  expire(now: number, position: (client: SseClient) => number, last?: (client: SseClient) => void): number {
+  expire(
+    now: number,
+    position: (client: SseClient) => number,
+    last?: (client: SseClient) => void,
+    epoch?: string,
+  ): number {
     let n = 0;
     for (const client of [...this.all]) {
       if (client.expiresAt === null || client.expiresAt > now) continue;
@@ -121,7 +126,8 @@ export class SseHub {
       last?.(client);
       const seq = position(client);
       // Written whatever the backlog: it is the reader's last event, and the stream ends after it.
-      client.writer.write(encoder.encode(`id: ${seq}\nevent: expired\ndata: ${expiredFrame(seq)}\n\n`)).catch(() => {});
+      const event = `id: ${sseId(seq, epoch)}\nevent: expired\ndata: ${expiredFrame(seq, epoch)}\n\n`;
+      client.writer.write(encoder.encode(event)).catch(() => {});
       this.end(client);
     }
     return n;

@@ -21,6 +21,7 @@ import {
   openSocket,
   readSse,
   relayObject as relayStub,
+  seqOf,
   uniq,
   until,
   untilUnsubscribed,
@@ -62,7 +63,13 @@ async function publish(ch: string, n: number): Promise<void> {
 const relayAt = (ch: string, seq: number) =>
   until(() => runInDurableObject(relayStub(ch), (relay) => relay.counts().last_seq === seq), `the relay at seq ${seq}`);
 
-const expiredAt = (seq: number) => ({ type: "expired", reason: TOKEN_EXPIRED_REASON, seq });
+/** The expired frame at `seq`, in the channel's numbering (docs/api.md, "Numbering restarts"). */
+const expiredAt = (seq: number) => ({
+  type: "expired",
+  reason: TOKEN_EXPIRED_REASON,
+  epoch: expect.stringMatching(/^[A-Za-z0-9_-]{12}$/),
+  seq,
+});
 
 /** An SSE subscription whose raw text is collected (comments included) until it ends. */
 async function sse(ch: string, token?: string) {
@@ -202,9 +209,11 @@ describe("the expired frame says where the subscriber stands", () => {
     await until(async () => (await channelStats(ch)).sse === 1, "the stream counted");
     await tickAt(ch, exp);
     await until(() => quiet.state.ended, "the expired stream's end");
-    const last = /id: (\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(quiet.state.text);
-    expect(last?.[1]).toBe("2");
-    expect(JSON.parse(last?.[2] ?? "null")).toEqual(expiredAt(2));
+    const last = /id: ([A-Za-z0-9_-]+):(\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(quiet.state.text);
+    expect(last?.[2]).toBe("2");
+    const frame = JSON.parse(last?.[3] ?? "null") as { epoch: string };
+    expect(frame).toEqual(expiredAt(2));
+    expect(last?.[1]).toBe(frame.epoch);
     expect(quiet.state.text).not.toContain("event: message");
   });
 });
@@ -286,10 +295,10 @@ describe("one relay's memory is bounded", () => {
     await publish(1);
     await reading.next(7);
     // The one less behind was kept and gets everything after its start; the first ended early.
-    expect((await readSse(lessBehind, 3)).map((e) => Number(e.id))).toEqual([5, 6, 7]);
+    expect((await readSse(lessBehind, 3)).map((e) => seqOf(e.id))).toEqual([5, 6, 7]);
     const cut = await readSse(behind, 7);
     expect(cut.length).toBeLessThan(6);
-    expect(cut.map((e) => Number(e.id))).toEqual(Array.from({ length: cut.length }, (_, i) => i + 1));
+    expect(cut.map((e) => seqOf(e.id))).toEqual(Array.from({ length: cut.length }, (_, i) => i + 1));
     reading.ws.close();
     await untilUnsubscribed(ch);
   });

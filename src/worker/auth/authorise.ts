@@ -6,6 +6,7 @@
 import { bearerAuth } from "hono/bearer-auth";
 import { createMiddleware } from "hono/factory";
 import { type SecretName, secretProblem } from "../../settings/secrets";
+import { settingsOf } from "../../settings/settings";
 import { anyPatternMatches, type ChannelName } from "../../wire/channel-names";
 import { ApiError, permissionDenied, unauthenticated } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
@@ -79,11 +80,28 @@ export async function verifyAccess(env: Env, token: string | null): Promise<Veri
   }
 }
 
+/**
+ * Whether a token's patterns grant `channel`. The record's channel (`recordChannel`, ANALYTICS_CHANNEL)
+ * only to a pattern that is its very name (docs/security.md, "The record of dropped messages"): it
+ * holds the drops and publishers of every channel, so a wildcard meant for other channels
+ * (`private:*.*.*`) must not read it by accident.
+ */
+export function patternsGrant(verified: VerifiedToken, channel: ChannelName, recordChannel: string): boolean {
+  if (channel.name === recordChannel) return verified.patterns.some((p) => p.source === channel.name);
+  return anyPatternMatches(verified.patterns, channel);
+}
+
+/** Whether a verified token grants `scope` on `channel` (with {@link patternsGrant}'s rule for the record's channel). */
+export function grants(verified: VerifiedToken, scope: Scope, channel: ChannelName, recordChannel: string): boolean {
+  return verified.claims.scp.includes(scope) && patternsGrant(verified, channel, recordChannel);
+}
+
 /** Checks that a verified token grants `scope` on `channel`. @throws ApiError 403 */
-export function checkGrant(verified: VerifiedToken, scope: Scope, channel: ChannelName): void {
+export function checkGrant(verified: VerifiedToken, scope: Scope, channel: ChannelName, recordChannel: string): void {
   if (!verified.claims.scp.includes(scope)) throw permissionDenied(`token lacks the "${scope}" scope`);
-  if (!anyPatternMatches(verified.patterns, channel)) {
-    throw permissionDenied(`token does not grant channel ${channel.name}`);
+  if (!patternsGrant(verified, channel, recordChannel)) {
+    const literal = channel.name === recordChannel ? " (the record's channel is granted by its literal name only)" : "";
+    throw permissionDenied(`token does not grant channel ${channel.name}${literal}`);
   }
 }
 
@@ -95,7 +113,7 @@ export async function authorise(
   channel: ChannelName,
 ): Promise<VerifiedToken> {
   const verified = await verifyAccess(env, token);
-  checkGrant(verified, scope, channel);
+  checkGrant(verified, scope, channel, settingsOf(env).analyticsChannel.name);
   return verified;
 }
 
