@@ -166,13 +166,7 @@ export class ChannelRelays {
    * `MAX_SUBSCRIBERS`, the anonymous share); with the head seq: the subscriber gets every message after it (or after its
    * `?after=`, if lower).
    */
-  assign(
-    group: string,
-    capacity: number,
-    client: string,
-    limits: Admission,
-    presence?: PresenceSettings,
-  ): RelaySlot {
+  assign(group: string, capacity: number, client: string, limits: Admission, presence?: PresenceSettings): RelaySlot {
     if (presence) this.presenceSettings = presence;
     const now = Date.now();
     this.relays.sweep(now);

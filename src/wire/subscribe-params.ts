@@ -79,10 +79,10 @@ export function epochParam(value: string | undefined | null, name = "epoch"): st
 /**
  * Where a resume starts (docs/api.md, "Numbering restarts"): `after` as asked while `epoch` is the
  * channel's (or not given); 0, everything kept from seq 1, when `epoch` is no longer the channel's
- * (its seq started again since: the old `after` counts in a numbering that is gone); `"beyond"` when
- * `after` is past the channel's head in its current numbering, which only a restart the client did not
- * name could explain — answered 400, never resumed from a seq that skips the new messages. Null: no
- * resume asked. `current.epoch` is "" for a channel that stores nothing (no epoch is its own).
+ * (its seq started again since: the old `after` counts in a numbering that is gone), and when `after`
+ * is past the head with no `epoch` given (only a restart explains it); `"beyond"` when `after` is past
+ * the head of the epoch it names — answered 400, never resumed from a seq that skips the new
+ * messages. Null: no resume asked. `current.epoch` is "" for a channel that stores nothing (no epoch is its own).
  */
 export function resumePoint(
   after: number | null,
@@ -91,7 +91,10 @@ export function resumePoint(
 ): number | null | "beyond" {
   if (after === null) return null;
   if (epoch !== null && epoch !== current.epoch) return 0;
-  return after > current.head ? "beyond" : after;
+  if (after <= current.head) return after;
+  // Past the head: impossible in the epoch named (400); with none named, only a restart explains it,
+  // so everything kept is replayed — a client that never learnt epochs keeps working after a wipe.
+  return epoch === null ? 0 : "beyond";
 }
 
 /** The 400 of a resume past the channel's head (see {@link resumePoint}). */
