@@ -224,6 +224,8 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
       floor: after === null ? slot.head : Math.min(after, slot.head),
       // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
       expiresAt: verified ? verified.claims.exp * 1000 : null,
+      // And when its session is revoked (the relay reads the list of revoked sessions).
+      sid: verified?.claims.sid ?? null,
       maxRate,
     },
     c.req.raw,
