@@ -17,7 +17,7 @@ import { MAX_REVOKED_SESSIONS } from "../../refresh-ledger/revoked-sessions";
 
 /** How old the copy may grow before one request reads the list again. */
 export const REVOKED_LIST_REFRESH_MS = 30_000;
-/** How old the copy may grow before every request reads it (the contract's bound: 60 s). */
+/** How old the copy may grow before every request reads it: 60 s, the bound docs/security.md states. */
 export const REVOKED_LIST_MAX_AGE_MS = 60_000;
 
 class RevokedSessions {

@@ -125,7 +125,8 @@ const subscribeRoute = route({
             description:
               "`id: <seq>`, `event: message`, `data: <Frame>`; `id: <seq>`, `event: expired`, " +
               '`data: {"type":"expired","reason":"token expired","seq":<seq>}` (then the end) when the token ' +
-              "expires; `event: summary`, `data: <summary of drops>` with no `id` (see above); `: keepalive` comment lines.",
+              'expires (reason `"session revoked"` when its session is revoked; `"stream lifetime reached"` ' +
+              "when an anonymous stream reaches 24 h: resume with `Last-Event-ID`); `event: summary`, `data: <summary of drops>` with no `id` (see above); `: keepalive` comment lines.",
           }),
         },
       },
