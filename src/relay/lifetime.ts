@@ -1,12 +1,14 @@
 /**
  * How long a relay's subscriptions last, and the SSE heartbeat (docs/api.md, "How long a subscription
  * lasts"): a subscription opened with a token ends when the token expires (an anonymous SSE stream
- * after SSE_ANONYMOUS_MAX_MS, src/relay/bounds.ts; one of a revoked session sooner, src/relay/revocations.ts) — the expiry is kept in the
- * WebSocket's attachment (it survives hibernation) or on the SSE stream, and the relay's one alarm,
- * set for the earliest expiry, closes it (WebSocket: an `expired` frame, then {@link TOKEN_EXPIRED_CLOSE};
- * SSE: `event: expired`, then the end). The expired frame carries the subscriber's position, so its
- * client resumes from there with `?after=` and loses nothing sent while it was away. The same alarm writes every SSE stream a comment line each {@link SSE_HEARTBEAT_MS}:
- * the write is what finds a reader that went away, which then stops counting.
+ * after SSE_ANONYMOUS_MAX_MS, src/relay/bounds.ts; one of a revoked session sooner,
+ * src/relay/revocations.ts). The expiry is kept in the WebSocket's attachment (it survives
+ * hibernation) or on the SSE stream, and the relay's one alarm, set for the earliest expiry, closes
+ * it (WebSocket: an `expired` frame, then {@link TOKEN_EXPIRED_CLOSE}; SSE: `event: expired`, then
+ * the end). The expired frame carries the subscriber's position, so its client resumes from there
+ * with `?after=` and loses nothing sent while it was away. The same alarm writes every SSE stream a
+ * comment line each {@link SSE_HEARTBEAT_MS}: the write is what finds a reader that went away, which
+ * then stops counting.
  */
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../wire/close-codes";

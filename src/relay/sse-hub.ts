@@ -4,7 +4,8 @@
  * behind is thinned and, still over {@link SUBSCRIBER_MAX_BEHIND_BYTES} at 1 message a second, cut off
  * (a clean end: the client reconnects with `Last-Event-ID`) instead of being buffered for without
  * bound, and never slows the others (writes do not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
- * one opened with a token ends with `event: expired` when the token does ({@link SseHub.expire}).
+ * ends with `event: expired`: one opened with a token when the token does ({@link SseHub.expire}) or
+ * its session is revoked ({@link SseHub.revoke}), an anonymous one after {@link SSE_ANONYMOUS_MAX_MS}.
  */
 
 import { STREAM_LIFETIME_REASON, TOKEN_EXPIRED_REASON } from "../wire/close-codes";
