@@ -35,6 +35,8 @@ export interface RelaySubscribe {
   epoch?: string;
   /** When its token expires (epoch ms): the relay ends it then. Null: anonymous. */
   expiresAt: number | null;
+  /** Its token's session (`sid`): the relay ends it when the session is revoked (src/relay/revocations.ts). */
+  sid?: string | null;
   /** Its own rate (`?max_rate=`, src/relay/reader-rate.ts), or null: as fast as it reads. */
   maxRate?: ReaderRate | null;
 }
@@ -59,6 +61,7 @@ export function subscribeRequest(s: RelaySubscribe, original: Request): Request 
   q.set("floor", String(s.floor));
   if (s.epoch) q.set("epoch", s.epoch);
   if (s.expiresAt !== null) q.set("expires", String(s.expiresAt));
+  if (s.sid) q.set("sid", s.sid);
   if (s.maxRate) q.set("max_rate", rateText(s.maxRate));
   return new Request(url, original);
 }
@@ -83,6 +86,7 @@ export function readSubscribe(request: Request): RelaySubscribe {
     floor: Math.min(Number(q.get("floor")), head),
     ...(q.get("epoch") ? { epoch: q.get("epoch") as string } : {}),
     expiresAt: Number.isFinite(expires) ? expires : null,
+    sid: q.get("sid"),
     maxRate: readRateText(q.get("max_rate")),
   };
 }

@@ -190,9 +190,11 @@ export function packFrames(frames: readonly { text: string }[], maxBytes: number
  * The last frame of a subscription whose token expired (docs/api.md, "How long a subscription lasts"):
  * `seq` is the last seq the subscriber was sent or is past (its resume floor when it was sent nothing
  * since it connected), so the client resumes with `?after=<seq>` and misses nothing published while
- * it fetches a fresh token — even on a quiet channel, where it holds no seq of its own.
+ * it fetches a fresh token — even on a quiet channel, where it holds no seq of its own. The same frame
+ * ends a subscription whose session was revoked, and an anonymous SSE stream at its longest lifetime,
+ * each with its own `reason` (src/wire/close-codes.ts).
  */
-export function expiredFrame(seq: number, epoch?: string): string {
+export function expiredFrame(seq: number, epoch?: string, reason: string = TOKEN_EXPIRED_REASON): string {
   const epochField = epoch ? `,"epoch":${JSON.stringify(epoch)}` : "";
-  return `{"type":"expired","reason":${JSON.stringify(TOKEN_EXPIRED_REASON)}${epochField},"seq":${seq}}`;
+  return `{"type":"expired","reason":${JSON.stringify(reason)}${epochField},"seq":${seq}}`;
 }

@@ -145,10 +145,12 @@ export function subscribe(
 
   // The server ended the subscription because `used` expired: not a failure of the connection, so
   // it resumes at once with a fresh token and the same `?after=`, and the application is not told.
-  // Without a refresh token (or when the refresh fails) it is an ordinary disconnect.
+  // Without a refresh token (or when the refresh fails: a revoked session) it is an ordinary
+  // disconnect. An anonymous stream ended at its longest lifetime has nothing to refresh: it resumes.
   const renew = (used: string | undefined) => {
     current = null;
     if (closed) return;
+    if (used === undefined) return void connect();
     const expired = new FloodgateError(401, "unauthenticated", "subscription token expired");
     if (!session.refreshToken) return reconnect(expired);
     const fresh = session.accessToken !== used ? Promise.resolve() : session.refreshOnce();

@@ -13,6 +13,7 @@ import type { AppEnv } from "../app-env";
 import { adminAuthBudget } from "../gate/budgets";
 import { apiErrorResponse } from "../http/errors";
 import { clientIp } from "../http/params";
+import { revokedSessions } from "./revoked-sessions";
 import { type Scope, TokenError, type VerifiedToken, verifyToken } from "./tokens";
 
 /** The bearer token in `Authorization`, or null. */
@@ -64,12 +65,22 @@ function isAdminToken(env: Env, token: string): boolean {
   return a.byteLength === b.byteLength && crypto.subtle.timingSafeEqual(a, b);
 }
 
-/** Verifies an access token: signature, shape, expiry and type. @throws ApiError 401 */
+/** What a token of a revoked session is answered (401). */
+export const SESSION_REVOKED =
+  "session revoked: one of its refresh tokens was used twice; mint a new token pair (docs/security.md)";
+
+/**
+ * Verifies an access token: signature, shape, expiry, type, and that its session (`sid`) is not
+ * revoked (src/worker/auth/revoked-sessions.ts). @throws ApiError 401
+ */
 export async function verifyAccess(env: Env, token: string | null): Promise<VerifiedToken> {
   const secret = tokenSecret(env);
   if (!token) throw unauthenticated(MISSING_BEARER);
   try {
-    return await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
+    const verified = await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
+    const sid = verified.claims.sid;
+    if (sid !== undefined && (await revokedSessions.has(env, sid))) throw unauthenticated(SESSION_REVOKED);
+    return verified;
   } catch (e) {
     if (e instanceof TokenError) {
       // Only a token that is no JWT at all can be the admin token: a signed one never pays the compare.

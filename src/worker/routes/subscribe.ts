@@ -152,7 +152,8 @@ const subscribeRoute = route({
             description:
               "`id: <epoch>:<seq>`, `event: message`, `data: <Frame>`; `id: <epoch>:<seq>`, `event: expired`, " +
               '`data: {"type":"expired","reason":"token expired","epoch":<epoch>,"seq":<seq>}` (then the end) when the token ' +
-              "expires; `event: summary`, `data: <summary of drops>` with no `id` (see above); `: keepalive` comment lines.",
+              'expires (reason `"session revoked"` when its session is revoked; `"stream lifetime reached"` ' +
+              "when an anonymous stream reaches 24 h: resume with `Last-Event-ID`); `event: summary`, `data: <summary of drops>` with no `id` (see above); `: keepalive` comment lines.",
           }),
         },
       },
@@ -273,6 +274,8 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
       epoch: slot.epoch,
       // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
       expiresAt: verified ? verified.claims.exp * 1000 : null,
+      // And when its session is revoked (the relay reads the list of revoked sessions).
+      sid: verified?.claims.sid ?? null,
       maxRate,
     },
     c.req.raw,
