@@ -103,7 +103,7 @@ describe("the client and the ends of a subscription", () => {
     await until(() => got.length === 1, "1 message");
     await relayTick(ch, Date.now() + SSE_ANONYMOUS_MAX_MS + 1_000);
     await until(() => opened.length === 2, "the second stream");
-    expect(opened[1]?.lastEventId).toBe("1");
+    expect(opened[1]?.lastEventId).toBe(`${sub.epoch}:1`);
     await publishTo(ch, pub, { i: 2 });
     await until(() => got.length === 2, "2 messages");
     expect(got.map((m) => m.seq)).toEqual([1, 2]);

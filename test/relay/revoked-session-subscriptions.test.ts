@@ -105,7 +105,12 @@ describe("subscriptions of a revoked session end", () => {
       expect(s.closed()).toEqual({ code: TOKEN_EXPIRED_CLOSE, reason: SESSION_REVOKED_REASON });
       expect(s.frames.at(-1)).toMatchObject({ type: "expired", reason: SESSION_REVOKED_REASON });
     }
-    expect(pubWs.frames.at(-1)).toEqual({ type: "expired", reason: SESSION_REVOKED_REASON, seq: 1 });
+    expect(pubWs.frames.at(-1)).toEqual({
+      type: "expired",
+      reason: SESSION_REVOKED_REASON,
+      epoch: (pubWs.frames[0] as { epoch: string }).epoch,
+      seq: 1,
+    });
     expect(pubSse.text).toMatch(/event: expired\ndata: \{[^\n]*"reason":"session revoked"[^\n]*\}\n\n$/);
     expect(anon.closed()).toBeNull();
     expect(otherWs.closed()).toBeNull();

@@ -166,7 +166,7 @@ describe("an anonymous SSE stream has a longest lifetime", () => {
     const socketAnon = await socket(ch);
     await until(async () => (await channelStats(ch)).sse === 1, "the stream counted");
     await publish(ch, 2);
-    await until(() => stream.state.text.includes("id: 2\n"), "seq 2 on the stream");
+    await until(() => /id: [A-Za-z0-9_-]+:2\n/.test(stream.state.text), "seq 2 on the stream");
     // Its end is on the relay's alarm: due by then.
     const alarm = await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm());
     expect(alarm as number).toBeLessThanOrEqual(opened + SSE_ANONYMOUS_MAX_MS + 1_000);
@@ -174,15 +174,18 @@ describe("an anonymous SSE stream has a longest lifetime", () => {
     expect(stream.state.text).not.toContain("event: expired");
     await tickAt(ch, Date.now() + SSE_ANONYMOUS_MAX_MS);
     await until(() => stream.state.ended, "the stream's end");
-    const last = /id: (\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(stream.state.text);
-    expect(last?.[1]).toBe("2");
-    expect(JSON.parse(last?.[2] ?? "null")).toEqual({ type: "expired", reason: STREAM_LIFETIME_REASON, seq: 2 });
+    const last = /id: ([A-Za-z0-9_-]+):(\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(stream.state.text);
+    expect(last?.[2]).toBe("2");
+    const epoch = last?.[1];
+    expect(JSON.parse(last?.[3] ?? "null")).toEqual({ type: "expired", reason: STREAM_LIFETIME_REASON, epoch, seq: 2 });
     expect(socketAnon.closed()).toBeNull();
     // What an EventSource does next: reconnect with the last id it saw.
     await publish(ch, 1);
-    const res = await call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream", "last-event-id": "2" } });
+    const res = await call(`/v1/subscribe/${ch}`, {
+      headers: { accept: "text/event-stream", "last-event-id": `${epoch}:2` },
+    });
     const resumed = await readSse(res, 1);
-    expect(resumed.map((e) => Number(e.id))).toEqual([3]);
+    expect(resumed.map((e) => e.id)).toEqual([`${epoch}:3`]);
     socketAnon.ws.close();
   });
 });
