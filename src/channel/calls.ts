@@ -40,6 +40,8 @@ export type PublishOutcome =
       status: "delivered";
       channel: string;
       shard?: string;
+      /** The channel's numbering the seq counts in (docs/api.md, "Numbering restarts"). */
+      epoch: string;
       seq: number;
       id: string;
       published_at: number;
@@ -85,9 +87,9 @@ export interface ChannelPeriod {
   fastPoints?: SeriesPoint[];
 }
 
-/** A slot on a relay for one subscriber, with the channel's head seq when it was taken. */
-export type RelayAssignment =
-  | { relay: string; group: string; k: number; reservation: string; head: number }
+/** A slot on a relay for one subscriber, with the channel's head seq and epoch when it was taken. */
+export type RelaySlot =
+  | { relay: string; group: string; k: number; reservation: string; head: number; epoch: string }
   | { full: true }
   /** The client holds MAX_SUBSCRIPTIONS_PER_CLIENT subscriptions of this channel already. */
   | { clientFull: true }
@@ -95,6 +97,12 @@ export type RelayAssignment =
   | { netFull: true }
   /** Anonymous subscribers hold ANONYMOUS_SHARE × MAX_SUBSCRIBERS of it already (src/channel/client-cap.ts). */
   | { anonymousFull: true };
+
+/**
+ * A subscriber's slot, or a resume past the head in the channel's current numbering (docs/api.md,
+ * "Numbering restarts"), which takes no slot.
+ */
+export type RelayAssignment = RelaySlot | { beyond: true; head: number };
 
 export interface ChannelStats {
   channel: string | null;

@@ -30,6 +30,7 @@ import { AlarmScheduler } from "../platform/alarm-scheduler";
 import type { ChannelForRelay, RelayReport, RelayReportAnswer } from "../relay/calls";
 import type { TargetJson } from "../settings/targets";
 import type { LiveFrame } from "../wire/frame-text";
+import { resumePoint } from "../wire/subscribe-params";
 import { ChannelActivity } from "./activity";
 import type {
   ChannelPeriod,
@@ -41,6 +42,7 @@ import type {
   PublishOutcome,
   RecordCounts,
   RelayAssignment,
+  RelaySlot,
 } from "./calls";
 import type { Admission } from "./client-cap";
 import { DropSummaries } from "./drop-summaries";
@@ -213,6 +215,11 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     return this.messages.history(after, limit, sourceChannel);
   }
 
+  /** A resuming reader's page, or the head its `after` is beyond (src/channel/messages.ts). */
+  historyPage(after: number | null, limit: number, source: string | null, epoch: string | null) {
+    return this.messages.page(after, limit, source, epoch);
+  }
+
   /**
    * Occupancy now, and in a small room who (src/channel/presence.ts). A read: a channel
    * nobody uses stores nothing for it.
@@ -323,11 +330,17 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     client: string,
     limits: Admission,
     presence?: PresenceSettings,
+    resume?: { after: number; epoch: string | null },
   ): Promise<RelayAssignment> {
     await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();
+    // A resume past the head in the current numbering takes no slot: the Worker answers it 400.
+    const head = this.store.counter("last_seq");
+    if (resume && resumePoint(resume.after, resume.epoch, { epoch: this.store.epoch, head }) === "beyond") {
+      return { beyond: true, head };
+    }
     return this.relays.assign(group, capacity, client, limits, presence);
   }
 
@@ -343,7 +356,7 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     client: string,
     limits: Admission,
     presence?: PresenceSettings,
-  ): Promise<RelayAssignment> {
+  ): Promise<RelaySlot> {
     await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);

@@ -7,6 +7,7 @@
 import { PAGE_MAX_BYTES } from "../relay/bounds";
 import { settingsOf } from "../settings/settings";
 import { frame } from "../wire/frame-text";
+import { resumePoint } from "../wire/subscribe-params";
 import type { CopyItem } from "./calls";
 import type { ChannelStore, CounterValues } from "./store";
 
@@ -124,6 +125,23 @@ export class MessageLog {
     );
     if (after === null) rows.reverse();
     const channel = this.store.channel ?? "";
-    return rows.map((r) => frame(channel, r));
+    return rows.map((r) => frame(channel, this.store.epoch, r));
+  }
+
+  /**
+   * A history page for a reader that names the numbering its `after` counts in (docs/api.md,
+   * "Numbering restarts"): an `epoch` no longer the channel's reads from seq 1; `after` past the head
+   * in the current numbering is answered with the head instead of a page, for the Worker's 400.
+   */
+  page(
+    after: number | null,
+    limit: number,
+    sourceChannel: string | null,
+    epoch: string | null,
+  ): { frames: string[] } | { beyond: number } {
+    const head = this.store.counter("last_seq");
+    const from = resumePoint(after, epoch, { epoch: this.store.epoch, head });
+    if (from === "beyond") return { beyond: head };
+    return { frames: this.history(from, limit, sourceChannel) };
   }
 }

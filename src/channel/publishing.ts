@@ -48,6 +48,7 @@ export class Publishing {
         status: "delivered",
         channel,
         ...(shard === null ? {} : { shard }),
+        epoch: this.store.epoch,
         seq: m.seq,
         id: m.id,
         published_at: cmd.now,

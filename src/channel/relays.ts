@@ -14,7 +14,7 @@ import type { RelayReport, RelayReportAnswer } from "../relay/calls";
 import { relayName } from "../relay/placement";
 import { settingsOf } from "../settings/settings";
 import { frame, type LiveFrame, type MessageFields, type SideFrame, takeFrameBytes } from "../wire/frame-text";
-import type { RelayAssignment } from "./calls";
+import type { RelaySlot } from "./calls";
 import type { Admission } from "./client-cap";
 import type { MessageRow } from "./messages";
 import { ChannelPresence, type PresenceAnswer, type PresenceSettings } from "./presence";
@@ -166,13 +166,7 @@ export class ChannelRelays {
    * `MAX_SUBSCRIBERS`, the anonymous share); with the head seq: the subscriber gets every message after it (or after its
    * `?after=`, if lower).
    */
-  assign(
-    group: string,
-    capacity: number,
-    client: string,
-    limits: Admission,
-    presence?: PresenceSettings,
-  ): RelayAssignment {
+  assign(group: string, capacity: number, client: string, limits: Admission, presence?: PresenceSettings): RelaySlot {
     if (presence) this.presenceSettings = presence;
     const now = Date.now();
     this.relays.sweep(now);
@@ -182,7 +176,7 @@ export class ChannelRelays {
     if (!("relay" in a) || !this.relays.get(a.relay)?.active) this.probe(now);
     if (!("relay" in a)) return a;
     const entry = this.relays.get(a.relay) as RelayEntry;
-    return { ...a, group, k: entry.k, head: this.store.counter("last_seq") };
+    return { ...a, group, k: entry.k, head: this.store.counter("last_seq"), epoch: this.store.epoch };
   }
 
   /**
@@ -196,7 +190,7 @@ export class ChannelRelays {
     client: string,
     limits: Admission,
     presence?: PresenceSettings,
-  ): RelayAssignment {
+  ): RelaySlot {
     if (presence) this.presenceSettings = presence;
     const now = Date.now();
     this.relays.sweep(now);
@@ -205,7 +199,7 @@ export class ChannelRelays {
       this.probe(now);
       return a;
     }
-    return { ...a, group, k, head: this.store.counter("last_seq") };
+    return { ...a, group, k, head: this.store.counter("last_seq"), epoch: this.store.epoch };
   }
 
   /**
@@ -264,6 +258,7 @@ export class ChannelRelays {
   framesAfter(after: number, upTo: number, maxBytes: number): { frames: LiveFrame[]; more: boolean } {
     if (this.store.wiped) return { frames: [], more: false };
     const channel = this.store.channel ?? "";
+    const epoch = this.store.epoch;
     const rows = this.store.sql.exec<MessageRow>(
       "SELECT seq, id, data, published_at, meta, priority FROM messages WHERE seq > ? AND seq <= ? ORDER BY seq ASC",
       after,
@@ -271,7 +266,7 @@ export class ChannelRelays {
     );
     // Read lazily: rows past the bound are never loaded.
     function* frames(): Generator<LiveFrame> {
-      for (const r of rows) yield liveFrame(channel, r);
+      for (const r of rows) yield liveFrame(channel, epoch, r);
     }
     return takeFrameBytes(frames(), Math.min(maxBytes, PAGE_MAX_BYTES));
   }
@@ -284,7 +279,8 @@ export class ChannelRelays {
     // No one listening (the analytics channel, usually): no frames to build.
     if (active.length === 0) return;
     const channel = this.store.channel ?? "";
-    const frames = messages.map((m) => liveFrame(channel, m));
+    const epoch = this.store.epoch;
+    const frames = messages.map((m) => liveFrame(channel, epoch, m));
     const head = this.store.counter("last_seq");
     for (const e of active) this.pipeTo(e.name).push(frames, head);
     // A wake-up soon after: if this instance is reset with frames still on a line, the next one
@@ -365,8 +361,8 @@ function presenceSettings(env: Env): PresenceSettings {
 }
 
 /** A message's live frame, with a Pusher event's delivery details and a priority mark beside its text. */
-function liveFrame(channel: string, m: MessageFields): LiveFrame {
-  const f: LiveFrame = { seq: m.seq, text: frame(channel, m) };
+function liveFrame(channel: string, epoch: string, m: MessageFields): LiveFrame {
+  const f: LiveFrame = { seq: m.seq, epoch, text: frame(channel, epoch, m) };
   if (m.meta) f.meta = m.meta;
   // Relays that thin a subscriber pass a priority message whatever its rate (docs/api.md, "Each reader's rate").
   if (m.priority) f.priority = true;

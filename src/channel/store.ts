@@ -53,6 +53,12 @@ export class ChannelStore {
   channel: string | null = null;
   /** Nothing is stored (never written, or deleted by idle expiry); the tables come with the next write. */
   wiped = false;
+  /**
+   * The channel's epoch (docs/api.md, "Numbering restarts"): made with its tables and kept in `meta`,
+   * so a channel whose storage idle expiry deleted numbers its messages from seq 1 again under a new
+   * one, and a resume from the old numbering is told. "" while nothing is stored.
+   */
+  epoch = "";
   /** Messages appended by the current transaction, sent live once it commits. */
   live: MessageFields[] = [];
   /** Inside {@link inBatch}: counters changed but not yet written. */
@@ -88,14 +94,30 @@ export class ChannelStore {
       meta.set(row.name, row.value);
     }
     this.channel = meta.get("channel") ?? null;
+    // Storage from before epochs existed (local development) gets one.
+    this.epoch = meta.get("epoch") ?? this.newEpoch();
     return meta;
   }
 
-  /** Before any use of storage: the tables, if an idle expiry deleted them. */
+  /** Before any use of storage: the tables, if an idle expiry deleted them, under a new epoch. */
   revive(): void {
     if (!this.wiped) return;
     this.wiped = false;
     createChannelTables(this.sql);
+    this.epoch = this.newEpoch();
+  }
+
+  /**
+   * A new epoch, stored: 72 random bits as 12 base64url characters, so a channel never gets one it
+   * had before (a stale epoch can never look current again).
+   */
+  private newEpoch(): string {
+    const bytes = crypto.getRandomValues(new Uint8Array(9));
+    const epoch = btoa(String.fromCharCode(...bytes))
+      .replace(/\+/g, "-")
+      .replace(/\//g, "_");
+    this.putMeta("epoch", epoch);
+    return epoch;
   }
 
   /** Learns the channel's name from the first call that carries it, and stores it. */
@@ -204,6 +226,7 @@ export class ChannelStore {
       this.scheduler.cleared();
       this.counters.clear();
       this.channel = null;
+      this.epoch = "";
       this.live = [];
       forget();
       return true;

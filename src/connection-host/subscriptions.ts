@@ -7,7 +7,7 @@
  * (429), then the lane joined (./lane.ts). A refusal changes nothing else.
  */
 import { shardKey } from "../../functions/shard-key";
-import type { RelayAssignment } from "../channel/calls";
+import type { RelaySlot } from "../channel/calls";
 import { type BucketState, fullBucket, take } from "../limiter/token-bucket";
 import { shardRuleFor } from "../settings/rules";
 import type { Settings } from "../settings/settings";
@@ -29,7 +29,7 @@ export interface SubscribingHost {
   /** The lane of a channel key, made when it has none. */
   lane(key: string, name: string): HostLane;
   existingLane(key: string): HostLane | undefined;
-  reserve(key: string, client: string, visibility: "public" | "private"): Promise<RelayAssignment>;
+  reserve(key: string, client: string, visibility: "public" | "private"): Promise<RelaySlot>;
   send(ws: WebSocket, text: string): void;
   error(ws: WebSocket, code: number, message: string): void;
   subscriptionError(ws: WebSocket, channel: string, status: number, type: string, error: string): void;
@@ -119,7 +119,7 @@ export class HostSubscriptions {
     const key = rule ? shardKey(floodgate.name, a.continent ?? DEFAULT_SHARD) : floodgate.name;
     const client = userId === null ? a.client : memberKey(userId);
     mine.set(channel, key); // held while the slot is reserved: a second subscribe waits for this one
-    let slot: RelayAssignment;
+    let slot: RelaySlot;
     try {
       slot = await host.reserve(key, client, floodgate.visibility);
     } catch (e) {

@@ -56,6 +56,17 @@ export function connectionLedgerStub(env: Env, client: string) {
   return env.CONNECTION_LEDGER.get(objectId(env.CONNECTION_LEDGER, client));
 }
 
+/**
+ * The name of the `RefreshLedger` instance that lists revoked sessions: never a subject's, since
+ * subjects never hold `#` (the mint's `sub` rule).
+ */
+export const REVOKED_SESSIONS_LEDGER = "#revoked-sessions";
+
+/** The one `RefreshLedger` instance that lists revoked sessions (src/refresh-ledger/revoked-sessions.ts). */
+export function revokedSessionsStub(env: Env) {
+  return env.REFRESH_LEDGER.get(objectId(env.REFRESH_LEDGER, REVOKED_SESSIONS_LEDGER));
+}
+
 /** A relay of a channel, by relay name (src/relay/placement.ts names them). */
 export function relayStub(env: Env, relay: string) {
   return env.RELAY.get(objectId(env.RELAY, relay));

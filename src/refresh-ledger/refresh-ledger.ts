@@ -12,8 +12,12 @@
  *
  * Rows live until the token or the chain would expire anyway; an alarm then clears them, and a ledger
  * with nothing left keeps nothing in storage.
+ *
+ * One more instance keeps the list of revoked sessions that Worker isolates and relays read, so that
+ * a revoked session's access tokens and subscriptions end too (src/refresh-ledger/revoked-sessions.ts).
  */
 import { DurableObject } from "cloudflare:workers";
+import { addRevoked, listRevoked } from "./revoked-sessions";
 
 /** What presenting a refresh token did. */
 export type SpendOutcome = "spent" | "reused" | "revoked";
@@ -61,6 +65,23 @@ export class RefreshLedger extends DurableObject<Env> {
     }
     await this.scheduleCleanup();
     return outcome;
+  }
+
+  /**
+   * The list's instance only: `sid` is revoked until `untilSeconds` (when its longest access token
+   * would have expired, epoch seconds).
+   */
+  async revokeSession(sid: string, untilSeconds: number, nowSeconds: number): Promise<void> {
+    this.forgetExpired(nowSeconds);
+    if (addRevoked(this.tables(), sid, untilSeconds)) {
+      console.warn("floodgate: the list of revoked sessions is full; the one ending first was dropped from it");
+    }
+    await this.scheduleCleanup();
+  }
+
+  /** The list's instance only: every session revoked whose access tokens may still be presented. */
+  revokedSessions(nowSeconds: number): string[] {
+    return listRevoked(this.tables(), nowSeconds);
   }
 
   /** Clears what has expired; when nothing is left, the object keeps nothing in storage. */

@@ -35,6 +35,13 @@ export const RELAY_MAX_BUFFERED_BYTES = 32 * 1024 * 1024;
  * only the second write after it left fails.
  */
 export const SSE_HEARTBEAT_MS = 10_000;
+/**
+ * Longest an anonymous SSE stream lasts (docs/security.md): 24 h, as long as the longest access
+ * token, so no stream outlives what a token holder's could. It then ends with `event: expired`
+ * carrying its position as `id`, and the reader (an EventSource too) reconnects with `Last-Event-ID`
+ * and misses nothing. Anonymous WebSockets are not ended: a hibernated one costs its relay nothing.
+ */
+export const SSE_ANONYMOUS_MAX_MS = 24 * 60 * 60 * 1000;
 /** When a count report failed, the relay tries again this much later even if nothing else changes. */
 export const REPORT_RETRY_MS = 5_000;
 /**

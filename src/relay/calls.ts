@@ -31,8 +31,12 @@ export interface RelaySubscribe {
   head: number;
   /** Where its stream starts: the resume point (`?after=`), at most `head`. */
   floor: number;
+  /** The channel's epoch when the slot was taken (docs/api.md, "Numbering restarts"), for its expired frame. */
+  epoch?: string;
   /** When its token expires (epoch ms): the relay ends it then. Null: anonymous. */
   expiresAt: number | null;
+  /** Its token's session (`sid`): the relay ends it when the session is revoked (src/relay/revocations.ts). */
+  sid?: string | null;
   /** Its own rate (`?max_rate=`, src/relay/reader-rate.ts), or null: as fast as it reads. */
   maxRate?: ReaderRate | null;
 }
@@ -55,7 +59,9 @@ export function subscribeRequest(s: RelaySubscribe, original: Request): Request 
   if (s.presence) q.set("presence", "1");
   q.set("head", String(s.head));
   q.set("floor", String(s.floor));
+  if (s.epoch) q.set("epoch", s.epoch);
   if (s.expiresAt !== null) q.set("expires", String(s.expiresAt));
+  if (s.sid) q.set("sid", s.sid);
   if (s.maxRate) q.set("max_rate", rateText(s.maxRate));
   return new Request(url, original);
 }
@@ -78,7 +84,9 @@ export function readSubscribe(request: Request): RelaySubscribe {
     presence: q.get("presence") === "1",
     head,
     floor: Math.min(Number(q.get("floor")), head),
+    ...(q.get("epoch") ? { epoch: q.get("epoch") as string } : {}),
     expiresAt: Number.isFinite(expires) ? expires : null,
+    sid: q.get("sid"),
     maxRate: readRateText(q.get("max_rate")),
   };
 }

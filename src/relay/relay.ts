@@ -10,7 +10,8 @@
  *   before anything newer), a joining subscriber's replay, live sends — in one lane of work.
  * - src/relay/reporter.ts: count reports to the channel (coalesced, retried by the alarm).
  *   A relay left empty is told to leave: it deletes its storage and is gone from the registry.
- * - src/relay/lifetime.ts: token expiry and the SSE heartbeat, on the relay's one alarm.
+ * - src/relay/lifetime.ts: token expiry and the SSE heartbeat, on the relay's one alarm;
+ *   src/relay/revocations.ts: subscriptions of revoked sessions, on the same alarm.
  *   WebSockets that go away are told by the runtime (webSocketClose / webSocketError).
  * - src/relay/connection-holds.ts: what it holds of each client, told to the client's ledger
  *   (`MAX_CONNECTIONS_PER_CLIENT`, counted over all channels) when it changes; asked again by a ledger.
@@ -20,7 +21,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { bindObjectMetrics } from "../metrics/object-metrics";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
-import { channelStub, metricsStub } from "../platform/stubs";
+import { channelStub, metricsStub, revokedSessionsStub } from "../platform/stubs";
 import { settingsOf } from "../settings/settings";
 import { INTERNAL_CLOSE, NORMAL_CLOSE, SUBSCRIBER_SPOKE_CLOSE, SUBSCRIBER_SPOKE_REASON } from "../wire/close-codes";
 import type { LiveFrame, SideFrame } from "../wire/frame-text";
@@ -36,6 +37,7 @@ import { type ConnectionHolds, connectionHolds } from "./connection-holds";
 import { RelayLifetime } from "./lifetime";
 import { readRateText } from "./reader-rate";
 import { type RelayIdentity, RelayReporter } from "./reporter";
+import { RelayRevocations } from "./revocations";
 import { createRelayTable, readRelayRow } from "./schema";
 import { RelayStream } from "./stream";
 import { attachment, RelaySubscribers, type Subscriber } from "./subscribers";
@@ -65,6 +67,7 @@ export class Relay extends DurableObject<Env> {
   private readonly stream: RelayStream;
   private readonly lifetime: RelayLifetime;
   private readonly holds: ConnectionHolds;
+  private readonly revocations: RelayRevocations;
   /** Bytes waiting for all subscribers together before the most behind are closed (a test lowers it). */
   maxBufferedBytes = RELAY_MAX_BUFFERED_BYTES;
   /** `FRAME_DELAY` in ms (docs/api.md, "Packed frames"); a test sets its own. */
@@ -137,6 +140,13 @@ export class Relay extends DurableObject<Env> {
       thinned,
     );
     this.lifetime = new RelayLifetime(this.subs, this.alarms, this.stream);
+    this.revocations = new RelayRevocations(
+      this.subs,
+      this.alarms,
+      this.stream,
+      () => this.lifetime,
+      () => revokedSessionsStub(env),
+    );
     // `ping` is answered by the runtime without waking the relay, so an idle relay stays asleep.
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
     ctx.blockConcurrencyWhile(async () => {
@@ -199,15 +209,17 @@ export class Relay extends DurableObject<Env> {
     }
     // A relay that knows nothing yet starts where the channel was when the slot was taken.
     if (this.stream.lastSeq === null) this.stream.lastSeq = s.head;
+    if (s.epoch) this.stream.epoch = s.epoch;
     this.reporter.joined.push(s.reservation);
     this.holds.joined(s.client, s.lease);
     let sub: Subscriber;
     let response: Response;
     if (s.mode === "ws") {
       const maxRate = s.maxRate ?? null;
-      ({ sub, response } = this.subs.acceptSocket(s.floor, s.expiresAt, s.client, s.batch, s.presence, maxRate));
+      const sid = s.sid ?? null;
+      ({ sub, response } = this.subs.acceptSocket(s.floor, s.expiresAt, s.client, s.batch, s.presence, maxRate, sid));
     } else {
-      const opened = this.subs.hub.connect(s.floor, s.expiresAt, s.client);
+      const opened = this.subs.hub.connect(s.floor, s.expiresAt, s.client, Date.now(), s.sid ?? undefined);
       opened.client.presence = s.presence;
       sub = { sse: opened.client };
       response = opened.response;
@@ -217,6 +229,8 @@ export class Relay extends DurableObject<Env> {
     if (s.maxRate) this.stream.thinned.readers.join("ws" in sub ? sub.ws : sub.sse, s.maxRate);
     // A token verified a moment before its expiry asks for a time already past: the alarm runs at once.
     if (s.expiresAt !== null) this.alarms.request(s.expiresAt);
+    // A session that may be revoked: the alarm asks the list of revoked sessions while it is here.
+    if (s.sid) this.revocations.scheduleCheck(Date.now());
     // Counted by the channel before the subscriber is answered: stats and MAX_SUBSCRIBERS see it,
     // and a new relay is on the channel's delivery list before its first subscriber hears anything.
     let answer: RelayReportAnswer;
@@ -264,7 +278,7 @@ export class Relay extends DurableObject<Env> {
 
   override async alarm(): Promise<void> {
     this.alarms.fired();
-    this.tick(Date.now());
+    await this.tick(Date.now());
   }
 
   /** How many open subscriptions of `client` it holds now: its ledger asks again before refusing. */
@@ -274,16 +288,18 @@ export class Relay extends DurableObject<Env> {
 
   /**
    * The relay's alarm (its time is `now`; tests pass their own): closes the subscriptions whose token
-   * expired, writes due SSE heartbeats, repeats a count report the channel did not get, then asks for
-   * the next time any of these is due.
+   * expired (or anonymous SSE streams at their longest lifetime), writes due SSE heartbeats, repeats a
+   * count report the channel did not get, ends the subscriptions of revoked sessions when the list is
+   * due to be read, then asks for the next time any of these is due.
    */
-  tick(now: number): void {
+  async tick(now: number): Promise<void> {
     if (!this.identity) return;
     const earliest = this.lifetime.expire(now);
     if (this.reporter.due()) this.reporter.changed();
     this.stream.thinned.tick(now);
     this.holds.tick();
     this.lifetime.schedule(now, earliest);
+    await this.revocations.check(now);
   }
 
   // ---- internals ---------------------------------------------------------------------------------
@@ -306,6 +322,7 @@ export class Relay extends DurableObject<Env> {
     this.storedRest = null;
     this.storedSeq = null;
     this.lifetime.reset();
+    this.revocations.reset();
     this.stream.thinned.readers.reset();
     this.alarms.cleared(); // deleteAll deletes the alarm too
     this.ctx.storage.deleteAll().catch((e: unknown) => {

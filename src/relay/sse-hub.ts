@@ -4,11 +4,13 @@
  * behind is thinned and, still over {@link SUBSCRIBER_MAX_BEHIND_BYTES} at 1 message a second, cut off
  * (a clean end: the client reconnects with `Last-Event-ID`) instead of being buffered for without
  * bound, and never slows the others (writes do not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
- * one opened with a token ends with `event: expired` when the token does ({@link SseHub.expire}).
+ * ends with `event: expired`: one opened with a token when the token does ({@link SseHub.expire}) or
+ * its session is revoked ({@link SseHub.revoke}), an anonymous one after {@link SSE_ANONYMOUS_MAX_MS}.
  */
 
-import { expiredFrame } from "../wire/frame-text";
-import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
+import { STREAM_LIFETIME_REASON, TOKEN_EXPIRED_REASON } from "../wire/close-codes";
+import { expiredFrame, sseId } from "../wire/frame-text";
+import { SSE_ANONYMOUS_MAX_MS, SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 
 export interface SseClient {
   writer: WritableStreamDefaultWriter<Uint8Array>;
@@ -17,8 +19,14 @@ export interface SseClient {
   closed: boolean;
   /** Messages up to this seq were replayed (or predate the subscription): never sent live. */
   floor: number;
-  /** When the subscription's token expires (epoch ms), or null for an anonymous one. */
-  expiresAt: number | null;
+  /**
+   * When the stream ends (epoch ms): its token's expiry, or for an anonymous one its longest lifetime
+   * ({@link SSE_ANONYMOUS_MAX_MS} after it opened); `endReason` is what its `expired` event says.
+   */
+  expiresAt: number;
+  endReason: string;
+  /** The session of its token (`sid`), for revocation; absent when anonymous or minted without one. */
+  sid?: string;
   /** Whose subscription this is (src/channel/client-cap.ts), for the relay's per-client counts. */
   client: string;
   /** It asked for presence frames (`?presence=1`, docs/api.md, "Presence"). */
@@ -54,8 +62,17 @@ export class SseHub {
     return this.all.size;
   }
 
-  /** A new reader with the stream's greeting queued; not live until {@link goLive}. */
-  connect(floor: number, expiresAt: number | null, key: string): { client: SseClient; response: Response } {
+  /**
+   * A new reader with the stream's greeting queued; not live until {@link goLive}. `expiresAt` is its
+   * token's expiry, or null when anonymous: it then ends {@link SSE_ANONYMOUS_MAX_MS} after `now`.
+   */
+  connect(
+    floor: number,
+    expiresAt: number | null,
+    key: string,
+    now: number,
+    sid?: string,
+  ): { client: SseClient; response: Response } {
     let terminate = () => {};
     const stream = new TransformStream<Uint8Array, Uint8Array>(
       {
@@ -70,9 +87,11 @@ export class SseHub {
       terminate,
       closed: false,
       floor,
-      expiresAt,
+      expiresAt: expiresAt ?? now + SSE_ANONYMOUS_MAX_MS,
+      endReason: expiresAt === null ? STREAM_LIFETIME_REASON : TOKEN_EXPIRED_REASON,
       client: key,
     };
+    if (sid !== undefined) client.sid = sid;
     this.all.add(client);
     client.writer.closed.then(
       () => this.drop(client),
@@ -107,32 +126,65 @@ export class SseHub {
   }
 
   /**
-   * Ends, with `event: expired` (after what `last` writes), every stream whose token expired by `now`;
-   * answers how many. The event carries the reader's position (`position`: the last seq it was sent or
-   * is past) as its `seq` and `id`, so the client resumes with `?after=` from there even when it was
-   * sent nothing.
+   * Ends, with `event: expired` (after what `last` writes), every stream due by `now` (its token
+   * expired, or an anonymous one's lifetime is up); answers how many. The event carries the reader's
+   * position (`position`: the last seq it was sent or is past) as its `seq` and `id`, so the client
+   * resumes with `?after=` (an EventSource with `Last-Event-ID`) from there even when it was sent nothing.
    */
-  expire(now: number, position: (client: SseClient) => number, last?: (client: SseClient) => void): number {
+  expire(
+    now: number,
+    position: (client: SseClient) => number,
+    last?: (client: SseClient) => void,
+    epoch?: string,
+  ): number {
+    return this.endWhere((c) => c.expiresAt <= now, null, position, last, epoch);
+  }
+
+  /** Ends, with `event: expired` and `reason`, every stream of a session in `sids`; answers how many. */
+  revoke(
+    sids: ReadonlySet<string>,
+    reason: string,
+    position: (client: SseClient) => number,
+    last?: (client: SseClient) => void,
+    epoch?: string,
+  ): number {
+    return this.endWhere((c) => c.sid !== undefined && sids.has(c.sid), reason, position, last, epoch);
+  }
+
+  private endWhere(
+    due: (client: SseClient) => boolean,
+    reason: string | null,
+    position: (client: SseClient) => number,
+    last?: (client: SseClient) => void,
+    epoch?: string,
+  ): number {
     let n = 0;
     for (const client of [...this.all]) {
-      if (client.expiresAt === null || client.expiresAt > now) continue;
+      if (!due(client)) continue;
       n++;
       // What it is told before it ends (a thinned reader's last summary).
       last?.(client);
       const seq = position(client);
+      const frame = expiredFrame(seq, epoch, reason ?? client.endReason);
       // Written whatever the backlog: it is the reader's last event, and the stream ends after it.
-      client.writer.write(encoder.encode(`id: ${seq}\nevent: expired\ndata: ${expiredFrame(seq)}\n\n`)).catch(() => {});
+      client.writer
+        .write(encoder.encode(`id: ${sseId(seq, epoch)}\nevent: expired\ndata: ${frame}\n\n`))
+        .catch(() => {});
       this.end(client);
     }
     return n;
   }
 
-  /** The earliest token expiry among the readers (epoch ms), or null when none has a token. */
+  /** The earliest end among the readers (epoch ms), or null when there are none. */
   earliestExpiry(): number | null {
     let earliest: number | null = null;
-    for (const c of this.all)
-      if (c.expiresAt !== null && (earliest === null || c.expiresAt < earliest)) earliest = c.expiresAt;
+    for (const c of this.all) if (earliest === null || c.expiresAt < earliest) earliest = c.expiresAt;
     return earliest;
+  }
+
+  /** The sessions the readers hold. */
+  sessions(into: Set<string>): void {
+    for (const c of this.all) if (c.sid !== undefined) into.add(c.sid);
   }
 
   /** Ends a reader's stream after what was written (a replay past the bound, a gap in history). */

@@ -77,6 +77,8 @@ export interface StreamingRelay {
 export class RelayStream {
   /** The last seq this relay sent its subscribers, or null when it holds none and knows none. */
   lastSeq: number | null = null;
+  /** The channel's epoch as last heard (a subscribe's slot, a delivery), for expired frames; memory only. */
+  epoch: string | undefined;
   /** Deliveries and replays, one at a time in arrival order. */
   private lane: Promise<unknown> = Promise.resolve();
   /** Frames held for packed sockets (`FRAME_DELAY` > 0), in seq order, and their bytes. */
@@ -107,6 +109,7 @@ export class RelayStream {
    */
   async apply(frames: LiveFrame[], head: number, side: readonly SideFrame[] = []): Promise<void> {
     const end = Math.max(head, frames.at(-1)?.seq ?? 0);
+    this.epoch = frames.at(-1)?.epoch ?? this.epoch;
     let sockets = this.subs.sockets();
     if (sockets.length + this.subs.hub.size === 0) {
       // Nobody to send to: remember where the stream is, and make sure the channel knows we are empty.

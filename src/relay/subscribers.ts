@@ -15,7 +15,8 @@ const OPEN = 1;
 
 /**
  * Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live;
- * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous); it is
+ * it is closed at `expiresAt` (epoch ms, its token's `exp`), or never when null (anonymous), and when
+ * its token's session `sid` is revoked (src/relay/revocations.ts); it is
  * counted for `client` (src/channel/client-cap.ts); with `batch` it asked for packed frames
  * (`?batch=1`, docs/api.md, "Packed frames"); with `presence` it takes presence frames (`?presence=1`,
  * docs/api.md, "Presence"); with `maxRate` it asked for its own rate, and `slow` is how its relay thins
@@ -24,6 +25,7 @@ const OPEN = 1;
 export interface SocketAttachment {
   floor: number;
   expiresAt?: number | null;
+  sid?: string;
   client?: string;
   batch?: boolean;
   presence?: boolean;
@@ -75,12 +77,14 @@ export class RelaySubscribers {
     batch: boolean,
     presence = false,
     maxRate: ReaderRate | null = null,
+    sid: string | null = null,
   ): { sub: Subscriber; response: Response } {
     const pair = new WebSocketPair();
     const [peer, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server);
     const kept: SocketAttachment = { floor, expiresAt, client, batch, presence };
     if (maxRate) kept.maxRate = rateText(maxRate);
+    if (sid) kept.sid = sid;
     server.serializeAttachment(kept);
     this.batchedSockets.set(server, batch);
     this.presenceSockets.set(server, presence);

@@ -6,6 +6,16 @@
 /** A subscription whose token expired; the client reconnects with a fresh token and `?after=`. */
 export const TOKEN_EXPIRED_CLOSE = 4001;
 export const TOKEN_EXPIRED_REASON = "token expired";
+/**
+ * The same close (and SSE `event: expired`) for a subscription whose session was revoked (a refresh
+ * token of its chain was used twice, docs/security.md): a fresh token of that session is refused too.
+ */
+export const SESSION_REVOKED_REASON = "session revoked";
+/**
+ * The `expired` event's reason when an anonymous SSE stream reaches its longest lifetime
+ * (docs/api.md, "How long a subscription lasts"): the reader reconnects with `Last-Event-ID`.
+ */
+export const STREAM_LIFETIME_REASON = "stream lifetime reached";
 
 /**
  * A subscriber that fell too far behind: over 1 MiB unread after its relay thinned it to 1 message a

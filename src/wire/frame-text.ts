@@ -20,8 +20,13 @@ export interface MessageFields {
   meta?: string | null;
 }
 
-/** One message's frame with its seq (SSE uses the seq as the event id; relays use it for order). */
+/** One message's frame with its seq (SSE uses `<epoch>:<seq>` as the event id; relays use the seq for order). */
 export interface LiveFrame {
+  /**
+   * The channel's epoch when the message was appended (docs/api.md, "Numbering restarts"), also in
+   * the text: beside it for the SSE event id, so no relay reads the text.
+   */
+  epoch?: string;
   /**
    * A priority message (docs/api.md, "Priority messages"): a subscriber's own rate never skips it
    * (docs/api.md, "Each reader's rate"). Beside the text, never in it: only relays read it.
@@ -60,24 +65,29 @@ export interface SideFrame {
 
 /**
  * The wire frame, built as text so the payload is never parsed again. `key` is the channel object's
- * name: a shard's key (functions/shard-key.ts) gives frames `"shard":"<name>"` after `channel`; a
- * channel without shards gets the frame it always had, byte for byte.
+ * name: a shard's key (functions/shard-key.ts) gives frames `"shard":"<name>"` after `channel`; then
+ * the channel's `epoch` (docs/api.md, "Numbering restarts"), which is part of its head.
  */
-export function frame(key: string, m: MessageFields): string {
-  return `${frameHead(key)}"seq":${m.seq},"id":${JSON.stringify(m.id)},"data":${m.data},"published_at":${m.published_at}}`;
+export function frame(key: string, epoch: string, m: MessageFields): string {
+  return `${frameHead(key, epoch)}"seq":${m.seq},"id":${JSON.stringify(m.id)},"data":${m.data},"published_at":${m.published_at}}`;
 }
 
-/** The one key an object frames for, and its head, kept: every frame of a channel starts the same. */
+/** The one key and epoch an object frames for, and its head, kept: every frame of a channel starts the same. */
 let headKey = "";
-let headText = '{"type":"message","channel":"",';
+let headEpoch = "";
+let headText = '{"type":"message","channel":"","epoch":"",';
 
-/** `{"type":"message","channel":…,` and, for a shard, `"shard":…,`: what every frame of `key` starts with. */
-export function frameHead(key: string): string {
-  if (key !== headKey) {
+/**
+ * `{"type":"message","channel":…,`, for a shard `"shard":…,`, then `"epoch":…,`: what every frame of
+ * `key` starts with while its numbering lasts.
+ */
+export function frameHead(key: string, epoch: string): string {
+  if (key !== headKey || epoch !== headEpoch) {
     const { channel, shard } = splitShardKey(key);
     const shardField = shard === null ? "" : `"shard":${JSON.stringify(shard)},`;
-    headText = `{"type":"message","channel":${JSON.stringify(channel)},${shardField}`;
+    headText = `{"type":"message","channel":${JSON.stringify(channel)},${shardField}"epoch":${JSON.stringify(epoch)},`;
     headKey = key;
+    headEpoch = epoch;
   }
   return headText;
 }
@@ -106,9 +116,17 @@ export function subscriberSummaryFrame(
   return `{"type":"summary","scope":"subscriber",${channelFields(key)},"from":${from},"to":${to},"skipped":${skipped}${grouped}}`;
 }
 
+/**
+ * An SSE event id: `<epoch>:<seq>` (docs/api.md, "Numbering restarts"), so a browser's `Last-Event-ID`
+ * names the numbering its seq counts in; a bare seq when the epoch is not known.
+ */
+export function sseId(seq: number, epoch: string | undefined): string {
+  return epoch ? `${epoch}:${seq}` : String(seq);
+}
+
 /** One SSE `message` event; the frame is single-line JSON, so one `data:` line carries it. */
 export function sseEvent(f: LiveFrame): string {
-  return `id: ${f.seq}\nevent: message\ndata: ${f.text}\n\n`;
+  return `id: ${sseId(f.seq, f.epoch)}\nevent: message\ndata: ${f.text}\n\n`;
 }
 
 const encoder = new TextEncoder();
@@ -172,8 +190,11 @@ export function packFrames(frames: readonly { text: string }[], maxBytes: number
  * The last frame of a subscription whose token expired (docs/api.md, "How long a subscription lasts"):
  * `seq` is the last seq the subscriber was sent or is past (its resume floor when it was sent nothing
  * since it connected), so the client resumes with `?after=<seq>` and misses nothing published while
- * it fetches a fresh token — even on a quiet channel, where it holds no seq of its own.
+ * it fetches a fresh token — even on a quiet channel, where it holds no seq of its own. The same frame
+ * ends a subscription whose session was revoked, and an anonymous SSE stream at its longest lifetime,
+ * each with its own `reason` (src/wire/close-codes.ts).
  */
-export function expiredFrame(seq: number): string {
-  return `{"type":"expired","reason":${JSON.stringify(TOKEN_EXPIRED_REASON)},"seq":${seq}}`;
+export function expiredFrame(seq: number, epoch?: string, reason: string = TOKEN_EXPIRED_REASON): string {
+  const epochField = epoch ? `,"epoch":${JSON.stringify(epoch)}` : "";
+  return `{"type":"expired","reason":${JSON.stringify(reason)}${epochField},"seq":${seq}}`;
 }

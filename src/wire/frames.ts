@@ -10,6 +10,11 @@ export interface MessageFrame {
   channel: string;
   /** On a sharded channel only: the subscriber's shard (docs/api.md, "Shards"). */
   shard?: string;
+  /**
+   * The numbering `seq` counts in (docs/api.md, "Numbering restarts"): it changes whenever the
+   * channel's seq starts again from 1. Resume with `?epoch=<epoch>&after=<seq>`.
+   */
+  epoch: string;
   seq: number;
   id: string;
   data: unknown;
@@ -60,10 +65,14 @@ export type PresenceFrame = { type: "presence"; channel: string; shard?: string 
   | { action: "interval"; occupancy: number; joined: number; left: number }
 );
 
-/** The last frame of a subscription whose token expired: resume with `?after=<seq>` and a fresh token. */
+/**
+ * The last frame of a subscription whose token expired: resume with `?epoch=<epoch>&after=<seq>` and a
+ * fresh token. `epoch` is absent when the relay has not heard it (a relay restarted since).
+ */
 export interface ExpiredFrame {
   type: "expired";
   reason: string;
+  epoch?: string;
   seq: number;
 }
 

@@ -22,6 +22,7 @@ import { admin } from "./routes/admin";
 import { adminTargets } from "./routes/admin-targets";
 import { dashboard } from "./routes/dashboard";
 import { history } from "./routes/history";
+import { manifestRoutes } from "./routes/manifest";
 import { ops } from "./routes/ops";
 import { presence } from "./routes/presence";
 import { publish } from "./routes/publish";
@@ -85,6 +86,7 @@ mount(adminArea, "/", adminTargets);
 mount(adminArea, "/", dashboard);
 mount(app, "/v1/admin", adminArea);
 mount(app, "/", ops);
+mount(app, "/", manifestRoutes);
 
 const openApiRoute = route({
   method: "get",

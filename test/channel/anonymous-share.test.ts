@@ -127,4 +127,17 @@ describe("ANONYMOUS_SHARE", () => {
       expect(() => parseConfig({ ...rest, ANONYMOUS_SHARE: bad })).toThrow(/ANONYMOUS_SHARE/);
     }
   });
+
+  it("the manifest shows the audience's bounds as configured", async () => {
+    const custom = envWith({ ANONYMOUS_SHARE: "0.25", MAX_CONNECTIONS_PER_CLIENT: "7", MAX_SUBSCRIBERS: "300" });
+    const res = await worker.fetch(new Request(`${BASE}/v1/manifest`), custom, createExecutionContext());
+    const body = (await res.json()) as { audience: Record<string, number> };
+    expect(body.audience).toEqual({
+      max_subscribers: 300,
+      relay_capacity: Number(rawConfigFrom(env).RELAY_CAPACITY),
+      max_subscriptions_per_client: Number(rawConfigFrom(env).MAX_SUBSCRIPTIONS_PER_CLIENT),
+      anonymous_share: 0.25,
+      max_connections_per_client: 7,
+    });
+  });
 });

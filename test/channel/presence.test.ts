@@ -160,7 +160,7 @@ describe("presence in announce mode", () => {
     let text = "";
     const decoder = new TextDecoder();
     while (!text.includes("event: presence")) text += decoder.decode((await reader.read()).value);
-    expect(text).toContain(`id: 2\nevent: message\n`);
+    expect(text).toMatch(/id: [A-Za-z0-9_-]+:2\nevent: message\n/);
     expect(text.slice(text.indexOf("event: presence"))).toMatch(
       /^event: presence\ndata: \{"type":"presence".*"action":"state","occupancy":3/,
     );

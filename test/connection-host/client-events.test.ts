@@ -111,7 +111,7 @@ describe("client events", () => {
     await setRate(channel, 1);
     a.send({ event: "client-dropped", channel: name, data: { n: 1 } });
     const reader = (
-      await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.**"], scopes: ["subscribe"] })
+      await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.dropped"], scopes: ["subscribe"] })
     ).access_token;
     const mine = async () =>
       (await historyOf(ANALYTICS, reader, `?source_channel=${encodeURIComponent(channel)}`)).map(

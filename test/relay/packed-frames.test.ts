@@ -28,6 +28,7 @@ import {
   readSse,
   relayObject as relayStub,
   SLOW_TEST_MS,
+  seqOf,
   uniq,
   until,
   untilUnsubscribed,
@@ -275,7 +276,7 @@ describe("the batch parameter", () => {
     const res = await call(`/v1/subscribe/${ch}?batch=1&after=0`, { headers: { accept: "text/event-stream" } });
     expect(res.status).toBe(200);
     const events = await readSse(res, 3);
-    expect(events.map((e) => e.id)).toEqual(["1", "2", "3"]);
+    expect(events.map((e) => seqOf(e.id))).toEqual([1, 2, 3]);
     for (const e of events) expect(Array.isArray(e.data)).toBe(false);
     expect(seqs(events.map((e) => e.data))).toEqual([1, 2, 3]);
   });

@@ -1,6 +1,6 @@
 /** Resume after a disconnect: `?after=` (WebSocket, SSE) and `Last-Event-ID` (SSE). */
 import { describe, expect, it } from "vitest";
-import { call, mint, openSocket, publishTo, readSse, uniq, untilUnsubscribed } from "../support/helpers";
+import { call, mint, openSocket, publishTo, readSse, seqOf, uniq, untilUnsubscribed } from "../support/helpers";
 
 describe("resume", () => {
   it("a WebSocket that reconnects with ?after= gets exactly what it missed, then live", async () => {
@@ -28,12 +28,12 @@ describe("resume", () => {
     const res = await call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream", "last-event-id": "2" } });
     const reading = readSse(res, 4);
     await publishTo(ch, t, 6);
-    expect((await reading).map((e) => Number(e.id))).toEqual([3, 4, 5, 6]);
+    expect((await reading).map((e) => seqOf(e.id))).toEqual([3, 4, 5, 6]);
     const res2 = await call(`/v1/subscribe/${ch}?after=5`, {
       headers: { accept: "text/event-stream", "last-event-id": "1" },
     });
     const reading2 = readSse(res2, 1);
-    expect((await reading2).map((e) => Number(e.id))).toEqual([6]);
+    expect((await reading2).map((e) => seqOf(e.id))).toEqual([6]);
   });
 
   it("resume from 0 replays everything retained; a bad after is a 400", async () => {

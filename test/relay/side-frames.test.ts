@@ -109,7 +109,7 @@ describe("side frames through the relays", () => {
     // On SSE: its own event, with no id (a reader's Last-Event-ID stays the last message's seq).
     const event = reader.state.text.slice(reader.state.text.indexOf("event: summary"));
     expect(event.startsWith(`event: summary\ndata: ${summary(ch, 7).text}\n\n`)).toBe(true);
-    expect(reader.state.text.slice(reader.state.text.indexOf("event: message") - 20)).toMatch(/id: 1\n/);
+    expect(reader.state.text.slice(reader.state.text.indexOf("event: message") - 20)).toMatch(/id: [A-Za-z0-9_-]+:1\n/);
     expect(reader.state.text).not.toContain("event: presence");
     for (const s of [plain, packed, plain2]) expect(s.texts.join("")).not.toContain('"presence"');
 

@@ -17,6 +17,7 @@ import {
   grown,
   relayObject,
   scrapeMetrics,
+  seqOf,
   uniq,
   until,
   untilUnsubscribed,
@@ -106,7 +107,7 @@ describe("slow subscribers are thinned before they are dropped, over SSE and bac
     // What it kept (its backlog was discarded when it was cut off) is in seq order, with gaps.
     const kept: number[] = [];
     await readSse(res.body as ReadableStream<Uint8Array>, (e) => {
-      if (e.event === "message") kept.push(Number(e.id));
+      if (e.event === "message") kept.push(seqOf(e.id));
     });
     expect(kept).toEqual([...kept].sort((a, b) => a - b));
     live.ws.close();

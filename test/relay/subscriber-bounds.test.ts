@@ -20,6 +20,7 @@ import {
   publishTo,
   readSse,
   relayObject as relayStub,
+  seqOf,
   uniq,
   until,
 } from "../support/helpers";
@@ -131,15 +132,15 @@ describe("slow subscribers are bounded in bytes, replays included", () => {
     const head = await readSse(first, total); // returns when the stream ends
     expect(head.length).toBeGreaterThan(0);
     expect(head.length).toBeLessThan(total);
-    expect(head.map((e) => Number(e.id))).toEqual(Array.from({ length: head.length }, (_, i) => i + 1));
+    expect(head.map((e) => seqOf(e.id))).toEqual(Array.from({ length: head.length }, (_, i) => i + 1));
     expect(head.length * size).toBeLessThanOrEqual(SUBSCRIBER_MAX_BEHIND_BYTES);
-    const seqs = head.map((e) => Number(e.id));
+    const seqs = head.map((e) => seqOf(e.id));
     for (let round = 0; round < 10 && seqs.length < total; round++) {
       const res = await call(`/v1/subscribe/${ch}`, {
         headers: { accept: "text/event-stream", "last-event-id": String(seqs.at(-1)) },
       });
       const events = await readSse(res, total - seqs.length);
-      seqs.push(...events.map((e) => Number(e.id)));
+      seqs.push(...events.map((e) => seqOf(e.id)));
     }
     expect(seqs).toEqual(Array.from({ length: total }, (_, i) => i + 1));
   });
@@ -174,7 +175,7 @@ describe("SSE under a busy channel", () => {
     for (const res of readers) {
       const events = await readSse(res, total);
       expect(events.map((e) => (e.data.data as { i: number }).i)).toEqual(Array.from({ length: total }, (_, i) => i));
-      expect(events.map((e) => Number(e.id))).toEqual(Array.from({ length: total }, (_, i) => i + 1));
+      expect(events.map((e) => seqOf(e.id))).toEqual(Array.from({ length: total }, (_, i) => i + 1));
     }
   });
 });

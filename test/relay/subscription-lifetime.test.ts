@@ -11,8 +11,8 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ChannelObject } from "../../src/channel/channel-object";
-import { REPORT_RETRY_MS, SSE_HEARTBEAT_MS } from "../../src/relay/bounds";
-import { TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../../src/wire/close-codes";
+import { REPORT_RETRY_MS, SSE_ANONYMOUS_MAX_MS, SSE_HEARTBEAT_MS } from "../../src/relay/bounds";
+import { STREAM_LIFETIME_REASON, TOKEN_EXPIRED_CLOSE, TOKEN_EXPIRED_REASON } from "../../src/wire/close-codes";
 import {
   call,
   channelStats,
@@ -21,6 +21,7 @@ import {
   openSocket,
   readSse,
   relayObject as relayStub,
+  seqOf,
   uniq,
   until,
   untilUnsubscribed,
@@ -62,7 +63,13 @@ async function publish(ch: string, n: number): Promise<void> {
 const relayAt = (ch: string, seq: number) =>
   until(() => runInDurableObject(relayStub(ch), (relay) => relay.counts().last_seq === seq), `the relay at seq ${seq}`);
 
-const expiredAt = (seq: number) => ({ type: "expired", reason: TOKEN_EXPIRED_REASON, seq });
+/** The expired frame at `seq`, in the channel's numbering (docs/api.md, "Numbering restarts"). */
+const expiredAt = (seq: number) => ({
+  type: "expired",
+  reason: TOKEN_EXPIRED_REASON,
+  epoch: expect.stringMatching(/^[A-Za-z0-9_-]{12}$/),
+  seq,
+});
 
 /** An SSE subscription whose raw text is collected (comments included) until it ends. */
 async function sse(ch: string, token?: string) {
@@ -97,8 +104,10 @@ describe("a subscription ends with its token", () => {
     const { token, exp } = await subscriber();
     const anon = await socket(ch);
     const signed = await socket(ch, token);
-    // Set by exp (earlier when the relay renews what it holds in its clients' connection ledgers first).
-    expect(await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm())).toBeLessThanOrEqual(exp);
+    // Due by exp (sooner when the list of revoked sessions is read, or the connection ledgers renewed, first).
+    const alarm = await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+    expect(alarm as number).toBeLessThanOrEqual(exp);
     await tickAt(ch, exp - 1);
     expect(signed.closed()).toBeNull();
     await tickAt(ch, exp);
@@ -115,7 +124,9 @@ describe("a subscription ends with its token", () => {
     const signed = await socket(ch, token);
     const stub = relayStub(ch);
     await evictDurableObject(stub);
-    expect(await runInDurableObject(stub, (_r, state) => state.storage.getAlarm())).toBeLessThanOrEqual(exp);
+    const alarm = await runInDurableObject(stub, (_r, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+    expect(alarm as number).toBeLessThanOrEqual(exp);
     // The expiry is moved back in the socket's attachment (what survives hibernation), then the
     // object is evicted again so nothing of it is in memory when the alarm runs.
     await runInDurableObject(stub, (_r, state) => {
@@ -144,6 +155,38 @@ describe("a subscription ends with its token", () => {
     expect(anon.state.text).not.toContain("expired");
     await until(async () => (await channelStats(ch)).sse === 1, "the count without the expired stream");
     await anon.cancel();
+  });
+});
+
+describe("an anonymous SSE stream has a longest lifetime", () => {
+  it("ends after 24 h with `event: expired` at its position; Last-Event-ID resumes it without a loss; anonymous WebSockets stay", async () => {
+    const ch = `public:life.${uniq()}`;
+    const opened = Date.now();
+    const stream = await sse(ch);
+    const socketAnon = await socket(ch);
+    await until(async () => (await channelStats(ch)).sse === 1, "the stream counted");
+    await publish(ch, 2);
+    await until(() => /id: [A-Za-z0-9_-]+:2\n/.test(stream.state.text), "seq 2 on the stream");
+    // Its end is on the relay's alarm: due by then.
+    const alarm = await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm());
+    expect(alarm as number).toBeLessThanOrEqual(opened + SSE_ANONYMOUS_MAX_MS + 1_000);
+    await tickAt(ch, opened + SSE_ANONYMOUS_MAX_MS - 60_000);
+    expect(stream.state.text).not.toContain("event: expired");
+    await tickAt(ch, Date.now() + SSE_ANONYMOUS_MAX_MS);
+    await until(() => stream.state.ended, "the stream's end");
+    const last = /id: ([A-Za-z0-9_-]+):(\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(stream.state.text);
+    expect(last?.[2]).toBe("2");
+    const epoch = last?.[1];
+    expect(JSON.parse(last?.[3] ?? "null")).toEqual({ type: "expired", reason: STREAM_LIFETIME_REASON, epoch, seq: 2 });
+    expect(socketAnon.closed()).toBeNull();
+    // What an EventSource does next: reconnect with the last id it saw.
+    await publish(ch, 1);
+    const res = await call(`/v1/subscribe/${ch}`, {
+      headers: { accept: "text/event-stream", "last-event-id": `${epoch}:2` },
+    });
+    const resumed = await readSse(res, 1);
+    expect(resumed.map((e) => e.id)).toEqual([`${epoch}:3`]);
+    socketAnon.ws.close();
   });
 });
 
@@ -202,9 +245,11 @@ describe("the expired frame says where the subscriber stands", () => {
     await until(async () => (await channelStats(ch)).sse === 1, "the stream counted");
     await tickAt(ch, exp);
     await until(() => quiet.state.ended, "the expired stream's end");
-    const last = /id: (\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(quiet.state.text);
-    expect(last?.[1]).toBe("2");
-    expect(JSON.parse(last?.[2] ?? "null")).toEqual(expiredAt(2));
+    const last = /id: ([A-Za-z0-9_-]+):(\d+)\nevent: expired\ndata: ([^\n]*)\n\n$/.exec(quiet.state.text);
+    expect(last?.[2]).toBe("2");
+    const frame = JSON.parse(last?.[3] ?? "null") as { epoch: string };
+    expect(frame).toEqual(expiredAt(2));
+    expect(last?.[1]).toBe(frame.epoch);
     expect(quiet.state.text).not.toContain("event: message");
   });
 });
@@ -286,10 +331,10 @@ describe("one relay's memory is bounded", () => {
     await publish(1);
     await reading.next(7);
     // The one less behind was kept and gets everything after its start; the first ended early.
-    expect((await readSse(lessBehind, 3)).map((e) => Number(e.id))).toEqual([5, 6, 7]);
+    expect((await readSse(lessBehind, 3)).map((e) => seqOf(e.id))).toEqual([5, 6, 7]);
     const cut = await readSse(behind, 7);
     expect(cut.length).toBeLessThan(6);
-    expect(cut.map((e) => Number(e.id))).toEqual(Array.from({ length: cut.length }, (_, i) => i + 1));
+    expect(cut.map((e) => seqOf(e.id))).toEqual(Array.from({ length: cut.length }, (_, i) => i + 1));
     reading.ws.close();
     await untilUnsubscribed(ch);
   });

@@ -122,6 +122,12 @@ export async function openSocket(
   return { ws, frames, next };
 }
 
+/** The seq of an SSE event id, `<epoch>:<seq>` (docs/api.md, "Numbering restarts"). */
+export function seqOf(id: string | undefined): number {
+  const m = /^[A-Za-z0-9_-]{1,64}:(\d+)$/.exec(id ?? "");
+  return m ? Number(m[1]) : Number.NaN;
+}
+
 /**
  * Reads SSE message events (those with an id) from a response body until `n` have arrived or the
  * stream ends, then cancels it. Parsed by the client's reader (packages/client, `readSse`).

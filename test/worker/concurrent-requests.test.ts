@@ -69,7 +69,8 @@ describe("real request contexts", () => {
   it("50 concurrent drops: every copy reaches the analytics channel", async () => {
     const ch = `public:ctx.${uniq()}`;
     const { access_token } = await mint({ sub: uniq(), channels: ["public:ctx.*"], rl: "10000/s" });
-    const analyst = (await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.**"] })).access_token;
+    const analyst = (await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.dropped"] }))
+      .access_token;
     await setRate(ch, 1);
     const statuses = await Promise.all(
       Array.from({ length: 50 }, (_, i) => publishTo(ch, access_token, { i }).then((r) => r.status)),

@@ -9,7 +9,16 @@ import type { Session } from "./session.js";
 /** A publish's answer (docs/api.md): delivered with its seq, or dropped by the throttle. */
 export type PublishResult =
   /** `shard`: on a sharded channel, the shard the message went into (docs/api.md, "Shards"). */
-  | { status: "delivered"; channel: string; shard?: string; seq: number; id: string; published_at: number }
+  | {
+      status: "delivered";
+      channel: string;
+      shard?: string;
+      /** The numbering `seq` counts in (docs/api.md, "Numbering restarts"). */
+      epoch: string;
+      seq: number;
+      id: string;
+      published_at: number;
+    }
   | { status: "dropped" };
 
 /** A broadcast's answer (`shard: "*"`): the shards it was delivered into, each with its own seq. */

@@ -10,7 +10,8 @@ export async function connectSse(
   fetchFn: (input: string, init?: RequestInit) => Promise<Response>,
   url: string,
   token: string | undefined,
-  lastEventId: number | undefined,
+  /** `<epoch>:<seq>` (or a bare seq), as Floodgate's event ids are. */
+  lastEventId: string | undefined,
   on: ConnectionEvents,
 ): Promise<void> {
   const abort = new AbortController();
@@ -20,7 +21,7 @@ export async function connectSse(
       headers: {
         accept: "text/event-stream",
         ...(token ? { authorization: `Bearer ${token}` } : {}),
-        ...(lastEventId !== undefined ? { "last-event-id": String(lastEventId) } : {}),
+        ...(lastEventId !== undefined ? { "last-event-id": lastEventId } : {}),
       },
       signal: abort.signal,
     });
@@ -44,7 +45,7 @@ export async function connectSse(
 
 /** One event of a server-sent event stream. */
 export interface SseEvent {
-  /** The event's `id:` (Floodgate sends the message's seq), if it has one. */
+  /** The event's `id:` (Floodgate sends `<epoch>:<seq>` of the message), if it has one. */
   id?: string;
   /** The event's `event:` type (`message`, `expired`, …), if it has one. */
   event?: string;

@@ -16,6 +16,12 @@ export interface SubscribeOptions {
   /** Start after this seq, replaying retained messages above it first (0: everything retained). */
   after?: number;
   /**
+   * The epoch `after` counts in: the `epoch` of the message that seq came from (docs/api.md,
+   * "Numbering restarts"). If the channel's numbering restarted since, everything it kept is
+   * replayed from seq 1; without it, an `after` beyond the channel's head is refused (400).
+   */
+  epoch?: string;
+  /**
    * Default `auto`: WebSocket where the runtime has one (or `openWebSocket` is given), else SSE from
    * the start; then SSE if WebSocket opens fail 3 times in a row.
    */
@@ -50,8 +56,10 @@ export interface SubscribeOptions {
 }
 
 export interface Subscription {
-  /** The highest seq delivered to `onMessage` so far (0 before the first). */
+  /** The highest seq delivered to `onMessage` so far (0 before the first), in {@link epoch}'s numbering. */
   readonly lastSeq: number;
+  /** The channel's epoch as last heard (undefined before the first message): store it with `lastSeq`. */
+  readonly epoch: string | undefined;
   /** The transport in use now. */
   readonly transport: "websocket" | "sse";
   /** Where the subscription stands now. */
@@ -72,6 +80,17 @@ export function subscribe(
   options: SubscribeOptions = {},
 ): Subscription {
   let lastSeq = options.after ?? 0;
+  // The numbering lastSeq counts in: a message or expired frame with another one means the channel's
+  // seq started again from 1 (docs/api.md, "Numbering restarts"), so every seq in it is new to us.
+  let epoch = options.after !== undefined ? options.epoch : undefined;
+  const numbering = (e: unknown) => {
+    if (typeof e !== "string" || e === epoch) return;
+    if (epoch !== undefined) {
+      lastSeq = 0;
+      position = null;
+    }
+    epoch = e;
+  };
   // Where the server said this subscription stood when its token expired (the `expired` frame's
   // `seq`): on a quiet channel it was sent nothing, and resuming from there (not from the new head)
   // keeps what is published while it renews. Null until the server says.
@@ -82,7 +101,8 @@ export function subscribe(
   let current: { close(): void } | null = null;
   let attempt = 0;
 
-  const expiredAt = (m: { seq?: unknown }) => {
+  const expiredAt = (m: { seq?: unknown; epoch?: unknown }) => {
+    numbering(m.epoch);
     if (typeof m.seq === "number" && Number.isSafeInteger(m.seq) && m.seq >= 0)
       position = Math.max(position ?? 0, m.seq);
   };
@@ -93,7 +113,9 @@ export function subscribe(
     if (m.type === "summary" && "scope" in m) return void options.onSkipped?.(m);
     if (m.type === "summary") return void options.onSummary?.(m);
     if (m.type === "presence") return options.onPresence?.(m);
-    if (m.type !== "message" || !(m.seq > lastSeq)) return; // a replay overlap: already delivered
+    if (m.type !== "message") return;
+    numbering(m.epoch);
+    if (!(m.seq > lastSeq)) return; // a replay overlap: already delivered
     lastSeq = m.seq;
     attempt = 0;
     onMessage(m);
@@ -123,10 +145,12 @@ export function subscribe(
 
   // The server ended the subscription because `used` expired: not a failure of the connection, so
   // it resumes at once with a fresh token and the same `?after=`, and the application is not told.
-  // Without a refresh token (or when the refresh fails) it is an ordinary disconnect.
+  // Without a refresh token (or when the refresh fails: a revoked session) it is an ordinary
+  // disconnect. An anonymous stream ended at its longest lifetime has nothing to refresh: it resumes.
   const renew = (used: string | undefined) => {
     current = null;
     if (closed) return;
+    if (used === undefined) return void connect();
     const expired = new FloodgateError(401, "unauthenticated", "subscription token expired");
     if (!session.refreshToken) return reconnect(expired);
     const fresh = session.accessToken !== used ? Promise.resolve() : session.refreshOnce();
@@ -139,8 +163,10 @@ export function subscribe(
     // Resume from the last seq (or the position the server gave, when further); with an explicit
     // `after` (even 0) the first connect replays too.
     const resume = lastSeq > 0 || options.after !== undefined || position !== null;
+    const after = resume ? Math.max(lastSeq, position ?? 0) : undefined;
     const params = {
-      after: resume ? Math.max(lastSeq, position ?? 0) : undefined,
+      after,
+      epoch: after !== undefined ? epoch : undefined,
       presence: !!options.onPresence,
       maxRate: options.maxRate,
     };
@@ -180,7 +206,7 @@ export function subscribe(
       (input, init) => session.fetchFn(input, init),
       `${session.baseUrl}/v1/subscribe/${channel}${qs}`,
       token,
-      params.after,
+      after === undefined ? undefined : epoch ? `${epoch}:${after}` : String(after),
       on,
     );
   };
@@ -189,6 +215,9 @@ export function subscribe(
   return {
     get lastSeq() {
       return lastSeq;
+    },
+    get epoch() {
+      return epoch;
     },
     get transport() {
       return transport.current;

@@ -31,9 +31,6 @@ export async function connectWebSocket(
     if (on.isClosed()) return ws.close(1000, "closed");
     on.hold(ws);
     on.live();
-    ws.addEventListener("message", (ev) => {
-      if (typeof ev.data === "string") on.frame(ev.data);
-    });
     let gone = false;
     const lost = (ev?: { code?: number }) => {
       if (gone) return;
@@ -41,12 +38,25 @@ export async function connectWebSocket(
       if (ev?.code === TOKEN_EXPIRED_CLOSE) on.expired();
       else on.lost(new FloodgateError(0, "network", "WebSocket closed"));
     };
+    ws.addEventListener("message", (ev) => {
+      if (typeof ev.data !== "string") return;
+      on.frame(ev.data);
+      // The `expired` frame is the server's last (token expired, session revoked): renew now rather
+      // than wait for its 4001 close, which over some networks never completes the handshake.
+      if (EXPIRED_FRAME.test(ev.data)) {
+        lost({ code: TOKEN_EXPIRED_CLOSE });
+        ws.close(1000, "expired");
+      }
+    });
     ws.addEventListener("close", lost);
     ws.addEventListener("error", lost);
   } catch (e) {
     on.failed(e);
   }
 }
+
+/** A text frame that is (or, packed, ends with) the `expired` frame. */
+const EXPIRED_FRAME = /"type":"expired"[^{}]*\}\]?$/;
 
 interface OpeningSocket extends SocketLike {
   addEventListener(

@@ -6,12 +6,14 @@
 import { bearerAuth } from "hono/bearer-auth";
 import { createMiddleware } from "hono/factory";
 import { type SecretName, secretProblem } from "../../settings/secrets";
+import { settingsOf } from "../../settings/settings";
 import { anyPatternMatches, type ChannelName } from "../../wire/channel-names";
 import { ApiError, permissionDenied, unauthenticated } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { adminAuthBudget } from "../gate/budgets";
 import { apiErrorResponse } from "../http/errors";
 import { clientIp } from "../http/params";
+import { revokedSessions } from "./revoked-sessions";
 import { type Scope, TokenError, type VerifiedToken, verifyToken } from "./tokens";
 
 /** The bearer token in `Authorization`, or null. */
@@ -63,12 +65,22 @@ function isAdminToken(env: Env, token: string): boolean {
   return a.byteLength === b.byteLength && crypto.subtle.timingSafeEqual(a, b);
 }
 
-/** Verifies an access token: signature, shape, expiry and type. @throws ApiError 401 */
+/** What a token of a revoked session is answered (401). */
+export const SESSION_REVOKED =
+  "session revoked: one of its refresh tokens was used twice; mint a new token pair (docs/security.md)";
+
+/**
+ * Verifies an access token: signature, shape, expiry, type, and that its session (`sid`) is not
+ * revoked (src/worker/auth/revoked-sessions.ts). @throws ApiError 401
+ */
 export async function verifyAccess(env: Env, token: string | null): Promise<VerifiedToken> {
   const secret = tokenSecret(env);
   if (!token) throw unauthenticated(MISSING_BEARER);
   try {
-    return await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
+    const verified = await verifyToken(token, secret, "access", Math.floor(Date.now() / 1000));
+    const sid = verified.claims.sid;
+    if (sid !== undefined && (await revokedSessions.has(env, sid))) throw unauthenticated(SESSION_REVOKED);
+    return verified;
   } catch (e) {
     if (e instanceof TokenError) {
       // Only a token that is no JWT at all can be the admin token: a signed one never pays the compare.
@@ -79,11 +91,28 @@ export async function verifyAccess(env: Env, token: string | null): Promise<Veri
   }
 }
 
+/**
+ * Whether a token's patterns grant `channel`. The record's channel (`recordChannel`, ANALYTICS_CHANNEL)
+ * only to a pattern that is its very name (docs/security.md, "The record of dropped messages"): it
+ * holds the drops and publishers of every channel, so a wildcard meant for other channels
+ * (`private:*.*.*`) must not read it by accident.
+ */
+export function patternsGrant(verified: VerifiedToken, channel: ChannelName, recordChannel: string): boolean {
+  if (channel.name === recordChannel) return verified.patterns.some((p) => p.source === channel.name);
+  return anyPatternMatches(verified.patterns, channel);
+}
+
+/** Whether a verified token grants `scope` on `channel` (with {@link patternsGrant}'s rule for the record's channel). */
+export function grants(verified: VerifiedToken, scope: Scope, channel: ChannelName, recordChannel: string): boolean {
+  return verified.claims.scp.includes(scope) && patternsGrant(verified, channel, recordChannel);
+}
+
 /** Checks that a verified token grants `scope` on `channel`. @throws ApiError 403 */
-export function checkGrant(verified: VerifiedToken, scope: Scope, channel: ChannelName): void {
+export function checkGrant(verified: VerifiedToken, scope: Scope, channel: ChannelName, recordChannel: string): void {
   if (!verified.claims.scp.includes(scope)) throw permissionDenied(`token lacks the "${scope}" scope`);
-  if (!anyPatternMatches(verified.patterns, channel)) {
-    throw permissionDenied(`token does not grant channel ${channel.name}`);
+  if (!patternsGrant(verified, channel, recordChannel)) {
+    const literal = channel.name === recordChannel ? " (the record's channel is granted by its literal name only)" : "";
+    throw permissionDenied(`token does not grant channel ${channel.name}${literal}`);
   }
 }
 
@@ -95,7 +124,7 @@ export async function authorise(
   channel: ChannelName,
 ): Promise<VerifiedToken> {
   const verified = await verifyAccess(env, token);
-  checkGrant(verified, scope, channel);
+  checkGrant(verified, scope, channel, settingsOf(env).analyticsChannel.name);
   return verified;
 }
 

@@ -32,7 +32,10 @@ export interface TokenClaims {
   grp?: string;
   /** Refresh tokens only: the access-token lifetime (seconds) that a refresh reissues. */
   ttl?: number;
-  /** Refresh tokens only: the refresh chain (session) this token belongs to, for revocation. */
+  /**
+   * The refresh chain (session) this token belongs to, for revocation: on refresh tokens, and on
+   * access tokens minted since revocation reached them (docs/security.md, "A revoked session ends").
+   */
   sid?: string;
   /** Refresh tokens only: when the chain's first pair was minted (epoch seconds); SESSION_TTL counts from it. */
   sst?: number;

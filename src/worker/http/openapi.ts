@@ -207,11 +207,21 @@ export const LimitSchema = z
   .object({ rate: z.number().int(), per: z.string(), burst: z.number().int() })
   .openapi("Limit", { example: { rate: 10, per: "1s", burst: 20 } });
 
+/** A channel's numbering (docs/api.md, "Numbering restarts"). */
+export const EpochSchema = z.string().openapi({
+  example: "q3JtW0b2xYk_",
+  description:
+    "The numbering `seq` counts in: 1–64 characters of `[A-Za-z0-9_-]`, changed whenever the channel's seq starts " +
+    "again from 1 (its storage deleted by idle expiry). Resume with `?epoch=<epoch>&after=<seq>`.",
+});
+
 /** One message as subscribers and history see it (docs/api.md, GET /v1/subscribe). */
 export const Frame = z
   .object({
     type: z.literal("message"),
     channel: z.string(),
+    shard: z.string().optional().openapi({ description: "Sharded channels only: the subscriber's shard." }),
+    epoch: EpochSchema,
     seq: z.number().int(),
     id: z.string(),
     data: z.unknown().openapi({ description: "The message exactly as published." }),

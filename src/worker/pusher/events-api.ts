@@ -36,7 +36,7 @@ export interface ApiEvent {
 }
 
 /** A copy's fate, as the answer's `floodgate` member says it. */
-export type Fate = { status: "delivered"; seq: number } | { status: "dropped" };
+export type Fate = { status: "delivered"; epoch: string; seq: number } | { status: "dropped" };
 
 const INFO_ATTRIBUTES = new Set(["subscription_count", "user_count"]);
 
@@ -167,7 +167,9 @@ async function publishCopy(c: Context<AppEnv>, appKey: string, copy: Copy): Prom
     },
     c.var.defer,
   );
-  return outcome.status === "delivered" ? { status: "delivered", seq: outcome.seq } : { status: "dropped" };
+  return outcome.status === "delivered"
+    ? { status: "delivered", epoch: outcome.epoch, seq: outcome.seq }
+    : { status: "dropped" };
 }
 
 /** `info`'s counts of one channel: `subscription_count` (either door), `user_count` (presence members). */

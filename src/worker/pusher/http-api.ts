@@ -9,7 +9,7 @@ import { activeChannelsStub } from "../../platform/stubs";
 import { parseChannelName } from "../../wire/channel-names";
 import { checkPusherName, isPresence, pusherChannel, pusherName } from "../../wire/pusher/names";
 import type { AppEnv } from "../app-env";
-import { documented, route } from "../http/openapi";
+import { documented, EpochSchema, route } from "../http/openapi";
 import { countedChannelStub } from "../services";
 import { audienceOf } from "../shards/audience";
 import { BATCH_MAX, countsOf, publishEvents, readApiEvent } from "./events-api";
@@ -36,7 +36,7 @@ const Signed = z.object({
 });
 const Fate = z
   .union([
-    z.object({ status: z.literal("delivered"), seq: z.number().int() }),
+    z.object({ status: z.literal("delivered"), epoch: EpochSchema, seq: z.number().int() }),
     z.object({ status: z.literal("dropped") }),
   ])
   .openapi("PusherFate", { description: "What became of one channel's copy of an event." });

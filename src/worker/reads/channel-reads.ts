@@ -13,6 +13,7 @@
 import { ReadCache } from "../../../functions/read-cache";
 import type { PresenceAnswer } from "../../channel/presence";
 import type { Settings } from "../../settings/settings";
+import { resumePoint } from "../../wire/subscribe-params";
 import { type HistorySnapshot, pageFromSnapshot, SNAPSHOT_LIMIT, snapshotOf } from "./history-snapshot";
 
 /** The most a shared answer may be behind its object. */
@@ -26,6 +27,12 @@ export const READ_CACHE_BYTES = 16 * 1024 * 1024;
 /** The part of a channel's object reads need (its stub, counted: src/worker/services.ts). */
 export interface ReadBackend {
   history(after: number | null, limit: number, sourceChannel: string | null): Promise<string[]>;
+  historyPage(
+    after: number | null,
+    limit: number,
+    sourceChannel: string | null,
+    epoch: string | null,
+  ): Promise<{ frames: string[] } | { beyond: number }>;
   presence(key: string): Promise<PresenceAnswer>;
 }
 
@@ -53,17 +60,30 @@ export class ChannelReads {
     });
   }
 
-  /** A page of `key`'s history (docs/api.md, GET /v1/history), as the object would answer it. */
-  async history(key: string, after: number | null, limit: number, source: string | null): Promise<string[]> {
+  /**
+   * A page of `key`'s history (docs/api.md, GET /v1/history), as the object would answer it; with
+   * `epoch`, `after` counts in that numbering ("Numbering restarts": a gone epoch reads from seq 1).
+   * `beyond`: `after` is past the head in the current numbering, as the object itself said.
+   */
+  async history(
+    key: string,
+    after: number | null,
+    limit: number,
+    source: string | null,
+    epoch: string | null = null,
+  ): Promise<{ frames: string[] } | { beyond: number }> {
     if (source === null && key !== this.config.analyticsChannel.name) {
       const snapshot = await this.snapshots.get(key, async () =>
         snapshotOf(await this.object(key).history(null, SNAPSHOT_LIMIT, null), this.config.maxMessageBytes),
       );
-      const page = pageFromSnapshot(snapshot, after, limit);
-      if (page !== null) return page;
+      const from = resumePoint(after, epoch, snapshot);
+      // Past the snapshot's head: only the object may say whether that is a restart (400) or news
+      // younger than the snapshot.
+      const page = from === "beyond" ? null : pageFromSnapshot(snapshot, from, limit);
+      if (page !== null) return { frames: page };
     }
     // Not covered by the snapshot (an old page of a long history, a page past 4 MiB), or not shared.
-    return this.object(key).history(after, limit, source);
+    return this.object(key).historyPage(after, limit, source, epoch);
   }
 
   /** `key`'s presence (docs/api.md, GET /v1/presence). */

@@ -20,10 +20,19 @@ export interface HistorySnapshot {
   usable: boolean;
   /** Estimated bytes held (2 a character). */
   bytes: number;
+  /**
+   * The channel's head and epoch as of the snapshot (docs/api.md, "Numbering restarts"): its newest
+   * frame's. No frame: nothing was ever kept under the current epoch (history keeps the newest), so
+   * head 0 and no epoch anybody could hold.
+   */
+  head: number;
+  epoch: string;
 }
 
 /** `"seq":N` comes before the message's own data in a frame (src/wire/frame-text.ts), so its first match is the frame's. */
 const SEQ = /"seq":(\d+),/;
+/** So does `"epoch":"E"`, part of the frame's head. */
+const EPOCH = /"epoch":"([A-Za-z0-9_-]*)",/;
 
 /**
  * The snapshot of an answer to `history(null, SNAPSHOT_LIMIT)`. It is complete when the object gave
@@ -42,6 +51,8 @@ export function snapshotOf(frames: string[], maxMessageBytes: number): HistorySn
     complete: frames.length < SNAPSHOT_LIMIT && total + maxMessageBytes <= PAGE_MAX_BYTES,
     usable: ordered,
     bytes: 2 * total + 16 * frames.length + 256,
+    head: seqs.at(-1) ?? 0,
+    epoch: EPOCH.exec(frames.at(-1) ?? "")?.[1] ?? "",
   };
 }
 

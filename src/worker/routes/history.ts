@@ -7,7 +7,7 @@
 import { Hono } from "hono";
 import * as z from "zod";
 import { invalidArgument } from "../../wire/errors";
-import { wholeParam } from "../../wire/subscribe-params";
+import { beyondHead, epochParam, wholeParam } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
 import { readAccess } from "../auth/subscriber-access";
 import { orUnavailable } from "../http/errors";
@@ -21,14 +21,26 @@ const historyRoute = route({
   path: "/{channel}",
   summary: "Read a channel's retained messages",
   description:
-    "Oldest first. With `after`: the first `limit` messages with a higher seq; without: the newest `limit`. A page " +
+    "Oldest first, each frame with the channel's `epoch`. With `after`: the first `limit` messages with a higher " +
+    "seq (see `epoch`); without: the newest `limit`. A page " +
     "also stops after 4 MiB. At most 1 s old. Parameters are checked first (400), then the client IP's read budget " +
     "(429), then the token.",
   security: [{}, ...ACCESS_TOKEN],
   request: {
     params: ChannelPath,
     query: z.object({
-      after: z.string().optional(),
+      after: z
+        .string()
+        .optional()
+        .openapi({
+          description:
+            "Messages with a higher seq. With `epoch` (the `epoch` of the last message the reader has): an epoch " +
+            "that is no longer the channel's reads from seq 1; `after` beyond the head in the current epoch (or " +
+            "without `epoch`) answers 400 — a numbering restart is never skipped silently.",
+        }),
+      epoch: z.string().optional().openapi({
+        description: "1–64 characters of `[A-Za-z0-9_-]`: the numbering `after` counts in (only with `after`).",
+      }),
       limit: z.string().optional().openapi({ description: "1–1000, default 100." }),
       source_channel: z
         .string()
@@ -47,11 +59,15 @@ history.get(documented(history, historyRoute), async (c) => {
   const svc = c.get("svc");
   const channel = channelParam(c.req.param("channel"));
   const after = wholeParam(c.req.query("after"), "after");
+  // The numbering `after` counts in (docs/api.md, "Numbering restarts"); only with `after`.
+  const epoch = after === null ? null : epochParam(c.req.query("epoch"));
   const limit = wholeParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
   const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);
   const { limitHeaders, key } = await readAccess(c, channel);
   // Shared for up to a second between readers of the same object (src/worker/reads/channel-reads.ts).
-  const frames = await orUnavailable("channel", () => svc.reads.history(key, after, limit, source?.name ?? null));
-  return c.body(`{"messages":[${frames.join(",")}]}`, 200, { ...limitHeaders, "content-type": "application/json" });
+  const page = await orUnavailable("channel", () => svc.reads.history(key, after, limit, source?.name ?? null, epoch));
+  if ("beyond" in page) throw beyondHead(after ?? 0, page.beyond);
+  const body = `{"messages":[${page.frames.join(",")}]}`;
+  return c.body(body, 200, { ...limitHeaders, "content-type": "application/json" });
 });

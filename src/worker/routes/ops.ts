@@ -1,7 +1,7 @@
 /**
- * Ops routes (docs/api.md, Operator routes): health, the public manifest, Prometheus metrics and a
- * channel's stats. Metrics and stats need the admin bearer; health and the manifest do not. The
- * admin API that changes things is in ./admin.ts.
+ * Ops routes (docs/api.md, Operator routes): health, Prometheus metrics and a channel's stats.
+ * Metrics and stats need the admin bearer; health does not. The public manifest is ./manifest.ts; the
+ * admin API that changes things is ./admin.ts.
  */
 import { Hono } from "hono";
 import * as z from "zod";
@@ -9,83 +9,17 @@ import type { ChannelStats } from "../../channel/calls";
 import { renderPrometheus, seriesKey } from "../../metrics/series";
 import { channelStub, metricsStub } from "../../platform/stubs";
 import { formatDuration } from "../../settings/durations";
-import { limitToJson } from "../../settings/limits";
 import { weakSecrets } from "../../settings/secrets";
 import type { Settings } from "../../settings/settings";
-import { targetJson } from "../../settings/targets";
 import { ApiError } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { adminAuth } from "../auth/authorise";
 import { orUnavailable } from "../http/errors";
-import { ADMIN_ONLY, ChannelPath, documented, errors, json, LimitSchema, route, TargetSchema } from "../http/openapi";
+import { ADMIN_ONLY, ChannelPath, documented, errors, json, route } from "../http/openapi";
 import { channelParam } from "../http/params";
 import type { Services } from "../services";
 import { ShardStatsSchema, shardRuleView, shardsStats, totalled } from "../shards/shard-view";
 import { ChannelViewSchema, channelView, targetOf } from "./channel-view";
-
-/** The public manifest (docs/api.md, Operator routes). Per-token overrides never appear. */
-export function manifest(config: Settings) {
-  const perChannel = (rules: Settings["perChannelPublish"]) =>
-    rules.map((r) => ({ pattern: r.pattern.source, limit: limitToJson(r.value) }));
-  const publish = perChannel(config.perChannelPublish);
-  const subscribe = perChannel(config.perChannelSubscribe);
-  return {
-    rate_limits: {
-      publish: limitToJson(config.publish),
-      subscribe: limitToJson(config.subscribe),
-      token_issue: limitToJson(config.tokenIssue),
-      read: limitToJson(config.read),
-      admin_auth: limitToJson(config.adminAuth),
-      ...(publish.length ? { per_channel_publish: publish } : {}),
-      ...(subscribe.length ? { per_channel_subscribe: subscribe } : {}),
-    },
-    throttle: {
-      fallback_rate: config.throttleFallbackRate,
-      target: targetJson(config.throttleTarget),
-      ...(config.throttleTargets.length
-        ? { targets: config.throttleTargets.map((r) => ({ pattern: r.pattern.source, target: targetJson(r.value) })) }
-        : {}),
-      ...(config.throttleThinning.length ? { thinning: config.throttleThinning.map((p) => p.source) } : {}),
-      analytics_channel: config.analyticsChannel.name,
-      rate_cache_ms: config.rateCacheMs,
-      fast_period: formatDuration(config.samplerFastPeriodMs),
-    },
-    // The record of dropped messages: how long the bucket keeps a copy (and the longest export), and
-    // how long the analytics channel pages them.
-    record: {
-      retention: formatDuration(config.recordRetentionMs),
-      analytics_retention: formatDuration(config.analyticsRetentionMs),
-    },
-    // Summaries of drops (docs/api.md, "Summaries of drops"): the period, and the rules in selection order.
-    summaries: {
-      interval: formatDuration(config.summaryIntervalMs),
-      ...(config.throttleSummary.length
-        ? { rules: config.throttleSummary.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })) }
-        : {}),
-    },
-    // CONFLATE_KEYS in selection order (docs/api.md, "Each reader's rate"): what a subscriber with a
-    // max_rate holds the latest of per key.
-    conflate_keys: config.conflateKeys.map((r) => ({ pattern: r.pattern.source, pointer: r.value.pointer })),
-    // Presence (docs/api.md, "Presence"): announced per join and leave up to announce_max, above it
-    // one interval frame per interval.
-    presence: { announce_max: config.presenceAnnounceMax, interval: formatDuration(config.presenceIntervalMs) },
-    // AUDIENCE_SHARDS in selection order (docs/api.md, "Shards"); omitted when no rule is set.
-    ...(config.audienceShards.length
-      ? { audience_shards: config.audienceShards.map((r) => ({ pattern: r.pattern.source, by: r.value.by })) }
-      : {}),
-    // CORS_ORIGINS (docs/api.md, "Browsers on other origins"): the listed origins, and "*" when public
-    // reads are open to any origin; empty: only the Worker's own origin, servers and native apps.
-    cors_origins: [...config.cors.origins, ...(config.cors.anyForPublicReads ? ["*"] : [])],
-    // The Pusher door (docs/api.md, "The Pusher door"): never its secret.
-    pusher: {
-      enabled: config.pusher.app !== null,
-      app_id: config.pusher.app?.id ?? null,
-      key: config.pusher.app?.key ?? null,
-      client_events_rate: limitToJson(config.pusher.clientEvents),
-      activity_timeout: config.pusher.activityTimeoutS,
-    },
-  };
-}
 
 export const ops = new Hono<AppEnv>();
 
@@ -103,89 +37,6 @@ ops.get(documented(ops, healthRoute), (c) => {
   if (weak) throw new ApiError("internal", `server is not configured: ${weak.problem}`, { variable: weak.name });
   return c.json({ ok: true });
 });
-
-const PerChannelLimits = z.array(z.object({ pattern: z.string(), limit: LimitSchema }));
-const Manifest = z
-  .object({
-    rate_limits: z.object({
-      publish: LimitSchema,
-      subscribe: LimitSchema,
-      token_issue: LimitSchema,
-      read: LimitSchema,
-      admin_auth: LimitSchema.openapi({ description: "Failed admin authentications per client IP." }),
-      per_channel_publish: PerChannelLimits.optional(),
-      per_channel_subscribe: PerChannelLimits.optional(),
-    }),
-    throttle: z.object({
-      fallback_rate: z.number(),
-      target: TargetSchema.nullable(),
-      targets: z.array(z.object({ pattern: z.string(), target: TargetSchema })).optional(),
-      thinning: z.array(z.string()).optional(),
-      analytics_channel: z.string(),
-      rate_cache_ms: z.number().int(),
-      fast_period: z.string(),
-    }),
-    record: z.object({
-      retention: z.string().openapi({ description: "RECORD_RETENTION: how long the record keeps a copy." }),
-      analytics_retention: z
-        .string()
-        .openapi({ description: "ANALYTICS_RETENTION: how long the analytics channel pages copies." }),
-    }),
-    summaries: z.object({
-      interval: z.string().openapi({ description: "SUMMARY_INTERVAL: the period of summary frames." }),
-      rules: z
-        .array(
-          z.object({ pattern: z.string(), pointer: z.string().openapi({ description: "A JSON Pointer (RFC 6901)." }) }),
-        )
-        .optional()
-        .openapi({ description: "THROTTLE_SUMMARY, in selection order (most specific first); omitted when empty." }),
-    }),
-    conflate_keys: z
-      .array(
-        z.object({ pattern: z.string(), pointer: z.string().openapi({ description: "A JSON Pointer (RFC 6901)." }) }),
-      )
-      .openapi({
-        description:
-          "CONFLATE_KEYS, in selection order (most specific first): on a matching channel a subscriber with a " +
-          "`max_rate` holds the latest message per value at the pointer instead of skipping it.",
-      }),
-    presence: z.object({
-      announce_max: z
-        .number()
-        .int()
-        .openapi({ description: "PRESENCE_ANNOUNCE_MAX: largest occupancy announced per join and leave." }),
-      interval: z.string().openapi({ description: "PRESENCE_INTERVAL: period of interval presence above it." }),
-    }),
-    audience_shards: z
-      .array(z.object({ pattern: z.string(), by: z.enum(["group", "continent"]) }))
-      .optional()
-      .openapi({ description: "AUDIENCE_SHARDS in selection order (most specific first); omitted when empty." }),
-    cors_origins: z.array(z.string()).openapi({
-      description:
-        'CORS_ORIGINS: origins whose pages may call the API from a browser; "*": public reads from any origin.',
-    }),
-    pusher: z
-      .object({
-        enabled: z
-          .boolean()
-          .openapi({ description: "Open when PUSHER_APP_ID, PUSHER_APP_KEY and the secret are set." }),
-        app_id: z.string().nullable(),
-        key: z.string().nullable().openapi({ description: "The key Pusher clients connect with (null: closed)." }),
-        client_events_rate: LimitSchema.openapi({ description: "PUSHER_CLIENT_EVENTS_RATE, per connection." }),
-        activity_timeout: z.number().int().openapi({ description: "PUSHER_ACTIVITY_TIMEOUT, in seconds." }),
-      })
-      .openapi({ description: "The Pusher door (never its secret)." }),
-  })
-  .openapi("Manifest");
-
-const manifestRoute = route({
-  method: "get",
-  path: "/v1/manifest",
-  summary: "Budgets and throttle settings (public)",
-  responses: { 200: json(Manifest, "The manifest; per-token overrides never appear."), ...errors(500) },
-});
-
-ops.get(documented(ops, manifestRoute), (c) => c.json(manifest(c.var.svc.config)));
 
 const metricsRoute = route({
   method: "get",

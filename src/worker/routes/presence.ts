@@ -22,10 +22,14 @@ export const PresenceAnswerSchema = z
     mode: z.enum(["announce", "interval"]).openapi({
       description: "`announce` while occupancy ≤ `PRESENCE_ANNOUNCE_MAX`, else `interval`.",
     }),
-    subjects: z.array(z.string()).optional().openapi({
-      description:
-        "Announce mode only: the sorted, distinct token `sub`s of the subscribers (anonymous ones counted, never listed).",
-    }),
+    subjects: z
+      .array(z.string())
+      .optional()
+      .openapi({
+        description:
+          "Announce mode only: the sorted, distinct token `sub`s of the subscribers whose token grants the channel " +
+          "(anonymous ones, and those whose token is for other channels, counted, never listed).",
+      }),
   })
   .openapi("Presence");
 

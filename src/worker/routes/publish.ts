@@ -16,7 +16,7 @@ import { publishBudget } from "../gate/budgets";
 import { deniedResponse } from "../gate/headers";
 import { parseJsonText, readBody } from "../http/body";
 import { orUnavailable } from "../http/errors";
-import { ACCESS_TOKEN, ChannelPath, documented, errors, json, route } from "../http/openapi";
+import { ACCESS_TOKEN, ChannelPath, documented, EpochSchema, errors, json, route } from "../http/openapi";
 import { channelParam } from "../http/params";
 import { securedJson } from "../http/security-headers";
 import { throttleAndDeliver } from "../publish-one";
@@ -75,6 +75,7 @@ const Delivered = z
   .object({
     status: z.literal("delivered"),
     channel: z.string(),
+    epoch: EpochSchema,
     seq: z.number().int(),
     id: z.string(),
     shard: z.string().optional().openapi({ description: "Sharded channels only: the shard delivered into." }),

@@ -26,9 +26,9 @@ import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
 import { parseMaxRate } from "../../relay/reader-rate";
 import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
-import { readSubscribeQuery, WS_PROTOCOL } from "../../wire/subscribe-params";
+import { beyondHead, readSubscribeQuery, resumePoint, WS_PROTOCOL } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
-import { checkGrant, MISSING_BEARER, verifyAccess } from "../auth/authorise";
+import { checkGrant, grants, MISSING_BEARER, verifyAccess } from "../auth/authorise";
 import { offeredProtocols, presentedToken } from "../auth/subscriber-access";
 import type { VerifiedToken } from "../auth/tokens";
 import { readBudget, subscribeBudget } from "../gate/budgets";
@@ -50,7 +50,7 @@ const subscribeRoute = route({
   summary: "Subscribe over WebSocket or SSE",
   description:
     "WebSocket when the request upgrades (`Upgrade: websocket`), SSE with `Accept: text/event-stream`, otherwise 400. " +
-    "Each message is one JSON text frame (a `Frame`; SSE: `id: <seq>`, `event: message`); with `?batch=1` every " +
+    "Each message is one JSON text frame (a `Frame`; SSE: `id: <epoch>:<seq>`, `event: message`); with `?batch=1` every " +
     "WebSocket text frame is a JSON array of one or more `Frame`s in seq order, at most 1 MiB (what the relay has " +
     "pending for the socket, held at most `FRAME_DELAY`). `public:` channels need no " +
     "token. A WebSocket text frame `ping` is answered `pong`; any other frame closes the socket with 1008. A " +
@@ -60,7 +60,7 @@ const subscribeRoute = route({
     "1 MiB is cut short the same way, and the most-behind are closed when one relay holds 32 MiB for its subscribers " +
     "together; resume with `?after=`. A subscription opened with a " +
     'token ends at the token\'s `exp`: a last WebSocket frame `{"type":"expired","reason":"token expired",' +
-    '"seq":N}` (with `?batch=1` inside an array) then close 4001 `token expired`; SSE `id: N`, `event: expired` ' +
+    '"epoch":E,"seq":N}` (with `?batch=1` inside an array) then close 4001 `token expired`; SSE `id: E:N`, `event: expired` ' +
     "with that frame as data, then the end. N is the last seq the subscription was sent or is past (its resume " +
     "point when it was sent nothing): reconnect with a fresh token and `?after=` the larger of N and the last seq " +
     "received. SSE streams get a `: keepalive` comment line at least every 15 s. " +
@@ -80,7 +80,18 @@ const subscribeRoute = route({
   request: {
     params: ChannelPath,
     query: z.object({
-      after: z.string().optional().openapi({ description: "Replay retained messages with a higher seq first." }),
+      after: z
+        .string()
+        .optional()
+        .openapi({
+          description:
+            "Replay retained messages with a higher seq first. With `epoch`: an epoch that is no longer the channel's " +
+            "replays everything kept from seq 1; `after` beyond the head in the current epoch (or without `epoch`) " +
+            "answers 400 before any upgrade: a numbering restart is never skipped silently.",
+        }),
+      epoch: z.string().optional().openapi({
+        description: "1–64 characters of `[A-Za-z0-9_-]`: the numbering `after` counts in (only with `after`).",
+      }),
       token: z.string().optional().openapi({ description: "The fallback way to send a token (lands in logs)." }),
       batch: z
         .enum(["0", "1"])
@@ -119,7 +130,10 @@ const subscribeRoute = route({
     headers: z.object({
       upgrade: z.string().optional().openapi({ example: "websocket" }),
       accept: z.string().optional().openapi({ example: "text/event-stream" }),
-      "last-event-id": z.string().optional().openapi({ description: "SSE resume; `?after` wins." }),
+      "last-event-id": z
+        .string()
+        .optional()
+        .openapi({ description: "SSE resume: `<epoch>:<seq>` as event ids are (or a bare seq); `?after` wins." }),
       "sec-websocket-protocol": z
         .string()
         .optional()
@@ -136,9 +150,10 @@ const subscribeRoute = route({
         "text/event-stream": {
           schema: z.string().openapi({
             description:
-              "`id: <seq>`, `event: message`, `data: <Frame>`; `id: <seq>`, `event: expired`, " +
-              '`data: {"type":"expired","reason":"token expired","seq":<seq>}` (then the end) when the token ' +
-              "expires; `event: summary`, `data: <summary of drops>` with no `id` (see above); `: keepalive` comment lines.",
+              "`id: <epoch>:<seq>`, `event: message`, `data: <Frame>`; `id: <epoch>:<seq>`, `event: expired`, " +
+              '`data: {"type":"expired","reason":"token expired","epoch":<epoch>,"seq":<seq>}` (then the end) when the token ' +
+              'expires (reason `"session revoked"` when its session is revoked; `"stream lifetime reached"` ' +
+              "when an anonymous stream reaches 24 h: resume with `Last-Event-ID`); `event: summary`, `data: <summary of drops>` with no `id` (see above); `: keepalive` comment lines.",
           }),
         },
       },
@@ -171,6 +186,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   }
   const {
     after,
+    epoch,
     batch,
     presence,
     maxRate: maxRateText,
@@ -200,11 +216,14 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   const limitHeaders = await svc.gate.check(verified ? "subscribe" : "read", budget.key, budget.limit, c.var.defer);
   if (channel.visibility === "private") {
     if (!verified) throw refused ?? unauthenticated(MISSING_BEARER);
-    checkGrant(verified, "subscribe", channel);
+    checkGrant(verified, "subscribe", channel, svc.config.analyticsChannel.name);
   }
 
-  // Counted per token subject, or per IP (/64) for a subscriber without a verified token.
-  const client = clientKey(verified ? verified.claims.sub : null, clientIp(c.req.raw));
+  // Counted per token subject, or per IP (/64) for a subscriber without a verified token. Presence
+  // names a subject only where its token grants the channel (docs/api.md, "Presence"): a token for
+  // other channels on a public one subscribes anonymously, counted but never named to anyone.
+  const named = verified && grants(verified, "subscribe", channel, svc.config.analyticsChannel.name) ? verified : null;
+  const client = clientKey(named ? named.claims.sub : null, clientIp(c.req.raw));
   // Its connections over all channels first (MAX_CONNECTIONS_PER_CLIENT): a lease its relay confirms.
   const lease = await takeConnection(c.env, client, svc.config.maxConnectionsPerClient);
   const release = () => c.var.defer(releaseConnection(c.env, client, lease));
@@ -220,9 +239,11 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         client,
         admissionOf(svc.config, channel.visibility),
         { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
+        after === null ? undefined : { after, epoch },
       ),
   );
   if (!("relay" in slot)) release();
+  if ("beyond" in slot) throw beyondHead(after ?? 0, slot.head);
   if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
   if ("netFull" in slot) throw netCapError(NET_SHARE * svc.config.maxSubscriptionsPerClient);
   if ("anonymousFull" in slot) throw anonymousFullError();
@@ -247,10 +268,14 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
       batch: upgrade && batch,
       presence,
       head: slot.head,
-      // Resumes after `after`; a subscriber that does not resume gets what follows its slot.
-      floor: after === null ? slot.head : Math.min(after, slot.head),
+      // Resumes after `after` (from seq 1 when its epoch is gone: docs/api.md, "Numbering restarts");
+      // a subscriber that does not resume gets what follows its slot.
+      floor: Math.min(resumeFrom(after, epoch, slot), slot.head),
+      epoch: slot.epoch,
       // A subscription opened with a token ends when the token does (the relay closes it at `exp`).
       expiresAt: verified ? verified.claims.exp * 1000 : null,
+      // And when its session is revoked (the relay reads the list of revoked sessions).
+      sid: verified?.claims.sid ?? null,
       maxRate,
     },
     c.req.raw,
@@ -270,3 +295,10 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   if (res.webSocket) return new Response(null, { status: 101, webSocket: res.webSocket, headers });
   return new Response(res.body, { status: res.status, headers });
 });
+
+/** Where a subscriber's stream starts: its resume point in the slot's numbering, else the head. */
+function resumeFrom(after: number | null, epoch: string | null, slot: { head: number; epoch: string }): number {
+  const point = resumePoint(after, epoch, slot);
+  // "beyond" was refused by the channel before it gave the slot; the head is its safe reading.
+  return point === null || point === "beyond" ? slot.head : point;
+}

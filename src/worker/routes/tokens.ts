@@ -6,7 +6,7 @@
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
-import { refreshLedgerStub } from "../../platform/stubs";
+import { refreshLedgerStub, revokedSessionsStub } from "../../platform/stubs";
 import { DurationError, parseDuration } from "../../settings/durations";
 import { LimitError, type LimitJson, limitToJson, parseLimit } from "../../settings/limits";
 import { GROUP_NAME, GROUP_RULE } from "../../settings/shards";
@@ -15,6 +15,7 @@ import { invalidArgument, unauthenticated } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { adminAuth, tokenSecret } from "../auth/authorise";
 import { whyNeverMatches } from "../auth/grantable";
+import { revokedSessions } from "../auth/revoked-sessions";
 import {
   DEFAULT_SCOPES,
   MAX_TOKEN_LENGTH,
@@ -193,6 +194,8 @@ export async function issuePair(secret: string, req: MintRequest, nowSeconds: nu
     typ: "access",
     exp: Math.min(nowSeconds + req.ttlSeconds, session.endsAt),
     jti: crypto.randomUUID(),
+    // Its session: when the session is revoked, this token is refused and its subscriptions end.
+    sid: session.id,
   };
   const refresh: TokenClaims = {
     ...common,
@@ -259,6 +262,21 @@ tokens.post(documented(tokens, mintRoute), adminAuth, secretRequired, jsonBody(M
   return c.json(await issuePair(tokenSecret(c.env), req, now, session), 201);
 });
 
+/**
+ * A reused refresh token revoked its session: its access tokens end too (docs/security.md, "A revoked
+ * session ends"). Refused in this isolate at once; listed for every other isolate and relay until
+ * `untilSeconds`, when the longest access token the session can hold (issued at the latest now, for
+ * its chain's `ttl`) has expired. A list that cannot be written is logged: the chain stays revoked.
+ */
+async function revokeAccess(env: Env, sid: string, untilSeconds: number, nowSeconds: number): Promise<void> {
+  revokedSessions.add(sid);
+  try {
+    await revokedSessionsStub(env).revokeSession(sid, untilSeconds, nowSeconds);
+  } catch (e) {
+    console.error("floodgate: could not list a revoked session", e instanceof Error ? e.message : e);
+  }
+}
+
 const refreshRoute = route({
   method: "post",
   path: "/refresh",
@@ -311,6 +329,7 @@ tokens.post(documented(tokens, refreshRoute), secretRequired, jsonBody(RefreshBo
     ledger.spend(claims.jti, session.id, claims.exp, session.endsAt, now),
   );
   if (outcome === "reused") {
+    await revokeAccess(c.env, session.id, Math.min(session.endsAt, now + ttlSeconds), now);
     throw unauthenticated("refresh token was already used; every token of its session is revoked");
   }
   if (outcome === "revoked") throw unauthenticated("session was revoked: one of its refresh tokens was used twice");

@@ -49,7 +49,8 @@ describe.each([
   }, async () => {
     const ch = `public:zero.${uniq()}`;
     const publisher = (await mint({ sub: uniq("pub"), channels: ["public:zero.*"], rl: "100000/s" })).access_token;
-    const analyst = (await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.**"] })).access_token;
+    const analyst = (await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.dropped"] }))
+      .access_token;
     await setRate(ch, 0.4);
     const metricsBefore = await messageCounts();
 

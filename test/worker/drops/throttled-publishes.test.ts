@@ -25,7 +25,7 @@ async function tokens() {
   // A generous per-token budget so the publish limit never interferes with counting drops.
   const pub = (await mint({ sub: uniq("pub"), channels: ["public:thr.*"], rl: "10000/s" })).access_token;
   const reader = (
-    await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.**"], scopes: ["subscribe"] })
+    await mint({ sub: uniq("analyst"), channels: ["private:floodgate.analytics.dropped"], scopes: ["subscribe"] })
   ).access_token;
   return { pub, reader };
 }
@@ -160,7 +160,7 @@ describe("drop rate from KV", () => {
   });
 
   it("the analytics channel takes no publish, even from a token granting it: 403, not a drop", async () => {
-    const writer = (await mint({ sub: uniq("ops"), channels: ["private:floodgate.analytics.**"] })).access_token;
+    const writer = (await mint({ sub: uniq("ops"), channels: ["private:floodgate.analytics.dropped"] })).access_token;
     await setRate("*", 1);
     await setRate(ANALYTICS, 1);
     const marker = uniq("manual");

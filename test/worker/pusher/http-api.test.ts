@@ -8,6 +8,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { adminHeaders, call, env, historyOf, mint, setRate, uniq, until } from "../../support/helpers";
 import { APP, authFor, closePushers, openPusher, signedApiCall } from "../../support/pusher";
 
+/** A channel's epoch in a publish answer (docs/api.md, "Numbering restarts"). */
+const EPOCH = expect.stringMatching(/^[A-Za-z0-9_-]{12}$/);
+
 const EVENTS = `/apps/${APP.id}/events`;
 
 async function reader(): Promise<string> {
@@ -30,7 +33,10 @@ describe("POST /apps/{id}/events", () => {
     expect(res.status).toBe(200);
     const body = (await res.json()) as { floodgate: Record<string, { status: string; seq: number }> };
     expect(body).toEqual({
-      floodgate: { [a]: { status: "delivered", seq: 1 }, [b]: { status: "delivered", seq: 1 } },
+      floodgate: {
+        [a]: { status: "delivered", epoch: EPOCH, seq: 1 },
+        [b]: { status: "delivered", epoch: EPOCH, seq: 1 },
+      },
     });
     await p.next((e) => e.channel === a && e.event === "update" && e.data === data);
     await p.next((e) => e.channel === b && e.event === "update" && e.data === data);
@@ -52,7 +58,7 @@ describe("POST /apps/{id}/events", () => {
     );
     expect(await res.json()).toEqual({
       channels: { [name]: { subscription_count: 2, user_count: 2 } },
-      floodgate: { [name]: { status: "delivered", seq: 1 } },
+      floodgate: { [name]: { status: "delivered", epoch: EPOCH, seq: 1 } },
     });
     await y.next((e) => e.event === "e");
     await x.barrier();
@@ -75,11 +81,11 @@ describe("POST /apps/{id}/events", () => {
       {},
       { name: "e", data: "kept", channels: [name], priority: "high" },
     );
-    expect(await high.json()).toEqual({ floodgate: { [name]: { status: "delivered", seq: 1 } } });
+    expect(await high.json()).toEqual({ floodgate: { [name]: { status: "delivered", epoch: EPOCH, seq: 1 } } });
     await p.next((e) => e.event === "e" && e.data === "kept");
     expect(p.events.filter((e) => e.data === "lost")).toEqual([]);
     const analyst = (
-      await mint({ sub: uniq("an"), channels: ["private:floodgate.analytics.**"], scopes: ["subscribe"] })
+      await mint({ sub: uniq("an"), channels: ["private:floodgate.analytics.dropped"], scopes: ["subscribe"] })
     ).access_token;
     const copies = async () =>
       (
@@ -117,9 +123,9 @@ describe("POST /apps/{id}/batch_events", () => {
     expect(await res.json()).toEqual({
       batch: [{}, { subscription_count: 0 }, {}],
       floodgate: [
-        { [a]: { status: "delivered", seq: 1 } },
-        { [b]: { status: "delivered", seq: 1 } },
-        { [a]: { status: "delivered", seq: 2 } },
+        { [a]: { status: "delivered", epoch: EPOCH, seq: 1 } },
+        { [b]: { status: "delivered", epoch: EPOCH, seq: 1 } },
+        { [a]: { status: "delivered", epoch: EPOCH, seq: 2 } },
       ],
     });
   });

@@ -3,7 +3,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { PublishCommand } from "../../../src/channel/calls";
 import { IDEMPOTENCY_TTL_MS } from "../../../src/channel/publishing";
-import { call, historyOf, mint, openSocket, publishTo, readSse, uniq, withFailing } from "../../support/helpers";
+import { call, historyOf, mint, openSocket, publishTo, readSse, seqOf, uniq, withFailing } from "../../support/helpers";
 
 const token = async (chs = ["public:pub.*", "private:pub.team.*"], scopes = ["publish", "subscribe"]) =>
   (await mint({ sub: uniq("p"), channels: chs, scopes })).access_token;
@@ -19,7 +19,7 @@ describe("delivery", () => {
     expect(frames.map((f) => f.seq)).toEqual([1, 2, 3, 4, 5]);
     expect(frames.map((f) => f.data)).toEqual([0, 1, 2, 3, 4].map((i) => ({ i })));
     for (const [i, f] of frames.entries()) {
-      expect(Object.keys(f).sort()).toEqual(["channel", "data", "id", "published_at", "seq", "type"]);
+      expect(Object.keys(f).sort()).toEqual(["channel", "data", "epoch", "id", "published_at", "seq", "type"]);
       expect(f).toMatchObject({
         type: "message",
         channel: ch,
@@ -41,7 +41,7 @@ describe("delivery", () => {
     const reading = readSse(res, 3);
     for (let i = 0; i < 3; i++) expect((await publishTo(ch, t, { n: i, s: "line\nbreak" })).status).toBe(200);
     const events = await reading;
-    expect(events.map((e) => e.id)).toEqual(["1", "2", "3"]);
+    expect(events.map((e) => seqOf(e.id))).toEqual([1, 2, 3]);
     expect(events.map((e) => e.data.data)).toEqual([0, 1, 2].map((n) => ({ n, s: "line\nbreak" })));
   });
 

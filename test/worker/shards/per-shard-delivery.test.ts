@@ -47,7 +47,7 @@ describe("a sharded channel", () => {
       ["fr", 1],
       ["default", 1],
     ]);
-    expect(Object.keys(answers[0] ?? {})).toEqual(["status", "channel", "shard", "seq", "id", "published_at"]);
+    expect(Object.keys(answers[0] ?? {})).toEqual(["status", "channel", "shard", "epoch", "seq", "id", "published_at"]);
 
     const b = await pub(ch, caster, { all: true }, { "floodgate-shard": "*" });
     expect(b.status).toBe(200);
@@ -104,17 +104,18 @@ describe("a sharded channel", () => {
     expect(payloads(await historyOf(ch, fr))).toEqual(["salut"]);
   });
 
-  it("leaves channels no rule matches unchanged, byte for byte", async () => {
+  it("leaves channels no rule matches unsharded: no shard in the answer or the frame", async () => {
     const ch = `public:plain.${uniq()}`;
     const tok = await member([ch], "es", ["publish", "broadcast"]);
     const s = await openSocket(ch);
     const res = await publishAndWait(ch, tok, { a: 1 });
     const body = (await res.json()) as Record<string, unknown>;
-    expect(Object.keys(body)).toEqual(["status", "channel", "seq", "id", "published_at"]);
+    expect(Object.keys(body)).toEqual(["status", "channel", "epoch", "seq", "id", "published_at"]);
     const [f] = await s.next(1);
     expect(f).toEqual({
       type: "message",
       channel: ch,
+      epoch: body.epoch,
       seq: 1,
       id: body.id,
       data: { a: 1 },

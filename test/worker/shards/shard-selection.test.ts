@@ -71,11 +71,11 @@ describe("rules and selection", () => {
     expect(serialiseCopy(copy)).not.toContain("shard");
     expect(JSON.parse(recordLine({ ...copy, id: "i", shard: "EU" })).shard).toBe("EU");
     const m = { seq: 1, id: "x", data: "{}", published_at: 2 };
-    expect(frame("public:a.b", m)).toBe(
-      '{"type":"message","channel":"public:a.b","seq":1,"id":"x","data":{},"published_at":2}',
+    expect(frame("public:a.b", "E1", m)).toBe(
+      '{"type":"message","channel":"public:a.b","epoch":"E1","seq":1,"id":"x","data":{},"published_at":2}',
     );
-    expect(frame("public:a.b#es", m)).toBe(
-      '{"type":"message","channel":"public:a.b","shard":"es","seq":1,"id":"x","data":{},"published_at":2}',
+    expect(frame("public:a.b#es", "E2", m)).toBe(
+      '{"type":"message","channel":"public:a.b","shard":"es","epoch":"E2","seq":1,"id":"x","data":{},"published_at":2}',
     );
   });
 
