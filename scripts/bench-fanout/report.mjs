@@ -34,6 +34,11 @@ const PACKED_P50_MAX_MS = 300;
 const PACKED_P99_MAX_MS = 1000;
 const MAX_RATE_CPU_MAX = 1;
 
+/** A count the row may carry as text ("0", "3 (frames still arriving…)", "– (joining)"): NaN when none. */
+function countOf(value) {
+  return typeof value === "number" ? value : Number.parseInt(String(value), 10);
+}
+
 /** `value` with its unit, the target's bound and whether it is met. */
 function judged(value, unit, { max, digits = 2 }) {
   return `${value.toFixed(digits)}${unit}, target ≤ ${max}${unit}: ${value <= max ? "met" : "not met"}`;
@@ -68,7 +73,7 @@ export function printReport(rows, presenceRows, { presence }, rateRows = []) {
   for (const r of rows) {
     if (r.door !== "native" || r.size < PACKED_SIZE || r.framesPerMessage >= 1) continue;
     console.log(
-      `\npacked frames, ${r.size.toLocaleString("en")} subscribers (targets of docs/benchmarks.md): workerd CPU per delivery ${judged(r.cpuPerDelivery, " µs", { max: PACKED_CPU_MAX_US })}, p50 ${judged(r.p50, " ms", { max: PACKED_P50_MAX_MS, digits: 0 })}, p99 ${judged(r.p99, " ms", { max: PACKED_P99_MAX_MS, digits: 0 })}, lost ${judged(r.lost, "", { max: 0, digits: 0 })}, duplicated ${judged(r.duplicated, "", { max: 0, digits: 0 })}`,
+      `\npacked frames, ${r.size.toLocaleString("en")} subscribers (targets of docs/benchmarks.md): workerd CPU per delivery ${judged(r.cpuPerDelivery, " µs", { max: PACKED_CPU_MAX_US })}, p50 ${judged(r.p50, " ms", { max: PACKED_P50_MAX_MS, digits: 0 })}, p99 ${judged(r.p99, " ms", { max: PACKED_P99_MAX_MS, digits: 0 })}, lost ${judged(countOf(r.lost), "", { max: 0, digits: 0 })}, duplicated ${judged(r.duplicated, "", { max: 0, digits: 0 })}`,
     );
   }
   if (presence) {
