@@ -127,35 +127,10 @@ export class HostSubscriptions {
       mine.delete(channel);
       return host.subscriptionError(ws, channel, 503, "Unavailable", "the channel is temporarily unavailable; retry");
     }
-    if ("clientFull" in slot) {
+    if (!("relay" in slot)) {
       mine.delete(channel);
-      return host.subscriptionError(
-        ws,
-        channel,
-        429,
-        "LimitReached",
-        "too many subscriptions of this channel for one client",
-      );
-    }
-    if ("netFull" in slot) {
-      mine.delete(channel);
-      return host.subscriptionError(
-        ws,
-        channel,
-        429,
-        "LimitReached",
-        "too many subscriptions of this channel from one network (IPv6 /48)",
-      );
-    }
-    if ("full" in slot || "anonymousFull" in slot) {
-      mine.delete(channel);
-      return host.subscriptionError(
-        ws,
-        channel,
-        503,
-        "ChannelFull",
-        "the channel has as many subscribers as it serves",
-      );
+      const refused = slotRefusal(slot);
+      return host.subscriptionError(ws, channel, refused.status, refused.type, refused.error);
     }
     const sub: LaneSub = { socketId: a.id, client, floor: slot.head, userId, userInfo, joining: true, skipUpTo: 0 };
     host.storeSubscription(a.id, key, sub);
@@ -215,4 +190,20 @@ export class HostSubscriptions {
     this.budgets.set(ws, d.state);
     return d.allowed;
   }
+}
+
+/**
+ * The `pusher:subscription_error` of a slot the channel refused: its client's cap, its /48's (429),
+ * or the channel full or its anonymous share taken (503).
+ */
+function slotRefusal(slot: Exclude<RelaySlot, { relay: string }>): { status: number; type: string; error: string } {
+  if ("clientFull" in slot)
+    return { status: 429, type: "LimitReached", error: "too many subscriptions of this channel for one client" };
+  if ("netFull" in slot)
+    return {
+      status: 429,
+      type: "LimitReached",
+      error: "too many subscriptions of this channel from one network (IPv6 /48)",
+    };
+  return { status: 503, type: "ChannelFull", error: "the channel has as many subscribers as it serves" };
 }
