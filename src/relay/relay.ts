@@ -1,7 +1,8 @@
 /**
  * Relay — one Durable Object per `relay:{channel}:{group}:{k}` (src/relay/placement.ts): it holds up to
- * `RELAY_CAPACITY` subscribers of one channel (hibernatable WebSockets and SSE streams) and sends them
- * what the channel sends it, once per batch for all of them (docs/api.md, "Relays").
+ * `RELAY_CAPACITY` subscribers of one channel (WebSockets, hibernatable unless opened with a token,
+ * and SSE streams) and sends them what the channel sends it, once per batch for all of them
+ * (docs/api.md, "Relays").
  *
  * The class routes calls; each job is its own module:
  * - src/relay/subscribers.ts: its WebSockets (and what their attachments keep through
@@ -40,7 +41,7 @@ import { type RelayIdentity, RelayReporter } from "./reporter";
 import { RelayRevocations } from "./revocations";
 import { createRelayTable, readRelayRow } from "./schema";
 import { RelayStream } from "./stream";
-import { attachment, RelaySubscribers, type Subscriber } from "./subscribers";
+import { attachment, PING, PONG, RelaySubscribers, type Subscriber } from "./subscribers";
 import { ThinnedStream } from "./thinned-stream";
 
 export class Relay extends DurableObject<Env> {
@@ -83,10 +84,18 @@ export class Relay extends DurableObject<Env> {
     this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
     bindObjectMetrics(env);
     this.frameDelayMs = settingsOf(env).frameDelayMs;
-    this.subs = new RelaySubscribers(ctx, () => {
-      this.reporter.changed();
-      this.holds.changed();
-    });
+    this.subs = new RelaySubscribers(
+      ctx,
+      () => {
+        this.reporter.changed();
+        this.holds.changed();
+      },
+      {
+        spoke: (ws) => this.webSocketMessage(ws, ""),
+        closed: (ws, code) => this.webSocketClose(ws, code, "", false),
+        failed: (ws) => this.webSocketError(ws, null),
+      },
+    );
     this.holds = connectionHolds(env, this.alarms, () => this.identity?.relay ?? null, this.subs);
     this.reporter = new RelayReporter(
       {
@@ -148,7 +157,7 @@ export class Relay extends DurableObject<Env> {
       () => revokedSessionsStub(env),
     );
     // `ping` is answered by the runtime without waking the relay, so an idle relay stays asleep.
-    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair("ping", "pong"));
+    ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair(PING, PONG));
     ctx.blockConcurrencyWhile(async () => {
       await this.alarms.load();
       const row = readRelayRow(this.sql);

@@ -1,8 +1,17 @@
 /**
- * A relay's subscribers (src/relay/relay.ts): its hibernatable WebSockets, with what each keeps in
- * its attachment so it survives hibernation, and its SSE streams (src/relay/sse-hub.ts). Which are
- * open, which are still being replayed to, which joined ahead of the relay's last seq, whose each
- * is, and how each is closed.
+ * A relay's subscribers (src/relay/relay.ts): its WebSockets, with what each keeps in its attachment
+ * (through hibernation), and its SSE streams (src/relay/sse-hub.ts). Which are open, which are still
+ * being replayed to, which joined ahead of the relay's last seq, whose each is, and how each is
+ * closed.
+ *
+ * Anonymous WebSockets are hibernatable. One opened with a token is held without hibernation
+ * (`accept()`), because the relay must close it at its token's `exp` (or when its session is
+ * revoked) from its alarm, and workerd does not finish a close that a Durable Object starts on a
+ * hibernatable socket outside that socket's own event: the Close frame goes out, the peer answers
+ * it, and the connection stays open — a Node client stays CLOSING with no `close` event, a browser
+ * gives up after its own 2 s (scripts/repro/close-outside-event.mjs). A socket held without
+ * hibernation closes within milliseconds from anywhere. The cost: a relay holding one cannot
+ * hibernate while it is open (docs/scaling.md, "What a token subscription costs").
  */
 
 import type { SideEvent, SideFrame } from "../wire/frame-text";
@@ -12,6 +21,23 @@ import { type SseClient, SseHub } from "./sse-hub";
 
 /** `WebSocket.OPEN`. */
 const OPEN = 1;
+
+/** What a subscriber may send to learn its connection is alive, and the answer (docs/api.md, "Subscribing"). */
+export const PING = "ping";
+export const PONG = "pong";
+
+/**
+ * What the relay does when a socket held without hibernation speaks, closes or fails: the runtime
+ * tells it of hibernatable ones through webSocketMessage / webSocketClose / webSocketError instead.
+ */
+export interface SocketEvents {
+  spoke(ws: WebSocket): void;
+  closed(ws: WebSocket, code: number): void;
+  failed(ws: WebSocket): void;
+}
+
+/** The attachments of sockets held without hibernation (serializeAttachment is the hibernation API's). */
+const keptInMemory = new WeakMap<WebSocket, SocketAttachment>();
 
 /**
  * Kept on each WebSocket (survives hibernation): messages up to `floor` are never sent to it live;
@@ -53,10 +79,17 @@ export class RelaySubscribers {
   /** Whether each socket takes presence frames, read once from its attachment like `batch`. */
   private readonly presenceSockets = new WeakMap<WebSocket, boolean>();
 
-  /** @param changed a subscriber went (or its count changed): the relay reports to its channel. */
+  /** Token subscribers' sockets, held without hibernation (see above). */
+  private readonly awake = new Set<WebSocket>();
+
+  /**
+   * @param changed a subscriber went (or its count changed): the relay reports to its channel.
+   * @param events what the relay does when a socket held without hibernation speaks, closes or fails.
+   */
   constructor(
     private readonly ctx: DurableObjectState,
     private readonly changed: () => void,
+    private readonly events: SocketEvents,
   ) {
     this.hub = new SseHub(changed);
   }
@@ -69,7 +102,10 @@ export class RelaySubscribers {
     }
   }
 
-  /** A new WebSocket subscriber, held by the relay (hibernatable), not live until its replay is done. */
+  /**
+   * A new WebSocket subscriber, held by the relay (hibernatable unless it has an expiry), not live
+   * until its replay is done.
+   */
   acceptSocket(
     floor: number,
     expiresAt: number | null,
@@ -81,15 +117,44 @@ export class RelaySubscribers {
   ): { sub: Subscriber; response: Response } {
     const pair = new WebSocketPair();
     const [peer, server] = [pair[0], pair[1]];
-    this.ctx.acceptWebSocket(server);
     const kept: SocketAttachment = { floor, expiresAt, client, batch, presence };
     if (maxRate) kept.maxRate = rateText(maxRate);
     if (sid) kept.sid = sid;
-    server.serializeAttachment(kept);
+    if (expiresAt === null) {
+      this.ctx.acceptWebSocket(server);
+      server.serializeAttachment(kept);
+    } else {
+      this.holdAwake(server, kept);
+    }
     this.batchedSockets.set(server, batch);
     this.presenceSockets.set(server, presence);
     this.joining.add(server);
     return { sub: { ws: server }, response: new Response(null, { status: 101, webSocket: peer }) };
+  }
+
+  /** Accepts a socket without hibernation; its events go where the runtime's would (SocketEvents). */
+  private holdAwake(ws: WebSocket, kept: SocketAttachment): void {
+    ws.accept();
+    keptInMemory.set(ws, kept);
+    this.awake.add(ws);
+    ws.addEventListener("message", (event) => {
+      // What setWebSocketAutoResponse does for hibernatable sockets (src/relay/relay.ts).
+      if (event.data === PING) {
+        try {
+          ws.send(PONG);
+        } catch {
+          // closed meanwhile
+        }
+      } else this.events.spoke(ws);
+    });
+    ws.addEventListener("close", (event) => {
+      this.awake.delete(ws);
+      this.events.closed(ws, event.code);
+    });
+    ws.addEventListener("error", () => {
+      this.awake.delete(ws);
+      this.events.failed(ws);
+    });
   }
 
   /**
@@ -97,7 +162,8 @@ export class RelaySubscribers {
    * stalled reader never does, so it must not count as a subscriber nor be sent to.
    */
   sockets(): WebSocket[] {
-    return this.ctx.getWebSockets().filter((ws) => ws.readyState === OPEN);
+    const held = this.ctx.getWebSockets();
+    return (this.awake.size === 0 ? held : [...held, ...this.awake]).filter((ws) => ws.readyState === OPEN);
   }
 
   /** A socket's thinning for slowness changed: kept in its attachment, for after hibernation. */
@@ -105,8 +171,13 @@ export class RelaySubscribers {
     const a = attachment(ws);
     if (!a) return;
     const { slow: _, ...rest } = a;
+    const kept = slow ? { ...rest, slow } : rest;
+    if (keptInMemory.has(ws)) {
+      keptInMemory.set(ws, kept);
+      return;
+    }
     try {
-      ws.serializeAttachment(slow ? { ...rest, slow } : rest);
+      ws.serializeAttachment(kept);
     } catch {
       // closed meanwhile
     }
@@ -259,5 +330,5 @@ export class RelaySubscribers {
 }
 
 export function attachment(ws: WebSocket): SocketAttachment | null {
-  return ws.deserializeAttachment() as SocketAttachment | null;
+  return keptInMemory.get(ws) ?? (ws.deserializeAttachment() as SocketAttachment | null);
 }

@@ -1,14 +1,15 @@
 /**
  * How long a subscription lasts, the relay's side (docs/api.md, "Subscribing"; docs/security.md): one
- * opened with a token ends at the token's `exp` (WebSocket 4001, SSE `event: expired`), hibernated or
- * not, its last frame saying the seq it stands at (so a quiet subscriber resumes without a loss); SSE streams get a comment line on the relay's alarm; a subscriber gone stops counting within
- * the bound even when the report of its leaving is lost (inside workerd an aborted stream's cancel
- * reaches the relay at once; over a network only a write finds it, which is the heartbeat's other
- * job); the relay's memory for waiting bytes is bounded, the most-behind closed first.
- * Time is the relay's own `now` (its `tick`) or a stored expiry moved back and the alarm run with
- * runDurableObjectAlarm; nothing sleeps.
+ * opened with a token ends at the token's `exp` (WebSocket 4001, SSE `event: expired`; its WebSocket
+ * is held without hibernation, so that close completes over a real connection, which only
+ * `npm run test:connections` can show), its last frame saying the seq it stands at (so a quiet
+ * subscriber resumes without a loss); SSE streams get a comment line on the relay's alarm; a
+ * subscriber gone stops counting within the bound even when the report of its leaving is lost
+ * (inside workerd an aborted stream's cancel reaches the relay at once; over a network only a write
+ * finds it, which is the heartbeat's other job); the relay's memory for waiting bytes is bounded, the
+ * most-behind closed first. Time is the relay's own `now` (its `tick`); nothing sleeps.
  */
-import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
+import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ChannelObject } from "../../src/channel/channel-object";
 import { REPORT_RETRY_MS, SSE_ANONYMOUS_MAX_MS, SSE_HEARTBEAT_MS } from "../../src/relay/bounds";
@@ -42,12 +43,18 @@ async function socket(ch: string, token?: string, query = "") {
   if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status}`);
   let close: { code: number; reason: string } | null = null;
   const frames: unknown[] = [];
-  ws.addEventListener("message", (ev) => frames.push(JSON.parse(ev.data as string)));
+  /** Texts that are not frames (the answer to `ping`). */
+  const raw: string[] = [];
+  ws.addEventListener("message", (ev) => {
+    const text = ev.data as string;
+    if (text === "pong") raw.push(text);
+    else frames.push(JSON.parse(text));
+  });
   ws.addEventListener("close", (ev) => {
     close = { code: ev.code, reason: ev.reason };
   });
   ws.accept();
-  return { ws, frames, closed: (): { code: number; reason: string } | null => close };
+  return { ws, frames, raw, closed: (): { code: number; reason: string } | null => close };
 }
 
 /** Publishes `n` messages straight to the channel object (no rate limits in the way). */
@@ -118,26 +125,37 @@ describe("a subscription ends with its token", () => {
     anon.ws.close();
   });
 
-  it("a hibernated WebSocket's expiry survives eviction: the stored alarm closes it with 4001", async () => {
+  it("a WebSocket with a token is held without hibernation so its close completes from the alarm; it answers ping, and closes like a hibernatable one", async () => {
     const ch = `public:life.${uniq()}`;
     const { token, exp } = await subscriber();
+    const anon = await socket(ch);
     const signed = await socket(ch, token);
-    const stub = relayStub(ch);
-    await evictDurableObject(stub);
-    const alarm = await runInDurableObject(stub, (_r, state) => state.storage.getAlarm());
-    expect(alarm).not.toBeNull();
-    expect(alarm as number).toBeLessThanOrEqual(exp);
-    // The expiry is moved back in the socket's attachment (what survives hibernation), then the
-    // object is evicted again so nothing of it is in memory when the alarm runs.
-    await runInDurableObject(stub, (_r, state) => {
-      for (const ws of state.getWebSockets()) {
-        ws.serializeAttachment({ ...(ws.deserializeAttachment() as object), expiresAt: Date.now() - 1 });
-      }
-    });
-    await evictDurableObject(stub);
-    expect(await runDurableObjectAlarm(stub)).toBe(true);
-    await until(() => signed.closed() !== null, "the hibernated socket's close");
-    expect(signed.closed()).toMatchObject({ code: TOKEN_EXPIRED_CLOSE });
+    const spoke = await socket(ch, (await subscriber()).token);
+    const left = await socket(ch, (await subscriber()).token);
+    await until(async () => (await channelStats(ch)).websockets === 4, "four sockets counted");
+    // Only the anonymous one is the runtime's (hibernatable); the others are the relay's own.
+    const held = await runInDurableObject(relayStub(ch), (r, state) => ({
+      hibernatable: state.getWebSockets().length,
+      all: r.counts().websockets,
+    }));
+    expect(held).toEqual({ hibernatable: 1, all: 4 });
+    // `ping` is answered as the runtime answers a hibernatable socket's.
+    const pongs = signed.frames.length;
+    signed.ws.send("ping");
+    await until(() => signed.raw.length > 0 && signed.raw.at(-1) === "pong", "pong");
+    expect(signed.frames).toHaveLength(pongs);
+    // Anything else closes it with 1008, as a hibernatable socket's webSocketMessage does.
+    spoke.ws.send("hello");
+    await until(() => spoke.closed() !== null, "the talking socket's close");
+    expect(spoke.closed()?.code).toBe(1008);
+    // One that goes away stops counting.
+    left.ws.close(1000, "bye");
+    await until(async () => (await channelStats(ch)).websockets === 2, "the count without the two");
+    await tickAt(ch, exp);
+    await until(() => signed.closed() !== null, "the expired socket's close");
+    expect(signed.closed()).toEqual({ code: TOKEN_EXPIRED_CLOSE, reason: TOKEN_EXPIRED_REASON });
+    expect(anon.closed()).toBeNull();
+    anon.ws.close();
   });
 
   it("an SSE stream gets `event: expired` at exp and ends; an anonymous one goes on", async () => {
