@@ -12,7 +12,13 @@
 // beside the publishes that failed (must be 0), the reads' statuses, and the channel-object calls per
 // second the reads cost (from /metrics). --against <ref> runs the same on an older commit's tree, in the same run
 // (main: every read reaches the channel's object). Prints the machine's load average with each row.
-import { loadavg } from "node:os";
+// --split (the production shape) sends the readers to a second workerd process running the same
+// Worker, whose channel-side objects are the first process's (bound across processes by name): the
+// Worker's share of a read then runs on its own thread, as Workers' isolates run apart from a
+// channel's object in production, and only what a read asks of the channel lands on the channel's.
+import { mkdtempSync } from "node:fs";
+import { loadavg, tmpdir } from "node:os";
+import { join } from "node:path";
 import autocannon from "autocannon";
 import { median, metrics, publishOpts, webSocketSubscribers } from "./lib/bench.mjs";
 import { refTree } from "./lib/bench-ref.mjs";
@@ -28,7 +34,11 @@ const opts = options("bench:reads", {
   seconds: 8,
   rounds: 3,
   against: "",
+  split: false,
 });
+
+/** The objects that are the channel's (its order, relays, registry, Pusher hosts): with --split, the readers' Worker reaches them in the first process. */
+const CHANNEL_SIDE = ["CHANNEL", "RELAY", "ACTIVE_CHANNELS", "CONNECTION_HOST", "HOST_DIRECTORY"];
 
 const load = () =>
   loadavg()
@@ -56,11 +66,11 @@ async function publishes(fg, token, channel) {
  * two runs side by side (autocannon sets a connection's headers for one request path), the n-th
  * connection of each from the n-th address, at half the rate each. Resolves to the statuses.
  */
-async function readers(fg, channel) {
+async function readers(base, channel) {
   const run = (path) => {
     let n = 0;
     return autocannon({
-      url: fg.base + path,
+      url: base + path,
       connections: opts.readers,
       connectionRate: opts["read-rate"] / 2,
       duration: opts.seconds + 1,
@@ -78,17 +88,28 @@ async function readers(fg, channel) {
 }
 
 async function measure(label, tree) {
-  const fg = await startFloodgate({}, undefined, tree ? { tree } : {});
+  const registry = opts.split ? mkdtempSync(join(tmpdir(), "floodgate-registry-")) : undefined;
+  const fg = await startFloodgate({}, undefined, { ...(tree ? { tree } : {}), registry });
+  // The readers' Worker: the same one, or (--split) its twin in a second process.
+  const door = opts.split
+    ? await startFloodgate({}, undefined, {
+        ...(tree ? { tree } : {}),
+        registry,
+        name: "floodgate-readers",
+        objectsOf: { name: "floodgate", bindings: CHANNEL_SIDE },
+      })
+    : fg;
   try {
     const channel = "public:bench.hot";
     const token = await mintToken(fg, { sub: "bench-hot", channels: ["public:bench.*"], rl: "1000000/s" });
     const subs = await webSocketSubscribers(fg.base, channel, opts.subscribers);
     await publishes(fg, token, channel); // warm-up
-    const calls = async () => (await metrics(fg))[CHANNEL_CALLS] ?? 0;
+    const calls = async () =>
+      ((await metrics(fg))[CHANNEL_CALLS] ?? 0) + (door === fg ? 0 : ((await metrics(door))[CHANNEL_CALLS] ?? 0));
     /** The hot channel's publishes while `readChannel` is read (none: alone), and the channel calls they made. */
     const phase = async (readChannel) => {
       const c0 = await calls();
-      const reading = readChannel ? readers(fg, readChannel) : Promise.resolve({});
+      const reading = readChannel ? readers(door.base, readChannel) : Promise.resolve({});
       const pub = await publishes(fg, token, channel);
       const reads = await reading;
       return { ...pub, reads, calls: (await calls()) - c0 };
@@ -114,12 +135,13 @@ async function measure(label, tree) {
       elsewhere: median(rows.map((r) => r.here.p99 / Math.max(1, r.elsewhere.p99))),
     };
   } finally {
+    if (door !== fg) await door.stop();
     await fg.stop();
   }
 }
 
 console.log(
-  `reads beside a hot channel: ${opts.rate} publishes/s, ${opts.subscribers} subscribers; ${opts.readers} readers at ${opts["read-rate"]}/s each (history and presence in turn), ${opts.seconds} s a phase, Node ${process.version}, load average ${load()}`,
+  `reads beside a hot channel: ${opts.rate} publishes/s, ${opts.subscribers} subscribers; ${opts.readers} readers at ${opts["read-rate"]}/s each (history and presence in turn)${opts.split ? " through a second Worker process (--split)" : ", one workerd process"}, ${opts.seconds} s a phase, Node ${process.version}, load average ${load()}`,
 );
 console.log(
   "| tree | round | p50 alone (ms) | p99 alone (ms) | p99, readers refused at the door (ms) | p50, readers on the channel (ms) | p99, readers on the channel (ms) | p99 ratio to alone | p99 ratio to readers at the door | publishes failed | reads/s | read statuses | channel-object calls/s for reads | load average |",

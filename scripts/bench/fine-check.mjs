@@ -205,6 +205,8 @@ export async function fineCheck(config, { targets, has, references }) {
     // runs to a count of requests and takes what it takes).
     throughput: (id, ref) => against(id, ref, (r) => r.rate),
     cpu: (id, ref) => against(id, ref, (r) => r.cpuPerRequest),
+    // Latency's tail: autocannon's p99 is in whole ms, so a 0 ms slice counts as 1.
+    p99: (id, ref) => against(id, ref, (r) => Math.max(1, r.p99)),
     limiterPer1000: (id) => median(slices.get(id).map((r) => (1000 * r.limiterCalls) / r.requests)),
     statuses: (id) => sumStatuses(slices.get(id)),
   };

@@ -50,7 +50,7 @@ export async function bundle(entry) {
  * its `cf` object), which cost about 250 µs of workerd CPU per request here, more than a bare route
  * itself, and would flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead.
  */
-export async function startWorker({ inspectorPort, config: workerConfig = config, ...worker }) {
+export async function startWorker({ inspectorPort, config: workerConfig = config, registry, ...worker }) {
   const direct = !process.env.BENCH_VIA_ENTRY;
   const storage = storageDir();
   // Miniflare 5 takes a new option shape; convertV4MiniflareOptions accepts the long-documented v4 one.
@@ -58,6 +58,8 @@ export async function startWorker({ inspectorPort, config: workerConfig = config
     convertV4MiniflareOptions({
       host: "127.0.0.1",
       ...(storage ? { resourcePersistencePath: storage } : {}),
+      // Workers started with the same registry directory reach each other's objects (by `scriptName`).
+      ...(registry ? { unsafeDevRegistryPath: registry } : {}),
       inspectorPort: inspectorPort ?? (process.env.INSPECT ? 9229 : undefined),
       port: 0,
       log: new Log(LogLevel.WARN),
@@ -170,18 +172,28 @@ function durableObjects(treeConfig) {
  * this one; `--against` passes an older commit's, scripts/lib/bench-ref.mjs): its src/index.ts, its
  * wrangler.toml's [vars], bindings, compatibility date and flags. `inspectorPort` opens workerd's
  * inspector there; the handle's `source` is the bundle it runs (a CPU profile's line numbers are
- * that text's).
+ * that text's). Two Workers in two workerd processes: start both with the same `registry` (a
+ * directory), the second with its own `name` and `objectsOf: { name, bindings }` naming the first
+ * and the bindings whose objects are the first's (bench-reads.mjs --split).
  */
-export async function startFloodgate(vars = {}, entry, { tree = root, inspectorPort } = {}) {
+export async function startFloodgate(
+  vars = {},
+  entry,
+  { tree = root, inspectorPort, registry, name = "floodgate", objectsOf } = {},
+) {
   const treeConfig = readConfig(tree);
   const source = await bundle(entry ?? { entryPoints: [join(tree, "src/index.ts")], absWorkingDir: tree });
+  const objects = durableObjects(treeConfig);
+  // Objects of another Worker started with the same `registry` (bound across processes by its name).
+  if (objectsOf) for (const b of objectsOf.bindings) if (objects[b]) objects[b].scriptName = objectsOf.name;
   const worker = await startWorker({
-    name: "floodgate",
+    name,
     config: treeConfig,
     inspectorPort,
+    registry,
     modules: [{ type: "ESModule", path: "index.mjs", contents: source }],
     kvNamespaces: treeConfig.kv_namespaces.map((kv) => kv.binding),
-    durableObjects: durableObjects(treeConfig),
+    durableObjects: objects,
     // The record of dropped messages: the drops queue (consumed by the Worker itself, with its
     // dead-letter queue) and the bucket, as wrangler.toml declares them.
     queueProducers: Object.fromEntries((treeConfig.queues?.producers ?? []).map((q) => [q.binding, q.queue])),
