@@ -324,7 +324,29 @@ describe("token decoder", () => {
     );
   });
 
-  it("caches verified tokens by digest, bounded in bytes: a flood of large tokens cannot grow the isolate", async () => {
+  it("a cached token's signature on other claims is no hit: the token fails its own check", async () => {
+    verifiedTokens.clear();
+    const claims: TokenClaims = {
+      sub: "alice",
+      typ: "access",
+      chs: ["public:a.*"],
+      scp: ["subscribe"],
+      iat: now,
+      exp: now + 60,
+      jti: "a1",
+    };
+    const token = await signToken(claims, secret);
+    await verifyToken(token, secret, "access", now);
+    const [h, , s] = token.split(".");
+    const wider = base64UrlEncode(new TextEncoder().encode(JSON.stringify({ ...claims, chs: ["public:**"] })));
+    await expect(verifyToken(`${h}.${wider}.${s}`, secret, "access", now)).rejects.toMatchObject({
+      failure: "bad_signature",
+    });
+    // The original is still a hit.
+    expect((await verifyToken(token, secret, "access", now)).claims.chs).toEqual(["public:a.*"]);
+  });
+
+  it("caches verified tokens by their signature part, bounded in bytes: a flood of large tokens cannot grow the isolate", async () => {
     verifiedTokens.clear();
     const big = (n: number) =>
       signToken(
