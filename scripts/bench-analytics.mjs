@@ -24,7 +24,8 @@
 // `npm run bench` (lib/workerd.mjs). Options: --seconds N (default 5), --connections N (default 8),
 // --batch N (default 100), --sizes a,b (message bytes, default 200,30000).
 import { runFaults } from "./bench-analytics/faults.mjs";
-import { load, metrics, publishOpts, setRate } from "./lib/bench.mjs";
+import { counts, settled } from "./bench-analytics/record-counts.mjs";
+import { load, publishOpts, setRate } from "./lib/bench.mjs";
 import { options } from "./lib/options.mjs";
 import { root } from "./lib/root.mjs";
 import { mintToken } from "./lib/tokens.mjs";
@@ -79,20 +80,6 @@ export default {
   },
 };
 
-const COUNTERS = {
-  dropped: 'floodgate_messages_total{result="dropped"}',
-  recorded: "floodgate_record_copies_total",
-  failed: "floodgate_record_failures_total",
-  unsettled: "floodgate_analytics_copies_unsettled_total",
-  messages: "floodgate_record_queue_messages_total",
-  writes: "floodgate_record_objects_written_total",
-};
-
-async function counts(fg) {
-  const m = await metrics(fg);
-  return Object.fromEntries(Object.entries(COUNTERS).map(([k, series]) => [k, m[series] ?? 0]));
-}
-
 /** One flood at drop rate 1, then the wait until the record has settled; a row of the table. */
 async function flood(fg, token, label, channel, bytes, loadOptions) {
   await setRate(fg, channel, 1);
@@ -101,20 +88,7 @@ async function flood(fg, token, label, channel, bytes, loadOptions) {
   const before = await counts(fg);
   const r = await load(fg.base + path, { ...publish, body, ...loadOptions.extra }, loadOptions);
   const loadEnd = Date.now();
-  let d;
-  let last = -1;
-  let movedAt = Date.now();
-  for (;;) {
-    const now = await counts(fg);
-    d = Object.fromEntries(Object.keys(COUNTERS).map((k) => [k, now[k] - before[k]]));
-    const landed = d.recorded + d.failed;
-    if (landed === d.dropped) break;
-    if (landed !== last) {
-      last = landed;
-      movedAt = Date.now();
-    } else if (Date.now() - movedAt > 30_000) break;
-    await new Promise((res) => setTimeout(res, 500));
-  }
+  const d = await settled(fg, before, { quietMs: 30_000, pollMs: 500 });
   const per1k = (n) => ((1000 * n) / Math.max(1, d.dropped)).toFixed(1);
   console.log(
     `| ${label} | ${Math.round(d.dropped / loadOptions.seconds)} | ${d.dropped} | ${d.recorded} | ${d.failed} | ${d.dropped - d.recorded - d.failed} | ${d.unsettled} | ${per1k(d.messages)} | ${per1k(d.writes)} | ${((Date.now() - loadEnd) / 1000).toFixed(1)} | ${JSON.stringify(r.statuses)} |`,

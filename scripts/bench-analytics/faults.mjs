@@ -7,10 +7,11 @@
 // drop is recorded or a counted failure (or nothing moved for --settle-seconds), and prints dropped,
 // recorded, failed, unaccounted (must be 0), unsettled, and the copies the record and the analytics
 // channel hold for the run's channel, each with how many were there twice (must be 0).
-import { load, metrics, publishOpts, setRate } from "../lib/bench.mjs";
+import { load, publishOpts, setRate } from "../lib/bench.mjs";
 import { root } from "../lib/root.mjs";
 import { mintToken } from "../lib/tokens.mjs";
 import { ANALYTICS_CHANNEL, startFloodgate } from "../lib/workerd.mjs";
+import { counts, settled } from "./record-counts.mjs";
 
 /** The Worker's entry with faults: its own classes and handlers, the bucket and the append failing on windows of the clock. */
 const entry = {
@@ -61,19 +62,6 @@ export default {
     loader: "js",
   },
 };
-
-const COUNTERS = {
-  dropped: 'floodgate_messages_total{result="dropped"}',
-  recorded: "floodgate_record_copies_total",
-  failed: "floodgate_record_failures_total",
-  unsettled: "floodgate_analytics_copies_unsettled_total",
-  analyticsFailed: "floodgate_analytics_copy_failures_total",
-};
-
-async function counts(fg) {
-  const m = await metrics(fg);
-  return Object.fromEntries(Object.entries(COUNTERS).map(([k, series]) => [k, m[series] ?? 0]));
-}
 
 /** The ids of every copy of `source` on the analytics channel, paged as the docs say. */
 async function analyticsIds(fg, token, source) {
@@ -137,20 +125,7 @@ export async function runFaults(opts) {
       { seconds, connections: Math.max(1, Math.min(20, Math.ceil(opts.rate / 10))) },
     );
     const loadEnd = Date.now();
-    let d;
-    let last = -1;
-    let movedAt = Date.now();
-    for (;;) {
-      const now = await counts(fg);
-      d = Object.fromEntries(Object.keys(COUNTERS).map((k) => [k, now[k] - before[k]]));
-      const landed = d.recorded + d.failed;
-      if (landed === d.dropped) break;
-      if (landed !== last) {
-        last = landed;
-        movedAt = Date.now();
-      } else if (Date.now() - movedAt > opts["settle-seconds"] * 1000) break;
-      await new Promise((res) => setTimeout(res, 1000));
-    }
+    const d = await settled(fg, before, { quietMs: opts["settle-seconds"] * 1000, pollMs: 1000 });
     const settledAfter = ((Date.now() - loadEnd) / 1000).toFixed(0);
     // The live view settles after the record (its appends come after the write).
     let live = [];

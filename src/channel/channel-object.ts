@@ -332,10 +332,7 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     presence?: PresenceSettings,
     resume?: { after: number; epoch: string | null },
   ): Promise<RelayAssignment> {
-    await this.membership.join(channel);
-    this.store.revive();
-    this.store.remember(channel);
-    this.expiry.ensure();
+    await this.arrive(channel);
     // A resume past the head in the current numbering takes no slot: the Worker answers it 400.
     const head = this.store.counter("last_seq");
     if (resume && resumePoint(resume.after, resume.epoch, { epoch: this.store.epoch, head }) === "beyond") {
@@ -357,11 +354,19 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     limits: Admission,
     presence?: PresenceSettings,
   ): Promise<RelaySlot> {
+    await this.arrive(channel);
+    return this.relays.assignHost(host, group, k, client, limits, presence);
+  }
+
+  /**
+   * A subscriber arriving by either door: a shard is listed by its channel (or refused), a store
+   * deleted as idle is made again, the name is kept, and idle expiry watches the channel.
+   */
+  private async arrive(channel: string): Promise<void> {
     await this.membership.join(channel);
     this.store.revive();
     this.store.remember(channel);
     this.expiry.ensure();
-    return this.relays.assignHost(host, group, k, client, limits, presence);
   }
 
   /** A relay's counts after a change (src/channel/relays.ts). */

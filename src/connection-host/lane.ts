@@ -24,6 +24,7 @@
  */
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
+import { SerialLane } from "../platform/serial-lane";
 import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
 import type { ChannelForRelay, RelayReportAnswer } from "../relay/calls";
 import { RelayReporter } from "../relay/reporter";
@@ -75,7 +76,7 @@ export class HostLane {
   readonly reporter: RelayReporter;
   readonly presence: boolean;
   private readonly protocol: LaneProtocol;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly queue = new SerialLane();
   /** Members whose `user_info` this lane has told its channel. */
   private readonly infoSent = new Set<string>();
 
@@ -115,9 +116,7 @@ export class HostLane {
 
   /** Runs `task` after every earlier delivery and join of this lane. */
   inLane<T>(task: () => Promise<T> | T): Promise<T> {
-    const run = this.queue.then(task);
-    this.queue = run.catch(() => {});
-    return run;
+    return this.queue.run(task);
   }
 
   /** A call from the channel: `frames` after the hole before them is repaired, then `side`. */

@@ -32,6 +32,7 @@
  * so they never touch order, repair, replay or floors.
  */
 
+import { SerialLane } from "../platform/serial-lane";
 import {
   HISTORY_GAP_CLOSE,
   HISTORY_GAP_REASON,
@@ -80,7 +81,7 @@ export class RelayStream {
   /** The channel's epoch as last heard (a subscribe's slot, a delivery), for expired frames; memory only. */
   epoch: string | undefined;
   /** Deliveries and replays, one at a time in arrival order. */
-  private lane: Promise<unknown> = Promise.resolve();
+  private readonly lane = new SerialLane();
   /** Frames held for packed sockets (`FRAME_DELAY` > 0), in seq order, and their bytes. */
   private held: LiveFrame[] = [];
   /** Side frames held with them, sent after them. */
@@ -98,9 +99,7 @@ export class RelayStream {
 
   /** Runs `task` after every earlier delivery and replay; a failure fails only its own caller. */
   inLane<T>(task: () => Promise<T> | T): Promise<T> {
-    const run = this.lane.then(task);
-    this.lane = run.catch(() => {});
-    return run;
+    return this.lane.run(task);
   }
 
   /**

@@ -7,20 +7,12 @@
  */
 import PusherJS from "pusher-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-// @ts-expect-error: a script module of the repository, plain JavaScript
-import { startFloodgate } from "../../scripts/lib/workerd.mjs";
 import { until } from "./floodgate";
-import { PUSHER } from "./global-setup";
+import { PUSHER, pusherFloodgate } from "./global-setup";
 
 let worker: { base: string; stop(): Promise<void> };
 beforeAll(async () => {
-  worker = await startFloodgate({
-    PUSHER_APP_ID: PUSHER.appId,
-    PUSHER_APP_KEY: PUSHER.key,
-    PUSHER_APP_SECRET: PUSHER.secret,
-    READ_RATE: "1000/s",
-    MAX_CONNECTIONS_PER_CLIENT: "2",
-  });
+  worker = await pusherFloodgate({ MAX_CONNECTIONS_PER_CLIENT: "2" });
 });
 afterAll(() => worker?.stop());
 

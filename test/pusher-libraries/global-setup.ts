@@ -15,16 +15,26 @@ declare module "vitest" {
   }
 }
 
-export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  const worker = await startFloodgate({
+/**
+ * A Floodgate in its own workerd with the Pusher door open for these tests, and `vars` over its
+ * configuration: the run's (below), or a test file's own with small limits.
+ */
+export async function pusherFloodgate(
+  vars: Record<string, string> = {},
+): Promise<{ base: string; admin: string; stop(): Promise<void> }> {
+  return await startFloodgate({
     PUSHER_APP_ID: PUSHER.appId,
     PUSHER_APP_KEY: PUSHER.key,
     PUSHER_APP_SECRET: PUSHER.secret,
     // Every connection here comes from one address: its read budget must not be what a test meets.
     READ_RATE: "1000/s",
-    // Every connection of the run comes from this machine, one client: the files run side by side.
-    MAX_CONNECTIONS_PER_CLIENT: "1000",
+    ...vars,
   });
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  // Every connection of the run comes from this machine, one client: the files run side by side.
+  const worker = await pusherFloodgate({ MAX_CONNECTIONS_PER_CLIENT: "1000" });
   project.provide("floodgate", { base: worker.base, admin: worker.admin });
   return () => worker.stop();
 }

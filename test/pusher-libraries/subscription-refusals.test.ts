@@ -1,0 +1,162 @@
+/**
+ * A channel's own refusals at the Pusher door (docs/api.md, "The Pusher door"; "Relays"), as
+ * pusher-js meets them: past `MAX_SUBSCRIPTIONS_PER_CLIENT` for its client, or 10 × it for the
+ * anonymous clients of its IPv6 /48, `pusher:subscription_error` 429; past the channel's
+ * `ANONYMOUS_SHARE` of `MAX_SUBSCRIBERS`, 503. Each is counted in `/metrics`
+ * (`floodgate_pusher_errors_total{kind="subscription"}`, by status) and changes nothing else.
+ *
+ * A Floodgate of its own with small limits (1 subscription per client, so 10 per /48; 30 subscribers,
+ * 12 of them anonymous), and in front of it a stand-in for Cloudflare's edge, which gives each
+ * connection the client address its path names: the Worker reads a client's address from
+ * `CF-Connecting-IP`, which only the edge sets.
+ */
+import { createServer, type Server } from "node:http";
+import { connect } from "node:net";
+import type PusherJS from "pusher-js";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { client, subscribed, uniq, until } from "./floodgate";
+import { pusherFloodgate } from "./global-setup";
+
+let worker: { base: string; admin: string; stop(): Promise<void> };
+let edge: Server;
+let edgePort = 0;
+
+beforeAll(async () => {
+  worker = await pusherFloodgate({
+    METRICS_FLUSH_MS: "0",
+    MAX_SUBSCRIPTIONS_PER_CLIENT: "1",
+    MAX_SUBSCRIBERS: "30",
+    ANONYMOUS_SHARE: "0.4",
+  });
+  edge = edgeInFrontOf(new URL(worker.base));
+  await new Promise<void>((resolve) => edge.listen(0, "127.0.0.1", resolve));
+  edgePort = (edge.address() as { port: number }).port;
+});
+afterAll(async () => {
+  edge?.close();
+  await worker?.stop();
+});
+
+const clients: PusherJS[] = [];
+afterEach(() => {
+  for (const c of clients.splice(0)) c.disconnect();
+});
+
+/**
+ * Passes each WebSocket upgrade on to the Worker with `CF-Connecting-IP` set to the address its path
+ * starts with (`/from/<address>/app/…`: pusher-js's `wsPath`), and whatever `CF-Connecting-IP` it
+ * came with removed, as the edge does.
+ */
+function edgeInFrontOf(target: URL): Server {
+  const server = createServer((_req, res) => res.writeHead(404).end());
+  server.on("upgrade", (req, socket, head) => {
+    const m = /^\/from\/([^/]+)(\/.*)$/.exec(req.url ?? "");
+    if (!m) return socket.destroy();
+    const upstream = connect(Number(target.port), target.hostname, () => {
+      const lines = [`GET ${m[2]} HTTP/1.1`];
+      for (let i = 0; i < req.rawHeaders.length; i += 2) {
+        if (req.rawHeaders[i]?.toLowerCase() !== "cf-connecting-ip")
+          lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
+      }
+      lines.push(`CF-Connecting-IP: ${decodeURIComponent(m[1] as string)}`);
+      upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
+      upstream.write(head);
+      socket.pipe(upstream).pipe(socket);
+    });
+    upstream.on("error", () => socket.destroy());
+    socket.on("error", () => upstream.destroy());
+  });
+  return server;
+}
+
+/** A pusher-js client connecting from `address`, through the edge. */
+function from(address: string): PusherJS {
+  const c = client({ wsHost: "127.0.0.1", wsPort: edgePort, wsPath: `/from/${encodeURIComponent(address)}` });
+  clients.push(c);
+  return c;
+}
+
+/**
+ * `c`'s subscribe to `name` is refused with `expected` (fails the test if it subscribes), and the
+ * refusal is counted once in /metrics under its status.
+ */
+async function refusedAndCounted(
+  c: PusherJS,
+  name: string,
+  expected: { type: string; error: string; status: number },
+): Promise<void> {
+  const before = await subscriptionErrors(expected.status);
+  const error = await subscribed(c, name).then(
+    () => expect.fail(`${name} subscribed where it should be refused`),
+    (e: { detail: unknown }) => e.detail,
+  );
+  expect(error).toEqual(expected);
+  await until(async () => (await subscriptionErrors(expected.status)) > before, `the ${expected.status} in /metrics`);
+  expect(await subscriptionErrors(expected.status)).toBe(before + 1);
+}
+
+async function admin(path: string): Promise<Response> {
+  return await fetch(`${worker.base}${path}`, { headers: { authorization: `Bearer ${worker.admin}` } });
+}
+
+/** `pusher:subscription_error`s sent with `status`, as /metrics counts them. */
+async function subscriptionErrors(status: number): Promise<number> {
+  const text = await (await admin("/metrics")).text();
+  const line = text
+    .split("\n")
+    .find(
+      (l) =>
+        l.startsWith("floodgate_pusher_errors_total{") &&
+        l.includes('kind="subscription"') &&
+        l.includes(`code="${status}"`),
+    );
+  return line ? Number(line.slice(line.lastIndexOf(" ") + 1)) : 0;
+}
+
+/** The channel's subscribers through either door (its stats). */
+async function websockets(name: string): Promise<number> {
+  return ((await (await admin(`/v1/channels/pusher:${name}/stats`)).json()) as { websockets: number }).websockets;
+}
+
+describe("a channel's refusals at the Pusher door, with pusher-js", () => {
+  it("past MAX_SUBSCRIPTIONS_PER_CLIENT for its client: subscription_error 429 LimitReached, counted, nothing else changed", async () => {
+    const name = uniq("client-cap-");
+    await subscribed(from("198.51.100.1"), name);
+    await refusedAndCounted(from("198.51.100.1"), name, {
+      type: "LimitReached",
+      error: "too many subscriptions of this channel for one client",
+      status: 429,
+    });
+    expect(await websockets(name)).toBe(1);
+    // Another client still gets in: the cap is the client's, not the channel's.
+    await subscribed(from("198.51.100.2"), name);
+    expect(await websockets(name)).toBe(2);
+  });
+
+  it("past 10 × MAX_SUBSCRIPTIONS_PER_CLIENT for the anonymous clients of one IPv6 /48: subscription_error 429 LimitReached, counted, nothing else changed", async () => {
+    const name = uniq("net-cap-");
+    // Ten /64s of one /48, each a client of its own with its one subscription.
+    for (let i = 1; i <= 10; i++) await subscribed(from(`2001:db8:5:${i}::1`), name);
+    await refusedAndCounted(from("2001:db8:5:11::1"), name, {
+      type: "LimitReached",
+      error: "too many subscriptions of this channel from one network (IPv6 /48)",
+      status: 429,
+    });
+    expect(await websockets(name)).toBe(10);
+    // A client of another /48 still gets in: the cap is the network's, not the channel's.
+    await subscribed(from("2001:db8:6:1::1"), name);
+    expect(await websockets(name)).toBe(11);
+  });
+
+  it("past ANONYMOUS_SHARE of MAX_SUBSCRIBERS on a public channel: subscription_error 503 ChannelFull, counted, nothing else changed", async () => {
+    const name = uniq("anonymous-share-");
+    // 0.4 × 30: twelve anonymous subscribers, far below the channel's 30.
+    for (let i = 1; i <= 12; i++) await subscribed(from(`203.0.113.${i}`), name);
+    await refusedAndCounted(from("203.0.113.13"), name, {
+      type: "ChannelFull",
+      error: "the channel has as many subscribers as it serves",
+      status: 503,
+    });
+    expect(await websockets(name)).toBe(12);
+  });
+});
