@@ -92,8 +92,9 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       },
       send: (ws, text) => this.send(ws, text),
       error: (ws, code, message) => this.error(ws, code, message),
-      subscriptionError: (ws, channel, status, type, error) => {
+      subscriptionError: (ws, channel, status, type, error, bucket) => {
         this.metrics.error("subscription", status);
+        this.metrics.refusal(status, bucket);
         this.send(ws, subscriptionError(channel, status, type, error));
       },
       storeSubscription: (socketId, key, sub) => {

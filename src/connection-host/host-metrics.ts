@@ -4,7 +4,7 @@
  * metrics object (src/metrics/metrics-store.ts) at most once per `METRICS_FLUSH_MS`, as a Worker
  * isolate does.
  */
-import { seriesKey } from "../metrics/series";
+import { refusalReasonOf, seriesKey } from "../metrics/series";
 import { metricsStub } from "../platform/stubs";
 import { settingsOf } from "../settings/settings";
 
@@ -23,6 +23,15 @@ export class HostMetrics {
   /** A `pusher:error` (kind `error`) or `pusher:subscription_error` (kind `subscription`) sent. */
   error(kind: "error" | "subscription", code: number): void {
     this.inc("floodgate_pusher_errors_total", { kind, code: String(code) });
+  }
+
+  /**
+   * A refused subscription, counted by reason like the HTTP routes' refusals
+   * (`floodgate_refusals_total`): 401, 403, 503, and a 429 by the bound it met (`bucket`).
+   */
+  refusal(status: number, bucket?: string): void {
+    const reason = refusalReasonOf(status, bucket);
+    if (reason !== null) this.inc("floodgate_refusals_total", { reason });
   }
 
   private flush(): void {

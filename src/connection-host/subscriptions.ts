@@ -32,7 +32,8 @@ export interface SubscribingHost {
   reserve(key: string, client: string, visibility: "public" | "private"): Promise<RelaySlot>;
   send(ws: WebSocket, text: string): void;
   error(ws: WebSocket, code: number, message: string): void;
-  subscriptionError(ws: WebSocket, channel: string, status: number, type: string, error: string): void;
+  /** A `pusher:subscription_error`; a 429 names the bound it met (`bucket`, as `floodgate_refusals_total` counts it). */
+  subscriptionError(ws: WebSocket, channel: string, status: number, type: string, error: string, bucket?: string): void;
   storeSubscription(socketId: string, key: string, sub: LaneSub): void;
   deleteSubscription(socketId: string, key: string): void;
   subscribed(n: number): void;
@@ -80,6 +81,7 @@ export class HostSubscriptions {
         429,
         "LimitReached",
         `a connection holds at most ${PUSHER_MAX_CHANNELS} channels`,
+        "connection-channels",
       );
     }
     const settings = host.settings();
@@ -90,6 +92,7 @@ export class HostSubscriptions {
         429,
         "LimitReached",
         "subscribe rate limit exceeded on this connection",
+        "subscribe",
       );
     }
     let userId: string | null = null;
@@ -130,7 +133,7 @@ export class HostSubscriptions {
     if (!("relay" in slot)) {
       mine.delete(channel);
       const refused = slotRefusal(slot);
-      return host.subscriptionError(ws, channel, refused.status, refused.type, refused.error);
+      return host.subscriptionError(ws, channel, refused.status, refused.type, refused.error, refused.bucket);
     }
     const sub: LaneSub = { socketId: a.id, client, floor: slot.head, userId, userInfo, joining: true, skipUpTo: 0 };
     host.storeSubscription(a.id, key, sub);
@@ -196,14 +199,26 @@ export class HostSubscriptions {
  * The `pusher:subscription_error` of a slot the channel refused: its client's cap, its /48's (429),
  * or the channel full or its anonymous share taken (503).
  */
-function slotRefusal(slot: Exclude<RelaySlot, { relay: string }>): { status: number; type: string; error: string } {
+function slotRefusal(slot: Exclude<RelaySlot, { relay: string }>): {
+  status: number;
+  type: string;
+  error: string;
+  bucket?: string;
+} {
+  // The native door's bucket for both caps (docs/api.md, "Relays"): `subscriptions`.
   if ("clientFull" in slot)
-    return { status: 429, type: "LimitReached", error: "too many subscriptions of this channel for one client" };
+    return {
+      status: 429,
+      type: "LimitReached",
+      error: "too many subscriptions of this channel for one client",
+      bucket: "subscriptions",
+    };
   if ("netFull" in slot)
     return {
       status: 429,
       type: "LimitReached",
       error: "too many subscriptions of this channel from one network (IPv6 /48)",
+      bucket: "subscriptions",
     };
   return { status: 503, type: "ChannelFull", error: "the channel has as many subscribers as it serves" };
 }

@@ -46,7 +46,7 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_readers_thinned_total:
     "Subscribers whose stream was thinned, by reason: max_rate (they asked for it) or slow (their relay thinned them for reading too slowly).",
   floodgate_refusals_total:
-    "Requests refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, unavailable (503).",
+    "Requests and Pusher subscriptions refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, unavailable (503).",
   floodgate_relay_frames_shed_total:
     "Frames a channel let go on its lines to relays (one relay 1 MiB behind, or all lines past their byte cap together); each relay fetched them from history.",
   floodgate_subscriptions_closed_total:
@@ -73,6 +73,25 @@ export const REFUSAL_REASONS = [
   "connections",
   "unavailable",
 ] as const;
+
+/**
+ * The `floodgate_refusals_total` reason of a refusal with this status (a 429 names its bucket), or
+ * null when the status is not a refusal: one mapping for the HTTP routes and the Pusher door.
+ */
+export function refusalReasonOf(status: number, bucket?: string): string | null {
+  switch (status) {
+    case 401:
+      return "unauthenticated";
+    case 403:
+      return "permission_denied";
+    case 429:
+      return bucket ?? "rate_limited";
+    case 503:
+      return "unavailable";
+    default:
+      return null;
+  }
+}
 
 /** Why Floodgate ended a subscription (`floodgate_subscriptions_closed_total{reason}`). */
 export const CLOSE_REASONS = ["history_gap", "internal", "slow", "expired", "revoked"] as const;

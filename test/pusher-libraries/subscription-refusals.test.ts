@@ -3,7 +3,8 @@
  * pusher-js meets them: past `MAX_SUBSCRIPTIONS_PER_CLIENT` for its client, or 10 × it for the
  * anonymous clients of its IPv6 /48, `pusher:subscription_error` 429; past the channel's
  * `ANONYMOUS_SHARE` of `MAX_SUBSCRIBERS`, 503. Each is counted in `/metrics`
- * (`floodgate_pusher_errors_total{kind="subscription"}`, by status) and changes nothing else.
+ * (`floodgate_pusher_errors_total{kind="subscription"}`, by status, and `floodgate_refusals_total`
+ * by the native door's reason) and changes nothing else.
  *
  * A Floodgate of its own with small limits (1 subscription per client, so 10 per /48; 30 subscribers,
  * 12 of them anonymous), and in front of it a stand-in for Cloudflare's edge, which gives each
@@ -78,38 +79,36 @@ function from(address: string): PusherJS {
 
 /**
  * `c`'s subscribe to `name` is refused with `expected` (fails the test if it subscribes), and the
- * refusal is counted once in /metrics under its status.
+ * refusal is counted once in /metrics under its status, and once among all refusals under `reason`
+ * (the native door's: `subscriptions` for both caps, `unavailable` for a 503).
  */
 async function refusedAndCounted(
   c: PusherJS,
   name: string,
   expected: { type: string; error: string; status: number },
+  reason: string,
 ): Promise<void> {
-  const before = await subscriptionErrors(expected.status);
+  const errors = () => metric("floodgate_pusher_errors_total{", ['kind="subscription"', `code="${expected.status}"`]);
+  const refusals = () => metric("floodgate_refusals_total{", [`reason="${reason}"`]);
+  const [errorsBefore, refusalsBefore] = [await errors(), await refusals()];
   const error = await subscribed(c, name).then(
     () => expect.fail(`${name} subscribed where it should be refused`),
     (e: { detail: unknown }) => e.detail,
   );
   expect(error).toEqual(expected);
-  await until(async () => (await subscriptionErrors(expected.status)) > before, `the ${expected.status} in /metrics`);
-  expect(await subscriptionErrors(expected.status)).toBe(before + 1);
+  await until(async () => (await errors()) > errorsBefore, `the ${expected.status} in /metrics`);
+  expect(await errors()).toBe(errorsBefore + 1);
+  expect(await refusals()).toBe(refusalsBefore + 1);
 }
 
 async function admin(path: string): Promise<Response> {
   return await fetch(`${worker.base}${path}`, { headers: { authorization: `Bearer ${worker.admin}` } });
 }
 
-/** `pusher:subscription_error`s sent with `status`, as /metrics counts them. */
-async function subscriptionErrors(status: number): Promise<number> {
+/** The value of the /metrics series starting with `prefix` and carrying every label of `labels` (0 if none). */
+async function metric(prefix: string, labels: string[]): Promise<number> {
   const text = await (await admin("/metrics")).text();
-  const line = text
-    .split("\n")
-    .find(
-      (l) =>
-        l.startsWith("floodgate_pusher_errors_total{") &&
-        l.includes('kind="subscription"') &&
-        l.includes(`code="${status}"`),
-    );
+  const line = text.split("\n").find((l) => l.startsWith(prefix) && labels.every((label) => l.includes(label)));
   return line ? Number(line.slice(line.lastIndexOf(" ") + 1)) : 0;
 }
 
@@ -122,11 +121,16 @@ describe("a channel's refusals at the Pusher door, with pusher-js", () => {
   it("past MAX_SUBSCRIPTIONS_PER_CLIENT for its client: subscription_error 429 LimitReached, counted, nothing else changed", async () => {
     const name = uniq("client-cap-");
     await subscribed(from("198.51.100.1"), name);
-    await refusedAndCounted(from("198.51.100.1"), name, {
-      type: "LimitReached",
-      error: "too many subscriptions of this channel for one client",
-      status: 429,
-    });
+    await refusedAndCounted(
+      from("198.51.100.1"),
+      name,
+      {
+        type: "LimitReached",
+        error: "too many subscriptions of this channel for one client",
+        status: 429,
+      },
+      "subscriptions",
+    );
     expect(await websockets(name)).toBe(1);
     // Another client still gets in: the cap is the client's, not the channel's.
     await subscribed(from("198.51.100.2"), name);
@@ -137,11 +141,16 @@ describe("a channel's refusals at the Pusher door, with pusher-js", () => {
     const name = uniq("net-cap-");
     // Ten /64s of one /48, each a client of its own with its one subscription.
     for (let i = 1; i <= 10; i++) await subscribed(from(`2001:db8:5:${i}::1`), name);
-    await refusedAndCounted(from("2001:db8:5:11::1"), name, {
-      type: "LimitReached",
-      error: "too many subscriptions of this channel from one network (IPv6 /48)",
-      status: 429,
-    });
+    await refusedAndCounted(
+      from("2001:db8:5:11::1"),
+      name,
+      {
+        type: "LimitReached",
+        error: "too many subscriptions of this channel from one network (IPv6 /48)",
+        status: 429,
+      },
+      "subscriptions",
+    );
     expect(await websockets(name)).toBe(10);
     // A client of another /48 still gets in: the cap is the network's, not the channel's.
     await subscribed(from("2001:db8:6:1::1"), name);
@@ -152,11 +161,16 @@ describe("a channel's refusals at the Pusher door, with pusher-js", () => {
     const name = uniq("anonymous-share-");
     // 0.4 × 30: twelve anonymous subscribers, far below the channel's 30.
     for (let i = 1; i <= 12; i++) await subscribed(from(`203.0.113.${i}`), name);
-    await refusedAndCounted(from("203.0.113.13"), name, {
-      type: "ChannelFull",
-      error: "the channel has as many subscribers as it serves",
-      status: 503,
-    });
+    await refusedAndCounted(
+      from("203.0.113.13"),
+      name,
+      {
+        type: "ChannelFull",
+        error: "the channel has as many subscribers as it serves",
+        status: 503,
+      },
+      "unavailable",
+    );
     expect(await websockets(name)).toBe(12);
   });
 });
