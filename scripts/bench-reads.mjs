@@ -66,14 +66,14 @@ async function publishes(fg, token, channel) {
  * two runs side by side (autocannon sets a connection's headers for one request path), the n-th
  * connection of each from the n-th address, at half the rate each. Resolves to the statuses.
  */
-async function readers(base, channel) {
+async function readers(base, channel, seconds = opts.seconds + 1) {
   const run = (path) => {
     let n = 0;
     return autocannon({
       url: base + path,
       connections: opts.readers,
       connectionRate: opts["read-rate"] / 2,
-      duration: opts.seconds + 1,
+      duration: seconds,
       setupClient: (client) => {
         n++;
         client.setHeaders({ "cf-connecting-ip": `203.0.${(n >> 8) & 255}.${n & 255}` });
@@ -103,7 +103,9 @@ async function measure(label, tree) {
     const channel = "public:bench.hot";
     const token = await mintToken(fg, { sub: "bench-hot", channels: ["public:bench.*"], rl: "1000000/s" });
     const subs = await webSocketSubscribers(fg.base, channel, opts.subscribers);
-    await publishes(fg, token, channel); // warm-up
+    // Warm-up: the publishes, and the readers' path (with --split, the second process's first reads
+    // open its line to the first and compile its code: a first round without this measured that).
+    await Promise.all([publishes(fg, token, channel), readers(door.base, channel, 3)]);
     const calls = async () =>
       ((await metrics(fg))[CHANNEL_CALLS] ?? 0) + (door === fg ? 0 : ((await metrics(door))[CHANNEL_CALLS] ?? 0));
     /** The hot channel's publishes while `readChannel` is read (none: alone), and the channel calls they made. */
