@@ -11,47 +11,7 @@ import { describe, expect, it } from "vitest";
 import { REVOCATION_CHECK_MS } from "../../src/relay/revocations";
 import { SESSION_REVOKED_REASON, TOKEN_EXPIRED_CLOSE } from "../../src/wire/close-codes";
 import { call, channelObject, freshIp, grown, mint, relayObject, scrapeMetrics, uniq, until } from "../support/helpers";
-
-/** A WebSocket subscription (with a token when given) recording its frames and its close. */
-async function socket(ch: string, token?: string) {
-  const headers: Record<string, string> = { upgrade: "websocket" };
-  if (token) headers.authorization = `Bearer ${token}`;
-  const res = await call(`/v1/subscribe/${ch}`, { headers });
-  const ws = res.webSocket;
-  if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status}`);
-  let close: { code: number; reason: string } | null = null;
-  const frames: unknown[] = [];
-  ws.addEventListener("message", (ev) => frames.push(JSON.parse(ev.data as string)));
-  ws.addEventListener("close", (ev) => {
-    close = { code: ev.code, reason: ev.reason };
-  });
-  ws.accept();
-  return { ws, frames, closed: (): { code: number; reason: string } | null => close };
-}
-
-/** An SSE subscription whose text is collected until it ends. */
-async function sse(ch: string, token: string) {
-  const res = await call(`/v1/subscribe/${ch}`, {
-    headers: { accept: "text/event-stream", authorization: `Bearer ${token}` },
-  });
-  if (res.status !== 200 || !res.body) throw new Error(`subscribe failed: ${res.status}`);
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  const state = { text: "", ended: false };
-  void (async () => {
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        state.text += decoder.decode(value, { stream: true });
-      }
-    } catch {
-      // cancelled
-    }
-    state.ended = true;
-  })();
-  return state;
-}
+import { socket, sseText } from "../support/relay-fixtures";
 
 const counted = (ch: string, ws: number, sse: number) =>
   until(
@@ -74,7 +34,7 @@ describe("subscriptions of a revoked session end", () => {
       { channel: pub, data: "1", publisher: "p", action: "deliver", now: Date.now() },
     ]);
     const privWs = await socket(priv, pair.access_token);
-    const pubSse = await sse(pub, pair.access_token);
+    const pubSse = await sseText(pub, pair.access_token);
     const pubWs = await socket(pub, pair.access_token);
     const anon = await socket(pub);
     const otherWs = await socket(pub, other.access_token);
@@ -96,7 +56,7 @@ describe("subscriptions of a revoked session end", () => {
     for (const ch of channels)
       await runInDurableObject(relayObject(ch), (r) => r.tick(Date.now() + REVOCATION_CHECK_MS));
 
-    await until(() => privWs.closed() !== null && pubWs.closed() !== null && pubSse.ended, "the session's ends");
+    await until(() => privWs.closed() !== null && pubWs.closed() !== null && pubSse.state.ended, "the session's ends");
     for (const s of [privWs, pubWs]) {
       expect(s.closed()).toEqual({ code: TOKEN_EXPIRED_CLOSE, reason: SESSION_REVOKED_REASON });
       expect(s.frames.at(-1)).toMatchObject({ type: "expired", reason: SESSION_REVOKED_REASON });
@@ -107,7 +67,7 @@ describe("subscriptions of a revoked session end", () => {
       epoch: (pubWs.frames[0] as { epoch: string }).epoch,
       seq: 1,
     });
-    expect(pubSse.text).toMatch(/event: expired\ndata: \{[^\n]*"reason":"session revoked"[^\n]*\}\n\n$/);
+    expect(pubSse.state.text).toMatch(/event: expired\ndata: \{[^\n]*"reason":"session revoked"[^\n]*\}\n\n$/);
     expect(anon.closed()).toBeNull();
     expect(otherWs.closed()).toBeNull();
     await counted(pub, 2, 0);

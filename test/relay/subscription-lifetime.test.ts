@@ -28,33 +28,11 @@ import {
   untilUnsubscribed,
   withFailing,
 } from "../support/helpers";
+import { socket, sseText } from "../support/relay-fixtures";
 
 async function subscriber(): Promise<{ token: string; exp: number }> {
   const pair = await mint({ sub: uniq("life"), channels: ["public:life.*"] });
   return { token: pair.access_token, exp: pair.expires_at * 1000 };
-}
-
-/** A WebSocket subscription (with a token when given) that records its frames (parsed) and its close. */
-async function socket(ch: string, token?: string, query = "") {
-  const headers: Record<string, string> = { upgrade: "websocket" };
-  if (token) headers.authorization = `Bearer ${token}`;
-  const res = await call(`/v1/subscribe/${ch}${query}`, { headers });
-  const ws = res.webSocket;
-  if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status}`);
-  let close: { code: number; reason: string } | null = null;
-  const frames: unknown[] = [];
-  /** Texts that are not frames (the answer to `ping`). */
-  const raw: string[] = [];
-  ws.addEventListener("message", (ev) => {
-    const text = ev.data as string;
-    if (text === "pong") raw.push(text);
-    else frames.push(JSON.parse(text));
-  });
-  ws.addEventListener("close", (ev) => {
-    close = { code: ev.code, reason: ev.reason };
-  });
-  ws.accept();
-  return { ws, frames, raw, closed: (): { code: number; reason: string } | null => close };
 }
 
 /** Publishes `n` messages straight to the channel object (no rate limits in the way). */
@@ -77,30 +55,6 @@ const expiredAt = (seq: number) => ({
   epoch: expect.stringMatching(/^[A-Za-z0-9_-]{12}$/),
   seq,
 });
-
-/** An SSE subscription whose raw text is collected (comments included) until it ends. */
-async function sse(ch: string, token?: string) {
-  const headers: Record<string, string> = { accept: "text/event-stream" };
-  if (token) headers.authorization = `Bearer ${token}`;
-  const res = await call(`/v1/subscribe/${ch}`, { headers });
-  if (res.status !== 200 || !res.body) throw new Error(`subscribe failed: ${res.status}`);
-  const reader = res.body.getReader();
-  const decoder = new TextDecoder();
-  const state = { text: "", ended: false };
-  void (async () => {
-    try {
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        state.text += decoder.decode(value, { stream: true });
-      }
-    } catch {
-      // cancelled
-    }
-    state.ended = true;
-  })();
-  return { state, cancel: () => reader.cancel() };
-}
 
 /** Runs the relay's alarm work as if it were `now`. */
 const tickAt = (ch: string, now: number) => runInDurableObject(relayStub(ch), (relay) => relay.tick(now));
@@ -161,8 +115,8 @@ describe("a subscription ends with its token", () => {
   it("an SSE stream gets `event: expired` at exp and ends; an anonymous one goes on", async () => {
     const ch = `public:life.${uniq()}`;
     const { token, exp } = await subscriber();
-    const signed = await sse(ch, token);
-    const anon = await sse(ch);
+    const signed = await sseText(ch, token);
+    const anon = await sseText(ch);
     await until(async () => (await channelStats(ch)).sse === 2, "both streams counted");
     await tickAt(ch, exp - 1);
     expect(signed.state.text).not.toContain("event: expired");
@@ -180,7 +134,7 @@ describe("an anonymous SSE stream has a longest lifetime", () => {
   it("ends after 24 h with `event: expired` at its position; Last-Event-ID resumes it without a loss; anonymous WebSockets stay", async () => {
     const ch = `public:life.${uniq()}`;
     const opened = Date.now();
-    const stream = await sse(ch);
+    const stream = await sseText(ch);
     const socketAnon = await socket(ch);
     await until(async () => (await channelStats(ch)).sse === 1, "the stream counted");
     await publish(ch, 2);
@@ -259,7 +213,7 @@ describe("the expired frame says where the subscriber stands", () => {
     const ch = `public:life.${uniq()}`;
     await publish(ch, 2);
     const { token, exp } = await subscriber();
-    const quiet = await sse(ch, token);
+    const quiet = await sseText(ch, token);
     await until(async () => (await channelStats(ch)).sse === 1, "the stream counted");
     await tickAt(ch, exp);
     await until(() => quiet.state.ended, "the expired stream's end");
@@ -276,7 +230,7 @@ describe("a subscriber that went away is gone", () => {
   it("an SSE stream gets a comment line on the relay's alarm, due within 15 s", async () => {
     const ch = `public:life.${uniq()}`;
     const opened = Date.now();
-    const stream = await sse(ch);
+    const stream = await sseText(ch);
     await until(() => stream.state.text.includes(": subscribed"), "the greeting");
     const alarm = await runInDurableObject(relayStub(ch), (_r, state) => state.storage.getAlarm());
     expect(alarm).not.toBeNull();
@@ -291,8 +245,8 @@ describe("a subscriber that went away is gone", () => {
 
   it("aborted SSE streams stop counting within the bound, with no message flowing, even when their report is lost", async () => {
     const ch = `public:life.${uniq()}`;
-    const streams = await Promise.all([sse(ch), sse(ch), sse(ch)]);
-    const keeper = await sse(ch);
+    const streams = await Promise.all([sseText(ch), sseText(ch), sseText(ch)]);
+    const keeper = await sseText(ch);
     await until(async () => (await channelStats(ch)).sse === 4, "four streams counted");
     const stub = relayStub(ch);
     // The channel does not get the report of their leaving: it still counts four.

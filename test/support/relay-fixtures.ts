@@ -1,7 +1,9 @@
 /**
  * What the relay tests share (test/relay/fan-out.test.ts, test/relay/relay-counts.test.ts): a Worker with
  * RELAY_CAPACITY 10, stubs of a channel and its relays, stats, subscribers opened in order, and the
- * wait until a channel's relays have left and forgotten it.
+ * wait until a channel's relays have left and forgotten it; and for the lifetime tests
+ * (subscription-lifetime, revoked-session-subscriptions), a WebSocket and an SSE stream that record
+ * everything they get and how they end.
  */
 import { createExecutionContext, runInDurableObject } from "cloudflare:test";
 import type { ChannelStats } from "../../src/channel/calls";
@@ -11,6 +13,7 @@ import { relayName } from "../../src/relay/placement";
 import {
   adminHeaders,
   BASE,
+  call,
   callAndWait,
   collectSse,
   env,
@@ -80,3 +83,53 @@ export function closed(ws: WebSocket): Promise<{ code: number; reason: string }>
 
 export const seqs = (frames: Frame[]) => frames.map((f) => f.seq);
 export const range = (from: number, to: number) => Array.from({ length: to - from + 1 }, (_, i) => from + i);
+
+/**
+ * A WebSocket subscription through the test Worker (with a token when given) that records its frames
+ * (parsed), the texts that are not frames (the answer to `ping`) and its close.
+ */
+export async function socket(ch: string, token?: string, query = "") {
+  const headers: Record<string, string> = { upgrade: "websocket" };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const res = await call(`/v1/subscribe/${ch}${query}`, { headers });
+  const ws = res.webSocket;
+  if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status}`);
+  let close: { code: number; reason: string } | null = null;
+  const frames: unknown[] = [];
+  /** Texts that are not frames (the answer to `ping`). */
+  const raw: string[] = [];
+  ws.addEventListener("message", (ev) => {
+    const text = ev.data as string;
+    if (text === "pong") raw.push(text);
+    else frames.push(JSON.parse(text));
+  });
+  ws.addEventListener("close", (ev) => {
+    close = { code: ev.code, reason: ev.reason };
+  });
+  ws.accept();
+  return { ws, frames, raw, closed: (): { code: number; reason: string } | null => close };
+}
+
+/** An SSE subscription through the test Worker whose raw text is collected (comments included) until it ends. */
+export async function sseText(ch: string, token?: string) {
+  const headers: Record<string, string> = { accept: "text/event-stream" };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const res = await call(`/v1/subscribe/${ch}`, { headers });
+  if (res.status !== 200 || !res.body) throw new Error(`subscribe failed: ${res.status}`);
+  const reader = res.body.getReader();
+  const decoder = new TextDecoder();
+  const state = { text: "", ended: false };
+  void (async () => {
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        state.text += decoder.decode(value, { stream: true });
+      }
+    } catch {
+      // cancelled
+    }
+    state.ended = true;
+  })();
+  return { state, cancel: () => reader.cancel() };
+}
