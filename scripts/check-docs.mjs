@@ -16,6 +16,7 @@ import { spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { fail, finish, pass } from "./lib/checks.mjs";
 import { startDev } from "./lib/dev-server.mjs";
 import { options } from "./lib/options.mjs";
 import { root } from "./lib/root.mjs";
@@ -25,11 +26,6 @@ const PORT = 8796;
 const BASE = `http://127.0.0.1:${PORT}`;
 
 const docs = [join(root, "README.md"), ...mdFiles(join(root, "docs"))];
-let failures = 0;
-const fail = (where, what) => {
-  failures++;
-  console.log(`  ✗ ${where}: ${what}`);
-};
 
 function mdFiles(dir) {
   if (!existsSync(dir)) return [];
@@ -82,15 +78,15 @@ for (const file of docs) {
     const [path, anchor] = target.split("#");
     const dest = path ? resolve(dirname(file), path) : file;
     if (relative(root, dest).startsWith("..")) {
-      fail(where, `${target} points outside the repository`);
+      fail(`${where}: ${target} points outside the repository`);
       continue;
     }
     if (!existsSync(dest)) {
-      fail(where, `${target}: no such file`);
+      fail(`${where}: ${target}: no such file`);
       continue;
     }
     if (anchor && dest.endsWith(".md") && statSync(dest).isFile() && !anchorsOf(dest).has(anchor)) {
-      fail(where, `${target}: no heading with that id in ${relative(root, dest)}`);
+      fail(`${where}: ${target}: no heading with that id in ${relative(root, dest)}`);
     }
   }
 }
@@ -118,7 +114,7 @@ for (const file of [...sourceFiles(root)].filter((f) => !f.endsWith("worker-conf
   readFileSync(file, "utf8")
     .split("\n")
     .forEach((line, i) => {
-      if (OUTSIDE.test(line)) fail(`${relative(root, file)}:${i + 1}`, `refers outside the repository: ${line.trim()}`);
+      if (OUTSIDE.test(line)) fail(`${relative(root, file)}:${i + 1}: refers outside the repository: ${line.trim()}`);
     });
 }
 console.log(`  ${scanned} files scanned`);
@@ -140,7 +136,7 @@ function runnableBlocks(file) {
     if (lines[i].trim() !== "<!-- docs-check: run -->") continue;
     const start = i + 1;
     if (!lines[start]?.startsWith("```sh")) {
-      fail(`${relative(root, file)}:${i + 1}`, "docs-check: run is not followed by a ```sh block");
+      fail(`${relative(root, file)}:${i + 1}: docs-check: run is not followed by a \`\`\`sh block`);
       continue;
     }
     const script = fenceAt(start);
@@ -205,15 +201,14 @@ if (blocks.length > 0) {
       env: { ...process.env, PATH: binPath },
     });
     if (code !== 0) {
-      fail(where, `exited ${code}\n${err}`);
+      fail(`${where}: exited ${code}\n${err}`);
       continue;
     }
     const mismatch = b.expected === null ? null : compare(b.expected, out);
-    if (mismatch) fail(where, mismatch);
-    else console.log(`  ✓ ${where}${b.expected === null ? " (exit 0)" : " (output as shown)"}`);
+    if (mismatch) fail(`${where}: ${mismatch}`);
+    else pass(`${where}${b.expected === null ? " (exit 0)" : " (output as shown)"}`);
   }
   server.stop();
 }
 
-console.log(failures === 0 ? "docs check: passed" : `docs check: ${failures} failed`);
-process.exit(failures === 0 ? 0 : 1);
+finish("check:docs");

@@ -10,16 +10,12 @@
 import { existsSync } from "node:fs";
 import { Validator } from "@seriousme/openapi-schema-validator";
 import { chromium } from "playwright-core";
+import { fail, finish, pass } from "./lib/checks.mjs";
 import { startDev } from "./lib/dev-server.mjs";
 import { options } from "./lib/options.mjs";
 
 const { port } = options("check:openapi", { port: 8797 });
 const server = startDev({ port, env: { SAMPLER_LOCAL_PERIOD: "0" } });
-let failures = 0;
-const fail = (what) => {
-  failures++;
-  console.error(`  ✗ ${what}`);
-};
 
 try {
   await server.ready();
@@ -30,7 +26,7 @@ try {
   const result = await new Validator().validate(document);
   if (result.valid) {
     const count = Object.values(document.paths).reduce((n, ops) => n + Object.keys(ops).length, 0);
-    console.log(`  ✓ /v1/openapi.json is a valid OpenAPI ${document.openapi} document (${count} operations)`);
+    pass(`/v1/openapi.json is a valid OpenAPI ${document.openapi} document (${count} operations)`);
   } else {
     fail(`/v1/openapi.json is not valid OpenAPI 3.1:\n${JSON.stringify(result.errors, null, 2)}`);
   }
@@ -44,7 +40,7 @@ try {
     const text = await page.text();
     if (page.status !== 200 || !(page.headers.get("content-type") ?? "").includes(type) || !text.includes(needle)) {
       fail(`${path}: ${page.status} ${page.headers.get("content-type")}, expected ${type} holding ${needle}`);
-    } else console.log(`  ✓ ${path} is served`);
+    } else pass(`${path} is served`);
   }
   const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
   const operations = Object.values(document.paths).flatMap((ops) => Object.keys(ops)).length;
@@ -72,11 +68,10 @@ async function checkPage(executablePath, operations) {
     const violations = await page.evaluate(() => window.__cspViolations);
     if (shown !== operations) fail(`/docs/api shows ${shown} operations, the document has ${operations}`);
     else if (violations.length > 0) fail(`/docs/api: CSP violations: ${violations.join(", ")}`);
-    else console.log(`  ✓ /docs/api renders all ${shown} operations in Chromium, with no CSP violation`);
+    else pass(`/docs/api renders all ${shown} operations in Chromium, with no CSP violation`);
   } finally {
     await browser.close();
   }
 }
 
-console.log(failures === 0 ? "openapi check: passed" : `openapi check: ${failures} failed`);
-process.exit(failures === 0 ? 0 : 1);
+finish("check:openapi");

@@ -22,7 +22,7 @@
 // refused. Screenshots go to test-artifacts/. Needs /usr/bin/chromium (`apt-get install -y
 // chromium`; .ci/run does it).
 //
-// The parts, in scripts/test-browser/: setup.mjs (the Worker, the browser, the channels, `check`),
+// The parts, in scripts/test-browser/: setup.mjs (the Worker, the browser, the channels; each check reports through lib/checks.mjs),
 // dashboard.mjs (logging in, a live channel, setting a rate, a phone's width, the server gone),
 // cards.mjs (what a channel's card shows), glance.mjs (what the dashboard tells at a glance),
 // polling.mjs (polls and what a channel leaving takes with it), config-banner.mjs (bad configuration),
@@ -30,6 +30,7 @@
 // pusher.mjs (pusher-js's web build against the Pusher door), cross-origin.mjs (a web app on another
 // origin).
 import { mkdirSync } from "node:fs";
+import { fail, finish } from "./lib/checks.mjs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
 import { checkCardAgrees, checkNoTargetNow, checkOpenedMidRun } from "./test-browser/cards.mjs";
@@ -50,8 +51,6 @@ import {
   artifacts,
   BASE,
   CHANNEL,
-  failed,
-  failureCount,
   launchBrowser,
   MANUAL,
   requireChromium,
@@ -122,14 +121,11 @@ try {
   stopServer();
   await checkServerDown(page);
 } catch (e) {
-  failed();
-  console.error(`FAIL ${e.message}`);
+  fail(e.message);
   console.error(server.log().split("\n").slice(-30).join("\n"));
 } finally {
   publishing = false;
   await browser?.close();
   stopServer();
 }
-const failures = failureCount();
-console.log(failures ? `test:browser: ${failures} failed` : "test:browser: all passed");
-process.exit(failures ? 1 : 0);
+finish("test:browser");

@@ -14,6 +14,7 @@ import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSyn
 import { tmpdir } from "node:os";
 import { extname, join, resolve, sep } from "node:path";
 import { chromium } from "playwright-core";
+import { check, fail, finish, pass } from "./lib/checks.mjs";
 import { options } from "./lib/options.mjs";
 import { root } from "./lib/root.mjs";
 import { mintToken } from "./lib/tokens.mjs";
@@ -27,13 +28,6 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const CONSUMER_FILES = join(root, "scripts/client-consumer");
 const started = Date.now();
 const elapsed = () => ((Date.now() - started) / 1000).toFixed(1);
-
-let failures = 0;
-function check(ok, what) {
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-  if (!ok) failures++;
-  return ok;
-}
 
 /** Runs a command to completion, killed after 90 s; resolves to { code, out } (stdout and stderr). */
 function run(cmd, args, opts = {}) {
@@ -183,7 +177,7 @@ try {
       if (step) passed += check(step[1] === "ok", `${label}: ${step[2]}`) ? 1 : 0;
       else console.log(`     ${label}: ${line}`);
     }
-    if (r.code !== 0 || passed === 0) check(false, `${label}: the consumer exited with ${r.code}`);
+    if (r.code !== 0 || passed === 0) fail(`${label}: the consumer exited with ${r.code}`);
   };
   await Promise.all([fromNode("Node 20", NODE20, 20), fromNode("Node 22", NODE22, 22)]);
   console.log(`     Worker started and both Nodes done at ${elapsed()} s`);
@@ -207,15 +201,14 @@ try {
     await page.goto(`${worker.base}/consumer/index.html`);
     await page.waitForFunction(() => typeof window.runConsumer === "function", null, { timeout: 10_000 });
     const result = await page.evaluate((o) => window.runConsumer(o), await optionsFor("chromium"));
-    for (const line of result.lines) check(true, `Chromium: ${line}`);
-    if (result.error) check(false, `Chromium: ${result.error}`);
+    for (const line of result.lines) pass(`Chromium: ${line}`);
+    if (result.error) fail(`Chromium: ${result.error}`);
   }
 } catch (e) {
-  check(false, e instanceof Error ? e.message : String(e));
+  fail(e instanceof Error ? e.message : String(e));
 } finally {
   await browser?.close();
   await worker?.stop();
   rmSync(project, { recursive: true, force: true });
 }
-console.log(`test:client-package: ${failures ? `${failures} failed` : "all passed"} (${elapsed()} s)`);
-process.exit(failures ? 1 : 0);
+finish("test:client-package", `${elapsed()} s`);

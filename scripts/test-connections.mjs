@@ -1,5 +1,4 @@
 #!/usr/bin/env node
-import { startDev } from "./lib/dev-server.mjs";
 // `npm run test:connections`: what only a real connection shows (docs/api.md, "How long a
 // subscription lasts"), against the Worker as `npm start` runs it, from Node's own WebSocket and
 // fetch. The suite's sockets live inside workerd, where every close completes; over TCP a close that
@@ -9,18 +8,14 @@ import { startDev } from "./lib/dev-server.mjs";
 //   and ends.
 // - An anonymous WebSocket on the same public channel (the same relay) stays open and keeps
 //   receiving.
+import { check, fail, finish } from "./lib/checks.mjs";
+import { startDev } from "./lib/dev-server.mjs";
 import { options } from "./lib/options.mjs";
 import { mintToken } from "./lib/tokens.mjs";
 
 const { port } = options("test:connections", { port: 8798 });
 const TTL_S = 3;
 const WITHIN_MS = 1_000;
-
-let failures = 0;
-function check(ok, what) {
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-  if (!ok) failures++;
-}
 
 /** A WebSocket subscription recording its frames and when (and how) it closed. */
 function socket(base, channel, token) {
@@ -113,9 +108,8 @@ try {
   check(got && anon.closed === null, "... and reaches the anonymous WebSocket");
   anon.ws.close();
 } catch (e) {
-  check(false, e.message);
+  fail(e.message);
 } finally {
   server.stop();
 }
-console.log(failures === 0 ? "test:connections: all passed" : `test:connections: ${failures} failed`);
-process.exit(failures === 0 ? 0 : 1);
+finish("test:connections");

@@ -10,17 +10,13 @@ import { spawn } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { check, finish } from "./lib/checks.mjs";
 import { options } from "./lib/options.mjs";
 import { root } from "./lib/root.mjs";
 
 options("test:start", {});
 
 const LIMIT_MS = 5_000;
-let failures = 0;
-function check(ok, what) {
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-  if (!ok) failures++;
-}
 
 /**
  * Starts `npm start -- …args` (port 8797 unless `args` names one). `exited` resolves with its exit
@@ -119,5 +115,4 @@ try {
   await server.exited;
 }
 
-console.log(failures ? `test:start: ${failures} failed` : "test:start: all passed");
-process.exit(failures ? 1 : 0);
+finish("test:start");

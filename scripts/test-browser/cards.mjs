@@ -1,6 +1,7 @@
 // What a channel's card shows: numbers from one snapshot that agree with the top line, a chart of
 // the run so far for a page opened mid-run, and nothing that contradicts a target that went.
-import { BASE, check } from "./setup.mjs";
+import { check } from "../lib/checks.mjs";
+import { BASE } from "./setup.mjs";
 
 /**
  * A card's numbers all come from one snapshot and agree with the top line: the card shows the drop

@@ -1,5 +1,5 @@
 // The dashboard under bad configuration: a banner with the server's message instead of the error line.
-import { check } from "./setup.mjs";
+import { check } from "../lib/checks.mjs";
 
 /**
  * Bad configuration: every route answers 500 naming the variable (src/worker/app.ts); the page shows a

@@ -10,10 +10,10 @@ import { readFileSync, statSync } from "node:fs";
 import { createServer } from "node:http";
 import { createRequire } from "node:module";
 import { extname, join, normalize } from "node:path";
+import { check } from "../lib/checks.mjs";
 import { root } from "../lib/root.mjs";
 import { mintToken } from "../lib/tokens.mjs";
 import { startFloodgate } from "../lib/workerd.mjs";
-import { check } from "./setup.mjs";
 
 const PAGE_PORT = Number(process.env.BROWSER_TEST_PAGE_PORT ?? 8798);
 const OTHER_PORT = PAGE_PORT + 1;

@@ -2,7 +2,8 @@
 // flows and its chart and drop rate moving, setting a rate from the page, the page at a phone's
 // width, and the page saying so when the server is gone.
 import { join } from "node:path";
-import { artifacts, BASE, check, MANUAL, waitFor } from "./setup.mjs";
+import { check } from "../lib/checks.mjs";
+import { artifacts, BASE, MANUAL, waitFor } from "./setup.mjs";
 
 /**
  * The login screen: it loads (its timing printed), shows no operator buttons, refuses a wrong token

@@ -5,7 +5,8 @@
 // mode's badge explained. Live where the server can show it; on a made-up run (the real answer with its
 // channels replaced) for what takes minutes: a gap, an idle channel, a sharded one, a 10-minute span.
 import { join } from "node:path";
-import { artifacts, BASE, check, waitFor } from "./setup.mjs";
+import { check } from "../lib/checks.mjs";
+import { artifacts, BASE, waitFor } from "./setup.mjs";
 
 const OVERVIEW = "**/v1/admin/overview*";
 

@@ -1,6 +1,7 @@
 // The dashboard's security headers: its files carry public/_headers' CSP, nosniff and
 // X-Frame-Options, the headers file itself is not served, and the page runs with no CSP violation.
-import { BASE, check } from "./setup.mjs";
+import { check } from "../lib/checks.mjs";
+import { BASE } from "./setup.mjs";
 
 /** The dashboard's files carry the headers of public/_headers (served by the assets layer). */
 export async function checkAssetHeaders() {

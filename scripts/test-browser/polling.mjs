@@ -1,7 +1,7 @@
 // The dashboard's polls and what it keeps per channel: polls never overlap, a hidden page stops
 // polling, and a channel that leaves the overview takes its card, its charts and their
 // ResizeObservers with it. The page is instrumented from outside its code (instrumentPage).
-import { check } from "./setup.mjs";
+import { check } from "../lib/checks.mjs";
 
 /**
  * Counts the page's overview polls (started, in flight, most at once, aborted) and its live

@@ -4,9 +4,9 @@
 // `pusher` server library, as an app's backend does), and receives an event with its data as sent.
 import { createRequire } from "node:module";
 import { join } from "node:path";
+import { check } from "../lib/checks.mjs";
 import { root } from "../lib/root.mjs";
 import { startFloodgate } from "../lib/workerd.mjs";
-import { check } from "./setup.mjs";
 
 const require = createRequire(import.meta.url);
 const PusherServer = require("pusher");

@@ -1,5 +1,5 @@
 // What every part of `npm run test:browser` shares: the Worker it starts (`npm start`'s way), the
-// browser, the channels the checks publish to, and the one way a check reports.
+// browser and the channels the checks publish to. A check reports through ../lib/checks.mjs.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
@@ -17,19 +17,6 @@ export const MANUAL = "public:live.manual";
 const CHROMIUM = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 /** Where the screenshots go. */
 export const artifacts = join(root, "test-artifacts");
-
-let failures = 0;
-/** Prints one check's line, `ok` or `FAIL`, and counts a failure. */
-export function check(ok, what) {
-  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
-  if (!ok) failures++;
-}
-/** Counts a failure that stopped the run (an error thrown by a step). */
-export function failed() {
-  failures++;
-}
-/** How many checks failed so far. */
-export const failureCount = () => failures;
 
 /** Stops the run when there is no Chromium to drive. */
 export function requireChromium() {

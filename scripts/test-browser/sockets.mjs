@@ -1,8 +1,9 @@
 // A browser's WebSocket subscriber, straight to the Worker in a workerd of its own (wrangler dev's
 // proxy answers a browser's upgrade itself): frames uncompressed, and the token as a subprotocol.
+
+import { check } from "../lib/checks.mjs";
 import { mintToken } from "../lib/tokens.mjs";
 import { startFloodgate } from "../lib/workerd.mjs";
-import { check } from "./setup.mjs";
 
 /**
  * A browser offers permessage-deflate on every WebSocket; the Worker declines it (wrangler.toml

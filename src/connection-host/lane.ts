@@ -3,9 +3,9 @@
  * channel the host is a relay (src/channel/relay-registry.ts), and the lane is what a relay is for one
  * channel — its last seq, its repair, its count reports — for the host's sockets subscribed to it.
  *
- * **Order and repair** as a relay's stream (src/relay/stream.ts): every call from the channel carries
- * its head; a batch that does not follow the lane's last seq makes the lane fetch the hole from the
- * channel's history first, so no subscription sees a message skipped, repeated or out of order. A
+ * **Order and repair** as a relay's stream (src/relay/gap-repair.ts): every call from the channel
+ * carries its head; a batch that does not follow the lane's last seq makes the lane fetch the hole from
+ * the channel's history first, so no subscription sees a message skipped, repeated or out of order. A
  * hole history no longer holds closes the connections on the lane (4200: Pusher clients reconnect and
  * subscribe again); one too big to send closes them as over capacity (4100).
  *
@@ -25,8 +25,9 @@
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { SerialLane } from "../platform/serial-lane";
-import { PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
 import type { ChannelForRelay, RelayReportAnswer } from "../relay/calls";
+import { fillHole, pastLastSent } from "../relay/gap-repair";
 import { RelayReporter } from "../relay/reporter";
 import type { LiveFrame, SideFrame } from "../wire/frame-text";
 import { PUSHER_OVER_CAPACITY, PUSHER_RECONNECT } from "../wire/pusher/codes";
@@ -127,22 +128,19 @@ export class HostLane {
       this.reporter.changed();
       return;
     }
-    const last = this.lastSeq ?? 0;
-    let fresh = frames.filter((f) => f.seq > last);
-    const firstNew = fresh[0]?.seq ?? end + 1;
-    if (firstNew > last + 1 && end > last) {
-      const gapEnd = firstNew - 1;
-      const page = await this.owner.channel(this.key).framesAfter(last, gapEnd, PAGE_MAX_BYTES);
-      const whole = !page.more && page.frames.length === gapEnd - last && page.frames[0]?.seq === last + 1;
-      if (!whole) {
+    let { fresh, hole } = pastLastSent(frames, this.lastSeq ?? 0, end);
+    if (hole) {
+      const filled = await fillHole(this.owner.channel(this.key), hole);
+      if ("lost" in filled) {
         for (const ws of [...this.subs.keys()]) {
-          if (page.more) this.owner.closeConnection(ws, PUSHER_OVER_CAPACITY, "too far behind on a channel; reconnect");
+          if (filled.lost === "too-big")
+            this.owner.closeConnection(ws, PUSHER_OVER_CAPACITY, "too far behind on a channel; reconnect");
           else this.owner.closeConnection(ws, PUSHER_RECONNECT, "missed messages are no longer in history; reconnect");
         }
         this.advance(end);
         return;
       }
-      fresh = [...page.frames, ...fresh];
+      fresh = [...filled.frames, ...fresh];
     }
     this.send(fresh, side);
     this.advance(end);

@@ -4,10 +4,10 @@
  * **Order and repair.** The relay knows the last seq it sent (`lastSeq`, stored with every batch, so
  * it survives eviction). Every call from the channel carries the channel's head seq; a batch that does
  * not follow `lastSeq` (a call that failed, frames the channel let go, a restart) makes the relay fetch
- * the hole from the channel's history first, so a subscriber never sees seq jump. A hole that history
- * no longer holds (trimmed past `HISTORY_LIMIT`) closes every subscriber with {@link HISTORY_GAP_CLOSE};
- * a hole too big to send ({@link PAGE_MAX_BYTES}) closes them as slow consumers. Either way they
- * resume with `?after=`.
+ * the hole from the channel's history first (./gap-repair.ts), so a subscriber never sees seq jump. A
+ * hole that history no longer holds (trimmed past `HISTORY_LIMIT`) closes every subscriber with
+ * {@link HISTORY_GAP_CLOSE}; a hole too big to send (`PAGE_MAX_BYTES`) closes them as slow consumers.
+ * Either way they resume with `?after=`.
  *
  * **Joining.** A subscriber gets every message after its floor, replayed from the channel's history
  * up to `lastSeq`, then live — in the relay's one lane of work, so nothing between replay and live is
@@ -49,9 +49,10 @@ import {
   sseEvent,
   utf8Length,
 } from "../wire/frame-text";
-import { FRAME_MAX_BYTES, PAGE_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
+import { FRAME_MAX_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 import type { ChannelForRelay } from "./calls";
 import { countClosed } from "./closes";
+import { fillHole, pastLastSent } from "./gap-repair";
 import { boundMemory, type SocketBacklog } from "./memory";
 import type { RelayReporter } from "./reporter";
 import { newTally, PackedOnce, type SendTally, SideCut, sendTo, tallyWaiting } from "./send-pass";
@@ -118,25 +119,19 @@ export class RelayStream {
       this.reporter.changed();
       return;
     }
-    const last = this.lastSeq ?? 0;
-    let fresh = frames.filter((f) => f.seq > last);
-    const firstNew = fresh[0]?.seq ?? end + 1;
-    if (firstNew > last + 1 && end > last) {
-      const gapEnd = firstNew - 1;
-      const page = await this.relay.channel().framesAfter(last, gapEnd, PAGE_MAX_BYTES);
-      if (page.more) {
-        // Too far behind to send in one go: each subscriber would be more than 1 MiB behind.
-        this.subs.closeAll(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON, (n) => this.reporter.slow(n));
+    let { fresh, hole } = pastLastSent(frames, this.lastSeq ?? 0, end);
+    if (hole) {
+      const filled = await fillHole(this.relay.channel(), hole);
+      if ("lost" in filled) {
+        // Too far behind to send in one go (each subscriber would be more than 1 MiB behind), or
+        // history no longer holds the hole: nothing newer is sent across it.
+        if (filled.lost === "too-big")
+          this.subs.closeAll(SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON, (n) => this.reporter.slow(n));
+        else this.subs.closeAll(HISTORY_GAP_CLOSE, HISTORY_GAP_REASON, (n) => countClosed("history_gap", n));
         this.advance(end, false);
         return;
       }
-      if (page.frames.length !== gapEnd - last || page.frames[0]?.seq !== last + 1) {
-        // History no longer holds the hole: nothing newer is sent across it.
-        this.subs.closeAll(HISTORY_GAP_CLOSE, HISTORY_GAP_REASON, (n) => countClosed("history_gap", n));
-        this.advance(end, false);
-        return;
-      }
-      fresh = [...page.frames, ...fresh];
+      fresh = [...filled.frames, ...fresh];
       sockets = this.subs.sockets(); // subscribers may have come or gone while it waited
     }
     // Joiners still skipping presence news their state counted: in or out of this call's side frames.

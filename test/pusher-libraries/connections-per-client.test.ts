@@ -5,10 +5,9 @@
  * with a cap of 2: every connection from this machine is one client, which the other library tests
  * share on the run's Floodgate.
  */
-import PusherJS from "pusher-js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { until } from "./floodgate";
-import { PUSHER, pusherFloodgate } from "./global-setup";
+import { client, until } from "./floodgate";
+import { pusherFloodgate } from "./global-setup";
 
 let worker: { base: string; stop(): Promise<void> };
 beforeAll(async () => {
@@ -16,23 +15,17 @@ beforeAll(async () => {
 });
 afterAll(() => worker?.stop());
 
-function client(): PusherJS {
+/** A pusher-js client of this file's Floodgate (the capped one), not the run's. */
+function capped() {
   const url = new URL(worker.base);
-  return new PusherJS(PUSHER.key, {
-    cluster: "local",
-    wsHost: url.hostname,
-    wsPort: Number(url.port),
-    forceTLS: false,
-    enabledTransports: ["ws"],
-    disableStats: true,
-  });
+  return client({ wsHost: url.hostname, wsPort: Number(url.port) });
 }
 
 describe("MAX_CONNECTIONS_PER_CLIENT at the Pusher door", () => {
   it("the third connection of a client with a cap of 2 gets pusher:error 4100; it retries and gets in once one closes", async () => {
-    const [a, b] = [client(), client()];
+    const [a, b] = [capped(), capped()];
     await until(() => a.connection.state === "connected" && b.connection.state === "connected", "two connections");
-    const c = client();
+    const c = capped();
     const errors: number[] = [];
     // pusher-js reports the server's `pusher:error` as a WebSocketError around a PusherError.
     c.connection.bind("error", (e: { error?: { data?: { code?: number } } }) => {

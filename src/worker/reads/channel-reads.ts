@@ -9,9 +9,14 @@
  *
  * The analytics channel is read from its object every time: its history is paged by operators
  * through every retained copy, not read by crowds.
+ *
+ * Each answer is disposed as it arrives ({@link released}): a shared one is kept for a second, long
+ * enough for the garbage collector to find it first, and an answer passed on by code between here and
+ * the object (the dev registry's proxy to another process) must not be left to it.
  */
 import { ReadCache } from "../../../functions/read-cache";
 import type { PresenceAnswer } from "../../channel/presence";
+import { released } from "../../platform/rpc-result";
 import type { Settings } from "../../settings/settings";
 import { resumePoint } from "../../wire/subscribe-params";
 import { type HistorySnapshot, pageFromSnapshot, SNAPSHOT_LIMIT, snapshotOf } from "./history-snapshot";
@@ -74,7 +79,7 @@ export class ChannelReads {
   ): Promise<{ frames: string[] } | { beyond: number }> {
     if (source === null && key !== this.config.analyticsChannel.name) {
       const snapshot = await this.snapshots.get(key, async () =>
-        snapshotOf(await this.object(key).history(null, SNAPSHOT_LIMIT, null), this.config.maxMessageBytes),
+        snapshotOf(released(await this.object(key).history(null, SNAPSHOT_LIMIT, null)), this.config.maxMessageBytes),
       );
       const from = resumePoint(after, epoch, snapshot);
       // Past the snapshot's head: only the object may say whether that is a restart (400) or news
@@ -83,11 +88,11 @@ export class ChannelReads {
       if (page !== null) return { frames: page };
     }
     // Not covered by the snapshot (an old page of a long history, a page past 4 MiB), or not shared.
-    return this.object(key).historyPage(after, limit, source, epoch);
+    return released(await this.object(key).historyPage(after, limit, source, epoch));
   }
 
   /** `key`'s presence (docs/api.md, GET /v1/presence). */
   presence(key: string): Promise<PresenceAnswer> {
-    return this.presences.get(key, () => this.object(key).presence(key));
+    return this.presences.get(key, async () => released(await this.object(key).presence(key)));
   }
 }

@@ -7,6 +7,7 @@ import { Hono } from "hono";
 import * as z from "zod";
 import type { ChannelStats } from "../../channel/calls";
 import { renderPrometheus, seriesKey } from "../../metrics/series";
+import { released } from "../../platform/rpc-result";
 import { channelStub, metricsStub } from "../../platform/stubs";
 import { formatDuration } from "../../settings/durations";
 import { weakSecrets } from "../../settings/secrets";
@@ -75,7 +76,8 @@ export function metricsSeries(env: Env): Promise<Record<string, number>> {
 async function expiredCopies(env: Env, config: Settings): Promise<number | null> {
   const stub = channelStub(env, config.analyticsChannel.name);
   try {
-    return (await stub.recordCounts()).copies_expired_total;
+    // Disposed once read (src/platform/rpc-result.ts).
+    return released(await stub.recordCounts()).copies_expired_total;
   } catch (e) {
     console.error("floodgate: analytics channel unavailable for /metrics", e instanceof Error ? e.message : e);
     return null;
