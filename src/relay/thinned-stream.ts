@@ -219,13 +219,19 @@ export class ThinnedStream {
    * skipped, and it gets its last summary now, so received + skipped covers everything it was offered.
    */
   finish(sub: ReaderSub): void {
+    const last = this.lastSummary(sub);
+    if (last) this.send(sub, [], [last]);
+  }
+
+  /** What {@link finish} sends (null: nothing to tell), the reader forgotten. */
+  private lastSummary(sub: ReaderSub): SideFrame | null {
     const reader = this.readers.get(sub);
-    if (!reader) return;
+    if (!reader) return null;
     const now = this.relay.now();
     reader.finish(this.readers.keysOf, now);
     const summary = reader.takeSummary(now, true);
-    if (summary) this.send(sub, [], [this.summaryFrame(summary)]);
     this.readers.forget(sub);
+    return summary ? this.summaryFrame(summary) : null;
   }
 
   private summaryFrame(s: NonNullable<ReturnType<Reader["takeSummary"]>>): SideFrame {
@@ -252,13 +258,21 @@ export class ThinnedStream {
     }
   }
 
-  /** Closes a subscriber still over the bound at 1/s: its last summary first, then 4008 (SSE: cut off). */
+  /**
+   * Closes a subscriber still over the bound at 1/s: its last summary, then 4008 after what its socket
+   * holds. An SSE stream is cut off instead: its backlog is discarded (the bytes it holds are what the
+   * close is for) and the summary, written after the discard, is its last event.
+   */
   private closeSlow(sub: ReaderSub, tally: SendTally | null): void {
-    this.finish(sub);
     if (tally) tally.slow++;
     else this.relay.slowClosed(1);
-    if ("send" in sub) this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-    else this.subs.hub.cut(sub);
+    if ("send" in sub) {
+      this.finish(sub);
+      this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
+    } else {
+      const last = this.lastSummary(sub);
+      this.subs.hub.cut(sub, last ? sseChunk([sideSseEvent(last)]) : undefined);
+    }
   }
 
   private isOpen(sub: ReaderSub): boolean {
