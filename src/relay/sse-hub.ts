@@ -2,7 +2,8 @@
  * A relay's Server-Sent Events subscribers (docs/api.md, "Subscribing"; "Slow subscribers"): each
  * reader is a stream whose backlog is counted in bytes on its writable side, so a reader that falls
  * behind is thinned and, still over {@link SUBSCRIBER_MAX_BEHIND_BYTES} at 1 message a second, cut off
- * (a clean end: the client reconnects with `Last-Event-ID`) instead of being buffered for without
+ * (its backlog discarded, its last summary still its last event; a clean end: the client reconnects
+ * with `Last-Event-ID`) instead of being buffered for without
  * bound, and never slows the others (writes do not wait). Every stream also gets a comment line per relay heartbeat ({@link SseHub.heartbeat}), and
  * ends with `event: expired`: one opened with a token when the token does ({@link SseHub.expire}) or
  * its session is revoked ({@link SseHub.revoke}), an anonymous one after {@link SSE_ANONYMOUS_MAX_MS}.
@@ -14,8 +15,11 @@ import { SSE_ANONYMOUS_MAX_MS, SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 
 export interface SseClient {
   writer: WritableStreamDefaultWriter<Uint8Array>;
-  /** Ends the reader's stream cleanly and discards what is still queued for it. */
-  terminate: () => void;
+  /**
+   * Ends the reader's stream cleanly and discards what is still queued for it; `last`, when given,
+   * is still its last chunk.
+   */
+  terminate: (last?: Uint8Array) => void;
   closed: boolean;
   /** Messages up to this seq were replayed (or predate the subscription): never sent live. */
   floor: number;
@@ -73,11 +77,20 @@ export class SseHub {
     now: number,
     sid?: string,
   ): { client: SseClient; response: Response } {
-    let terminate = () => {};
+    let terminate = (_last?: Uint8Array) => {};
     const stream = new TransformStream<Uint8Array, Uint8Array>(
       {
         start(controller) {
-          terminate = () => controller.terminate();
+          terminate = (last) => {
+            // Straight onto the readable side, past the queue that terminating discards: the reader
+            // takes it after the chunk it may hold already, then the end.
+            try {
+              if (last) controller.enqueue(last);
+            } catch {
+              // the reader is gone
+            }
+            controller.terminate();
+          };
         },
       },
       SSE_QUEUE,
@@ -194,19 +207,23 @@ export class SseHub {
     this.drop(client);
   }
 
-  /** Cuts a reader off at once, discarding its backlog (the relay's memory bound). */
-  cut(client: SseClient): void {
-    this.drop(client, true);
+  /**
+   * Cuts a reader off at once, discarding its backlog (a slow reader; the relay's memory bound):
+   * `last`, when given (a thinned reader's last summary), is written after the discard, so it still
+   * reaches the reader, as the stream's last event.
+   */
+  cut(client: SseClient, last?: Uint8Array): void {
+    this.drop(client, true, last);
   }
 
-  private drop(client: SseClient, abort = false): void {
+  private drop(client: SseClient, abort = false, last?: Uint8Array): void {
     if (client.closed) return;
     client.closed = true;
     this.live.delete(client);
     this.all.delete(client);
     // A clean end (the client reconnects with Last-Event-ID), not an error: aborting the stream made
     // workerd log an uncaught exception for every reader cut off. The queued backlog is discarded.
-    if (abort) client.terminate();
+    if (abort) client.terminate(last);
     this.onLeave();
   }
 }

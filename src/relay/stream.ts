@@ -171,8 +171,8 @@ export class RelayStream {
     if (floor < upTo) {
       let page: { frames: LiveFrame[]; more: boolean } = { frames: [], more: false };
       try {
-        // A subscriber with a max_rate replays within its budget, page by page (never cut short).
-        if (reader) await this.thinned.replay(to, reader, floor, upTo);
+        // A subscriber with a max_rate replays within its budget, page by page, and within the byte bound.
+        if (reader) page.more = await this.thinned.replay(to, reader, floor, upTo);
         else page = await this.relay.channel().framesAfter(floor, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
       } catch (e) {
         console.error("floodgate relay: replay failed", e instanceof Error ? e.message : e);
@@ -187,7 +187,9 @@ export class RelayStream {
       } else if (page.frames.length > 0) this.subs.hub.write(sub.sse, sseChunk(page.frames.map(sseEvent)));
       this.boundMemory();
       if (page.more) {
-        // A replay past the byte bound sends what fits, then closes like a slow subscriber.
+        // A replay past the byte bound sends what fits, then closes like a slow subscriber (a thinned
+        // one after its last summary).
+        if (reader) this.thinned.finish(to);
         this.reporter.slow();
         this.subs.leave(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
         return;

@@ -5,7 +5,7 @@
  * subscribers that share a rate and a phase share one packed text or one SSE chunk, as unthinned
  * ones share the pass's. Also what comes between passes, on the readers' timer: held messages as room
  * comes, subscriber summaries, a slow subscriber's thinning lifted as it drains; a resume's replay
- * within the budget; and a last summary when a subscription ends.
+ * within the budget and the byte bound; and a last summary when a subscription ends.
  */
 import { topKeys } from "../../functions/drop-summary";
 import { SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON } from "../wire/close-codes";
@@ -17,6 +17,7 @@ import {
   sseChunk,
   sseEvent,
   subscriberSummaryFrame,
+  utf8Length,
 } from "../wire/frame-text";
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
 import type { ChannelForRelay } from "./calls";
@@ -142,19 +143,44 @@ export class ThinnedStream {
 
   /**
    * A joining subscriber's replay (`?after=`) within its budget: history after `floor` up to `upTo`,
-   * page by page, each message sent, held or skipped as live ones are — so, unlike an unthinned
-   * replay, one past the byte bound is never cut short: what it sends is bounded by its rate.
+   * page by page, each message sent, held or skipped as live ones are. Its rate does not bound its
+   * bytes (a burst of 1,000/s is a thousand messages at once), so it is held to the byte bound as an
+   * unthinned replay is: a message is offered only while all it could send — itself, and what the
+   * reader holds, which a priority message takes along — fits under the bound with what already
+   * waits for the subscriber (the replay's first send goes whatever, so a resume always moves on).
+   * Answers true when one did not fit: the caller closes the subscriber as slow, and it resumes after
+   * the last message it received. It stops before offering rather than skipping what does not fit, so
+   * received + skipped stays exact: every message offered was sent, held or skipped and counted; the
+   * ones after it were never offered, and the resume brings them.
    */
-  async replay(sub: ReaderSub, reader: Reader, floor: number, upTo: number): Promise<void> {
+  async replay(sub: ReaderSub, reader: Reader, floor: number, upTo: number): Promise<boolean> {
     let after = floor;
+    let sent = false;
     while (after < upTo && this.isOpen(sub)) {
       const page = await this.relay.channel().framesAfter(after, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
       const last = page.frames.at(-1);
-      if (!last) return;
-      this.send(sub, reader.take(page.frames, this.readers.keysOf, this.relay.now()), []);
+      if (!last) return false;
+      const now = this.relay.now();
+      let room = SUBSCRIBER_MAX_BEHIND_BYTES - this.backlogOf(sub);
+      const out: LiveFrame[] = [];
+      for (const f of page.frames) {
+        let most = this.bytesTo(sub, f);
+        for (const held of reader.held.values()) most += this.bytesTo(sub, held);
+        if (sent && most > room) {
+          this.send(sub, out, []);
+          return true;
+        }
+        for (const g of reader.take([f], this.readers.keysOf, now)) {
+          room -= this.bytesTo(sub, g);
+          out.push(g);
+          sent = true;
+        }
+      }
+      this.send(sub, out, []);
       after = last.seq;
-      if (!page.more) return;
+      if (!page.more) return false;
     }
+    return false;
   }
 
   /**
@@ -193,13 +219,19 @@ export class ThinnedStream {
    * skipped, and it gets its last summary now, so received + skipped covers everything it was offered.
    */
   finish(sub: ReaderSub): void {
+    const last = this.lastSummary(sub);
+    if (last) this.send(sub, [], [last]);
+  }
+
+  /** What {@link finish} sends (null: nothing to tell), the reader forgotten. */
+  private lastSummary(sub: ReaderSub): SideFrame | null {
     const reader = this.readers.get(sub);
-    if (!reader) return;
+    if (!reader) return null;
     const now = this.relay.now();
     reader.finish(this.readers.keysOf, now);
     const summary = reader.takeSummary(now, true);
-    if (summary) this.send(sub, [], [this.summaryFrame(summary)]);
     this.readers.forget(sub);
+    return summary ? this.summaryFrame(summary) : null;
   }
 
   private summaryFrame(s: NonNullable<ReturnType<Reader["takeSummary"]>>): SideFrame {
@@ -226,13 +258,21 @@ export class ThinnedStream {
     }
   }
 
-  /** Closes a subscriber still over the bound at 1/s: its last summary first, then 4008 (SSE: cut off). */
+  /**
+   * Closes a subscriber still over the bound at 1/s: its last summary, then 4008 after what its socket
+   * holds. An SSE stream is cut off instead: its backlog is discarded (the bytes it holds are what the
+   * close is for) and the summary, written after the discard, is its last event.
+   */
   private closeSlow(sub: ReaderSub, tally: SendTally | null): void {
-    this.finish(sub);
     if (tally) tally.slow++;
     else this.relay.slowClosed(1);
-    if ("send" in sub) this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
-    else this.subs.hub.cut(sub);
+    if ("send" in sub) {
+      this.finish(sub);
+      this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
+    } else {
+      const last = this.lastSummary(sub);
+      this.subs.hub.cut(sub, last ? sseChunk([sideSseEvent(last)]) : undefined);
+    }
   }
 
   private isOpen(sub: ReaderSub): boolean {
@@ -241,6 +281,12 @@ export class ThinnedStream {
 
   private joining(sub: ReaderSub): boolean {
     return "send" in sub ? this.subs.joining.has(sub) : !this.subs.hub.live.has(sub);
+  }
+
+  /** The most bytes `f` adds to what waits for `sub`: its SSE event, its text, or its text packed alone. */
+  private bytesTo(sub: ReaderSub, f: LiveFrame): number {
+    if (!("send" in sub)) return utf8Length(sseEvent(f));
+    return utf8Length(f.text) + (this.subs.isBatched(sub) ? 2 : 0);
   }
 
   private backlogOf(sub: ReaderSub): number {

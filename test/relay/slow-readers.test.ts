@@ -9,6 +9,7 @@
 import { runInDurableObject } from "cloudflare:test";
 import { readSse } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
+import { SUBSCRIBER_MAX_BEHIND_BYTES } from "../../src/relay/bounds";
 import { SLOW_CONSUMER_CLOSE } from "../../src/wire/close-codes";
 import {
   adminHeaders,
@@ -22,7 +23,13 @@ import {
   until,
   untilUnsubscribed,
 } from "../support/helpers";
-import { accounted, publishDirect, readerSocket, relayClock } from "../support/reader-fixtures";
+import {
+  accounted,
+  publishDirect,
+  readerSocket,
+  relayClock,
+  type SubscriberSummaryFrame,
+} from "../support/reader-fixtures";
 
 const big = "x".repeat(30_000);
 
@@ -69,6 +76,7 @@ describe("slow subscribers are thinned before they are dropped", () => {
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
     expect(seqs.length).toBeLessThan(seqs.at(-1) ?? 0); // thinned: gaps
     expect(stalled.summaries.length).toBe(1);
+    expect(JSON.parse(stalled.raw.at(-1)?.text ?? "{}")).toMatchObject({ type: "summary", scope: "subscriber" });
     expect(accounted(stalled)).toBe(seqs.length + (stats.readers?.skipped_total ?? 0));
     expect(accounted(stalled)).toBeGreaterThanOrEqual(seqs.at(-1) ?? 0);
     // And it resumes after the last message it got, nothing skipped from there.
@@ -84,7 +92,7 @@ describe("slow subscribers are thinned before they are dropped", () => {
 });
 
 describe("slow subscribers are thinned before they are dropped, over SSE and back", () => {
-  it("an SSE reader that stops reading is thinned, then its stream ends; the reading ones get everything", async () => {
+  it("an SSE reader that stops reading is thinned, then its stream ends after its last summary; the reading ones get everything", async () => {
     const ch = `public:slow.${uniq()}`;
     const clock = await relayClock(ch);
     const res = await callAndWait(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } });
@@ -104,12 +112,20 @@ describe("slow subscribers are thinned before they are dropped, over SSE and bac
     expect(thinnedSeen).toBe(true);
     expect(live.messages.map((m) => m.seq)).toEqual(Array.from({ length: n }, (_, i) => i + 1));
     expect((await channelStats(ch)).slow_consumers_closed).toBe(1);
-    // What it kept (its backlog was discarded when it was cut off) is in seq order, with gaps.
+    // What it kept (its backlog was discarded when it was cut off) is in seq order, with gaps, and
+    // the stream's last event is its last summary: what it skipped while thinned.
     const kept: number[] = [];
+    const events: { event: string; data: string }[] = [];
     await readSse(res.body as ReadableStream<Uint8Array>, (e) => {
+      events.push({ event: e.event ?? "message", data: e.data });
       if (e.event === "message") kept.push(seqOf(e.id));
     });
     expect(kept).toEqual([...kept].sort((a, b) => a - b));
+    expect(kept.length * big.length).toBeLessThan(SUBSCRIBER_MAX_BEHIND_BYTES); // not its whole backlog
+    expect(events.at(-1)?.event).toBe("summary");
+    const last = JSON.parse(events.at(-1)?.data ?? "{}") as SubscriberSummaryFrame;
+    expect(last).toMatchObject({ type: "summary", scope: "subscriber", channel: ch });
+    expect(last.skipped).toBeGreaterThan(0);
     live.ws.close();
     await untilUnsubscribed(ch);
   });

@@ -24,6 +24,7 @@ import {
   uniq,
   until,
 } from "../support/helpers";
+import { readerSocket } from "../support/reader-fixtures";
 
 /** A raw WebSocket subscription that records text frames and its close. */
 async function rawSocket(ch: string, query = "") {
@@ -143,6 +144,46 @@ describe("slow subscribers are bounded in bytes, replays included", () => {
       seqs.push(...events.map((e) => seqOf(e.id)));
     }
     expect(seqs).toEqual(Array.from({ length: total }, (_, i) => i + 1));
+  });
+
+  it("a replay within a max_rate is bounded the same: a socket that never reads is sent at most 1 MiB, then 4008", async () => {
+    // A burst of 1,000/s is every retained message at once (3 MB here): the rate alone bounds nothing.
+    const ch = `public:bounds.${uniq()}`;
+    await fill(ch, total, size);
+    const sub = await readerSocket(ch, "?after=0&max_rate=1000/s", false); // never read until the end
+    await until(async () => (await channelStats(ch)).slow_consumers_closed === 1, "the close counted");
+    sub.ws.accept();
+    await until(() => sub.closed() !== null, "the close");
+    expect(sub.closed()).toMatchObject({ code: SLOW_CONSUMER_CLOSE });
+    const bytes = sub.raw.reduce((a, f) => a + new TextEncoder().encode(f.text).byteLength, 0);
+    expect(bytes).toBeLessThanOrEqual(SUBSCRIBER_MAX_BEHIND_BYTES);
+    expect(bytes).toBeGreaterThan(SUBSCRIBER_MAX_BEHIND_BYTES - 2 * size); // what fits is sent
+    const seqs = sub.messages.map((m) => m.seq);
+    expect(seqs.length).toBeGreaterThan(0);
+    expect(seqs).toEqual(Array.from({ length: seqs.length }, (_, i) => i + 1)); // nothing skipped: 1,000/s
+    expect(sub.summaries).toEqual([]);
+    // Resuming after the last one received brings the next part, bounded the same.
+    const next = await readerSocket(ch, `?after=${seqs.at(-1)}&max_rate=1000/s`, false);
+    await until(async () => (await channelStats(ch)).slow_consumers_closed === 2, "the second close counted");
+    next.ws.accept();
+    await until(() => next.closed() !== null, "the second close");
+    expect(next.messages[0]?.seq).toBe((seqs.at(-1) ?? 0) + 1);
+    expect(next.raw.reduce((a, f) => a + new TextEncoder().encode(f.text).byteLength, 0)).toBeLessThanOrEqual(
+      SUBSCRIBER_MAX_BEHIND_BYTES,
+    );
+  });
+
+  it("an SSE replay within a max_rate is bounded the same: a stream never read holds at most 1 MiB, then ends", async () => {
+    const ch = `public:bounds.${uniq()}`;
+    await fill(ch, total, size);
+    const res = await call(`/v1/subscribe/${ch}?after=0&max_rate=1000/s`, { headers: { accept: "text/event-stream" } });
+    expect(res.status).toBe(200); // its body is not read until the stream has ended
+    await until(async () => (await channelStats(ch)).slow_consumers_closed === 1, "the end counted");
+    const text = await res.text();
+    expect(new TextEncoder().encode(text).byteLength).toBeLessThanOrEqual(SUBSCRIBER_MAX_BEHIND_BYTES);
+    const ids = [...text.matchAll(/^id: (.*)$/gm)].map((m) => seqOf(m[1] ?? ""));
+    expect(ids.length).toBeGreaterThan(0);
+    expect(ids).toEqual(Array.from({ length: ids.length }, (_, i) => i + 1));
   });
 });
 

@@ -124,7 +124,8 @@ const subscribeRoute = route({
             "the rest is skipped for this subscriber alone. Delivered messages keep their seq and order. At most " +
             'once per `SUMMARY_INTERVAL` a subscriber that skipped receives `{"type":"summary","scope":"subscriber",' +
             '"channel","from","to","skipped":N[,"by_key"]}` (SSE `event: summary`, no `id`): received + skipped = ' +
-            "everything the channel delivered while it was subscribed. A resume (`after`) replays within the same budget.",
+            "everything the channel delivered while it was subscribed. A resume (`after`) replays within the same budget, " +
+            "and is cut short at 1 MiB like any replay.",
         }),
     }),
     headers: z.object({
