@@ -91,7 +91,6 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
         );
       },
       send: (ws, text) => this.send(ws, text),
-      error: (ws, code, message) => this.error(ws, code, message),
       subscriptionError: (ws, channel, status, type, error, bucket) => {
         this.metrics.error("subscription", status);
         this.metrics.refusal(status, bucket);

@@ -4,7 +4,9 @@
  * anonymous clients of its IPv6 /48, `pusher:subscription_error` 429; past the channel's
  * `ANONYMOUS_SHARE` of `MAX_SUBSCRIBERS`, 503. Each is counted in `/metrics`
  * (`floodgate_pusher_errors_total{kind="subscription"}`, by status, and `floodgate_refusals_total`
- * by the native door's reason) and changes nothing else.
+ * by the native door's reason) and changes nothing else. Names and presence members Floodgate does
+ * not take (`private-encrypted-`, a signed `channel_data` that is no member) are that channel's
+ * subscription_error 403, which pusher-js hands the channel, never a `pusher:error` of the connection.
  *
  * A Floodgate of its own with small limits (1 subscription per client, so 10 per /48; 30 subscribers,
  * 12 of them anonymous), and in front of it a stand-in for Cloudflare's edge, which gives each
@@ -15,7 +17,7 @@ import { createServer, type Server } from "node:http";
 import { connect } from "node:net";
 import type PusherJS from "pusher-js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { client, subscribed, uniq, until } from "./floodgate";
+import { backendAuthorization, client, server, subscribed, uniq, until } from "./floodgate";
 import { pusherFloodgate } from "./global-setup";
 
 let worker: { base: string; admin: string; stop(): Promise<void> };
@@ -71,8 +73,13 @@ function edgeInFrontOf(target: URL): Server {
 }
 
 /** A pusher-js client connecting from `address`, through the edge. */
-function from(address: string): PusherJS {
-  const c = client({ wsHost: "127.0.0.1", wsPort: edgePort, wsPath: `/from/${encodeURIComponent(address)}` });
+function from(address: string, options: Parameters<typeof client>[0] = {}): PusherJS {
+  const c = client({
+    wsHost: "127.0.0.1",
+    wsPort: edgePort,
+    wsPath: `/from/${encodeURIComponent(address)}`,
+    ...options,
+  });
   clients.push(c);
   return c;
 }
@@ -172,5 +179,45 @@ describe("a channel's refusals at the Pusher door, with pusher-js", () => {
       "unavailable",
     );
     expect(await websockets(name)).toBe(12);
+  });
+});
+
+describe("names and members Floodgate does not take, with pusher-js", () => {
+  /** The `error` events pusher-js's connection emits (a `pusher:error` from the server is one). */
+  function connectionErrors(c: PusherJS): unknown[] {
+    const errors: unknown[] = [];
+    c.connection.bind("error", (e: unknown) => errors.push(e));
+    return errors;
+  }
+
+  it("a private-encrypted- channel, signed with its key by the app's backend: subscription_error 403 AuthError on that channel, counted, the connection untouched", async () => {
+    // An app with end-to-end encrypted channels: its backend's authorizeChannel adds the channel's key.
+    const backend = server({ encryptionMasterKeyBase64: Buffer.alloc(32, 7).toString("base64") });
+    const c = from("192.0.2.10", { channelAuthorization: backendAuthorization(undefined, backend) });
+    const errors = connectionErrors(c);
+    await refusedAndCounted(
+      c,
+      `private-encrypted-${uniq()}`,
+      { type: "AuthError", error: "private-encrypted- channels are not supported", status: 403 },
+      "permission_denied",
+    );
+    expect(errors).toEqual([]);
+    await subscribed(c, uniq("after-encrypted-"));
+  });
+
+  it("a presence member the app signed but Floodgate does not take (user_info over 1 KiB, no user_id): subscription_error 403, counted, nothing joined", async () => {
+    const name = `presence-${uniq()}`;
+    for (const [i, member] of [{ user_id: "big", user_info: { x: "y".repeat(1100) } }, { user_info: {} }].entries()) {
+      const c = from(`192.0.2.${20 + i}`, { channelAuthorization: backendAuthorization(() => member) });
+      const errors = connectionErrors(c);
+      await refusedAndCounted(
+        c,
+        name,
+        { type: "AuthError", error: expect.stringContaining("channel_data"), status: 403 },
+        "permission_denied",
+      );
+      expect(errors).toEqual([]);
+    }
+    expect(await websockets(name)).toBe(0);
   });
 });
