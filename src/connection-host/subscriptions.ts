@@ -1,12 +1,14 @@
 /**
  * A connection's subscriptions (docs/api.md, "The Pusher door"): `pusher:subscribe` and
  * `pusher:unsubscribe`, checked in order — the name (one Floodgate does not serve, `private-encrypted-`
- * or invalid, 403), the connection's 100 channels and its subscribe budget (429), the signature of a
- * private or presence channel (401; on a presence channel it must sign `channel_data`) and a presence
- * member's `channel_data` (403: signed, but not a member Floodgate takes) — then a slot reserved on the
- * channel, which refuses past `MAX_SUBSCRIBERS` (503) or the client's `MAX_SUBSCRIPTIONS_PER_CLIENT`
- * (429), then the lane joined (./lane.ts). Every refusal is a `pusher:subscription_error` on that
- * channel, so the client's channel hears it, and changes nothing else.
+ * or invalid, 403), a private or presence channel on a connection that may make public reads only
+ * (a page on an origin admitted only by `CORS_ORIGINS=*`, 403), the connection's 100 channels and
+ * its subscribe budget (429), the signature of a private or presence channel (401; on a presence
+ * channel it must sign `channel_data`) and a presence member's `channel_data` (403: signed, but not a
+ * member Floodgate takes) — then a slot reserved on the channel, which refuses past `MAX_SUBSCRIBERS`
+ * (503) or the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` (429), then the lane joined (./lane.ts).
+ * Every refusal is a `pusher:subscription_error` on that channel, so the client's channel hears it,
+ * and changes nothing else.
  */
 import { shardKey } from "../../functions/shard-key";
 import type { RelaySlot } from "../channel/calls";
@@ -18,7 +20,7 @@ import { parseChannelName } from "../wire/channel-names";
 import { readChannelData } from "../wire/pusher/client-frames";
 import { PUSHER_MAX_CHANNELS, PUSHER_USER_INFO_MAX_BYTES } from "../wire/pusher/codes";
 import { subscriptionSucceeded } from "../wire/pusher/frames";
-import { checkPusherName, isPresence, memberKey, pusherChannel } from "../wire/pusher/names";
+import { checkPusherName, isPresence, memberKey, pusherChannel, pusherVisibility } from "../wire/pusher/names";
 import { channelAuthValid } from "../wire/pusher/signatures";
 import type { ConnectionAttachment } from "./connections";
 import type { HostLane, LaneSub } from "./lane";
@@ -66,6 +68,16 @@ export class HostSubscriptions {
     const a = host.attachment(ws);
     const id = host.identity();
     if (!a || !id) return;
+    if (a.publicOnly && pusherVisibility(channel) === "private") {
+      // Even with a good signature: a page on any site could get one from the app's auth endpoint.
+      return host.subscriptionError(
+        ws,
+        channel,
+        403,
+        "AuthError",
+        "this connection comes from a page on an origin CORS_ORIGINS admits for public channels only",
+      );
+    }
     const mine = this.of(ws);
     const known = mine.get(channel);
     if (known !== undefined) {

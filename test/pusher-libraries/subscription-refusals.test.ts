@@ -13,16 +13,14 @@
  * connection the client address its path names: the Worker reads a client's address from
  * `CF-Connecting-IP`, which only the edge sets.
  */
-import { createServer, type Server } from "node:http";
-import { connect } from "node:net";
 import type PusherJS from "pusher-js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { edgeInFrontOf } from "./edge";
 import { backendAuthorization, client, server, subscribed, uniq, until } from "./floodgate";
 import { pusherFloodgate } from "./global-setup";
 
 let worker: { base: string; admin: string; stop(): Promise<void> };
-let edge: Server;
-let edgePort = 0;
+let edge: { port: number; stop(): void };
 
 beforeAll(async () => {
   worker = await pusherFloodgate({
@@ -31,12 +29,14 @@ beforeAll(async () => {
     MAX_SUBSCRIBERS: "30",
     ANONYMOUS_SHARE: "0.4",
   });
-  edge = edgeInFrontOf(new URL(worker.base));
-  await new Promise<void>((resolve) => edge.listen(0, "127.0.0.1", resolve));
-  edgePort = (edge.address() as { port: number }).port;
+  // Each connection's client address is the one its path starts with (`/from/<address>/app/…`).
+  edge = await edgeInFrontOf(new URL(worker.base), (path) => {
+    const m = /^\/from\/([^/]+)(\/.*)$/.exec(path);
+    return m ? { path: m[2] as string, headers: { "CF-Connecting-IP": decodeURIComponent(m[1] as string) } } : null;
+  });
 });
 afterAll(async () => {
-  edge?.close();
+  edge?.stop();
   await worker?.stop();
 });
 
@@ -45,38 +45,11 @@ afterEach(() => {
   for (const c of clients.splice(0)) c.disconnect();
 });
 
-/**
- * Passes each WebSocket upgrade on to the Worker with `CF-Connecting-IP` set to the address its path
- * starts with (`/from/<address>/app/…`: pusher-js's `wsPath`), and whatever `CF-Connecting-IP` it
- * came with removed, as the edge does.
- */
-function edgeInFrontOf(target: URL): Server {
-  const server = createServer((_req, res) => res.writeHead(404).end());
-  server.on("upgrade", (req, socket, head) => {
-    const m = /^\/from\/([^/]+)(\/.*)$/.exec(req.url ?? "");
-    if (!m) return socket.destroy();
-    const upstream = connect(Number(target.port), target.hostname, () => {
-      const lines = [`GET ${m[2]} HTTP/1.1`];
-      for (let i = 0; i < req.rawHeaders.length; i += 2) {
-        if (req.rawHeaders[i]?.toLowerCase() !== "cf-connecting-ip")
-          lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
-      }
-      lines.push(`CF-Connecting-IP: ${decodeURIComponent(m[1] as string)}`);
-      upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
-      upstream.write(head);
-      socket.pipe(upstream).pipe(socket);
-    });
-    upstream.on("error", () => socket.destroy());
-    socket.on("error", () => upstream.destroy());
-  });
-  return server;
-}
-
 /** A pusher-js client connecting from `address`, through the edge. */
 function from(address: string, options: Parameters<typeof client>[0] = {}): PusherJS {
   const c = client({
     wsHost: "127.0.0.1",
-    wsPort: edgePort,
+    wsPort: edge.port,
     wsPath: `/from/${encodeURIComponent(address)}`,
     ...options,
   });

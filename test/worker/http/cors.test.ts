@@ -1,11 +1,14 @@
 /**
  * Browsers on other origins (CORS_ORIGINS): listed origins get CORS on every /v1/ route and their
- * preflights; `*` opens public reads only; an unlisted origin gets nothing, its preflight and its
- * WebSocket upgrades 403; requests without Origin are untouched.
+ * preflights; `*` opens public reads only (a Pusher connection from an unlisted origin: public
+ * channels only); an unlisted origin gets nothing, its preflight and its WebSocket upgrades 403;
+ * requests without Origin are untouched.
  */
-import { describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { parseConfig, rawConfigFrom } from "../../../src/settings/settings";
 import { ADMIN, adminHeaders, callAndWait, envWith, freshIp, mint, uniq } from "../../support/helpers";
+import { evictHostOf } from "../../support/host-internals";
+import { authFor, closePushers, openPusher, APP as PUSHER_APP } from "../../support/pusher";
 
 const APP = "https://app.example";
 const LOCAL = "http://localhost:5173";
@@ -159,6 +162,65 @@ describe("CORS_ORIGINS: * opens public reads only", () => {
     const admin = await callAndWait(`/v1/admin/channels`, from(APP, { headers: adminHeaders() }), mixed);
     expect(admin.headers.get("access-control-allow-origin")).toBe(APP);
     expect(ADMIN.length).toBeGreaterThan(0);
+  });
+});
+
+describe("CORS_ORIGINS: Pusher connections (/app/{key})", () => {
+  const PUSHER_PATH = `/app/${PUSHER_APP.key}?protocol=7&client=js&version=8.6.0`;
+  const upgrade = {
+    upgrade: "websocket",
+    connection: "Upgrade",
+    "sec-websocket-version": "13",
+    "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+  };
+  afterEach(closePushers);
+
+  it("an unlisted origin's upgrade answers 403 before upgrading when * is not set", async () => {
+    const refused = await callAndWait(PUSHER_PATH, from("https://evil.example", { headers: upgrade }), listed);
+    expect(refused.status).toBe(403);
+    expect(refused.webSocket).toBeNull();
+  });
+
+  it("under *, an unlisted origin's connection opens for public reads only: private and presence subscribes are subscription_error 403, even signed", async () => {
+    const p = await openPusher(PUSHER_PATH, star, { origin: "https://any.example" });
+    expect(p.socketId).toMatch(/^\d+\.\d+$/);
+    for (const name of [`private-${uniq()}`, `presence-${uniq()}`]) {
+      const signed = await authFor(p, name, name.startsWith("presence-") ? { user_id: "visitor" } : undefined);
+      expect(await p.subscribe(name, signed), name).toEqual({
+        event: "pusher:subscription_error",
+        channel: name,
+        data: { type: "AuthError", error: expect.stringContaining("CORS_ORIGINS"), status: 403 },
+      });
+    }
+    const pub = uniq("open-");
+    expect(await p.subscribe(pub)).toMatchObject({ event: "pusher_internal:subscription_succeeded", channel: pub });
+    // With no private channel it holds, it has nowhere to send a client event.
+    const from = p.events.length;
+    p.send({ event: "client-hi", channel: `private-${uniq()}`, data: "{}" });
+    expect(await p.next((e) => e.event === "pusher:error", from)).toMatchObject({ data: { code: 4300 } });
+  });
+
+  it("the mark lives in the connection's attachment: after its host is evicted (the socket hibernated), a private subscribe is still 403", async () => {
+    const p = await openPusher(PUSHER_PATH, star, { origin: "https://any.example" });
+    const pub = uniq("open-");
+    expect((await p.subscribe(pub)).event).toBe("pusher_internal:subscription_succeeded");
+    expect(await evictHostOf(p.socketId)).toBe(true);
+    const name = `private-${uniq()}`;
+    expect(await p.subscribe(name, await authFor(p, name))).toMatchObject({
+      event: "pusher:subscription_error",
+      data: { status: 403 },
+    });
+  });
+
+  it("a listed origin beside *, and a connection without Origin, subscribe to private channels as before", async () => {
+    for (const headers of [{ origin: APP }, {}] as Record<string, string>[]) {
+      const p = await openPusher(PUSHER_PATH, mixed, headers);
+      const name = `private-${uniq()}`;
+      expect(await p.subscribe(name, await authFor(p, name)), JSON.stringify(headers)).toMatchObject({
+        event: "pusher_internal:subscription_succeeded",
+        channel: name,
+      });
+    }
   });
 });
 
