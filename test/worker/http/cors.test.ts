@@ -4,9 +4,21 @@
  * channels only); an unlisted origin gets nothing, its preflight and its WebSocket upgrades 403;
  * requests without Origin are untouched.
  */
+import { createExecutionContext } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
+import worker from "../../../src/index";
 import { parseConfig, rawConfigFrom } from "../../../src/settings/settings";
-import { ADMIN, adminHeaders, callAndWait, envWith, freshIp, mint, uniq } from "../../support/helpers";
+import {
+  ADMIN,
+  adminHeaders,
+  BASE,
+  callAndWait,
+  envWith,
+  freshIp,
+  mint,
+  uniq,
+  untilUnsubscribed,
+} from "../../support/helpers";
 import { evictHostOf } from "../../support/host-internals";
 import { authFor, closePushers, openPusher, APP as PUSHER_APP } from "../../support/pusher";
 
@@ -39,7 +51,7 @@ describe("CORS_ORIGINS: listed origins", () => {
     );
     expect(res.status).toBe(204);
     expect(res.headers.get("access-control-allow-origin")).toBe(APP);
-    expect(res.headers.get("access-control-allow-methods")).toContain("POST");
+    expect(res.headers.get("access-control-allow-methods")).toBe("GET, POST, PUT, DELETE");
     const allowed = (res.headers.get("access-control-allow-headers") ?? "").toLowerCase();
     for (const h of [
       "authorization",
@@ -51,7 +63,7 @@ describe("CORS_ORIGINS: listed origins", () => {
     ]) {
       expect(allowed).toContain(h);
     }
-    expect(Number(res.headers.get("access-control-max-age"))).toBeGreaterThan(0);
+    expect(res.headers.get("access-control-max-age")).toBe("600");
     expect(res.headers.get("vary")).toContain("Origin");
   });
 
@@ -74,6 +86,21 @@ describe("CORS_ORIGINS: listed origins", () => {
     const res = await callAndWait(`/v1/publish/public:${uniq()}.x`, from(APP, { method: "POST", body: "{}" }), listed);
     expect(res.status).toBe(401);
     expect(res.headers.get("access-control-allow-origin")).toBe(APP);
+  });
+
+  it("a 429 to a listed origin carries its CORS headers and exposes Retry-After, so the page can wait as told", async () => {
+    const tight = envWith({ CORS_ORIGINS: APP, READ_RATE: "1/h", READ_BURST: "" });
+    const ip = freshIp();
+    const read = () =>
+      callAndWait(`/v1/history/public:${uniq()}.x`, { headers: { origin: APP, "cf-connecting-ip": ip } }, tight);
+    expect((await read()).status).toBe(200);
+    const res = await read();
+    expect(res.status).toBe(429);
+    expect(res.headers.get("access-control-allow-origin")).toBe(APP);
+    expect(res.headers.get("vary")).toContain("Origin");
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
+    const exposed = (res.headers.get("access-control-expose-headers") ?? "").split(",").map((h) => h.trim());
+    expect(exposed).toContain("Retry-After");
   });
 
   it("an origin not in the list gets no CORS headers, and its preflight answers 403 in the error shape", async () => {
@@ -126,9 +153,24 @@ describe("CORS_ORIGINS: * opens public reads only", () => {
       expect(res.status, path).toBe(200);
       expect(res.headers.get("access-control-allow-origin"), path).toBe("*");
     }
+    // SSE: the stream's own response (it stays open, so it is read for its headers and cancelled).
+    const sse = await worker.fetch(
+      new Request(`${BASE}/v1/subscribe/${ch}`, {
+        ...from("https://any.example", { headers: { accept: "text/event-stream" } }),
+      }),
+      star,
+      createExecutionContext(),
+    );
+    expect(sse.status).toBe(200);
+    expect(sse.headers.get("content-type")).toContain("text/event-stream");
+    expect(sse.headers.get("access-control-allow-origin")).toBe("*");
+    await sse.body?.cancel();
+    await untilUnsubscribed(ch);
     const pre = await callAndWait(`/v1/history/${ch}`, preflight("https://any.example", "GET", "last-event-id"), star);
     expect(pre.status).toBe(204);
     expect(pre.headers.get("access-control-allow-origin")).toBe("*");
+    expect(pre.headers.get("access-control-allow-methods")).toBe("GET");
+    expect(pre.headers.get("access-control-max-age")).toBe("600");
   });
 
   it("a private channel, a publish, or a request carrying Authorization gets no CORS headers under *", async () => {
