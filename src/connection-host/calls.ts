@@ -21,6 +21,11 @@ export interface HostConnect {
   continent: string | null;
   /** Most connections one host holds (`RELAY_CAPACITY`). */
   capacity: number;
+  /**
+   * Public reads only: a page on an origin `CORS_ORIGINS` admits only under `*`
+   * (src/worker/http/cors.ts `publicReadsOnly`); its private and presence subscribes are refused.
+   */
+  publicOnly: boolean;
 }
 
 const CONNECT_URL = "https://host.internal/connect";
@@ -37,6 +42,7 @@ export function hostConnectRequest(c: HostConnect, original: Request): Request {
   q.set("lease", c.lease);
   if (c.continent !== null) q.set("continent", c.continent);
   q.set("capacity", String(c.capacity));
+  if (c.publicOnly) q.set("public_only", "1");
   return new Request(url, original);
 }
 
@@ -52,6 +58,7 @@ export function readHostConnect(request: Request): HostConnect {
     lease: q.get("lease") ?? "",
     continent: q.get("continent"),
     capacity: Number(q.get("capacity")),
+    publicOnly: q.get("public_only") === "1",
   };
 }
 

@@ -91,7 +91,6 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
         );
       },
       send: (ws, text) => this.send(ws, text),
-      error: (ws, code, message) => this.error(ws, code, message),
       subscriptionError: (ws, channel, status, type, error, bucket) => {
         this.metrics.error("subscription", status);
         this.metrics.refusal(status, bucket);
@@ -163,7 +162,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     }
     if (this.connections.count >= c.capacity) return new Response(null, { status: HOST_FULL_STATUS });
     const now = Date.now();
-    const { ws, response } = this.connections.accept(c.client, c.continent, now);
+    const { ws, response } = this.connections.accept(c.client, c.continent, c.publicOnly, now);
     const a = this.connections.attachment(ws);
     ws.send(connectionEstablished(a?.id ?? "", settingsOf(this.env).pusher.activityTimeoutS));
     this.directory.joined.push(c.reservation);

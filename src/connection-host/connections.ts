@@ -1,8 +1,8 @@
 /**
  * A connection host's Pusher connections (./connection-host.ts): hibernatable WebSockets, each with
- * what its attachment keeps through hibernation — its socket id, whose it is, its continent, when it
- * last spoke and whether the server is waiting for its pong. Its subscriptions are in the host's
- * tables (./schema.ts), since an attachment holds at most 2 KiB.
+ * what its attachment keeps through hibernation — its socket id, whose it is, its continent, whether
+ * it may make public reads only, when it last spoke and whether the server is waiting for its pong.
+ * Its subscriptions are in the host's tables (./schema.ts), since an attachment holds at most 2 KiB.
  */
 
 /** `WebSocket.OPEN`. */
@@ -14,6 +14,8 @@ export interface ConnectionAttachment {
   /** Whose connection (src/channel/client-cap.ts `clientKey`). */
   client: string;
   continent: string | null;
+  /** Public reads only (a page on an origin admitted only by `CORS_ORIGINS=*`): no private or presence channel. */
+  publicOnly?: true;
   /** When it last sent a frame (epoch ms); the runtime's answers to its pings count too. */
   seen: number;
   /** When the server pinged it and is waiting for its answer (epoch ms), or 0. */
@@ -38,11 +40,23 @@ export class Connections {
   }
 
   /** A new connection, held by the host (hibernatable). */
-  accept(client: string, continent: string | null, now: number): { ws: WebSocket; response: Response } {
+  accept(
+    client: string,
+    continent: string | null,
+    publicOnly: boolean,
+    now: number,
+  ): { ws: WebSocket; response: Response } {
     const pair = new WebSocketPair();
     const [peer, server] = [pair[0], pair[1]];
     this.ctx.acceptWebSocket(server);
-    const a: ConnectionAttachment = { id: newSocketId(), client, continent, seen: now, pinged: 0 };
+    const a: ConnectionAttachment = {
+      id: newSocketId(),
+      client,
+      continent,
+      ...(publicOnly ? { publicOnly: true as const } : {}),
+      seen: now,
+      pinged: 0,
+    };
     server.serializeAttachment(a);
     this.attachments.set(server, a);
     this.byId.set(a.id, server);

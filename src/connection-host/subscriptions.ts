@@ -1,10 +1,14 @@
 /**
  * A connection's subscriptions (docs/api.md, "The Pusher door"): `pusher:subscribe` and
- * `pusher:unsubscribe`, checked in order — the name (a bad one is a malformed frame: `pusher:error`),
- * the connection's 100 channels and its subscribe budget (429), the signature of a private or
- * presence channel (401) and a presence member's `channel_data` — then a slot reserved on the
- * channel, which refuses past `MAX_SUBSCRIBERS` (503) or the client's `MAX_SUBSCRIPTIONS_PER_CLIENT`
- * (429), then the lane joined (./lane.ts). A refusal changes nothing else.
+ * `pusher:unsubscribe`, checked in order — the name (one Floodgate does not serve, `private-encrypted-`
+ * or invalid, 403), a private or presence channel on a connection that may make public reads only
+ * (a page on an origin admitted only by `CORS_ORIGINS=*`, 403), the connection's 100 channels and
+ * its subscribe budget (429), the signature of a private or presence channel (401; on a presence
+ * channel it must sign `channel_data`) and a presence member's `channel_data` (403: signed, but not a
+ * member Floodgate takes) — then a slot reserved on the channel, which refuses past `MAX_SUBSCRIBERS`
+ * (503) or the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` (429), then the lane joined (./lane.ts).
+ * Every refusal is a `pusher:subscription_error` on that channel, so the client's channel hears it,
+ * and changes nothing else.
  */
 import { shardKey } from "../../functions/shard-key";
 import type { RelaySlot } from "../channel/calls";
@@ -14,9 +18,9 @@ import type { Settings } from "../settings/settings";
 import { DEFAULT_SHARD } from "../settings/shards";
 import { parseChannelName } from "../wire/channel-names";
 import { readChannelData } from "../wire/pusher/client-frames";
-import { PUSHER_BAD_FRAME, PUSHER_MAX_CHANNELS, PUSHER_USER_INFO_MAX_BYTES } from "../wire/pusher/codes";
+import { PUSHER_MAX_CHANNELS, PUSHER_USER_INFO_MAX_BYTES } from "../wire/pusher/codes";
 import { subscriptionSucceeded } from "../wire/pusher/frames";
-import { checkPusherName, isPresence, memberKey, pusherChannel } from "../wire/pusher/names";
+import { checkPusherName, isPresence, memberKey, pusherChannel, pusherVisibility } from "../wire/pusher/names";
 import { channelAuthValid } from "../wire/pusher/signatures";
 import type { ConnectionAttachment } from "./connections";
 import type { HostLane, LaneSub } from "./lane";
@@ -31,7 +35,6 @@ export interface SubscribingHost {
   existingLane(key: string): HostLane | undefined;
   reserve(key: string, client: string, visibility: "public" | "private"): Promise<RelaySlot>;
   send(ws: WebSocket, text: string): void;
-  error(ws: WebSocket, code: number, message: string): void;
   /** A `pusher:subscription_error`; a 429 names the bound it met (`bucket`, as `floodgate_refusals_total` counts it). */
   subscriptionError(ws: WebSocket, channel: string, status: number, type: string, error: string, bucket?: string): void;
   storeSubscription(socketId: string, key: string, sub: LaneSub): void;
@@ -59,14 +62,22 @@ export class HostSubscriptions {
   /** `pusher:subscribe`. */
   async subscribe(ws: WebSocket, channel: string, auth: string | null, channelData: string | null): Promise<void> {
     const host = this.host;
+    // Refused on that channel, not the connection: pusher-js would otherwise leave it pending.
     const problem = checkPusherName(channel);
-    if (problem) {
-      host.error(ws, PUSHER_BAD_FRAME, `pusher:subscribe: ${problem}`);
-      return;
-    }
+    if (problem) return host.subscriptionError(ws, channel, 403, "AuthError", problem);
     const a = host.attachment(ws);
     const id = host.identity();
     if (!a || !id) return;
+    if (a.publicOnly && pusherVisibility(channel) === "private") {
+      // Even with a good signature: a page on any site could get one from the app's auth endpoint.
+      return host.subscriptionError(
+        ws,
+        channel,
+        403,
+        "AuthError",
+        "this connection comes from a page on an origin CORS_ORIGINS admits for public channels only",
+      );
+    }
     const mine = this.of(ws);
     const known = mine.get(channel);
     if (known !== undefined) {
@@ -100,19 +111,17 @@ export class HostSubscriptions {
     const app = settings.pusher.app;
     const floodgate = parseChannelName(pusherChannel(channel));
     if (floodgate.visibility === "private") {
-      const data = isPresence(channel) ? channelData : null;
-      if (!app || !(await channelAuthValid(app, a.id, channel, data, auth))) {
-        return host.subscriptionError(
-          ws,
-          channel,
-          401,
-          "AuthError",
-          "invalid signature: auth must sign <socket_id>:<channel>",
-        );
+      const presence = isPresence(channel);
+      // A presence signature covers channel_data: without it there is nothing that could match.
+      const data = presence ? channelData : null;
+      if (!app || (presence && data === null) || !(await channelAuthValid(app, a.id, channel, data, auth))) {
+        const signs = presence ? "<socket_id>:<channel>:<channel_data>" : "<socket_id>:<channel>";
+        return host.subscriptionError(ws, channel, 401, "AuthError", `invalid signature: auth must sign ${signs}`);
       }
-      if (isPresence(channel)) {
+      if (presence) {
+        // Signed by the app, so not a 401; but not a member Floodgate takes (no user_id, user_info over 1 KiB).
         const member = readChannelData(channelData ?? "", PUSHER_USER_INFO_MAX_BYTES);
-        if ("problem" in member) return host.subscriptionError(ws, channel, 400, "InvalidChannelData", member.problem);
+        if ("problem" in member) return host.subscriptionError(ws, channel, 403, "AuthError", member.problem);
         userId = member.userId;
         userInfo = member.userInfo;
       }

@@ -4,8 +4,9 @@
  * presence members (distinct user ids, the set, member_added / member_removed) and its bounds.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { channelAuth } from "../../src/wire/pusher/signatures";
 import { adminHeaders, call, uniq, until } from "../support/helpers";
-import { authFor, closePushers, dataOf, openPusher, type PusherSocket } from "../support/pusher";
+import { APP, authFor, closePushers, dataOf, openPusher, type PusherSocket } from "../support/pusher";
 
 async function statsOf(channel: string): Promise<{ websockets: number; relays: number }> {
   return (await (await call(`/v1/channels/${channel}/stats`, { headers: adminHeaders() })).json()) as {
@@ -76,17 +77,36 @@ describe("presence channels", () => {
     alice.ws.close();
   });
 
-  it("channel_data is signed with the subscription, and user_info is at most 1 KiB", async () => {
+  it("channel_data is signed with the subscription (401 when it is not), and a signed one that is no member Floodgate takes is 403", async () => {
     const name = `presence-${uniq()}`;
     const p = await openPusher();
     const auth = await authFor(p, name, { user_id: "mallory" });
     // The same signature with another user id: refused.
     const forged = await p.subscribe(name, { auth: auth.auth, channel_data: JSON.stringify({ user_id: "admin" }) });
-    expect((forged.data as { status: number }).status).toBe(401);
-    const big = await authFor(p, name, { user_id: "big", user_info: { x: "y".repeat(1100) } });
-    const tooBig = await p.subscribe(name, big);
-    expect(tooBig.event).toBe("pusher:subscription_error");
+    expect(forged.data).toEqual({
+      type: "AuthError",
+      error: "invalid signature: auth must sign <socket_id>:<channel>:<channel_data>",
+      status: 401,
+    });
+    // No channel_data at all: nothing a presence signature could cover, even one over "<socket_id>:<channel>".
+    const bare = await p.subscribe(name, await authFor(p, name));
+    expect(bare).toMatchObject({ event: "pusher:subscription_error", channel: name, data: { status: 401 } });
+    // Signed by the app, but not a member: user_info over 1 KiB, no user_id, not JSON.
+    for (const channelData of [
+      JSON.stringify({ user_id: "big", user_info: { x: "y".repeat(1100) } }),
+      JSON.stringify({ user_info: {} }),
+      "not json",
+    ]) {
+      const signed = { auth: await channelAuth(APP, p.socketId, name, channelData), channel_data: channelData };
+      const refused = await p.subscribe(name, signed);
+      expect(refused, channelData.slice(0, 40)).toEqual({
+        event: "pusher:subscription_error",
+        channel: name,
+        data: { type: "AuthError", error: expect.stringContaining("channel_data"), status: 403 },
+      });
+    }
     expect(await statsOf(`pusher:${name}`)).toMatchObject({ websockets: 0 });
+    expect((await p.subscribe(name, auth)).event).toBe("pusher_internal:subscription_succeeded");
     p.ws.close();
   });
 

@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { adminHeaders, call, mint, publishTo, uniq, until } from "../support/helpers";
-import { APP, closePushers, dataOf, openPusher } from "../support/pusher";
+import { APP, authFor, closePushers, dataOf, openPusher } from "../support/pusher";
 
 async function publisher(): Promise<string> {
   return (await mint({ sub: uniq("pub"), channels: ["pusher:**"], scopes: ["publish", "subscribe"] })).access_token;
@@ -103,6 +103,45 @@ describe("subscribe, events, unsubscribe", () => {
     );
     const name = uniq("still-");
     expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    p.ws.close();
+  });
+});
+
+describe("subscriptions refused", () => {
+  it("a name Floodgate does not serve (private-encrypted-, invalid) is subscription_error 403 on that channel; the connection stays", async () => {
+    const p = await openPusher();
+    // Sent raw: these are no Floodgate channels, so the file's cleanup must not wait on them.
+    const subscribe = (channel: string, extra = {}) => {
+      const from = p.events.length;
+      p.send({ event: "pusher:subscribe", data: { channel, ...extra } });
+      return p.next((e) => e.channel === channel && e.event.includes("subscription_"), from);
+    };
+    const encrypted = `private-encrypted-${uniq()}`;
+    expect(await subscribe(encrypted, await authFor(p, encrypted))).toEqual({
+      event: "pusher:subscription_error",
+      channel: encrypted,
+      data: { type: "AuthError", error: "private-encrypted- channels are not supported", status: 403 },
+    });
+    for (const bad of ["has space", "x".repeat(165), "émoji"]) {
+      const refused = await subscribe(bad);
+      expect(refused, bad).toMatchObject({ event: "pusher:subscription_error", channel: bad, data: { status: 403 } });
+    }
+    // Refusals of one channel, never of the connection: it still subscribes.
+    expect(p.events.filter((e) => e.event === "pusher:error")).toEqual([]);
+    expect((await p.subscribe(uniq("after-"))).event).toBe("pusher_internal:subscription_succeeded");
+    p.ws.close();
+  });
+
+  it("a subscribe naming no channel is a malformed frame: pusher:error 4300, the connection stays", async () => {
+    const p = await openPusher();
+    for (const data of [{}, { channel: "" }, { channel: 5 }, "not an object"]) {
+      const from = p.events.length;
+      p.send({ event: "pusher:subscribe", data });
+      const err = await p.next((e) => e.event === "pusher:error", from);
+      expect(err.data, JSON.stringify(data)).toMatchObject({ code: 4300 });
+    }
+    expect(p.events.filter((e) => e.event === "pusher:subscription_error")).toEqual([]);
+    expect((await p.subscribe(uniq("after-"))).event).toBe("pusher_internal:subscription_succeeded");
     p.ws.close();
   });
 });

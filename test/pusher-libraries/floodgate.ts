@@ -17,8 +17,11 @@ const url = new URL(floodgate.base);
 export const HOST = url.hostname;
 export const PORT = Number(url.port);
 
-/** The `pusher` server library, pointed at Floodgate: host, port, no TLS. */
-export function server(over: { secret?: string } = {}): Pusher {
+/**
+ * The `pusher` server library, pointed at Floodgate: host, port, no TLS; `encryptionMasterKeyBase64`
+ * as an app with end-to-end encrypted channels sets it (its `authorizeChannel` then adds their key).
+ */
+export function server(over: { secret?: string; encryptionMasterKeyBase64?: string } = {}): Pusher {
   return new Pusher({
     appId: PUSHER.appId,
     key: PUSHER.key,
@@ -26,6 +29,7 @@ export function server(over: { secret?: string } = {}): Pusher {
     host: HOST,
     port: String(PORT),
     useTLS: false,
+    ...(over.encryptionMasterKeyBase64 ? { encryptionMasterKeyBase64: over.encryptionMasterKeyBase64 } : {}),
   });
 }
 
@@ -43,8 +47,10 @@ export function client(options: Partial<ConstructorParameters<typeof PusherJS>[1
 }
 
 /** pusher-js's `channelAuthorization` answered by the app's own backend: the `pusher` library's `authorizeChannel`. */
-export function backendAuthorization(member?: (channel: string) => { user_id: string; user_info?: unknown }) {
-  const backend = server();
+export function backendAuthorization(
+  member?: (channel: string) => { user_id?: string; user_info?: unknown },
+  backend: Pusher = server(),
+) {
   return {
     endpoint: "unused",
     transport: "ajax" as const,

@@ -4,23 +4,23 @@
  * anonymous clients of its IPv6 /48, `pusher:subscription_error` 429; past the channel's
  * `ANONYMOUS_SHARE` of `MAX_SUBSCRIBERS`, 503. Each is counted in `/metrics`
  * (`floodgate_pusher_errors_total{kind="subscription"}`, by status, and `floodgate_refusals_total`
- * by the native door's reason) and changes nothing else.
+ * by the native door's reason) and changes nothing else. Names and presence members Floodgate does
+ * not take (`private-encrypted-`, a signed `channel_data` that is no member) are that channel's
+ * subscription_error 403, which pusher-js hands the channel, never a `pusher:error` of the connection.
  *
  * A Floodgate of its own with small limits (1 subscription per client, so 10 per /48; 30 subscribers,
  * 12 of them anonymous), and in front of it a stand-in for Cloudflare's edge, which gives each
  * connection the client address its path names: the Worker reads a client's address from
  * `CF-Connecting-IP`, which only the edge sets.
  */
-import { createServer, type Server } from "node:http";
-import { connect } from "node:net";
 import type PusherJS from "pusher-js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { client, subscribed, uniq, until } from "./floodgate";
+import { edgeInFrontOf } from "./edge";
+import { backendAuthorization, client, server, subscribed, uniq, until } from "./floodgate";
 import { pusherFloodgate } from "./global-setup";
 
 let worker: { base: string; admin: string; stop(): Promise<void> };
-let edge: Server;
-let edgePort = 0;
+let edge: { port: number; stop(): void };
 
 beforeAll(async () => {
   worker = await pusherFloodgate({
@@ -29,12 +29,14 @@ beforeAll(async () => {
     MAX_SUBSCRIBERS: "30",
     ANONYMOUS_SHARE: "0.4",
   });
-  edge = edgeInFrontOf(new URL(worker.base));
-  await new Promise<void>((resolve) => edge.listen(0, "127.0.0.1", resolve));
-  edgePort = (edge.address() as { port: number }).port;
+  // Each connection's client address is the one its path starts with (`/from/<address>/app/…`).
+  edge = await edgeInFrontOf(new URL(worker.base), (path) => {
+    const m = /^\/from\/([^/]+)(\/.*)$/.exec(path);
+    return m ? { path: m[2] as string, headers: { "CF-Connecting-IP": decodeURIComponent(m[1] as string) } } : null;
+  });
 });
 afterAll(async () => {
-  edge?.close();
+  edge?.stop();
   await worker?.stop();
 });
 
@@ -43,36 +45,14 @@ afterEach(() => {
   for (const c of clients.splice(0)) c.disconnect();
 });
 
-/**
- * Passes each WebSocket upgrade on to the Worker with `CF-Connecting-IP` set to the address its path
- * starts with (`/from/<address>/app/…`: pusher-js's `wsPath`), and whatever `CF-Connecting-IP` it
- * came with removed, as the edge does.
- */
-function edgeInFrontOf(target: URL): Server {
-  const server = createServer((_req, res) => res.writeHead(404).end());
-  server.on("upgrade", (req, socket, head) => {
-    const m = /^\/from\/([^/]+)(\/.*)$/.exec(req.url ?? "");
-    if (!m) return socket.destroy();
-    const upstream = connect(Number(target.port), target.hostname, () => {
-      const lines = [`GET ${m[2]} HTTP/1.1`];
-      for (let i = 0; i < req.rawHeaders.length; i += 2) {
-        if (req.rawHeaders[i]?.toLowerCase() !== "cf-connecting-ip")
-          lines.push(`${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}`);
-      }
-      lines.push(`CF-Connecting-IP: ${decodeURIComponent(m[1] as string)}`);
-      upstream.write(`${lines.join("\r\n")}\r\n\r\n`);
-      upstream.write(head);
-      socket.pipe(upstream).pipe(socket);
-    });
-    upstream.on("error", () => socket.destroy());
-    socket.on("error", () => upstream.destroy());
-  });
-  return server;
-}
-
 /** A pusher-js client connecting from `address`, through the edge. */
-function from(address: string): PusherJS {
-  const c = client({ wsHost: "127.0.0.1", wsPort: edgePort, wsPath: `/from/${encodeURIComponent(address)}` });
+function from(address: string, options: Parameters<typeof client>[0] = {}): PusherJS {
+  const c = client({
+    wsHost: "127.0.0.1",
+    wsPort: edge.port,
+    wsPath: `/from/${encodeURIComponent(address)}`,
+    ...options,
+  });
   clients.push(c);
   return c;
 }
@@ -172,5 +152,45 @@ describe("a channel's refusals at the Pusher door, with pusher-js", () => {
       "unavailable",
     );
     expect(await websockets(name)).toBe(12);
+  });
+});
+
+describe("names and members Floodgate does not take, with pusher-js", () => {
+  /** The `error` events pusher-js's connection emits (a `pusher:error` from the server is one). */
+  function connectionErrors(c: PusherJS): unknown[] {
+    const errors: unknown[] = [];
+    c.connection.bind("error", (e: unknown) => errors.push(e));
+    return errors;
+  }
+
+  it("a private-encrypted- channel, signed with its key by the app's backend: subscription_error 403 AuthError on that channel, counted, the connection untouched", async () => {
+    // An app with end-to-end encrypted channels: its backend's authorizeChannel adds the channel's key.
+    const backend = server({ encryptionMasterKeyBase64: Buffer.alloc(32, 7).toString("base64") });
+    const c = from("192.0.2.10", { channelAuthorization: backendAuthorization(undefined, backend) });
+    const errors = connectionErrors(c);
+    await refusedAndCounted(
+      c,
+      `private-encrypted-${uniq()}`,
+      { type: "AuthError", error: "private-encrypted- channels are not supported", status: 403 },
+      "permission_denied",
+    );
+    expect(errors).toEqual([]);
+    await subscribed(c, uniq("after-encrypted-"));
+  });
+
+  it("a presence member the app signed but Floodgate does not take (user_info over 1 KiB, no user_id): subscription_error 403, counted, nothing joined", async () => {
+    const name = `presence-${uniq()}`;
+    for (const [i, member] of [{ user_id: "big", user_info: { x: "y".repeat(1100) } }, { user_info: {} }].entries()) {
+      const c = from(`192.0.2.${20 + i}`, { channelAuthorization: backendAuthorization(() => member) });
+      const errors = connectionErrors(c);
+      await refusedAndCounted(
+        c,
+        name,
+        { type: "AuthError", error: expect.stringContaining("channel_data"), status: 403 },
+        "permission_denied",
+      );
+      expect(errors).toEqual([]);
+    }
+    expect(await websockets(name)).toBe(0);
   });
 });

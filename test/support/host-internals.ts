@@ -2,7 +2,7 @@
  * The one file that reaches into a connection host's internals (src/connection-host/), as
  * channel-internals.ts does for channel objects: the tests that must move a host's clock.
  */
-import { runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import type { ConnectionHost } from "../../src/connection-host/connection-host";
 import { connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
@@ -18,4 +18,21 @@ export async function livenessAt(host: string, now: number): Promise<void> {
   await runInDurableObject(connectionHostStub(env, host), (instance: ConnectionHost) => {
     (instance as unknown as { liveness: { tick(now: number): void } }).liveness.tick(now);
   });
+}
+
+/**
+ * Evicts the host holding the connection `socketId` (its sockets hibernate, and a new instance reads
+ * each one's attachment); false when no host of this machine's group holds it.
+ */
+export async function evictHostOf(socketId: string): Promise<boolean> {
+  for (const host of await hostsWithConnections()) {
+    const stub = connectionHostStub(env, host);
+    const holds = await runInDurableObject(stub, (_instance: ConnectionHost, state) =>
+      state.getWebSockets().some((ws) => (ws.deserializeAttachment() as { id?: string } | null)?.id === socketId),
+    );
+    if (!holds) continue;
+    await evictDurableObject(stub);
+    return true;
+  }
+  return false;
 }

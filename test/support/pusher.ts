@@ -60,12 +60,16 @@ export interface PusherSocket {
   subscribe(channel: string, extra?: { auth?: string; channel_data?: string }): Promise<PusherEvent>;
 }
 
-/** Opens a Pusher connection through the Worker (its own client IP: tests must not share a read budget). */
+/**
+ * Opens a Pusher connection through the Worker (its own client IP: tests must not share a read budget),
+ * with `headers` besides (a browser's `Origin`, say).
+ */
 export async function openPusher(
   path = `/app/${APP.key}?protocol=7&client=js&version=8.6.0`,
   customEnv?: Env,
+  headers: Record<string, string> = {},
 ): Promise<PusherSocket> {
-  const init = { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp() } };
+  const init = { headers: { upgrade: "websocket", "cf-connecting-ip": freshIp(), ...headers } };
   // Through a Worker with another configuration (RELAY_CAPACITY, say) when `customEnv` is given.
   const res = customEnv
     ? await worker.fetch(new Request(BASE + path, init), customEnv, createExecutionContext())

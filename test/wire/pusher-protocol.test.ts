@@ -108,6 +108,8 @@ describe("client frames", () => {
     ["[1]", "not a JSON object"],
     ['{"data":{}}', '"event"'],
     ['{"event":"pusher:subscribe","data":{}}', "data.channel"],
+    ['{"event":"pusher:subscribe","data":{"channel":""}}', "data.channel"],
+    ['{"event":"pusher:subscribe","data":5}', "data.channel"],
     ['{"event":"pusher:subscribe","data":{"channel":"x","auth":5}}', "auth"],
     ['{"event":"client-x","data":{}}', "channel"],
     ['{"event":"client-x","channel":"p"}', "data"],

@@ -38,8 +38,9 @@ export function readClientFrame(text: string): ClientFrame {
     case "pusher:subscribe":
     case "pusher:unsubscribe": {
       const d = (data ?? {}) as Record<string, unknown>;
-      if (typeof d !== "object" || typeof d.channel !== "string") {
-        return { kind: "bad", message: `${event} needs data.channel, a string` };
+      // No channel at all is the frame's fault: a subscription_error would name no channel a client has.
+      if (typeof d !== "object" || typeof d.channel !== "string" || d.channel === "") {
+        return { kind: "bad", message: `${event} needs data.channel, a non-empty string` };
       }
       if (event === "pusher:unsubscribe") return { kind: "unsubscribe", channel: d.channel };
       if (d.auth !== undefined && typeof d.auth !== "string")

@@ -6,6 +6,9 @@
  * history and presence of a public channel, and the manifest — and never a request that carries
  * `Authorization`. An origin not listed gets no CORS headers (its preflight answers 403), and its
  * WebSocket upgrades answer 403: a browser sends `Origin` on a WebSocket but never preflights one.
+ * Under `*` such an origin may still open a Pusher connection (`/app/`), marked public reads only
+ * ({@link publicReadsOnly}): its host refuses it every private and presence channel, so a page on any
+ * site cannot ride a visitor's app session (signatures from the app's auth endpoint) into them.
  * Requests without `Origin` (servers, native apps) are not touched.
  *
  * Hono's own `cors` middleware sets its headers before the handler runs and answers every preflight
@@ -36,7 +39,20 @@ function grantOf(cors: CorsOrigins, origin: string): Grant {
   return cors.anyForPublicReads ? "public" : "none";
 }
 
-/** `/v1/{subscribe,history,presence}/<public channel>` and the manifest, read with GET. */
+/**
+ * Whether a request from `origin` (its `Origin` header) may make public reads only: under `*`, from an
+ * origin not listed. A Pusher connection carries this to its host (src/connection-host/), which refuses
+ * it private and presence channels; no `Origin` (servers, native apps) and listed origins are not.
+ */
+export function publicReadsOnly(cors: CorsOrigins, origin: string | undefined): boolean {
+  return origin !== undefined && grantOf(cors, origin) === "public";
+}
+
+/**
+ * `/v1/{subscribe,history,presence}/<public channel>` and the manifest, read with GET. Presence of a
+ * public channel is a public read: it counts, and names only the subjects that any anonymous
+ * subscriber of the channel is told anyway (`?presence=1`).
+ */
 function isPublicRead(method: string, path: string): boolean {
   if (method !== "GET" && method !== "HEAD") return false;
   if (path === "/v1/manifest") return true;
@@ -84,7 +100,8 @@ export const cors = createMiddleware<AppEnv>(async (c, next) => {
     });
   }
 
-  // A WebSocket from a page: no preflight protects it, so the origin is checked here.
+  // A WebSocket from a page: no preflight protects it, so the origin is checked here. A Pusher
+  // connection under `*` may open, public reads only (its route reads `publicReadsOnly`).
   const upgrade = (c.req.header("upgrade") ?? "").toLowerCase() === "websocket";
   if (upgrade) {
     const ok = grant === "listed" || (grant === "public" && (path.startsWith("/app/") || isPublicRead(method, path)));

@@ -6,6 +6,8 @@
  * (src/host-directory/) on a connection host, which takes the upgrade and holds it
  * (src/connection-host/). A host already full closes it with 4100, and so does a client that holds
  * `MAX_CONNECTIONS_PER_CLIENT` connections already (src/worker/gate/connections.ts): it backs off and retries.
+ * A page on an origin `CORS_ORIGINS` admits only under `*` gets a connection marked public reads only,
+ * kept with it by its host (src/worker/http/cors.ts).
  */
 import { Hono } from "hono";
 import * as z from "zod";
@@ -21,6 +23,7 @@ import { pusherError } from "../../wire/pusher/frames";
 import type { AppEnv } from "../app-env";
 import { readBudget } from "../gate/budgets";
 import { leaseConnection, releaseConnection } from "../gate/connections";
+import { publicReadsOnly } from "../http/cors";
 import { orUnavailable } from "../http/errors";
 import { documented, errors, route } from "../http/openapi";
 import { clientIp } from "../http/params";
@@ -41,7 +44,9 @@ const connectRoute = route({
     "A wrong key or a closed door: `pusher:error` 4001 and close 4001; a protocol other than 5–7: 4007; no room: 4100; the client (its IP, IPv6 " +
     "per /64) already holding `MAX_CONNECTIONS_PER_CLIENT` open subscriptions and Pusher connections over all channels: " +
     "4100 too. " +
-    "Charged to the client IP's read budget (429 before the upgrade).",
+    "Charged to the client IP's read budget (429 before the upgrade). From a page on an origin that `CORS_ORIGINS` " +
+    "does not list: 403 before upgrading, or under `*` a connection for public channels only (a private or presence " +
+    "subscribe is `pusher:subscription_error` 403).",
   request: {
     params: z.object({
       key: z.string().openapi({ param: { name: "key", in: "path" }, description: "PUSHER_APP_KEY." }),
@@ -82,12 +87,16 @@ pusherConnect.get(documented(pusherConnect, connectRoute), async (c) => {
     svc.metrics.inc("floodgate_refusals_total", { reason: "connections" });
     return refusedSocket(PUSHER_OVER_CAPACITY, "Over capacity: too many connections for one client; retry later");
   }
+  const publicOnly = publicReadsOnly(svc.config.cors, c.req.header("origin"));
   const group = placementGroup(c.req.raw);
   const capacity = svc.config.relayCapacity;
   const res = await orUnavailable("connection host", async () => {
     const place = await hostDirectoryStub(c.env, directoryName(group)).place(group, capacity);
     return await connectionHostStub(c.env, place.host).fetch(
-      hostConnectRequest({ ...place, client, lease, continent: continentOf(c.req.raw), capacity }, c.req.raw),
+      hostConnectRequest(
+        { ...place, client, lease, continent: continentOf(c.req.raw), capacity, publicOnly },
+        c.req.raw,
+      ),
     );
   }).catch((e: unknown) => {
     c.var.defer(releaseConnection(c.env, client, lease));

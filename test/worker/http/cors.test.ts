@@ -1,11 +1,26 @@
 /**
  * Browsers on other origins (CORS_ORIGINS): listed origins get CORS on every /v1/ route and their
- * preflights; `*` opens public reads only; an unlisted origin gets nothing, its preflight and its
- * WebSocket upgrades 403; requests without Origin are untouched.
+ * preflights; `*` opens public reads only (a Pusher connection from an unlisted origin: public
+ * channels only); an unlisted origin gets nothing, its preflight and its WebSocket upgrades 403;
+ * requests without Origin are untouched.
  */
-import { describe, expect, it } from "vitest";
+import { createExecutionContext } from "cloudflare:test";
+import { afterEach, describe, expect, it } from "vitest";
+import worker from "../../../src/index";
 import { parseConfig, rawConfigFrom } from "../../../src/settings/settings";
-import { ADMIN, adminHeaders, callAndWait, envWith, freshIp, mint, uniq } from "../../support/helpers";
+import {
+  ADMIN,
+  adminHeaders,
+  BASE,
+  callAndWait,
+  envWith,
+  freshIp,
+  mint,
+  uniq,
+  untilUnsubscribed,
+} from "../../support/helpers";
+import { evictHostOf } from "../../support/host-internals";
+import { authFor, closePushers, openPusher, APP as PUSHER_APP } from "../../support/pusher";
 
 const APP = "https://app.example";
 const LOCAL = "http://localhost:5173";
@@ -36,7 +51,7 @@ describe("CORS_ORIGINS: listed origins", () => {
     );
     expect(res.status).toBe(204);
     expect(res.headers.get("access-control-allow-origin")).toBe(APP);
-    expect(res.headers.get("access-control-allow-methods")).toContain("POST");
+    expect(res.headers.get("access-control-allow-methods")).toBe("GET, POST, PUT, DELETE");
     const allowed = (res.headers.get("access-control-allow-headers") ?? "").toLowerCase();
     for (const h of [
       "authorization",
@@ -48,7 +63,7 @@ describe("CORS_ORIGINS: listed origins", () => {
     ]) {
       expect(allowed).toContain(h);
     }
-    expect(Number(res.headers.get("access-control-max-age"))).toBeGreaterThan(0);
+    expect(res.headers.get("access-control-max-age")).toBe("600");
     expect(res.headers.get("vary")).toContain("Origin");
   });
 
@@ -71,6 +86,21 @@ describe("CORS_ORIGINS: listed origins", () => {
     const res = await callAndWait(`/v1/publish/public:${uniq()}.x`, from(APP, { method: "POST", body: "{}" }), listed);
     expect(res.status).toBe(401);
     expect(res.headers.get("access-control-allow-origin")).toBe(APP);
+  });
+
+  it("a 429 to a listed origin carries its CORS headers and exposes Retry-After, so the page can wait as told", async () => {
+    const tight = envWith({ CORS_ORIGINS: APP, READ_RATE: "1/h", READ_BURST: "" });
+    const ip = freshIp();
+    const read = () =>
+      callAndWait(`/v1/history/public:${uniq()}.x`, { headers: { origin: APP, "cf-connecting-ip": ip } }, tight);
+    expect((await read()).status).toBe(200);
+    const res = await read();
+    expect(res.status).toBe(429);
+    expect(res.headers.get("access-control-allow-origin")).toBe(APP);
+    expect(res.headers.get("vary")).toContain("Origin");
+    expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
+    const exposed = (res.headers.get("access-control-expose-headers") ?? "").split(",").map((h) => h.trim());
+    expect(exposed).toContain("Retry-After");
   });
 
   it("an origin not in the list gets no CORS headers, and its preflight answers 403 in the error shape", async () => {
@@ -123,9 +153,24 @@ describe("CORS_ORIGINS: * opens public reads only", () => {
       expect(res.status, path).toBe(200);
       expect(res.headers.get("access-control-allow-origin"), path).toBe("*");
     }
+    // SSE: the stream's own response (it stays open, so it is read for its headers and cancelled).
+    const sse = await worker.fetch(
+      new Request(`${BASE}/v1/subscribe/${ch}`, {
+        ...from("https://any.example", { headers: { accept: "text/event-stream" } }),
+      }),
+      star,
+      createExecutionContext(),
+    );
+    expect(sse.status).toBe(200);
+    expect(sse.headers.get("content-type")).toContain("text/event-stream");
+    expect(sse.headers.get("access-control-allow-origin")).toBe("*");
+    await sse.body?.cancel();
+    await untilUnsubscribed(ch);
     const pre = await callAndWait(`/v1/history/${ch}`, preflight("https://any.example", "GET", "last-event-id"), star);
     expect(pre.status).toBe(204);
     expect(pre.headers.get("access-control-allow-origin")).toBe("*");
+    expect(pre.headers.get("access-control-allow-methods")).toBe("GET");
+    expect(pre.headers.get("access-control-max-age")).toBe("600");
   });
 
   it("a private channel, a publish, or a request carrying Authorization gets no CORS headers under *", async () => {
@@ -159,6 +204,65 @@ describe("CORS_ORIGINS: * opens public reads only", () => {
     const admin = await callAndWait(`/v1/admin/channels`, from(APP, { headers: adminHeaders() }), mixed);
     expect(admin.headers.get("access-control-allow-origin")).toBe(APP);
     expect(ADMIN.length).toBeGreaterThan(0);
+  });
+});
+
+describe("CORS_ORIGINS: Pusher connections (/app/{key})", () => {
+  const PUSHER_PATH = `/app/${PUSHER_APP.key}?protocol=7&client=js&version=8.6.0`;
+  const upgrade = {
+    upgrade: "websocket",
+    connection: "Upgrade",
+    "sec-websocket-version": "13",
+    "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+  };
+  afterEach(closePushers);
+
+  it("an unlisted origin's upgrade answers 403 before upgrading when * is not set", async () => {
+    const refused = await callAndWait(PUSHER_PATH, from("https://evil.example", { headers: upgrade }), listed);
+    expect(refused.status).toBe(403);
+    expect(refused.webSocket).toBeNull();
+  });
+
+  it("under *, an unlisted origin's connection opens for public reads only: private and presence subscribes are subscription_error 403, even signed", async () => {
+    const p = await openPusher(PUSHER_PATH, star, { origin: "https://any.example" });
+    expect(p.socketId).toMatch(/^\d+\.\d+$/);
+    for (const name of [`private-${uniq()}`, `presence-${uniq()}`]) {
+      const signed = await authFor(p, name, name.startsWith("presence-") ? { user_id: "visitor" } : undefined);
+      expect(await p.subscribe(name, signed), name).toEqual({
+        event: "pusher:subscription_error",
+        channel: name,
+        data: { type: "AuthError", error: expect.stringContaining("CORS_ORIGINS"), status: 403 },
+      });
+    }
+    const pub = uniq("open-");
+    expect(await p.subscribe(pub)).toMatchObject({ event: "pusher_internal:subscription_succeeded", channel: pub });
+    // With no private channel it holds, it has nowhere to send a client event.
+    const from = p.events.length;
+    p.send({ event: "client-hi", channel: `private-${uniq()}`, data: "{}" });
+    expect(await p.next((e) => e.event === "pusher:error", from)).toMatchObject({ data: { code: 4300 } });
+  });
+
+  it("the mark lives in the connection's attachment: after its host is evicted (the socket hibernated), a private subscribe is still 403", async () => {
+    const p = await openPusher(PUSHER_PATH, star, { origin: "https://any.example" });
+    const pub = uniq("open-");
+    expect((await p.subscribe(pub)).event).toBe("pusher_internal:subscription_succeeded");
+    expect(await evictHostOf(p.socketId)).toBe(true);
+    const name = `private-${uniq()}`;
+    expect(await p.subscribe(name, await authFor(p, name))).toMatchObject({
+      event: "pusher:subscription_error",
+      data: { status: 403 },
+    });
+  });
+
+  it("a listed origin beside *, and a connection without Origin, subscribe to private channels as before", async () => {
+    for (const headers of [{ origin: APP }, {}] as Record<string, string>[]) {
+      const p = await openPusher(PUSHER_PATH, mixed, headers);
+      const name = `private-${uniq()}`;
+      expect(await p.subscribe(name, await authFor(p, name)), JSON.stringify(headers)).toMatchObject({
+        event: "pusher_internal:subscription_succeeded",
+        channel: name,
+      });
+    }
   });
 });
 
