@@ -46,7 +46,9 @@ const REFUSALS = {
   401: text("A bad or stale signature, or another app's key."),
   404: text("Unknown app id (or the Pusher door is closed)."),
   413: text("A `data` over MAX_MESSAGE_BYTES, or a body over 10 × MAX_MESSAGE_BYTES."),
-  429: text("The publish budget of the app key is spent (`Retry-After`)."),
+  429: text(
+    "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",
+  ),
   503: text("A channel could not be reached; retry."),
 };
 const json = <S extends z.ZodType>(schema: S, description: string) => ({
@@ -70,7 +72,7 @@ const eventsRoute = route({
   path: "/{id}/events",
   summary: "Trigger an event on up to 100 Pusher channels",
   description:
-    "Each channel's copy is a publish: charged to the publish budget (the app key as subject), throttled, delivered. " +
+    "Each channel's copy is a publish: charged to the publish budget (the app key as subject; every copy, all or none), throttled, delivered. " +
     'Answers `{}` (with `info`, `{"channels":{N:{…}}}`) and `floodgate`: each copy\'s fate.',
   request: { params: AppPath, query: Signed, body: { ...json(EventBody, "The event."), required: true } },
   responses: {
@@ -99,7 +101,7 @@ const batchRoute = route({
   path: "/{id}/batch_events",
   summary: "Trigger up to 10 events, one channel each",
   description:
-    'Each event as `POST /apps/{id}/events` with one `channel`. Answers `{}` (with `info`, `{"batch":[…]}`) and ' +
+    'Each event as `POST /apps/{id}/events` with one `channel`; the batch is charged as one request (every event, all or none). Answers `{}` (with `info`, `{"batch":[…]}`) and ' +
     "`floodgate`: one fate map per event, in order.",
   request: {
     params: AppPath,
