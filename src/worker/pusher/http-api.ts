@@ -45,7 +45,9 @@ const REFUSALS = {
   400: text("A bad body or parameter."),
   401: text("A bad or stale signature, or another app's key."),
   404: text("Unknown app id (or the Pusher door is closed)."),
-  413: text("A `data` over MAX_MESSAGE_BYTES, or a body over 10 × MAX_MESSAGE_BYTES."),
+  413: text(
+    'An event whose stored body {"event","data"} (data JSON-escaped) is over MAX_MESSAGE_BYTES, or a body over 10 × MAX_MESSAGE_BYTES.',
+  ),
   429: text(
     "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",
   ),
@@ -57,7 +59,10 @@ const json = <S extends z.ZodType>(schema: S, description: string) => ({
 });
 const EventBody = z.object({
   name: z.string().openapi({ description: "The event name, 1–200 characters." }),
-  data: z.string().openapi({ description: "The event's data, delivered exactly as sent (at most MAX_MESSAGE_BYTES)." }),
+  data: z.string().openapi({
+    description:
+      'The event\'s data, delivered exactly as sent. The event as stored, {"event","data"} with data JSON-escaped, is at most MAX_MESSAGE_BYTES.',
+  }),
   channels: z.array(z.string()).max(100).optional(),
   channel: z.string().optional(),
   socket_id: z.string().optional().openapi({ description: "This connection is not sent the event." }),
