@@ -12,7 +12,7 @@ import type { Context } from "hono";
 import { summaryFor } from "../../settings/rules";
 import { type ChannelName, parseChannelName } from "../../wire/channel-names";
 import { utf8Length } from "../../wire/frame-text";
-import { EVENT_NAME_MAX, eventMetaText, pusherBody } from "../../wire/pusher/event-meta";
+import { EVENT_NAME_MAX, eventMetaText, pusherBody, reservedEventName } from "../../wire/pusher/event-meta";
 import { checkPusherName, isPresence, pusherChannel } from "../../wire/pusher/names";
 import type { AppEnv } from "../app-env";
 import { type Budget, publishBudget } from "../gate/budgets";
@@ -48,6 +48,8 @@ export function readApiEvent(value: unknown, maxMessageBytes: number, batchItem:
   if (typeof o.name !== "string" || o.name.length === 0 || o.name.length > EVENT_NAME_MAX) {
     throw bad(`"name" must be a string of 1 to ${EVENT_NAME_MAX} characters`);
   }
+  const reserved = reservedEventName(o.name);
+  if (reserved) throw bad(`"name": ${reserved}`);
   if (typeof o.data !== "string") throw bad('"data" must be a string');
   // The bound is on the message as stored, {"event","data"} with `data` JSON-escaped (a control
   // character takes 6 bytes there): what history, native subscribers and the record see.

@@ -42,7 +42,7 @@ const Fate = z
   .openapi("PusherFate", { description: "What became of one channel's copy of an event." });
 const text = (description: string) => ({ description, content: { "text/plain": { schema: z.string() } } });
 const REFUSALS = {
-  400: text("A bad body or parameter."),
+  400: text("A bad body or parameter (a reserved event name among them)."),
   401: text("A bad or stale signature, or another app's key."),
   404: text("Unknown app id (or the Pusher door is closed)."),
   413: text(
@@ -58,7 +58,10 @@ const json = <S extends z.ZodType>(schema: S, description: string) => ({
   content: { "application/json": { schema } },
 });
 const EventBody = z.object({
-  name: z.string().openapi({ description: "The event name, 1–200 characters." }),
+  name: z.string().openapi({
+    description:
+      "The event name, 1–200 characters; names beginning `pusher:`, `pusher_internal:` or `floodgate:` are the server's own (400).",
+  }),
   data: z.string().openapi({
     description:
       'The event\'s data, delivered exactly as sent. The event as stored, {"event","data"} with data JSON-escaped, is at most MAX_MESSAGE_BYTES.',
