@@ -251,8 +251,9 @@ export class LimiterGate {
     }));
     sent.forEach((e, j) => {
       const { bucket, bucketId } = e.first;
-      if (REFUNDABLE.has(bucket) || asked.has(bucketId)) return;
+      if (asked.has(bucketId)) return;
       asked.add(bucketId);
+      if (REFUNDABLE.has(bucket)) return;
       const { settle, ...ask } = this.leases.request(bucketId, sentAt, bucket === "publish");
       e.settle = settle;
       (request[j] as KeyCharge).lease = { want: 0, settle };
