@@ -29,6 +29,7 @@ import {
   type OpenLease,
   refund,
   rescale,
+  takeAll,
   takeMany,
 } from "./token-bucket";
 
@@ -99,7 +100,8 @@ export interface ChargeOutcome {
  * `granted` are admitted, the rest denied and charged nothing. First takes back the unused tokens of
  * settled leases and the `refunded` tokens of earlier requests that turned out not to owe them, then,
  * if all `count` were granted, may grant a lease of extra tokens. `count` may be 0 (a lease or a
- * refund alone). A stored bucket under another limit is rescaled, never reset.
+ * refund alone). `whole`: the `count` tokens are one request's, all granted or none taken
+ * ({@link takeAll}). A stored bucket under another limit is rescaled, never reset.
  */
 export function chargeBucket(
   stored: StoredBucket | null,
@@ -109,6 +111,7 @@ export function chargeBucket(
   open: OpenLease[],
   lease?: LeaseRequest,
   refunded = 0,
+  whole = false,
 ): ChargeOutcome {
   let state: BucketState;
   if (!stored) state = fullBucket(limit, now);
@@ -116,7 +119,7 @@ export function chargeBucket(
   const leases = endLeases(state, limit, now, open, lease?.settle ?? [], LEASE_TTL_MS);
   const back = refund(leases.state, limit, now, Math.min(refunded, MAX_COUNT), leases.held);
   const n = Number.isInteger(count) && count >= 0 ? Math.min(count, MAX_COUNT) : 1;
-  const { state: next, ...decision } = takeMany(back, limit, now, n, leases.held);
+  const { state: next, ...decision } = (whole ? takeAll : takeMany)(back, limit, now, n, leases.held);
   let granted: OpenLease | undefined;
   let spendMs: number | undefined;
   const want = Math.min(MAX_LEASE, Math.floor(lease?.want ?? 0));
@@ -134,8 +137,8 @@ export function chargeBucket(
     next.tokens -= granted.tokens;
     decision.remaining -= granted.tokens;
   }
-  if (decision.granted < n && leases.held > limit.burst - 1) {
-    // Every whole token is out on lease: the next one comes back when the first lease ends.
+  if (decision.granted < n && leases.held > limit.burst - (whole ? n : 1)) {
+    // The tokens wanted are out on lease: the next come back when the first lease ends.
     decision.retryAfterMs = Math.max(decision.retryAfterMs, leases.firstEndsAt - now);
   }
   const result: BatchChargeResult = granted

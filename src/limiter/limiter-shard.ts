@@ -69,6 +69,11 @@ export interface KeyCharge {
    */
   refund?: number;
   /**
+   * The `count` tokens are one request's (every copy of one Pusher event): granted all together or
+   * none taken. Such an entry is never merged with other requests of its key.
+   */
+  whole?: boolean;
+  /**
    * Only settles `lease.settle` (carried by a call made for other keys): charges nothing, grants no
    * lease, and does nothing for a key this shard holds no bucket for (its leases have ended).
    */
@@ -107,7 +112,7 @@ export class LimiterShard extends DurableObject<Env> {
 
   /**
    * Decides a batch of charges for different keys (each key at most once, with its requests'
-   * count), every key strictly against its own bucket. `now` defaults to this object's clock.
+   * count, besides its `whole` entries), every key strictly against its own bucket, entries in order. `now` defaults to this object's clock.
    */
   decide(charges: KeyCharge[], now?: number): BatchChargeResult[] {
     const at = now ?? Date.now();
@@ -122,7 +127,16 @@ export class LimiterShard extends DurableObject<Env> {
           limit: { rate: row.rate, perMs: row.per_ms, burst: row.burst },
         }
       : null;
-    const outcome = chargeBucket(stored, c.limit, now, c.count, this.leasesOf(c.key), c.lease, c.refund);
+    const outcome = chargeBucket(
+      stored,
+      c.limit,
+      now,
+      c.count,
+      this.leasesOf(c.key),
+      c.lease,
+      c.refund,
+      c.whole === true,
+    );
     const sql = this.ctx.storage.sql;
     for (const id of outcome.ended) sql.exec("DELETE FROM lease WHERE id = ?", id);
     let leases = (this.openLeases.get(c.key) ?? 0) - outcome.ended.length;

@@ -92,6 +92,20 @@ export function takeMany(state: BucketState, limit: Limit, now: number, count: n
   };
 }
 
+/**
+ * Decides `count` tokens for one request that needs them all (the copies of one Pusher event): all
+ * taken while the bucket holds `count` whole tokens, else none, the request denied with the time until
+ * `count` are back (until it is full, when `count` is more than the burst: such a request is never
+ * admitted).
+ */
+export function takeAll(state: BucketState, limit: Limit, now: number, count: number, held = 0): BatchDecision {
+  const all = takeMany(state, limit, now, count, held);
+  if (all.granted === count) return all;
+  const none = takeMany(state, limit, now, 0, held);
+  const missing = Math.min(count, limit.burst - held) - none.state.tokens;
+  return { ...none, granted: 0, retryAfterMs: Math.max(1, Math.ceil((missing * limit.perMs) / limit.rate)) };
+}
+
 /** Takes one token if there is one. */
 export function take(state: BucketState, limit: Limit, now: number): BucketDecision {
   const { granted, ...rest } = takeMany(state, limit, now, 1);

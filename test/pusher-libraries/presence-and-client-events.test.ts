@@ -63,6 +63,28 @@ describe("client events with pusher-js", () => {
     expect(atA).toEqual([{ on: false }]);
   });
 
+  it("over MAX_MESSAGE_BYTES as stored ({event, data}, JSON-escaped): pusher:error 4300, not delivered", async () => {
+    const name = `private-${uniq()}`;
+    const [a, b] = [
+      client({ channelAuthorization: backendAuthorization() }),
+      client({ channelAuthorization: backendAuthorization() }),
+    ];
+    clients.push(a, b);
+    const [ca, cb] = [await subscribed(a, name), await subscribed(b, name)];
+    const errors: number[] = [];
+    a.connection.bind("error", (e: { data?: { code?: number } }) => {
+      if (e.data?.code) errors.push(e.data.code);
+    });
+    const got: unknown[] = [];
+    cb.bind("client-big", (d: unknown) => got.push(d));
+    // 5,500 bytes of data, 33,000 once each control character is escaped (\u0001): over 32,768.
+    ca.trigger("client-big", "\u0001".repeat(5500));
+    ca.trigger("client-big", "small");
+    await until(() => errors.length === 1 && got.length === 1, "the refusal and the small event");
+    expect(errors).toEqual([4300]);
+    expect(got).toEqual(["small"]);
+  });
+
   it("past PUSHER_CLIENT_EVENTS_RATE the sender gets pusher:error 4301 and the rest are not delivered", async () => {
     const name = `private-${uniq()}`;
     const [a, b] = [

@@ -106,6 +106,40 @@ describe("pusher-js and pusher.trigger", () => {
   });
 });
 
+describe("event names only the server sends", () => {
+  it("pusher.trigger of a pusher_internal: or pusher: event is refused (400): no fake member reaches pusher-js", async () => {
+    const pres = `presence-${uniq()}`;
+    const c = client({ channelAuthorization: backendAuthorization(() => ({ user_id: "ada" })) });
+    clients.push(c);
+    const ch = (await subscribed(c, pres)) as unknown as {
+      members: { count: number };
+      bind(e: string, f: (d: unknown) => void): void;
+    };
+    const added: unknown[] = [];
+    const got: unknown[] = [];
+    ch.bind("pusher:member_added", (m) => added.push(m));
+    ch.bind("real", (d) => got.push(d));
+    const status = (p: Promise<unknown>) =>
+      p.then(
+        () => 200,
+        (e: { status: number }) => e.status,
+      );
+    const ghost = { user_id: "ghost", user_info: {} };
+    expect(await status(server().trigger(pres, "pusher_internal:member_added", ghost))).toBe(400);
+    expect(await status(server().trigger(pres, "pusher:subscription_succeeded", {}))).toBe(400);
+    const batch = [
+      { channel: pres, name: "real", data: "1" },
+      { channel: pres, name: "pusher_internal:member_added", data: ghost },
+    ];
+    expect(await status(server().triggerBatch(batch))).toBe(400);
+    await server().trigger(pres, "real", "after");
+    await until(() => got.length === 1, "the real event");
+    expect(got).toEqual(["after"]);
+    expect(added).toEqual([]);
+    expect(ch.members.count).toBe(1);
+  });
+});
+
 describe("signatures", () => {
   it("a good authorization subscribes; a bad one is pusher:subscription_error 401 and subscribes nothing", async () => {
     const name = `private-${uniq()}`;

@@ -8,7 +8,7 @@ import { createExecutionContext } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import worker from "../../src/index";
 import { channelAuth } from "../../src/wire/pusher/signatures";
-import { BASE, call, freshIp, untilUnsubscribed } from "./helpers";
+import { BASE, call, callAndWait, freshIp, untilUnsubscribed } from "./helpers";
 
 /** Every connection a test opened, and the channels it subscribed to (see {@link closePushers}). */
 const opened = new Set<WebSocket>();
@@ -167,7 +167,14 @@ export async function signedApiCall(
   path: string,
   params: Record<string, string> = {},
   body?: unknown,
-  over: { secret?: string; key?: string; timestamp?: number; tamper?: (q: URLSearchParams) => void } = {},
+  over: {
+    secret?: string;
+    key?: string;
+    timestamp?: number;
+    tamper?: (q: URLSearchParams) => void;
+    /** Through a Worker with another configuration (a small publish budget, say), its background work awaited. */
+    env?: Env;
+  } = {},
 ): Promise<Response> {
   const text = body === undefined ? undefined : typeof body === "string" ? body : JSON.stringify(body);
   const q: Record<string, string> = {
@@ -193,10 +200,11 @@ export async function signedApiCall(
   );
   const search = new URLSearchParams({ ...q, auth_signature: signature });
   over.tamper?.(search);
-  return call(`${path}?${search}`, {
+  const init: RequestInit = {
     method,
     ...(text !== undefined
       ? { body: text, headers: { "content-type": "application/json", "cf-connecting-ip": freshIp() } }
       : {}),
-  });
+  };
+  return over.env ? callAndWait(`${path}?${search}`, init, over.env) : call(`${path}?${search}`, init);
 }

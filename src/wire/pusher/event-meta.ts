@@ -8,6 +8,19 @@
 /** Longest event name (as the Pusher HTTP API's). */
 export const EVENT_NAME_MAX = 200;
 
+/**
+ * Beginnings of the event names only the server sends: Pusher's protocol events, and Floodgate's own
+ * on Pusher channels (`floodgate:summary`). Published by an app or a token, one would be taken by
+ * pusher-js for the real thing (a `pusher_internal:member_added` adds a member who is not there).
+ */
+export const RESERVED_EVENT_PREFIXES = ["pusher:", "pusher_internal:", "floodgate:"] as const;
+
+/** Why `name` may not be published (a reserved prefix), or null. */
+export function reservedEventName(name: string): string | null {
+  const prefix = RESERVED_EVENT_PREFIXES.find((p) => name.startsWith(p));
+  return prefix ? `event names beginning "${prefix}" are reserved: only the server sends them` : null;
+}
+
 export interface EventMeta {
   /** The socket id of the connection that must not receive the event. */
   exclude?: string;
@@ -40,8 +53,8 @@ export function pusherBody(event: string, data: string): string {
 }
 
 /**
- * A message body read as a Pusher event: `{"event": <1–200 characters>, "data": <string>}` and
- * nothing else, or why it is not one.
+ * A message body read as a Pusher event: `{"event": <1–200 characters, not reserved>, "data": <string>}`
+ * and nothing else, or why it is not one.
  */
 export function readPusherBody(value: unknown): { event: string; data: string } | { problem: string } {
   if (value === null || typeof value !== "object" || Array.isArray(value)) {
@@ -55,6 +68,8 @@ export function readPusherBody(value: unknown): { event: string; data: string } 
   if (typeof o.event !== "string" || o.event.length === 0 || o.event.length > EVENT_NAME_MAX) {
     return { problem: `"event" must be a string of 1 to ${EVENT_NAME_MAX} characters` };
   }
+  const reserved = reservedEventName(o.event);
+  if (reserved) return { problem: `"event": ${reserved}` };
   if (typeof o.data !== "string")
     return { problem: '"data" must be a string (JSON text, as the Pusher HTTP API takes it)' };
   return { event: o.event, data: o.data };

@@ -111,27 +111,57 @@ export class IsolateLeases {
   /** Per shard, the leases held and owed there: what a call to that shard may settle. */
   private readonly owing = new Map<string, ShardOwing>();
 
-  /** Counts one request for `id` (a key and its limit) toward its demand. */
-  note(id: string, now: number): void {
-    this.state(id, now).seen++;
+  /** Counts a request for `id` (a key and its limit) toward its demand: `tokens`, what it takes. */
+  note(id: string, now: number, tokens = 1): void {
+    this.state(id, now).seen += tokens;
   }
 
   /**
-   * Takes one token from a lease held for `id`, or returns null when none has a token left. Leases
-   * past their spending window, or spent out, are queued to be settled.
+   * Takes `tokens` from the leases held for `id` (earliest-ending first), or returns null and takes
+   * none when together they hold fewer. Leases past their spending window, or spent out, are queued
+   * to be settled.
    */
-  spend(id: string, now: number): LeaseSpend | null {
+  spend(id: string, now: number, tokens = 1): LeaseSpend | null {
     const state = this.state(id, now);
-    while (state.leases.length > 0) {
-      const lease = state.leases[0] as HeldLease;
-      if (lease.until > now && lease.left > 0) {
-        lease.left--;
-        if (lease.left === 0) this.retire(id, state);
-        return { remaining: lease.objectRemaining + lease.left, fullAt: lease.fullAt };
-      }
-      this.retire(id, state);
+    // Leases are in `until` order: once the front one may be spent, so may every one after it.
+    while (state.leases.length > 0 && (state.leases[0] as HeldLease).until <= now) this.retire(id, state);
+    let held = 0;
+    for (const lease of state.leases) held += lease.left;
+    if (held < tokens || state.leases.length === 0) return null;
+    let need = tokens;
+    let last = state.leases[0] as HeldLease;
+    while (need > 0) {
+      last = state.leases[0] as HeldLease;
+      const taken = Math.min(need, last.left);
+      last.left -= taken;
+      need -= taken;
+      if (last.left === 0) this.retire(id, state);
     }
-    return null;
+    return { remaining: last.objectRemaining + last.left, fullAt: last.fullAt };
+  }
+
+  /**
+   * Stops spending every lease of `id`, its unused tokens to be settled with the next charge of the
+   * key: a request needs more tokens at once than they hold, and they must be back in the bucket
+   * when it is decided.
+   */
+  retireAll(id: string, now: number): void {
+    const state = this.state(id, now);
+    while (state.leases.length > 0) this.retire(id, state);
+  }
+
+  /**
+   * Puts `tokens` that a request took and did not use back on a lease of `id` still being spent (the
+   * one ending last), so this isolate spends them again; false when none is, and nothing is put back.
+   * Only tokens taken from the bucket come back, so every lease together still spends no more than
+   * the bucket handed out (a settle returns at most a lease's own tokens: the surplus is lost, never
+   * admitted twice).
+   */
+  giveBack(id: string, now: number, tokens: number): boolean {
+    const lease = this.keys.peek(id)?.leases.at(-1);
+    if (!lease || lease.until <= now) return false;
+    lease.left += tokens;
+    return true;
   }
 
   /**

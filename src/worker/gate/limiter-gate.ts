@@ -6,7 +6,8 @@
  *
  * Coalescing: buckets live in shards, many keys to an object (src/limiter/limiter-shard.ts). Requests whose
  * keys share a shard and arrive while that shard's call is in flight go to it together as one
- * `decide` call (functions/coalescer.ts), one entry per key with its count. The shard still decides every
+ * `decide` call (functions/coalescer.ts), one entry per key with its count (a whole charge, one
+ * request of several tokens, all or none: an entry of its own). The shard still decides every
  * key's tokens against that key's own bucket (at most what it holds, in arrival order), so
  * strictness holds, but a crowd of subjects costs one round trip per batch instead of one per
  * request. A request whose batch never answers asks the shard itself after
@@ -65,9 +66,15 @@ interface Charge {
   limit: Limit;
   /** The key and limit together: what leases, demand and one entry of a shard call are kept by. */
   bucketId: string;
+  /** Tokens it takes: 1, or a whole charge's count ({@link LimiterGate.chargeAll}), all or none. */
+  tokens: number;
+  whole: boolean;
 }
 
-/** The requests of one batch that go to the shard under one key and limit. */
+/**
+ * The requests of one batch that go to the shard as one entry: those of one key and limit, or one
+ * whole charge alone.
+ */
 interface Entry {
   first: Charge;
   /** Their places in the batch, in arrival order. */
@@ -84,6 +91,9 @@ interface Answer {
 
 /** What {@link LimiterGate.charge} answers: the allowed response's headers, or the denial. */
 export type Charged = { headers: Record<string, string>; denial?: undefined } | { denial: Denial };
+
+/** What leases, demand and a shard call's entries are kept by: the key and its limit together. */
+const bucketIdOf = (key: string, limit: Limit) => `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
 
 export class LimiterGate {
   private readonly deny = new DenyCache();
@@ -119,20 +129,59 @@ export class LimiterGate {
    * limiter fails (fail closed).
    */
   async charge(bucket: BucketName, key: string, limit: Limit | null, defer?: Defer): Promise<Charged> {
+    return this.decide(bucket, key, limit, 1, false, defer);
+  }
+
+  /**
+   * Charges one request that takes `tokens` at once (an event's copies, each a publish): admitted
+   * only if all are there, else denied taking none, never partly. From this isolate's leases when
+   * together they hold `tokens`, else by one entry of its own in a shard call, decided against the
+   * bucket all or nothing. Its denial is not cached (it says nothing of a request for fewer tokens);
+   * a cached denial of the key answers it. @throws ApiError 500 when the limiter fails (fail closed).
+   */
+  async chargeAll(
+    bucket: BucketName,
+    key: string,
+    limit: Limit | null,
+    tokens: number,
+    defer?: Defer,
+  ): Promise<Charged> {
+    return this.decide(bucket, key, limit, tokens, true, defer);
+  }
+
+  /**
+   * Gives back the `tokens` a {@link chargeAll} took for a request that ended up not using them
+   * (another of its budgets denied it): onto this isolate's lease of the key while one is being
+   * spent, else with one call to the key's shard, not batched, meant to run off the response path.
+   * Never rejects; a give-back that fails leaves the tokens spent, which can only under-admit.
+   */
+  async giveBack(bucket: BucketName, key: string, limit: Limit | null, tokens: number): Promise<void> {
+    if (!limit || this.leases.giveBack(bucketIdOf(key, limit), this.now(), tokens)) return;
+    await this.refundShard(bucket, key, limit, tokens);
+  }
+
+  private async decide(
+    bucket: BucketName,
+    key: string,
+    limit: Limit | null,
+    tokens: number,
+    whole: boolean,
+    defer?: Defer,
+  ): Promise<Charged> {
     if (!limit) return { headers: {} };
     const now = this.now();
-    const bucketId = `${limit.rate}/${limit.perMs}/${limit.burst}|${key}`;
-    this.leases.note(bucketId, now);
+    const bucketId = bucketIdOf(key, limit);
+    this.leases.note(bucketId, now, tokens);
     // Tokens already taken from the bucket are spent first, even past a cached denial.
-    const leased = this.spendLease(bucket, limit, bucketId, now);
+    const leased = this.spendLease(bucket, limit, bucketId, now, tokens);
     if (leased) return { headers: leased };
     const cached = this.deny.get(key, limit, now);
     if (cached) {
-      this.events.decision(bucket, false, "deny_cache");
+      for (let i = 0; i < tokens; i++) this.events.decision(bucket, false, "deny_cache");
       return { denial: { bucket, limit, retryAfterMs: cached.until - now, fullInMs: cached.fullAt - now } };
     }
 
-    const charge: Charge = { bucket, key, limit, bucketId };
+    const charge: Charge = { bucket, key, limit, bucketId, tokens, whole };
     const shard = String(shardOf(key));
     const batched = await this.batches.submit(shard, charge, defer);
     // A batch that never answered (its leader went away): ask the shard alone.
@@ -150,10 +199,13 @@ export class LimiterGate {
    * limiter error, and leaves the token spent, which can only under-admit.
    */
   async refund(bucket: RefundableBucket, key: string, limit: Limit | null): Promise<void> {
-    if (!limit) return;
+    if (limit) await this.refundShard(bucket, key, limit, 1);
+  }
+
+  private async refundShard(bucket: BucketName, key: string, limit: Limit, tokens: number): Promise<void> {
     try {
       this.calls++;
-      await this.backend.charge(shardOf(key), [{ key, limit, count: 0, refund: 1 }]);
+      await this.backend.charge(shardOf(key), [{ key, limit, count: 0, refund: tokens }]);
       this.deny.forget(key);
     } catch (e) {
       this.failure(bucket, e, true);
@@ -168,28 +220,48 @@ export class LimiterGate {
   private async chargeBatch(charges: Charge[], shard: string): Promise<Answer[]> {
     const sentAt = this.now();
     const answers: Answer[] = new Array(charges.length);
+    // Per key and limit, one entry for its single requests; a whole charge is an entry of its own.
     const entries = new Map<string, Entry>();
     charges.forEach((c, i) => {
-      const headers = this.spendLease(c.bucket, c.limit, c.bucketId, sentAt);
+      const headers = this.spendLease(c.bucket, c.limit, c.bucketId, sentAt, c.tokens);
       if (headers) {
         answers[i] = { headers };
         return;
       }
-      const entry = entries.get(c.bucketId);
+      // What this isolate holds on lease is too little: it goes back to the bucket with this call,
+      // ahead of the whole charge, so those tokens count toward it.
+      if (c.whole) this.leases.retireAll(c.bucketId, sentAt);
+      const id = c.whole ? `${i}#${c.bucketId}` : c.bucketId;
+      const entry = entries.get(id);
       if (entry) entry.at.push(i);
-      else entries.set(c.bucketId, { first: c, at: [i], settle: [] });
+      else entries.set(id, { first: c, at: [i], settle: [] });
     });
     if (entries.size === 0) return answers;
     const sent = [...entries.values()];
-    const request: KeyCharge[] = sent.map((e) => {
-      const lease = REFUNDABLE.has(e.first.bucket)
-        ? { want: 0, settle: [] }
-        : this.leases.request(e.first.bucketId, sentAt, e.first.bucket === "publish");
-      e.settle = lease.settle;
-      return { key: e.first.key, limit: e.first.limit, count: e.at.length, lease };
+    // A key with several entries (whole charges) settles its leases with the first, so their unused
+    // tokens count for every entry, and asks for a new lease with the last, after every entry is decided.
+    const last = new Map(sent.map((e, j) => [e.first.bucketId, j]));
+    const asked = new Set<string>();
+    const request: KeyCharge[] = sent.map((e) => ({
+      key: e.first.key,
+      limit: e.first.limit,
+      count: e.first.whole ? e.first.tokens : e.at.length,
+      lease: { want: 0, settle: [] },
+      ...(e.first.whole ? { whole: true } : {}),
+    }));
+    sent.forEach((e, j) => {
+      const { bucket, bucketId } = e.first;
+      if (asked.has(bucketId)) return;
+      asked.add(bucketId);
+      if (REFUNDABLE.has(bucket)) return;
+      const { settle, ...ask } = this.leases.request(bucketId, sentAt, bucket === "publish");
+      e.settle = settle;
+      (request[j] as KeyCharge).lease = { want: 0, settle };
+      const at = request[last.get(bucketId) as number] as KeyCharge;
+      at.lease = { ...ask, settle: at.lease?.settle ?? [] };
     });
     // Other keys' leases of this shard that are done go back on the way: settling costs no call.
-    const riders = this.leases.settlesFor(shard, new Set(entries.keys()), sentAt);
+    const riders = this.leases.settlesFor(shard, asked, sentAt);
     for (const r of riders) {
       request.push({
         key: r.home.key,
@@ -227,7 +299,9 @@ export class LimiterGate {
           key,
           limit,
         });
-      const decided = this.answers(bucket, key, limit, result, e.at.length);
+      const decided = e.first.whole
+        ? [this.wholeAnswer(e.first, result)]
+        : this.answers(bucket, key, limit, result, e.at.length);
       e.at.forEach((i, k) => {
         answers[i] = decided[k] as Answer;
       });
@@ -235,12 +309,30 @@ export class LimiterGate {
     return answers;
   }
 
-  /** Admits one request from a lease this isolate holds for `bucketId`, or returns null. */
-  private spendLease(bucket: BucketName, limit: Limit, bucketId: string, now: number): Record<string, string> | null {
-    const spent = this.leases.spend(bucketId, now);
+  /** Admits one request of `tokens` from the leases this isolate holds for `bucketId`, or returns null. */
+  private spendLease(
+    bucket: BucketName,
+    limit: Limit,
+    bucketId: string,
+    now: number,
+    tokens: number,
+  ): Record<string, string> | null {
+    const spent = this.leases.spend(bucketId, now, tokens);
     if (!spent) return null;
-    this.events.decision(bucket, true, "lease");
+    for (let i = 0; i < tokens; i++) this.events.decision(bucket, true, "lease");
     return rateLimitHeaders(bucket, limit, spent.remaining, spent.fullAt - now);
+  }
+
+  /** A whole charge's answer: all its tokens granted, or denied (not cached: see {@link chargeAll}). */
+  private wholeAnswer(c: Charge, result: BatchChargeResult): Answer {
+    const allowed = result.granted >= c.tokens;
+    for (let i = 0; i < c.tokens; i++) this.events.decision(c.bucket, allowed, "object");
+    if (!allowed)
+      return {
+        denial: { bucket: c.bucket, limit: c.limit, retryAfterMs: result.retryAfterMs, fullInMs: result.fullInMs },
+      };
+    const remaining = result.remaining + (result.lease?.tokens ?? 0);
+    return { headers: rateLimitHeaders(c.bucket, c.limit, remaining, result.fullInMs) };
   }
 
   private failure(bucket: BucketName, e: unknown, log: boolean): ApiError {

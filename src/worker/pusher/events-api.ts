@@ -4,17 +4,18 @@
  * an event is a publish (the same pipeline as `POST /v1/publish`, src/worker/publish-one.ts): charged
  * to the publish budget with the app key as its subject, throttled (`"priority":"high"` never is) and
  * delivered or recorded as dropped; `socket_id` excludes that connection. Every event is checked, and
- * every copy's budget charged, before any is published: a refusal publishes nothing. The answer is
- * Pusher's (`{}`, or `info`'s counts) with a `floodgate` member saying each copy's fate.
+ * every copy's budget charged, before any is published: a refusal publishes nothing. The copies of a
+ * request (every event of a batch) are charged as one: all their tokens taken, or none and 429. The
+ * answer is Pusher's (`{}`, or `info`'s counts) with a `floodgate` member saying each copy's fate.
  */
 import type { Context } from "hono";
 import { summaryFor } from "../../settings/rules";
 import { type ChannelName, parseChannelName } from "../../wire/channel-names";
 import { utf8Length } from "../../wire/frame-text";
-import { EVENT_NAME_MAX, eventMetaText, pusherBody } from "../../wire/pusher/event-meta";
+import { EVENT_NAME_MAX, eventMetaText, pusherBody, reservedEventName } from "../../wire/pusher/event-meta";
 import { checkPusherName, isPresence, pusherChannel } from "../../wire/pusher/names";
 import type { AppEnv } from "../app-env";
-import { publishBudget } from "../gate/budgets";
+import { type Budget, publishBudget } from "../gate/budgets";
 import { throttleAndDeliver } from "../publish-one";
 import { countedChannelStub } from "../services";
 import { audienceOf } from "../shards/audience";
@@ -47,9 +48,13 @@ export function readApiEvent(value: unknown, maxMessageBytes: number, batchItem:
   if (typeof o.name !== "string" || o.name.length === 0 || o.name.length > EVENT_NAME_MAX) {
     throw bad(`"name" must be a string of 1 to ${EVENT_NAME_MAX} characters`);
   }
+  const reserved = reservedEventName(o.name);
+  if (reserved) throw bad(`"name": ${reserved}`);
   if (typeof o.data !== "string") throw bad('"data" must be a string');
-  if (utf8Length(o.data) > maxMessageBytes)
-    throw new PusherHttpError(413, `"data" is larger than ${maxMessageBytes} bytes`);
+  // The bound is on the message as stored, {"event","data"} with `data` JSON-escaped (a control
+  // character takes 6 bytes there): what history, native subscribers and the record see.
+  if (utf8Length(pusherBody(o.name, o.data)) > maxMessageBytes)
+    throw new PusherHttpError(413, `the event as stored ({"event","data"}) is larger than ${maxMessageBytes} bytes`);
   const channels = batchItem
     ? [o.channel]
     : o.channels !== undefined
@@ -117,19 +122,7 @@ export async function publishEvents(
       return { event, name, channel, key, shard };
     }),
   );
-  const charges = await Promise.all(
-    copies.flat().map((copy) => {
-      const budget = publishBudget(svc.config, copy.channel, appKey);
-      return svc.gate.charge("publish", budget.key, budget.limit, c.var.defer);
-    }),
-  );
-  const denied = charges.find((ch) => ch.denial);
-  if (denied?.denial) {
-    const after = Math.max(1, Math.ceil(denied.denial.retryAfterMs / 1000));
-    throw new PusherHttpError(429, "Rate limit exceeded (the publish budget of the app key)", {
-      "retry-after": String(after),
-    });
-  }
+  await chargeCopies(c, appKey, copies.flat());
   const fates = await Promise.all(
     copies.map(async (list) => {
       const out: Record<string, Fate> = {};
@@ -146,6 +139,42 @@ export async function publishEvents(
     }),
   );
   return { fates, info };
+}
+
+/**
+ * Charges `copies` to the publish budget as one request: per bucket (the app key's, or a per-channel
+ * rule's) one whole charge of its copies, so a 429 takes nothing. When a request spans buckets and one
+ * refuses, the tokens the others took are given back (off the response path).
+ * @throws PusherHttpError 429; ApiError 500 when the limiter fails
+ */
+async function chargeCopies(c: Context<AppEnv>, appKey: string, copies: Copy[]): Promise<void> {
+  const { config, gate } = c.get("svc");
+  const buckets = new Map<string, Budget & { tokens: number }>();
+  for (const copy of copies) {
+    const budget = publishBudget(config, copy.channel, appKey);
+    const known = buckets.get(budget.key);
+    if (known) known.tokens++;
+    else buckets.set(budget.key, { ...budget, tokens: 1 });
+  }
+  const list = [...buckets.values()];
+  const charged = await Promise.allSettled(
+    list.map((b) => gate.chargeAll("publish", b.key, b.limit, b.tokens, c.var.defer)),
+  );
+  const admitted = (r: (typeof charged)[number]) => r.status === "fulfilled" && !r.value.denial;
+  if (charged.every(admitted)) return;
+  charged.forEach((r, i) => {
+    const b = list[i] as (typeof list)[number];
+    if (admitted(r)) c.var.defer(gate.giveBack("publish", b.key, b.limit, b.tokens));
+  });
+  const failed = charged.find((r) => r.status === "rejected");
+  if (failed) throw failed.reason;
+  let retryAfterMs = 0;
+  for (const r of charged) {
+    if (r.status === "fulfilled" && r.value.denial) retryAfterMs = Math.max(retryAfterMs, r.value.denial.retryAfterMs);
+  }
+  throw new PusherHttpError(429, "Rate limit exceeded (the publish budget of the app key)", {
+    "retry-after": String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
+  });
 }
 
 async function publishCopy(c: Context<AppEnv>, appKey: string, copy: Copy): Promise<Fate> {

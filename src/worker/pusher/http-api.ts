@@ -42,11 +42,15 @@ const Fate = z
   .openapi("PusherFate", { description: "What became of one channel's copy of an event." });
 const text = (description: string) => ({ description, content: { "text/plain": { schema: z.string() } } });
 const REFUSALS = {
-  400: text("A bad body or parameter."),
+  400: text("A bad body or parameter (a reserved event name among them)."),
   401: text("A bad or stale signature, or another app's key."),
   404: text("Unknown app id (or the Pusher door is closed)."),
-  413: text("A `data` over MAX_MESSAGE_BYTES, or a body over 10 × MAX_MESSAGE_BYTES."),
-  429: text("The publish budget of the app key is spent (`Retry-After`)."),
+  413: text(
+    'An event whose stored body {"event","data"} (data JSON-escaped) is over MAX_MESSAGE_BYTES, or a body over 10 × MAX_MESSAGE_BYTES.',
+  ),
+  429: text(
+    "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",
+  ),
   503: text("A channel could not be reached; retry."),
 };
 const json = <S extends z.ZodType>(schema: S, description: string) => ({
@@ -54,8 +58,14 @@ const json = <S extends z.ZodType>(schema: S, description: string) => ({
   content: { "application/json": { schema } },
 });
 const EventBody = z.object({
-  name: z.string().openapi({ description: "The event name, 1–200 characters." }),
-  data: z.string().openapi({ description: "The event's data, delivered exactly as sent (at most MAX_MESSAGE_BYTES)." }),
+  name: z.string().openapi({
+    description:
+      "The event name, 1–200 characters; names beginning `pusher:`, `pusher_internal:` or `floodgate:` are the server's own (400).",
+  }),
+  data: z.string().openapi({
+    description:
+      'The event\'s data, delivered exactly as sent. The event as stored, {"event","data"} with data JSON-escaped, is at most MAX_MESSAGE_BYTES.',
+  }),
   channels: z.array(z.string()).max(100).optional(),
   channel: z.string().optional(),
   socket_id: z.string().optional().openapi({ description: "This connection is not sent the event." }),
@@ -70,7 +80,7 @@ const eventsRoute = route({
   path: "/{id}/events",
   summary: "Trigger an event on up to 100 Pusher channels",
   description:
-    "Each channel's copy is a publish: charged to the publish budget (the app key as subject), throttled, delivered. " +
+    "Each channel's copy is a publish: charged to the publish budget (the app key as subject; every copy, all or none), throttled, delivered. " +
     'Answers `{}` (with `info`, `{"channels":{N:{…}}}`) and `floodgate`: each copy\'s fate.',
   request: { params: AppPath, query: Signed, body: { ...json(EventBody, "The event."), required: true } },
   responses: {
@@ -99,7 +109,7 @@ const batchRoute = route({
   path: "/{id}/batch_events",
   summary: "Trigger up to 10 events, one channel each",
   description:
-    'Each event as `POST /apps/{id}/events` with one `channel`. Answers `{}` (with `info`, `{"batch":[…]}`) and ' +
+    'Each event as `POST /apps/{id}/events` with one `channel`; the batch is charged as one request (every event, all or none). Answers `{}` (with `info`, `{"batch":[…]}`) and ' +
     "`floodgate`: one fate map per event, in order.",
   request: {
     params: AppPath,

@@ -100,7 +100,7 @@ const publishRoute = route({
   summary: "Publish a message",
   description:
     "Checked in order: channel (400; 403 for the analytics channel, which only Floodgate writes), token (401/403), Idempotency-Key (400), " +
-    'Floodgate-Priority (400; 403 for high without the priority scope), body (413, 400; on a `pusher:` channel it must be `{"event","data"}` with `data` a string); nothing is ' +
+    'Floodgate-Priority (400; 403 for high without the priority scope), body (413, 400; on a `pusher:` channel it must be `{"event","data"}` with `data` a string and `event` not beginning `pusher:`, `pusher_internal:` or `floodgate:`); nothing is ' +
     "charged before these pass. Then the publish budget (429), the before-publish throttle (202, do not " +
     "retry it; a priority message never meets it) and delivery (200). A repeat of an Idempotency-Key within 10 minutes answers the first result again.",
   security: ACCESS_TOKEN,

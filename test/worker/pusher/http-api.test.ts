@@ -5,7 +5,7 @@
  * Pusher's shape (401 signature, 404 app, 400 body, 413 size) with nothing published.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { adminHeaders, call, env, historyOf, mint, setRate, uniq, until } from "../../support/helpers";
+import { adminHeaders, call, env, envWith, historyOf, mint, setRate, uniq, until } from "../../support/helpers";
 import { APP, authFor, closePushers, openPusher, signedApiCall } from "../../support/pusher";
 
 /** A channel's epoch in a publish answer (docs/api.md, "Numbering restarts"). */
@@ -145,6 +145,73 @@ describe("POST /apps/{id}/batch_events", () => {
   });
 });
 
+describe("the publish budget of the app key: a request's copies are charged all or none", () => {
+  /** A Worker whose app key is fresh (a bucket of its own), with a publish budget of 5 refilled 1 a minute. */
+  const smallBudget = () => {
+    const key = uniq("key-");
+    return { key, env: envWith({ PUSHER_APP_KEY: key, PUBLISH_RATE: "1/m", PUBLISH_BURST: "5" }) };
+  };
+  const channels = (n: number) => Array.from({ length: n }, () => uniq("budget-"));
+  const nothingIn = async (names: string[]) => {
+    const token = await reader();
+    for (const n of names) expect(await historyOf(`pusher:${n}`, token)).toEqual([]);
+  };
+
+  it("an event to more channels than the bucket holds: 429, nothing published, nothing taken", async () => {
+    const app = smallBudget();
+    const six = channels(6);
+    const over = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: six }, app);
+    expect(over.status).toBe(429);
+    expect(over.headers.get("content-type")).toContain("text/plain");
+    expect(Number(over.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    await nothingIn(six);
+    // All 5 tokens are still there: one channel, then four.
+    const one = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: six.slice(0, 1) }, app);
+    expect(one.status).toBe(200);
+    const four = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: six.slice(1, 5) }, app);
+    expect(four.status).toBe(200);
+    const spent = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: six.slice(5) }, app);
+    expect(spent.status).toBe(429);
+    await nothingIn(six.slice(5));
+  });
+
+  it("batch_events: every copy of every event, or none", async () => {
+    const app = smallBudget();
+    const names = channels(5);
+    const batch = (list: string[]) => ({ batch: list.map((channel) => ({ channel, name: "e", data: "x" })) });
+    const BATCH = `/apps/${APP.id}/batch_events`;
+    expect(
+      (await signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: names.slice(0, 2) }, app)).status,
+    ).toBe(200);
+    // 3 left: a batch of 4 events takes none of them; a batch of 3 then passes.
+    expect((await signedApiCall("POST", BATCH, {}, batch(names.slice(1, 5)), app)).status).toBe(429);
+    await nothingIn(names.slice(2, 5));
+    expect((await signedApiCall("POST", BATCH, {}, batch(names.slice(2, 5)), app)).status).toBe(200);
+  });
+
+  it("copies under different budgets (a per-channel rule): one refuses, the other's tokens come back", async () => {
+    const key = uniq("key-");
+    const rule = uniq("rule-");
+    const app = {
+      key,
+      env: envWith({
+        PUSHER_APP_KEY: key,
+        PUBLISH_RATE: "1/m",
+        PUBLISH_BURST: "5",
+        PER_CHANNEL_PUBLISH_LIMITS: JSON.stringify({ [`pusher:${rule}.*`]: { rate: 1, per: "1m", burst: 2 } }),
+      }),
+    };
+    const ruled = [`${rule}.a`, `${rule}.b`, `${rule}.c`];
+    const plain = channels(5);
+    // The rule's bucket holds 2 of the 3 copies: 429, and the app key's 5 tokens are given back.
+    const mixed = { name: "e", data: "x", channels: [...plain.slice(0, 5), ...ruled] };
+    expect((await signedApiCall("POST", EVENTS, {}, mixed, app)).status).toBe(429);
+    await nothingIn([...plain, ...ruled]);
+    const five = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: plain }, app);
+    expect(five.status).toBe(200);
+  });
+});
+
 describe("channels, channel, users", () => {
   it("list occupied channels (either door), one channel's counts, a presence channel's users", async () => {
     const tag = uniq("list");
@@ -205,12 +272,32 @@ describe("refusals: Pusher's shape, counted, nothing published", () => {
       () => signedApiCall("POST", EVENTS, {}, { ...event, data: "x".repeat(32_769) }),
       413,
     ],
+    [
+      "data that fits but whose stored body (JSON-escaped) is over MAX_MESSAGE_BYTES",
+      () => signedApiCall("POST", EVENTS, {}, { ...event, data: "\u0001".repeat(6000) }),
+      413,
+    ],
     ["a body over 10 × MAX_MESSAGE_BYTES", () => signedApiCall("POST", EVENTS, {}, "x".repeat(327_681)), 413],
   ])("%s", async (_what, send, status) => {
     const res = await send();
     expect(res.status).toBe(status);
     expect(res.headers.get("content-type")).toContain("text/plain");
     expect(await historyOf(`pusher:${name}`, await reader())).toEqual([]);
+  });
+
+  it('MAX_MESSAGE_BYTES bounds the stored body {"event","data"}, byte for byte', async () => {
+    const fits = uniq("fits-");
+    // {"event":"e","data":"…"}: 23 bytes around the data, each control character 6 bytes inside it.
+    const data = "\u0001".repeat(5000) + "x".repeat(32_768 - 23 - 6 * 5000);
+    const ok = await signedApiCall("POST", EVENTS, {}, { name: "e", data, channels: [fits] });
+    expect(ok.status).toBe(200);
+    const [m] = await historyOf(`pusher:${fits}`, await reader());
+    expect(new TextEncoder().encode(JSON.stringify(m?.data)).length).toBe(32_768);
+    const over = await signedApiCall("POST", EVENTS, {}, { name: "e", data: `${data}x`, channels: [fits] });
+    expect(over.status).toBe(413);
+    const batch = { batch: [{ channel: fits, name: "e", data: `${data}x` }] };
+    expect((await signedApiCall("POST", `/apps/${APP.id}/batch_events`, {}, batch)).status).toBe(413);
+    expect(await historyOf(`pusher:${fits}`, await reader())).toHaveLength(1);
   });
 
   it("are counted by status in /metrics", async () => {
