@@ -25,6 +25,11 @@ export function clientKey(sub: string | null, ip: string | null): string {
   return sub !== null ? `sub:${sub}` : `ip:${ip ?? "unknown"}`;
 }
 
+/** The client IP of an anonymous key (`ip:<ip or /64>`), or null for a subject or `ip:unknown`. */
+export function ipOf(key: string): string | null {
+  return isAnonymous(key) && key !== "ip:unknown" ? key.slice(3) : null;
+}
+
 /** Held without a verified token (a Pusher subscription to a public channel included): `ip:` keys. */
 export function isAnonymous(key: string): boolean {
   return key.startsWith("ip:");

@@ -37,6 +37,7 @@ import { HOST_FULL_STATUS, readHostConnect } from "./calls";
 import { ClientEvents } from "./client-events";
 import { Connections } from "./connections";
 import { HostMetrics } from "./host-metrics";
+import { HostReads } from "./host-reads";
 import { HostLane, type LaneOwner } from "./lane";
 import { Liveness } from "./liveness";
 import { createHostTables, type HostRow, hostTablesExist, type LaneRow, type SubscriptionRow } from "./schema";
@@ -71,7 +72,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.alarms = new AlarmScheduler(ctx.storage, "the connection host's alarm");
     this.connections = new Connections(ctx);
     this.metrics = new HostMetrics(env);
-    this.subscriptions = new HostSubscriptions({
+    this.subscriptions = new HostSubscriptions(new HostReads(env, this.metrics), {
       settings: () => settingsOf(this.env),
       identity: () => this.id,
       attachment: (ws) => this.connections.attachment(ws),

@@ -4,7 +4,9 @@
  * or invalid, 403), a private or presence channel on a connection that may make public reads only
  * (a page on an origin admitted only by `CORS_ORIGINS=*`, 403), the connection's 100 channels and
  * its subscribe budget (429), the signature of a private or presence channel (401; on a presence
- * channel it must sign `channel_data`) and a presence member's `channel_data` (403: signed, but not a
+ * channel it must sign `channel_data`), the client IP's read budget for a subscribe with no signature
+ * that verifies — a public channel, or a bad or missing signature — (429; 503 when the limiter fails:
+ * ./host-reads.ts), and a presence member's `channel_data` (403: signed, but not a
  * member Floodgate takes) — then a slot reserved on the channel, which refuses past `MAX_SUBSCRIBERS`
  * (503) or the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` (429), then the lane joined (./lane.ts).
  * Every refusal is a `pusher:subscription_error` on that channel, so the client's channel hears it,
@@ -23,6 +25,7 @@ import { subscriptionSucceeded } from "../wire/pusher/frames";
 import { checkPusherName, isPresence, memberKey, pusherChannel, pusherVisibility } from "../wire/pusher/names";
 import { channelAuthValid } from "../wire/pusher/signatures";
 import type { ConnectionAttachment } from "./connections";
+import type { HostReads } from "./host-reads";
 import type { HostLane, LaneSub } from "./lane";
 
 /** What subscribing needs of the host. */
@@ -48,7 +51,10 @@ export class HostSubscriptions {
   /** Each connection's subscribe budget (memory only: a hibernated connection's is full again). */
   private readonly budgets = new WeakMap<WebSocket, BucketState>();
 
-  constructor(private readonly host: SubscribingHost) {}
+  constructor(
+    private readonly reads: HostReads,
+    private readonly host: SubscribingHost,
+  ) {}
 
   /** After a restart: a stored subscription of a socket. */
   restore(ws: WebSocket, name: string, key: string): void {
@@ -79,22 +85,7 @@ export class HostSubscriptions {
       );
     }
     const mine = this.of(ws);
-    const known = mine.get(channel);
-    if (known !== undefined) {
-      // Subscribed already: answered again, nothing counted twice.
-      if (!isPresence(channel)) host.send(ws, subscriptionSucceeded(channel));
-      return;
-    }
-    if (mine.size >= PUSHER_MAX_CHANNELS) {
-      return host.subscriptionError(
-        ws,
-        channel,
-        429,
-        "LimitReached",
-        `a connection holds at most ${PUSHER_MAX_CHANNELS} channels`,
-        "connection-channels",
-      );
-    }
+    if (this.heldOrFull(ws, mine, channel)) return;
     const settings = host.settings();
     if (!this.budgetAllows(ws, settings)) {
       return host.subscriptionError(
@@ -115,6 +106,8 @@ export class HostSubscriptions {
       // A presence signature covers channel_data: without it there is nothing that could match.
       const data = presence ? channelData : null;
       if (!app || (presence && data === null) || !(await channelAuthValid(app, a.id, channel, data, auth))) {
+        // A missing or bad signature is the native door's missing or bad token: a read all the same (docs/api.md, "Bounds").
+        if (!(await this.readAllowed(ws, channel, a.client, settings))) return;
         const signs = presence ? "<socket_id>:<channel>:<channel_data>" : "<socket_id>:<channel>";
         return host.subscriptionError(ws, channel, 401, "AuthError", `invalid signature: auth must sign ${signs}`);
       }
@@ -125,7 +118,11 @@ export class HostSubscriptions {
         userId = member.userId;
         userInfo = member.userInfo;
       }
+    } else if (!(await this.readAllowed(ws, channel, a.client, settings))) {
+      return;
     }
+    // Checked again: other subscribes of this connection went on while this one waited.
+    if (this.heldOrFull(ws, mine, channel)) return;
     // A channel sharded by continent (docs/api.md, "Shards"): the connection's continent's shard.
     const rule = shardRuleFor(settings, floodgate);
     const key = rule ? shardKey(floodgate.name, a.continent ?? DEFAULT_SHARD) : floodgate.name;
@@ -178,6 +175,47 @@ export class HostSubscriptions {
     const id = this.host.attachment(ws)?.id;
     if (id !== undefined) this.host.deleteSubscription(id, key);
     if (lane?.leave(ws)) this.host.subscribed(-1);
+  }
+
+  /**
+   * Answers a subscribe to a channel the connection holds already (answered again, nothing counted
+   * twice) or one past its 100 channels (429), and says so.
+   */
+  private heldOrFull(ws: WebSocket, mine: Map<string, string>, channel: string): boolean {
+    if (mine.has(channel)) {
+      if (!isPresence(channel)) this.host.send(ws, subscriptionSucceeded(channel));
+      return true;
+    }
+    if (mine.size < PUSHER_MAX_CHANNELS) return false;
+    this.host.subscriptionError(
+      ws,
+      channel,
+      429,
+      "LimitReached",
+      `a connection holds at most ${PUSHER_MAX_CHANNELS} channels`,
+      "connection-channels",
+    );
+    return true;
+  }
+
+  /**
+   * Takes one token from the client IP's read budget (./host-reads.ts); refused, answers that
+   * channel's subscription_error: 429 as the native door's `read` refusal, 503 when the limiter failed.
+   */
+  private async readAllowed(ws: WebSocket, channel: string, client: string, settings: Settings): Promise<boolean> {
+    const charged = await this.reads.take(settings, client);
+    if (charged === "allowed") return true;
+    if (charged === "denied")
+      this.host.subscriptionError(ws, channel, 429, "LimitReached", "read rate limit exceeded", "read");
+    else
+      this.host.subscriptionError(
+        ws,
+        channel,
+        503,
+        "Unavailable",
+        "the rate limiter is temporarily unavailable; retry",
+      );
+    return false;
   }
 
   private of(ws: WebSocket): Map<string, string> {

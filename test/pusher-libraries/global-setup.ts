@@ -26,8 +26,10 @@ export async function pusherFloodgate(
     PUSHER_APP_ID: PUSHER.appId,
     PUSHER_APP_KEY: PUSHER.key,
     PUSHER_APP_SECRET: PUSHER.secret,
-    // Every connection here comes from one address: its read budget must not be what a test meets.
+    // Every connection here comes from one address: its read budget (the connect and each public
+    // subscribe take one) must not be what a test meets.
     READ_RATE: "1000/s",
+    READ_BURST: "1000",
     ...vars,
   });
 }

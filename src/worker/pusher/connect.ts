@@ -2,7 +2,8 @@
  * `GET /app/{key}?protocol=7` (docs/api.md, "The Pusher door"): a Pusher connection. Checked in
  * order — a WebSocket upgrade (else 400), the app key (a wrong one, or the door closed: `pusher:error`
  * 4001 and close 4001), the protocol (5 to 7, else 4007), the client IP's read budget (429 before any
- * upgrade, as a subscribe without a token) — then placed by its placement group's directory
+ * upgrade, as a subscribe without a token; so is each subscribe on it without a signature that verifies,
+ * src/connection-host/host-reads.ts) — then placed by its placement group's directory
  * (src/host-directory/) on a connection host, which takes the upgrade and holds it
  * (src/connection-host/). A host already full closes it with 4100, and so does a client that holds
  * `MAX_CONNECTIONS_PER_CLIENT` connections already (src/worker/gate/connections.ts): it backs off and retries.
@@ -44,7 +45,8 @@ const connectRoute = route({
     "A wrong key or a closed door: `pusher:error` 4001 and close 4001; a protocol other than 5–7: 4007; no room: 4100; the client (its IP, IPv6 " +
     "per /64) already holding `MAX_CONNECTIONS_PER_CLIENT` open subscriptions and Pusher connections over all channels: " +
     "4100 too. " +
-    "Charged to the client IP's read budget (429 before the upgrade). From a page on an origin that `CORS_ORIGINS` " +
+    "Charged to the client IP's read budget (429 before the upgrade), as is each `pusher:subscribe` without a " +
+    "signature that verifies (`pusher:subscription_error` 429). From a page on an origin that `CORS_ORIGINS` " +
     "does not list: 403 before upgrading, or under `*` a connection for public channels only (a private or presence " +
     "subscribe is `pusher:subscription_error` 403).",
   request: {
