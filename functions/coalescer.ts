@@ -1,6 +1,6 @@
 /**
  * Coalesces concurrent calls for one key from this isolate into one call that decides them all.
- * The limiter gate (one `chargeMany` per bucket key, src/worker/gate/limiter-gate.ts), the publish batcher (one
+ * The limiter gate (one `chargeMany` per bucket key, src/limiter/limiter-gate.ts), the publish batcher (one
  * `publishMany` per channel, src/worker/publish-batcher.ts) and the queue of analytics copies (one append
  * per batch, functions/drop-copies.ts) are all built on it.
  *

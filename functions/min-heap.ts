@@ -2,7 +2,7 @@
  * A binary min-heap: the earliest item by `before` first, O(log n) to push or pop. Used where a
  * scan of everything held would grow with it: the export's merge of record objects
  * (functions/record-merge.ts) and the leases an isolate holds, by when each stops being spent
- * (src/worker/gate/isolate-leases.ts).
+ * (src/limiter/isolate-leases.ts).
  */
 export class MinHeap<T> {
   private readonly items: T[] = [];

@@ -7,17 +7,17 @@
  * history reads and other connections. The connection's own subscribe budget (./subscriptions.ts)
  * still bounds its churn; this one bounds what a client IP reads over all its connections.
  *
- * Charged through a limiter gate of the host's own (the Worker's, src/worker/gate/limiter-gate.ts,
+ * Charged through a limiter gate of the host's own (src/limiter/limiter-gate.ts, as the Worker's,
  * with a backend that calls the shards from here): subscribes that arrive together, as pusher-js
  * sends a page's channels on connect, share one call to their shard, which still decides each of
  * them strictly. A limiter that fails answers `failed`: the subscribe is refused (fail closed).
  */
 import { ipOf } from "../channel/client-cap";
+import { readBudget } from "../limiter/budgets";
+import { LimiterGate } from "../limiter/limiter-gate";
 import { shardName } from "../limiter/limiter-shard";
 import { limiterShardStub } from "../platform/stubs";
 import type { Settings } from "../settings/settings";
-import { readBudget } from "../worker/gate/budgets";
-import { LimiterGate } from "../worker/gate/limiter-gate";
 import type { HostMetrics } from "./host-metrics";
 
 /** What charging a subscribe to its client's read budget answered. */

@@ -4,7 +4,7 @@
  * store the result; this decides it.
  *
  * Leases: a hot isolate may take a few extra tokens with a charge and spend them itself, without a
- * round trip per request (src/worker/gate/limiter-gate.ts). A leased token is taken from the bucket when it is
+ * round trip per request (src/limiter/limiter-gate.ts). A leased token is taken from the bucket when it is
  * granted, so nothing is admitted that the bucket did not hand out; and it still counts as in the
  * bucket until its lease ends, so the bucket refills only up to `burst − leased` and the burst bound
  * holds for any interval. A lease ends when its isolate settles it (unused tokens come back) or after

@@ -7,13 +7,13 @@ import { DropRateReader } from "../../functions/before-publish";
 import { CopyTally, copyKey, DropCopyQueue, OverflowLog, type QueuedCopy } from "../../functions/drop-copies";
 import { Thinning } from "../../functions/thinning";
 import type { ChannelObject } from "../channel/channel-object";
+import { LimiterGate } from "../limiter/limiter-gate";
 import { shardName } from "../limiter/limiter-shard";
 import { MetricsBuffer } from "../metrics/metrics-buffer";
 import { channelStub, limiterShardStub, metricsStub } from "../platform/stubs";
 import { isAnalytics } from "../settings/rules";
 import { type Settings, settingsOf } from "../settings/settings";
 import { sendToQueue } from "./drops/record-producer";
-import { LimiterGate } from "./gate/limiter-gate";
 import { PublishBatcher } from "./publish-batcher";
 import { ChannelReads } from "./reads/channel-reads";
 

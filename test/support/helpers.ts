@@ -6,9 +6,9 @@ import { env, exports } from "cloudflare:workers";
 import type { Message, SocketLike, TokenPair } from "@floodgate/client";
 import { readSse as readSseEvents } from "@floodgate/client";
 import type { BatchChargeResult, LeaseRequest } from "../../src/limiter/bucket-charge";
+import type { BucketBackend } from "../../src/limiter/limiter-gate";
 import { shardOf, shardStub } from "../../src/limiter/limiter-shard";
 import type { Limit } from "../../src/settings/limits";
-import type { BucketBackend } from "../../src/worker/gate/limiter-gate";
 
 export const ADMIN = "test-admin-token";
 export const BASE = "https://floodgate.test";

@@ -5,12 +5,12 @@
  */
 import { bearerAuth } from "hono/bearer-auth";
 import { createMiddleware } from "hono/factory";
+import { adminAuthBudget } from "../../limiter/budgets";
 import { type SecretName, secretProblem } from "../../settings/secrets";
 import { settingsOf } from "../../settings/settings";
 import { anyPatternMatches, type ChannelName } from "../../wire/channel-names";
 import { ApiError, permissionDenied, unauthenticated } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
-import { adminAuthBudget } from "../gate/budgets";
 import { apiErrorResponse } from "../http/errors";
 import { clientIp } from "../http/params";
 import { revokedSessions } from "./revoked-sessions";

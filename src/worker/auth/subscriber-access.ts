@@ -4,13 +4,13 @@
  * `?token=` — and the door of a read of what a channel holds (history, presence).
  */
 import type { Context } from "hono";
+import { readBudget } from "../../limiter/budgets";
 import { shardRuleFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
 import type { ChannelName } from "../../wire/channel-names";
 import { ApiError } from "../../wire/errors";
 import { WS_BEARER_PREFIX } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
-import { readBudget } from "../gate/budgets";
 import { clientIp } from "../http/params";
 import { audienceOf } from "../shards/audience";
 import { authorise, bearer, verifyAccess } from "./authorise";

@@ -5,7 +5,7 @@
  */
 import { refusalReasonOf } from "../../metrics/series";
 
-/** `"<bucket>";…` at the start of a 429's `RateLimit-Policy` (src/worker/gate/headers.ts). */
+/** `"<bucket>";…` at the start of a 429's `RateLimit-Policy` (src/limiter/denials.ts). */
 const POLICY_BUCKET = /^"([a-z-]{1,32})"/;
 
 /** The reason an answer is a refusal, or null when it is not one. */

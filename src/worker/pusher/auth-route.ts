@@ -8,13 +8,13 @@
  */
 import { Hono } from "hono";
 import * as z from "zod";
+import { tokenIssueBudget } from "../../limiter/budgets";
 import { parseChannelName } from "../../wire/channel-names";
 import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
 import { checkPusherName, isPresence, pusherChannel, pusherVisibility } from "../../wire/pusher/names";
 import { channelAuth } from "../../wire/pusher/signatures";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer, MISSING_BEARER } from "../auth/authorise";
-import { tokenIssueBudget } from "../gate/budgets";
 import { readBody } from "../http/body";
 import { ACCESS_TOKEN, documented, errors, json, route } from "../http/openapi";
 import { clientIp } from "../http/params";

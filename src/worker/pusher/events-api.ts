@@ -9,13 +9,13 @@
  * answer is Pusher's (`{}`, or `info`'s counts) with a `floodgate` member saying each copy's fate.
  */
 import type { Context } from "hono";
+import { type Budget, publishBudget } from "../../limiter/budgets";
 import { summaryFor } from "../../settings/rules";
 import { type ChannelName, parseChannelName } from "../../wire/channel-names";
 import { utf8Length } from "../../wire/frame-text";
 import { EVENT_NAME_MAX, eventMetaText, pusherBody, reservedEventName } from "../../wire/pusher/event-meta";
 import { checkPusherName, isPresence, pusherChannel } from "../../wire/pusher/names";
 import type { AppEnv } from "../app-env";
-import { type Budget, publishBudget } from "../gate/budgets";
 import { throttleAndDeliver } from "../publish-one";
 import { countedChannelStub } from "../services";
 import { audienceOf } from "../shards/audience";

@@ -8,10 +8,10 @@
  */
 import { WorkerEntrypoint } from "cloudflare:workers";
 import { splitShardKey } from "../../../functions/shard-key";
+import { publishBudget } from "../../limiter/budgets";
 import { summaryFor } from "../../settings/rules";
 import { parseChannelName } from "../../wire/channel-names";
 import { eventMetaText, pusherBody } from "../../wire/pusher/event-meta";
-import { publishBudget } from "../gate/budgets";
 import { throttleAndDeliver } from "../publish-one";
 import { services } from "../services";
 import { pusherSummaryKey } from "./summary-key";

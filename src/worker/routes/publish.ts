@@ -5,6 +5,7 @@
 import { Hono } from "hono";
 import * as z from "zod";
 import { messageKey } from "../../../functions/drop-summary";
+import { publishBudget } from "../../limiter/budgets";
 import { isAnalytics, summaryFor } from "../../settings/rules";
 import type { SummaryRule } from "../../settings/settings";
 import { invalidArgument, permissionDenied } from "../../wire/errors";
@@ -12,8 +13,7 @@ import { readPusherBody } from "../../wire/pusher/event-meta";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer } from "../auth/authorise";
 import type { VerifiedToken } from "../auth/tokens";
-import { publishBudget } from "../gate/budgets";
-import { deniedResponse } from "../gate/headers";
+import { deniedResponse } from "../gate/denied-response";
 import { parseJsonText, readBody } from "../http/body";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, EpochSchema, errors, json, route } from "../http/openapi";

@@ -21,6 +21,7 @@ import {
   NET_SHARE,
   netCapError,
 } from "../../channel/client-cap";
+import { readBudget, subscribeBudget } from "../../limiter/budgets";
 import { relayStub } from "../../platform/stubs";
 import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
@@ -31,7 +32,6 @@ import type { AppEnv } from "../app-env";
 import { checkGrant, grants, MISSING_BEARER, verifyAccess } from "../auth/authorise";
 import { offeredProtocols, presentedToken } from "../auth/subscriber-access";
 import type { VerifiedToken } from "../auth/tokens";
-import { readBudget, subscribeBudget } from "../gate/budgets";
 import { releaseConnection, takeConnection } from "../gate/connections";
 import { orUnavailable } from "../http/errors";
 import { ACCESS_TOKEN, ChannelPath, documented, ErrorBody, errors, json, route } from "../http/openapi";

@@ -6,6 +6,7 @@
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
+import { tokenIssueBudget } from "../../limiter/budgets";
 import { refreshLedgerStub, revokedSessionsStub } from "../../platform/stubs";
 import { DurationError, parseDuration } from "../../settings/durations";
 import { LimitError, type LimitJson, limitToJson, parseLimit } from "../../settings/limits";
@@ -27,7 +28,6 @@ import {
   TokenTooLargeError,
   verifyToken,
 } from "../auth/tokens";
-import { tokenIssueBudget } from "../gate/budgets";
 import { orUnavailable } from "../http/errors";
 import { ADMIN_ONLY, documented, errors, json, route } from "../http/openapi";
 import { clientIp } from "../http/params";

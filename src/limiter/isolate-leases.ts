@@ -17,10 +17,10 @@
  * call to the lease's shard, whatever keys that call is for ({@link IsolateLeases.settlesFor}), or it
  * simply ends in the object when it expires.
  */
-import { BoundedMap } from "../../../functions/bounded-map";
-import { MinHeap } from "../../../functions/min-heap";
-import { LEASE_SPEND_MS, type Lease, type LeaseRequest } from "../../limiter/bucket-charge";
-import type { Limit } from "../../settings/limits";
+import { BoundedMap } from "../../functions/bounded-map";
+import { MinHeap } from "../../functions/min-heap";
+import type { Limit } from "../settings/limits";
+import { LEASE_SPEND_MS, type Lease, type LeaseRequest } from "./bucket-charge";
 
 /** Requests for one key seen in this isolate over the last 250–500 ms before a charge asks for a lease. */
 export const LEASE_MIN_DEMAND = 4;

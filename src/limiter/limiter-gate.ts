@@ -1,8 +1,9 @@
 /**
- * The Worker side of the rate limiter: picks the bucket key and limit, answers from a lease or the
+ * The calling side of the rate limiter, in the Worker and in a connection host (src/connection-host/host-reads.ts),
+ * beside the shards it asks: picks the bucket key and limit, answers from a lease or the
  * deny cache when it can, and otherwise asks the bucket's shard, batching requests whose keys share a
- * shard. One job each: src/worker/gate/isolate-leases.ts (leases), src/worker/gate/deny-cache.ts (cached denials),
- * src/worker/gate/headers.ts (what the response says); this module batches and decides.
+ * shard. One job each: src/limiter/isolate-leases.ts (leases), src/limiter/deny-cache.ts (cached denials),
+ * src/limiter/denials.ts (what the response says); this module batches and decides.
  *
  * Coalescing: buckets live in shards, many keys to an object (src/limiter/limiter-shard.ts). Requests whose
  * keys share a shard and arrive while that shard's call is in flight go to it together as one
@@ -14,14 +15,14 @@
  * `LIMITER_BATCHING.patienceMs`: that can charge it twice (once in the lost batch), never admit it twice.
  */
 
-import type { BatchChargeResult, LeaseRequest } from "../../limiter/bucket-charge";
-import { type KeyCharge, shardOf } from "../../limiter/limiter-shard";
-import { Coalescer, type CoalescerOptions, LOST } from "../../platform/coalescer";
-import type { Limit } from "../../settings/limits";
-import { ApiError } from "../../wire/errors";
+import { Coalescer, type CoalescerOptions, LOST } from "../platform/coalescer";
+import type { Limit } from "../settings/limits";
+import { ApiError } from "../wire/errors";
+import type { BatchChargeResult, LeaseRequest } from "./bucket-charge";
+import { type BucketName, type Denial, deniedError, rateLimitHeaders } from "./denials";
 import { DenyCache } from "./deny-cache";
-import { type BucketName, type Denial, deniedError, rateLimitHeaders } from "./headers";
 import { IsolateLeases } from "./isolate-leases";
+import { type KeyCharge, shardOf } from "./limiter-shard";
 
 /** What a shard answers for a batch of keys' charges, in order; backed by `LimiterShard.decide`. */
 export interface BucketBackend {

@@ -12,15 +12,15 @@ import {
   type LeaseRequest,
   SPARE_LEASE_MAX,
   SPARE_LEASE_SPEND_MS,
-} from "../../../src/limiter/bucket-charge";
-import { shardName, shardStub } from "../../../src/limiter/limiter-shard";
-import { fullBucket, take } from "../../../src/limiter/token-bucket";
-import { limiterShardStub } from "../../../src/platform/stubs";
-import type { Limit } from "../../../src/settings/limits";
-import { IsolateLeases, LEASE_MIN_DEMAND } from "../../../src/worker/gate/isolate-leases";
-import { type BucketBackend, LimiterGate } from "../../../src/worker/gate/limiter-gate";
-import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, perKey, uniq } from "../../support/helpers";
-import { seededRandom } from "../../support/seeded-random";
+} from "../../src/limiter/bucket-charge";
+import { IsolateLeases, LEASE_MIN_DEMAND } from "../../src/limiter/isolate-leases";
+import { type BucketBackend, LimiterGate } from "../../src/limiter/limiter-gate";
+import { shardName, shardStub } from "../../src/limiter/limiter-shard";
+import { fullBucket, take } from "../../src/limiter/token-bucket";
+import { limiterShardStub } from "../../src/platform/stubs";
+import type { Limit } from "../../src/settings/limits";
+import { adminHeaders, callAndWait, envWith, keysInOneShard, mint, perKey, uniq } from "../support/helpers";
+import { seededRandom } from "../support/seeded-random";
 
 /** `key`'s bucket in its shard, charged alone: `count` requests at `now`, asking for `lease`. */
 const bucket = (key: string) => ({

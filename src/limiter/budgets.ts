@@ -3,10 +3,10 @@
  * Pure.
  */
 
-import type { LimitJson } from "../../settings/limits";
-import { type Limit, LimitError, parseLimit } from "../../settings/limits";
-import type { Settings } from "../../settings/settings";
-import { type ChannelName, selectRule } from "../../wire/channel-names";
+import type { LimitJson } from "../settings/limits";
+import { type Limit, LimitError, parseLimit } from "../settings/limits";
+import type { Settings } from "../settings/settings";
+import { type ChannelName, selectRule } from "../wire/channel-names";
 
 export interface Budget {
   key: string;

@@ -2,9 +2,9 @@
  * Rate-limit gates over HTTP: order, keys, headers, 429 bodies, overrides, failure, deny cache.
  */
 import { describe, expect, it, vi } from "vitest";
-import { LimiterShard } from "../../../src/limiter/limiter-shard";
-import { signToken } from "../../../src/worker/auth/tokens";
-import { LIMITER_BATCHING, LimiterGate } from "../../../src/worker/gate/limiter-gate";
+import { LIMITER_BATCHING, LimiterGate } from "../../src/limiter/limiter-gate";
+import { LimiterShard } from "../../src/limiter/limiter-shard";
+import { signToken } from "../../src/worker/auth/tokens";
 import {
   adminHeaders,
   callAndWait,
@@ -15,7 +15,7 @@ import {
   perKey,
   uniq,
   withFailing,
-} from "../../support/helpers";
+} from "../support/helpers";
 
 const SECRET = "test-token-secret-0123456789abcdef";
 const peek = peekBucket;
@@ -413,7 +413,7 @@ describe("deny cache", () => {
       return Number(text.match(/^floodgate_rate_limit_deny_cache_hits_total\{bucket="publish"\} (\d+)$/m)?.[1]);
     };
     const hitsBefore = await hits();
-    const { services } = await import("../../../src/worker/services");
+    const { services } = await import("../../src/worker/services");
     const callsBefore = services(e).gate.calls;
     const statuses = [];
     for (let i = 0; i < 50; i++) statuses.push((await publishWith(e, ch, t)).status);

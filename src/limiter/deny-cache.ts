@@ -3,8 +3,8 @@
  * T without calling the object. It can only deny, never admit, so strictness holds; a flooding
  * subject then costs about one object call per refill interval instead of one per request.
  */
-import { BoundedMap } from "../../../functions/bounded-map";
-import { type Limit, sameLimit } from "../../settings/limits";
+import { BoundedMap } from "../../functions/bounded-map";
+import { type Limit, sameLimit } from "../settings/limits";
 
 /** A key denied until `until` under `limit`, its bucket full again at `fullAt` (isolate clock). */
 export interface Denial {

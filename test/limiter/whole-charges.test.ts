@@ -5,12 +5,12 @@
  */
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
-import type { BatchChargeResult } from "../../../src/limiter/bucket-charge";
-import { shardStub } from "../../../src/limiter/limiter-shard";
-import type { Limit } from "../../../src/settings/limits";
-import { LEASE_MIN_DEMAND } from "../../../src/worker/gate/isolate-leases";
-import { LimiterGate } from "../../../src/worker/gate/limiter-gate";
-import { uniq } from "../../support/helpers";
+import type { BatchChargeResult } from "../../src/limiter/bucket-charge";
+import { LEASE_MIN_DEMAND } from "../../src/limiter/isolate-leases";
+import { LimiterGate } from "../../src/limiter/limiter-gate";
+import { shardStub } from "../../src/limiter/limiter-shard";
+import type { Limit } from "../../src/settings/limits";
+import { uniq } from "../support/helpers";
 
 const hourly = (n: number): Limit => ({ rate: n, perMs: 3_600_000, burst: n }); // no refill in a test
 

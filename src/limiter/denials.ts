@@ -3,9 +3,8 @@
  * `RateLimit` fields of an allowed response, and the 429 of a denial with its `Retry-After`.
  */
 
-import type { Limit } from "../../settings/limits";
-import { ApiError, ERROR_KINDS } from "../../wire/errors";
-import { securedJson } from "../http/security-headers";
+import type { Limit } from "../settings/limits";
+import { ApiError } from "../wire/errors";
 
 export type BucketName = "publish" | "subscribe" | "token-issue" | "read" | "admin-auth";
 
@@ -39,8 +38,8 @@ export interface Denial {
   fullInMs: number;
 }
 
-/** The 429's parts, one place for both ways of answering it. */
-function denialParts({ bucket, limit, retryAfterMs, fullInMs }: Denial) {
+/** The 429's parts, one place for both ways of answering it (src/worker/gate/denied-response.ts). */
+export function denialParts({ bucket, limit, retryAfterMs, fullInMs }: Denial) {
   const retry = Math.max(1, Math.ceil(retryAfterMs));
   return {
     message: MESSAGES[bucket],
@@ -56,15 +55,4 @@ function denialParts({ bucket, limit, retryAfterMs, fullInMs }: Denial) {
 export function deniedError(denial: Denial): ApiError {
   const { message, meta, headers } = denialParts(denial);
   return new ApiError("rate_limited", message, meta, headers);
-}
-
-/**
- * The same 429 as {@link deniedError}'s `toResponse()`, built directly with the security headers
- * (src/worker/http/security-headers.ts): the answer of a flood's every request, so it makes no Error object
- * and sets no header twice.
- */
-export function deniedResponse(denial: Denial): Response {
-  const { message, meta, headers } = denialParts(denial);
-  const kind = ERROR_KINDS.rate_limited;
-  return securedJson({ code: kind.code, msg: message, meta: { code: kind.metaCode, ...meta } }, kind.status, headers);
 }
