@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// Why the p99 of a local phase says little about Floodgate (docs/benchmarks.md, "Reads beside a hot
-// channel"): a minimal Worker with no Floodgate code in it, driven at a steady pace, stalls every few
-// seconds and its process grows, as soon as each request calls a Durable Object. Three shapes, in
+// What of a local phase's p99 is the runtime's (docs/benchmarks.md, "Reads beside a hot channel"): a
+// minimal Worker with no Floodgate code in it, driven at a steady pace, grows its workerd process the
+// whole run, the most when each request calls a Durable Object, and a request now and then waits out
+// a pause of the runtime. Three shapes, in
 // turn, each in a workerd of its own: `get` (a bare GET), `rpc` (one no-op object call a request) and
 // `write` (one object call that appends the body as one SQLite row: the one-write floor). Each request
 // is timed on its own; a stall is a run of requests slower than 25 ms. Prints, per shape, p50, p99,
