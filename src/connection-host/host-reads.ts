@@ -7,16 +7,15 @@
  * history reads and other connections. The connection's own subscribe budget (./subscriptions.ts)
  * still bounds its churn; this one bounds what a client IP reads over all its connections.
  *
- * Charged through a limiter gate of the host's own (src/limiter/limiter-gate.ts, as the Worker's,
- * with a backend that calls the shards from here): subscribes that arrive together, as pusher-js
- * sends a page's channels on connect, share one call to their shard, which still decides each of
- * them strictly. A limiter that fails answers `failed`: the subscribe is refused (fail closed).
+ * Charged through a limiter gate of the host's own, counted as the Worker's (src/limiter/shard-gate.ts):
+ * subscribes that arrive together, as pusher-js sends a page's channels on connect, share one call to
+ * their shard, which still decides each of them strictly. A limiter that fails answers `failed`: the
+ * subscribe is refused (fail closed).
  */
 import { ipOf } from "../channel/client-cap";
 import { readBudget } from "../limiter/budgets";
-import { LimiterGate } from "../limiter/limiter-gate";
-import { shardName } from "../limiter/limiter-shard";
-import { limiterShardStub } from "../platform/stubs";
+import type { LimiterGate } from "../limiter/limiter-gate";
+import { shardGate } from "../limiter/shard-gate";
 import type { Settings } from "../settings/settings";
 import type { HostMetrics } from "./host-metrics";
 
@@ -27,23 +26,7 @@ export class HostReads {
   private readonly gate: LimiterGate;
 
   constructor(env: Env, metrics: HostMetrics) {
-    this.gate = new LimiterGate(
-      {
-        charge: (shard, charges) => {
-          metrics.inc("floodgate_object_calls_total", { object: "limiter" });
-          return limiterShardStub(env, shardName(shard)).decide(charges);
-        },
-      },
-      {
-        // Counted as the Worker counts its decisions (src/worker/services.ts).
-        decision: (bucket, allowed, source) => {
-          metrics.inc("floodgate_rate_limit_decisions_total", { bucket, result: allowed ? "allowed" : "denied" });
-          if (source === "deny_cache") metrics.inc("floodgate_rate_limit_deny_cache_hits_total", { bucket });
-          if (source === "lease") metrics.inc("floodgate_rate_limit_lease_hits_total", { bucket });
-        },
-        error: (bucket) => metrics.inc("floodgate_rate_limit_errors_total", { bucket }),
-      },
-    );
+    this.gate = shardGate(env, metrics);
   }
 
   /** Takes one token from `read:<ip>` of `client` (a connection's `ip:` key; `read:unknown` without an IP). */

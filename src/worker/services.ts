@@ -7,10 +7,10 @@ import { DropRateReader } from "../../functions/before-publish";
 import { CopyTally, copyKey, DropCopyQueue, OverflowLog, type QueuedCopy } from "../../functions/drop-copies";
 import { Thinning } from "../../functions/thinning";
 import type { ChannelObject } from "../channel/channel-object";
-import { LimiterGate } from "../limiter/limiter-gate";
-import { shardName } from "../limiter/limiter-shard";
+import type { LimiterGate } from "../limiter/limiter-gate";
+import { shardGate } from "../limiter/shard-gate";
 import { MetricsBuffer } from "../metrics/metrics-buffer";
-import { channelStub, limiterShardStub, metricsStub } from "../platform/stubs";
+import { channelStub, metricsStub } from "../platform/stubs";
 import { isAnalytics } from "../settings/rules";
 import { type Settings, settingsOf } from "../settings/settings";
 import { sendToQueue } from "./drops/record-producer";
@@ -121,22 +121,7 @@ export function services(env: Env): Services {
       // since each may still have reached the queue (docs/operations.md, "The record of dropped messages").
       onUnsettled: (copies) => metrics.inc("floodgate_analytics_copies_unsettled_total", {}, copies.total),
     }),
-    gate: new LimiterGate(
-      {
-        charge: (shard, charges) => {
-          metrics.inc("floodgate_object_calls_total", { object: "limiter" });
-          return limiterShardStub(env, shardName(shard)).decide(charges);
-        },
-      },
-      {
-        decision: (bucket, allowed, source) => {
-          metrics.inc("floodgate_rate_limit_decisions_total", { bucket, result: allowed ? "allowed" : "denied" });
-          if (source === "deny_cache") metrics.inc("floodgate_rate_limit_deny_cache_hits_total", { bucket });
-          if (source === "lease") metrics.inc("floodgate_rate_limit_lease_hits_total", { bucket });
-        },
-        error: (bucket) => metrics.inc("floodgate_rate_limit_errors_total", { bucket }),
-      },
-    ),
+    gate: shardGate(env, metrics),
   };
   s = svc;
   cache.set(env, s);
