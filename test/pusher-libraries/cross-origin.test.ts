@@ -12,7 +12,7 @@
 import Pusher from "pusher";
 import PusherJS from "pusher-js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { edgeInFrontOf } from "./edge";
+import { edgeInFrontOf, headerInPath } from "./edge";
 import { backendAuthorization, subscribed, uniq } from "./floodgate";
 import { PUSHER, pusherFloodgate } from "./global-setup";
 
@@ -24,10 +24,7 @@ let edge: { port: number; stop(): void };
 beforeAll(async () => {
   worker = await pusherFloodgate({ CORS_ORIGINS: `*, ${LISTED}` });
   // `/origin/<origin>/app/…` is the page on <origin> opening `/app/…`.
-  edge = await edgeInFrontOf(new URL(worker.base), (path) => {
-    const m = /^\/origin\/([^/]+)(\/.*)$/.exec(path);
-    return m ? { path: m[2] as string, headers: { Origin: decodeURIComponent(m[1] as string) } } : null;
-  });
+  edge = await edgeInFrontOf(new URL(worker.base), headerInPath("origin", "Origin"));
 });
 afterAll(async () => {
   edge?.stop();

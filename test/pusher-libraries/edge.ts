@@ -36,3 +36,15 @@ export async function edgeInFrontOf(target: URL, route: EdgeRoute): Promise<{ po
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   return { port: (server.address() as { port: number }).port, stop: () => server.close() };
 }
+
+/**
+ * The route of a test whose connections each name one header in their path: `/<prefix>/<value>/…` is
+ * `…` asked with `header: <value>` (URI-decoded); any other path is refused.
+ */
+export function headerInPath(prefix: string, header: string): EdgeRoute {
+  const pattern = new RegExp(`^/${prefix}/([^/]+)(/.*)$`);
+  return (path) => {
+    const m = pattern.exec(path);
+    return m ? { path: m[2] as string, headers: { [header]: decodeURIComponent(m[1] as string) } } : null;
+  };
+}

@@ -11,7 +11,7 @@
  */
 import type PusherJS from "pusher-js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { edgeInFrontOf } from "./edge";
+import { edgeInFrontOf, headerInPath } from "./edge";
 import { client, server, subscribed, uniq, until } from "./floodgate";
 import { pusherFloodgate } from "./global-setup";
 
@@ -20,10 +20,7 @@ let edge: { port: number; stop(): void };
 
 beforeAll(async () => {
   worker = await pusherFloodgate({ METRICS_FLUSH_MS: "0", READ_RATE: "1/h", READ_BURST: "3" });
-  edge = await edgeInFrontOf(new URL(worker.base), (path) => {
-    const m = /^\/from\/([^/]+)(\/.*)$/.exec(path);
-    return m ? { path: m[2] as string, headers: { "CF-Connecting-IP": decodeURIComponent(m[1] as string) } } : null;
-  });
+  edge = await edgeInFrontOf(new URL(worker.base), headerInPath("from", "CF-Connecting-IP"));
 });
 afterAll(async () => {
   edge?.stop();

@@ -15,7 +15,7 @@
  */
 import type PusherJS from "pusher-js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { edgeInFrontOf } from "./edge";
+import { edgeInFrontOf, headerInPath } from "./edge";
 import { backendAuthorization, client, server, subscribed, uniq, until } from "./floodgate";
 import { pusherFloodgate } from "./global-setup";
 
@@ -30,10 +30,7 @@ beforeAll(async () => {
     ANONYMOUS_SHARE: "0.4",
   });
   // Each connection's client address is the one its path starts with (`/from/<address>/app/…`).
-  edge = await edgeInFrontOf(new URL(worker.base), (path) => {
-    const m = /^\/from\/([^/]+)(\/.*)$/.exec(path);
-    return m ? { path: m[2] as string, headers: { "CF-Connecting-IP": decodeURIComponent(m[1] as string) } } : null;
-  });
+  edge = await edgeInFrontOf(new URL(worker.base), headerInPath("from", "CF-Connecting-IP"));
 });
 afterAll(async () => {
   edge?.stop();
