@@ -3,9 +3,11 @@
  * reads cannot starve a channel). However many clients read a channel's history and presence, each
  * isolate asks the channel's object at most about once a second for each: its newest retained
  * messages (a snapshot that answers any page it covers) and its presence. Answers are at most
- * {@link READ_TTL_MS} old. Who may read is checked for every request before it gets here (the read
- * door, src/worker/auth/subscriber-access.ts), and answers are keyed by the object that holds them
- * (the channel's, or a shard's), so an answer only ever reaches a reader of that channel or shard.
+ * {@link READ_TTL_MS} old; a page the snapshot cannot answer for sure (older than it holds, after a
+ * seq past its head, in an epoch not its own) is asked of the object. Who may read is checked for
+ * every request before it gets here (the read door, src/worker/auth/subscriber-access.ts), and
+ * answers are keyed by the object that holds them (the channel's, or a shard's), so an answer only
+ * ever reaches a reader of that channel or shard.
  *
  * The analytics channel is read from its object every time: its history is paged by operators
  * through every retained copy, not read by crowds.
@@ -18,7 +20,6 @@ import { ReadCache } from "../../../functions/read-cache";
 import type { PresenceAnswer } from "../../channel/presence";
 import { released } from "../../platform/rpc-result";
 import type { Settings } from "../../settings/settings";
-import { resumePoint } from "../../wire/subscribe-params";
 import { type HistorySnapshot, pageFromSnapshot, SNAPSHOT_LIMIT, snapshotOf } from "./history-snapshot";
 
 /** The most a shared answer may be behind its object. */
@@ -81,13 +82,11 @@ export class ChannelReads {
       const snapshot = await this.snapshots.get(key, async () =>
         snapshotOf(released(await this.object(key).history(null, SNAPSHOT_LIMIT, null)), this.config.maxMessageBytes),
       );
-      const from = resumePoint(after, epoch, snapshot);
-      // Past the snapshot's head: only the object may say whether that is a restart (400) or news
-      // younger than the snapshot.
-      const page = from === "beyond" ? null : pageFromSnapshot(snapshot, from, limit);
+      const page = sureOf(snapshot, after, epoch) ? pageFromSnapshot(snapshot, after, limit) : null;
       if (page !== null) return { frames: page };
     }
-    // Not covered by the snapshot (an old page of a long history, a page past 4 MiB), or not shared.
+    // Not covered by the snapshot (an old page of a long history, a page past 4 MiB, an `after` or an
+    // epoch it cannot place), or not shared.
     return released(await this.object(key).historyPage(after, limit, source, epoch));
   }
 
@@ -95,4 +94,15 @@ export class ChannelReads {
   presence(key: string): Promise<PresenceAnswer> {
     return this.presences.get(key, async () => released(await this.object(key).presence(key)));
   }
+}
+
+/**
+ * Whether the snapshot can place a page after `after` in `epoch`: no `after`, or one within its head
+ * in its own epoch (or none named). A snapshot is up to a second old, so anything past its head, or
+ * an epoch not its own, may be news it has not seen (a message newer than it, the channel's new
+ * numbering) rather than a restart: only the object knows its head and epoch, and answers those
+ * (docs/api.md, "Numbering restarts"). A page the snapshot answers may so be short, never older than asked.
+ */
+function sureOf(snapshot: HistorySnapshot, after: number | null, epoch: string | null): boolean {
+  return after === null || (after <= snapshot.head && (epoch === null || epoch === snapshot.epoch));
 }
