@@ -142,7 +142,7 @@ function longDuration(raw: RawConfig, variable: Parameters<typeof textOf>[1]): n
  * and `*` for public reads from any origin. A malformed one is bad configuration, so a typo never
  * silently locks a web app out (or lets another in).
  */
-function corsOrigins(raw: RawConfig): CorsOrigins {
+export function corsOrigins(raw: RawConfig): CorsOrigins {
   const origins = new Set<string>();
   let anyForPublicReads = false;
   for (const part of textOf(raw, "CORS_ORIGINS").split(",")) {

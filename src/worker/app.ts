@@ -5,11 +5,11 @@
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import * as z from "zod";
-import { ConfigError } from "../settings/settings";
+import { ConfigError, rawConfigFrom } from "../settings/settings";
 import { ApiError } from "../wire/errors";
 import type { AppEnv } from "./app-env";
 import { adminAuth } from "./auth/authorise";
-import { cors } from "./http/cors";
+import { cors, corsOnConfigError } from "./http/cors";
 import { apiErrorResponse, errorResponse } from "./http/errors";
 import { documented, json, mount, openApiDocument, route } from "./http/openapi";
 import { refusalReason } from "./http/refusals";
@@ -46,7 +46,9 @@ const withServices = createMiddleware<AppEnv>(async (c, next) => {
   } catch (e) {
     if (e instanceof ConfigError) {
       console.error(`floodgate: ${e.message}`);
-      throw new ApiError("internal", e.message, { variable: e.variable });
+      const res = apiErrorResponse(new ApiError("internal", e.message, { variable: e.variable }));
+      // The cors middleware below needs the settings: this answer gets its CORS headers here.
+      return corsOnConfigError(c.req.raw, rawConfigFrom(c.env), res);
     }
     throw e;
   }

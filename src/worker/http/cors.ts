@@ -15,7 +15,7 @@
  * 204, so it cannot refuse an origin's preflight or decide by the route and token as this must.
  */
 import { createMiddleware } from "hono/factory";
-import type { CorsOrigins } from "../../settings/settings";
+import { type CorsOrigins, corsOrigins, type RawConfig } from "../../settings/settings";
 import { isChannelName, parseChannelName } from "../../wire/channel-names";
 import { permissionDenied } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
@@ -83,22 +83,8 @@ export const cors = createMiddleware<AppEnv>(async (c, next) => {
   const method = c.req.method;
 
   // A preflight: answered here, before any route (none is declared for OPTIONS) or budget.
-  const requested = c.req.header("access-control-request-method");
-  if (method === "OPTIONS" && requested) {
-    const withAuth = (c.req.header("access-control-request-headers") ?? "").toLowerCase().includes("authorization");
-    const ok = grant === "listed" || (grant === "public" && !withAuth && isPublicRead(requested, path));
-    if (!ok) return refused(origin);
-    return new Response(null, {
-      status: 204,
-      headers: {
-        "Access-Control-Allow-Origin": grant === "listed" ? origin : "*",
-        "Access-Control-Allow-Methods": grant === "listed" ? ALLOW_METHODS : "GET",
-        "Access-Control-Allow-Headers": ALLOW_HEADERS,
-        "Access-Control-Max-Age": String(MAX_AGE_S),
-        Vary: "Origin",
-      },
-    });
-  }
+  const preflight = preflightAnswer(c.req.raw, grant, origin, path);
+  if (preflight) return preflight;
 
   // A WebSocket from a page: no preflight protects it, so the origin is checked here. A Pusher
   // connection under `*` may open, public reads only (its route reads `publicReadsOnly`).
@@ -110,18 +96,69 @@ export const cors = createMiddleware<AppEnv>(async (c, next) => {
   }
 
   await next();
-  const headers = c.res.headers;
+  allowOn(c.res.headers, grant, origin, !!c.req.header("authorization"), method, path);
+});
+
+/** The answer to a preflight (`OPTIONS` with `Access-Control-Request-Method`), or null for any other request. */
+function preflightAnswer(req: Request, grant: Grant, origin: string, path: string): Response | null {
+  const requested = req.headers.get("access-control-request-method");
+  if (req.method !== "OPTIONS" || !requested) return null;
+  const withAuth = (req.headers.get("access-control-request-headers") ?? "").toLowerCase().includes("authorization");
+  const ok = grant === "listed" || (grant === "public" && !withAuth && isPublicRead(requested, path));
+  if (!ok) return refused(origin);
+  return new Response(null, {
+    status: 204,
+    headers: {
+      "Access-Control-Allow-Origin": grant === "listed" ? origin : "*",
+      "Access-Control-Allow-Methods": grant === "listed" ? ALLOW_METHODS : "GET",
+      "Access-Control-Allow-Headers": ALLOW_HEADERS,
+      "Access-Control-Max-Age": String(MAX_AGE_S),
+      Vary: "Origin",
+    },
+  });
+}
+
+/** Sets what an answer to `origin` carries: `Vary: Origin` always, and the grant's allow and expose headers. */
+function allowOn(
+  headers: Headers,
+  grant: Grant,
+  origin: string,
+  withAuth: boolean,
+  method: string,
+  path: string,
+): void {
   headers.append("Vary", "Origin");
   const allow =
-    grant === "listed"
-      ? origin
-      : grant === "public" && !c.req.header("authorization") && isPublicRead(method, path)
-        ? "*"
-        : null;
+    grant === "listed" ? origin : grant === "public" && !withAuth && isPublicRead(method, path) ? "*" : null;
   if (allow === null) return;
   headers.set("Access-Control-Allow-Origin", allow);
   headers.set("Access-Control-Expose-Headers", EXPOSE_HEADERS);
-});
+}
+
+/**
+ * CORS for a deployment with invalid configuration, whose every answer is a 500 naming the bad
+ * variable (`res`): it is made before the settings exist, so `CORS_ORIGINS` is read on its own here.
+ * A preflight is answered as usual and `res` gets its CORS headers, so a page of a listed origin
+ * reads what is wrong instead of a bare CORS failure in its console. A `CORS_ORIGINS` that is itself
+ * invalid allows no origin.
+ */
+export function corsOnConfigError(req: Request, raw: RawConfig, res: Response): Response {
+  const origin = req.headers.get("origin");
+  const { pathname } = new URL(req.url);
+  if (!origin || !inScope(pathname)) return res;
+  let settings: CorsOrigins;
+  try {
+    settings = corsOrigins(raw);
+  } catch {
+    return res;
+  }
+  if (settings.origins.size === 0 && !settings.anyForPublicReads) return res;
+  const grant = grantOf(settings, origin);
+  const preflight = preflightAnswer(req, grant, origin, pathname);
+  if (preflight) return preflight;
+  allowOn(res.headers, grant, origin, req.headers.has("authorization"), req.method, pathname);
+  return res;
+}
 
 function refused(origin: string): Response {
   return apiErrorResponse(permissionDenied(`origin ${origin} may not call this API from a browser (CORS_ORIGINS)`));

@@ -278,6 +278,48 @@ describe("CORS_ORIGINS: configuration", () => {
     expect(() => parseConfig({ ...NO_BUDGETS, CORS_ORIGINS: value })).toThrow(/CORS_ORIGINS/);
   });
 
+  describe("a deployment whose configuration is invalid", () => {
+    const broken = (cors: string) => envWith({ CORS_ORIGINS: cors, PUBLISH_RATE: "fast" });
+
+    it("answers a listed origin's preflight, and its 500 naming the variable carries that origin", async () => {
+      const env = broken(APP);
+      const pre = await callAndWait("/v1/manifest", preflight(APP, "GET", "authorization"), env);
+      expect(pre.status).toBe(204);
+      expect(pre.headers.get("access-control-allow-origin")).toBe(APP);
+      const res = await callAndWait("/v1/manifest", from(APP), env);
+      expect(res.status).toBe(500);
+      expect(res.headers.get("access-control-allow-origin")).toBe(APP);
+      expect(res.headers.get("access-control-expose-headers")).toContain("Retry-After");
+      expect(res.headers.get("vary")).toContain("Origin");
+      const body = (await res.json()) as { msg: string; meta: { variable: string } };
+      expect(body.meta.variable).toBe("PUBLISH_RATE");
+      expect(body.msg).toContain("PUBLISH_RATE");
+    });
+
+    it("gives an unlisted origin, and every origin when CORS_ORIGINS is itself invalid, no CORS headers", async () => {
+      const unlisted = await callAndWait("/v1/manifest", from("https://other.example"), broken(APP));
+      expect(unlisted.status).toBe(500);
+      expect(unlisted.headers.get("access-control-allow-origin")).toBeNull();
+      const pre = await callAndWait("/v1/manifest", preflight("https://other.example", "GET"), broken(APP));
+      expect(pre.status).toBe(403);
+      const badCors = await callAndWait("/v1/manifest", from(APP), broken("app.example"));
+      expect(badCors.status).toBe(500);
+      expect(badCors.headers.get("access-control-allow-origin")).toBeNull();
+    });
+
+    it("under * allows any origin's public read of the 500, not one that carries Authorization", async () => {
+      const read = await callAndWait("/v1/manifest", from("https://other.example"), broken("*"));
+      expect(read.status).toBe(500);
+      expect(read.headers.get("access-control-allow-origin")).toBe("*");
+      const authed = await callAndWait(
+        "/v1/manifest",
+        from("https://other.example", { headers: { authorization: "Bearer x" } }),
+        broken("*"),
+      );
+      expect(authed.headers.get("access-control-allow-origin")).toBeNull();
+    });
+  });
+
   it("the manifest shows the origins, * last; empty by default", async () => {
     const res = await callAndWait("/v1/manifest", {}, mixed);
     expect(((await res.json()) as { cors_origins: string[] }).cors_origins).toEqual([APP, "*"]);
