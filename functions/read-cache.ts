@@ -38,6 +38,8 @@ interface Entry<V> {
   failed: boolean;
   /** When the ask began: the answer is shared until `at + ttlMs`. */
   at: number;
+  /** Which ask it is (the count of asks when it began, itself included). */
+  number: number;
   /** Estimated bytes, fixed once answered (the map's byte count reads it). */
   bytes: number;
 }
@@ -69,15 +71,40 @@ export class ReadCache<V> {
     return this.ask(key, ask);
   }
 
+  /**
+   * The answer for `key` from an ask that begins after this call: for a reader that must see
+   * everything that happened before it arrived, which an answer up to `ttlMs` old may not hold. Such
+   * asks of one key begin at least `spacingMs` apart, so readers who need them cost the backend at
+   * most one ask per `spacingMs` however many they are: each waits, on its own timers, for the next
+   * one and shares it. The answer is then shared with {@link get}'s readers as any other.
+   */
+  async getFresh(key: string, spacingMs: number, ask: () => Promise<V>): Promise<V> {
+    const after = this.asks;
+    for (;;) {
+      const hit = this.entries.get(key);
+      if (!hit || hit.failed) return this.ask(key, ask);
+      if (hit.number > after) {
+        if (hit.value !== null) return hit.value;
+        const answered = await pollUntil(() => hit.value !== null || hit.failed, this.opts.patienceMs);
+        if (answered && hit.value !== null) return hit.value;
+        return this.ask(key, ask);
+      }
+      const wait = hit.at + spacingMs - this.now();
+      // Another reader may ask meanwhile: this one then shares that ask. If none does, it asks itself.
+      if (wait > 0 && (await pollUntil(() => this.entries.peek(key) !== hit, wait))) continue;
+      return this.ask(key, ask);
+    }
+  }
+
   /** Forgets every answer (a test hook; the TTL does it otherwise). */
   clear(): void {
     this.entries.clear();
   }
 
   private async ask(key: string, ask: () => Promise<V>): Promise<V> {
-    const entry: Entry<V> = { value: null, failed: false, at: this.now(), bytes: 0 };
-    if (this.opts.ttlMs > 0) this.entries.set(key, entry);
     this.asks++;
+    const entry: Entry<V> = { value: null, failed: false, at: this.now(), number: this.asks, bytes: 0 };
+    if (this.opts.ttlMs > 0) this.entries.set(key, entry);
     let value: V;
     try {
       value = await ask();

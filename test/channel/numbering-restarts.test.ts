@@ -6,10 +6,10 @@
  * head in the current numbering answers 400 — a resume never silently skips the new messages. The
  * wipe is the channel's own alarm, run after its last publish is moved back in storage.
  */
-import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { exports } from "cloudflare:workers";
 import { FloodgateClient, type Message } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
+import { wipeIdleChannel } from "../support/channel-internals";
 import {
   BASE,
   call,
@@ -19,13 +19,11 @@ import {
   publisher,
   publishTo,
   readSse,
-  storedTables,
   uniq,
   until,
   workerSocket,
 } from "../support/helpers";
 
-const HISTORY_TTL_MS = 7 * 24 * 3600 * 1000;
 const EPOCH = /^[A-Za-z0-9_-]{1,64}$/;
 
 type Delivered = { status: string; epoch: string; seq: number };
@@ -35,20 +33,6 @@ async function publish(ch: string, token: string, data: unknown): Promise<Delive
   const res = await publishTo(ch, token, data);
   expect(res.status).toBe(200);
   return (await res.json()) as Delivered;
-}
-
-/** The channel's storage deleted by its own idle expiry: last publish moved back past HISTORY_TTL, then its alarm. */
-async function wipe(ch: string): Promise<void> {
-  const stub = channelObject(ch);
-  await runInDurableObject(stub, (_i, state) => {
-    state.storage.sql.exec(
-      "UPDATE counters SET value = value - ? WHERE name = 'last_publish_at'",
-      HISTORY_TTL_MS + 1000,
-    );
-  });
-  await evictDurableObject(stub);
-  expect(await runDurableObjectAlarm(stub)).toBe(true);
-  expect(await storedTables(stub)).toEqual({});
 }
 
 const history = (ch: string, query: string) =>
@@ -69,7 +53,7 @@ async function restarted() {
   // Straight from the object: the Worker's shared history answers may be up to 1 s old.
   const page = (await channelObject(ch).history(0, 10)).map((f) => JSON.parse(f) as { epoch: string; seq: number });
   expect(page.map((m) => [m.epoch, m.seq])).toEqual(before.map((d) => [d.epoch, d.seq]));
-  await wipe(ch);
+  await wipeIdleChannel(ch);
   const after = [await publish(ch, t, "d"), await publish(ch, t, "e")];
   const current = after[0]?.epoch as string;
   expect(current).toMatch(EPOCH);

@@ -72,6 +72,53 @@ describe("read cache", () => {
     expect(await waiter).toBe("own");
   });
 
+  it("a fresh read never takes an answer asked before it, and waits out the spacing to share the next one", async () => {
+    let t = 0;
+    const c = cache(() => t);
+    let asks = 0;
+    const answers: ((v: string) => void)[] = [];
+    const ask = () => {
+      asks++;
+      return new Promise<string>((r) => answers.push(r));
+    };
+    const old = c.get("k", ask);
+    await vi.advanceTimersByTimeAsync(1);
+    // The ask in flight began before these readers: they must not take its answer.
+    const fresh = Array.from({ length: 10 }, () => c.getFresh("k", 100, ask));
+    (answers[0] as (v: string) => void)("v1");
+    await vi.advanceTimersByTimeAsync(5);
+    expect(await old).toBe("v1");
+    expect(asks).toBe(1);
+    t = 100; // the spacing since the last ask is over: one of them asks, the rest share it
+    await vi.advanceTimersByTimeAsync(100);
+    expect(asks).toBe(2);
+    (answers[1] as (v: string) => void)("v2");
+    await vi.advanceTimersByTimeAsync(5);
+    expect(await Promise.all(fresh)).toEqual(Array(10).fill("v2"));
+    // An answer a fresh read brought is shared with every plain reader after it.
+    expect(await c.get("k", ask)).toBe("v2");
+    expect(asks).toBe(2);
+  });
+
+  it("fresh reads arriving all along cost at most one ask per spacing", async () => {
+    let t = 0;
+    const c = cache(() => t);
+    let asks = 0;
+    const ask = async () => `v${++asks}`;
+    const reads: Promise<string>[] = [];
+    for (let ms = 0; ms < 1000; ms += 5) {
+      t = ms;
+      reads.push(c.getFresh("k", 100, ask));
+      await vi.advanceTimersByTimeAsync(5);
+    }
+    t = 1200;
+    await vi.advanceTimersByTimeAsync(200);
+    await Promise.all(reads);
+    // Asked at 0, 100, …, 1,100 ms at most: 12 in the 1,200 ms the reads spanned.
+    expect(asks).toBeGreaterThanOrEqual(10);
+    expect(asks).toBeLessThanOrEqual(12);
+  });
+
   it("keeps keys apart, and is bounded in bytes: an answer larger than the budget is answered, not kept", async () => {
     const c = cache(() => 0, 10);
     expect(await c.get("a", async () => "aaaa")).toBe("aaaa");

@@ -4,7 +4,7 @@
  * object's parts change, only this file follows.
  */
 
-import { runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import type { ChannelActivity } from "../../src/channel/activity";
 import type { ChannelObject } from "../../src/channel/channel-object";
@@ -14,7 +14,7 @@ import type { Reservation } from "../../src/channel/relay-registry";
 import type { ChannelStore, CounterName, CounterValues } from "../../src/channel/store";
 import { channelStub } from "../../src/platform/stubs";
 import type { SideFrame } from "../../src/wire/frame-text";
-import { withFailing } from "./helpers";
+import { storedTables, withFailing } from "./helpers";
 
 /** The parts of the object tests look into (private in the class). */
 interface Parts {
@@ -96,6 +96,28 @@ export function backdateIdle(instance: ChannelObject, ms: number): void {
   const p = parts(instance);
   p.store.set({ last_publish_at: p.store.counter("last_publish_at") - ms });
   if (p.expiry.lastLeftAt) p.expiry.lastLeftAt -= ms;
+}
+
+/** The shipped `HISTORY_TTL`: a channel nobody published to for this long is deleted by its alarm. */
+const HISTORY_TTL_MS = 7 * 24 * 3600 * 1000;
+
+/**
+ * The channel's storage deleted by its own idle expiry, so its numbering restarts under a new epoch
+ * (docs/api.md, "Numbering restarts"): its last publish moved back past `HISTORY_TTL` in storage,
+ * the object evicted so memory reloads it, then its alarm. Throws if anything was left stored.
+ */
+export async function wipeIdleChannel(channel: string): Promise<void> {
+  const stub = channelStub(env, channel);
+  await runInDurableObject(stub, (_i, state) => {
+    state.storage.sql.exec(
+      "UPDATE counters SET value = value - ? WHERE name = 'last_publish_at'",
+      HISTORY_TTL_MS + 1000,
+    );
+  });
+  await evictDurableObject(stub);
+  if (!(await runDurableObjectAlarm(stub))) throw new Error(`${channel} had no alarm to expire it`);
+  const left = await storedTables(stub);
+  if (Object.keys(left).length > 0) throw new Error(`${channel} kept ${JSON.stringify(left)} past its idle expiry`);
 }
 
 /** Makes every slot reserved on the channel's relays lapse now. */

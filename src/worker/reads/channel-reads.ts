@@ -3,9 +3,13 @@
  * reads cannot starve a channel). However many clients read a channel's history and presence, each
  * isolate asks the channel's object at most about once a second for each: its newest retained
  * messages (a snapshot that answers any page it covers) and its presence. Answers are at most
- * {@link READ_TTL_MS} old. Who may read is checked for every request before it gets here (the read
- * door, src/worker/auth/subscriber-access.ts), and answers are keyed by the object that holds them
- * (the channel's, or a shard's), so an answer only ever reaches a reader of that channel or shard.
+ * {@link READ_TTL_MS} old, and never hold a seq at or below the reader's `after`: a reader the shared
+ * snapshot cannot place (an `after` past its head, an epoch not its own) waits for one taken after it
+ * arrived, at most ten a second per channel; a page older than a snapshot holds is asked of the
+ * object. Who may read is checked for
+ * every request before it gets here (the read door, src/worker/auth/subscriber-access.ts), and
+ * answers are keyed by the object that holds them (the channel's, or a shard's), so an answer only
+ * ever reaches a reader of that channel or shard.
  *
  * The analytics channel is read from its object every time: its history is paged by operators
  * through every retained copy, not read by crowds.
@@ -23,6 +27,11 @@ import { type HistorySnapshot, pageFromSnapshot, SNAPSHOT_LIMIT, snapshotOf } fr
 
 /** The most a shared answer may be behind its object. */
 export const READ_TTL_MS = 1000;
+/**
+ * The least time between two snapshots taken for reads a shared one cannot place (see
+ * {@link ChannelReads.history}): such readers, however many, add at most ten asks a second per channel.
+ */
+const FRESH_SPACING_MS = 100;
 /** How long a read waits for an answer another read is getting before it asks itself. */
 const PATIENCE_MS = 2000;
 /** Answers one isolate keeps: at most this many, and this many bytes (a snapshot may be 4 MiB). */
@@ -78,13 +87,19 @@ export class ChannelReads {
     epoch: string | null = null,
   ): Promise<{ frames: string[] } | { beyond: number }> {
     if (source === null && key !== this.config.analyticsChannel.name) {
-      const snapshot = await this.snapshots.get(key, async () =>
-        snapshotOf(released(await this.object(key).history(null, SNAPSHOT_LIMIT, null)), this.config.maxMessageBytes),
-      );
-      const from = resumePoint(after, epoch, snapshot);
-      // Past the snapshot's head: only the object may say whether that is a restart (400) or news
-      // younger than the snapshot.
-      const page = from === "beyond" ? null : pageFromSnapshot(snapshot, from, limit);
+      const load = async () =>
+        snapshotOf(released(await this.object(key).history(null, SNAPSHOT_LIMIT, null)), this.config.maxMessageBytes);
+      let snapshot = await this.snapshots.get(key, load);
+      let from: number | null | "beyond" = after;
+      if (!sureOf(snapshot, after, epoch)) {
+        // Past a shared snapshot's head, or in an epoch not its own: news it may not have seen, or a
+        // restart. A snapshot taken after this read arrived holds everything the reader can know of,
+        // so against it the object's own rule places `after` (docs/api.md, "Numbering restarts").
+        snapshot = await this.snapshots.getFresh(key, FRESH_SPACING_MS, load);
+        from = resumePoint(after, epoch, snapshot);
+        if (from === "beyond") return { beyond: snapshot.head };
+      }
+      const page = pageFromSnapshot(snapshot, from, limit);
       if (page !== null) return { frames: page };
     }
     // Not covered by the snapshot (an old page of a long history, a page past 4 MiB), or not shared.
@@ -95,4 +110,15 @@ export class ChannelReads {
   presence(key: string): Promise<PresenceAnswer> {
     return this.presences.get(key, async () => released(await this.object(key).presence(key)));
   }
+}
+
+/**
+ * Whether the snapshot can place a page after `after` in `epoch`: no `after`, or one within its head
+ * in its own epoch (or none named). A snapshot is up to a second old, so anything past its head, or
+ * an epoch not its own, may be news it has not seen (a message newer than it, the channel's new
+ * numbering) rather than a restart (docs/api.md, "Numbering restarts"). A page it places may so be
+ * short, never older than asked.
+ */
+function sureOf(snapshot: HistorySnapshot, after: number | null, epoch: string | null): boolean {
+  return after === null || (after <= snapshot.head && (epoch === null || epoch === snapshot.epoch));
 }

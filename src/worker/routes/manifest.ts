@@ -58,10 +58,8 @@ export function manifest(config: Settings) {
     // Presence (docs/api.md, "Presence"): announced per join and leave up to announce_max, above it
     // one interval frame per interval.
     presence: { announce_max: config.presenceAnnounceMax, interval: formatDuration(config.presenceIntervalMs) },
-    // AUDIENCE_SHARDS in selection order (docs/api.md, "Shards"); omitted when no rule is set.
-    ...(config.audienceShards.length
-      ? { audience_shards: config.audienceShards.map((r) => ({ pattern: r.pattern.source, by: r.value.by })) }
-      : {}),
+    // AUDIENCE_SHARDS in selection order (docs/api.md, "Shards"); empty when no rule is set.
+    audience_shards: config.audienceShards.map((r) => ({ pattern: r.pattern.source, by: r.value.by })),
     // CORS_ORIGINS (docs/api.md, "Browsers on other origins"): the listed origins, and "*" when public
     // reads are open to any origin; empty: only the Worker's own origin, servers and native apps.
     cors_origins: [...config.cors.origins, ...(config.cors.anyForPublicReads ? ["*"] : [])],
@@ -141,8 +139,7 @@ const Manifest = z
     }),
     audience_shards: z
       .array(z.object({ pattern: z.string(), by: z.enum(["group", "continent"]) }))
-      .optional()
-      .openapi({ description: "AUDIENCE_SHARDS in selection order (most specific first); omitted when empty." }),
+      .openapi({ description: "AUDIENCE_SHARDS in selection order (most specific first); empty when none is set." }),
     cors_origins: z.array(z.string()).openapi({
       description:
         'CORS_ORIGINS: origins whose pages may call the API from a browser; "*": public reads from any origin.',

@@ -2,10 +2,12 @@
  * Reads cannot starve a channel (docs/api.md, "Bounds"): history and presence answers are shared for
  * up to a second between the readers of one isolate, through real request contexts
  * (`exports.default.fetch`): however many read at once, the channel's object is asked once; an answer
- * is at most about a second old; and who may read is still checked for every request.
+ * is at most about a second old, and never older than asked (`after` past what is shared, or another
+ * epoch, is the channel's to answer); and who may read is still checked for every request.
  */
 import { exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
+import { wipeIdleChannel } from "../../support/channel-internals";
 import { BASE, freshIp, grown, mint, publishTo, scrapeMetrics, uniq, until } from "../../support/helpers";
 
 const CHANNEL_CALLS = 'floodgate_object_calls_total{object="channel"}';
@@ -76,5 +78,81 @@ describe("shared reads", () => {
       expect(wrong.status).toBe(403);
       expect(await wrong.text()).not.toContain("secret");
     }
+  });
+});
+
+type Page = { messages: { epoch: string; seq: number }[] };
+
+/** A history page's `[epoch, seq]`s (status 200 expected). */
+async function entries(path: string): Promise<[string, number][]> {
+  const res = await read(path);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as Page).messages.map((m) => [m.epoch, m.seq]);
+}
+
+/**
+ * Runs `scenario` on fresh channels until one met the history it read first still shared when it
+ * began asking past it (it answers its channel then, else null): what it checks is what reads beyond a
+ * stale shared answer give, and on a busy machine a second may pass first, when there is none.
+ */
+async function whileShared(scenario: () => Promise<string | null>): Promise<string> {
+  for (let run = 0; run < 5; run++) {
+    const ch = await scenario();
+    if (ch !== null) return ch;
+  }
+  throw new Error("no run met the shared history within its second");
+}
+
+/** Whether `ch`'s newest page is still `shared`. */
+async function stillShared(ch: string, shared: [string, number][]): Promise<boolean> {
+  return JSON.stringify(await entries(`/v1/history/${ch}`)) === JSON.stringify(shared);
+}
+
+describe("a shared history answer never reaches back past `after`", () => {
+  it("after a seq newer than the shared answer: only newer messages, never the older ones", async () => {
+    await whileShared(async () => {
+      const ch = `public:reads.${uniq()}`;
+      const t = (await mint({ sub: uniq(), channels: ["public:reads.*"] })).access_token;
+      for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+      const shared = await entries(`/v1/history/${ch}`);
+      expect(shared.map(([, seq]) => seq)).toEqual([1, 2, 3]);
+      const fourth = await publishTo(ch, t, 4);
+      const { epoch, seq } = (await fourth.json()) as { epoch: string; seq: number };
+      expect(seq).toBe(4);
+      if (!(await stillShared(ch, shared))) return null;
+      // The client knows seq 4 (from its publish, or its socket): nothing newer yet.
+      expect(await entries(`/v1/history/${ch}?after=4`)).toEqual([]);
+      // Past the channel's head with no epoch: a restart, as the channel itself reads it (all it keeps).
+      expect((await entries(`/v1/history/${ch}?after=5`)).map(([, s]) => s)).toEqual([1, 2, 3, 4]);
+      // The answer those reads waited for was taken after seq 4 and is shared now.
+      expect(await entries(`/v1/history/${ch}?after=3`)).toEqual([[epoch, 4]]);
+      return ch;
+    });
+  });
+
+  it("an epoch newer than the shared answer's (the channel restarted since): read in that epoch", async () => {
+    await whileShared(async () => {
+      const ch = `public:reads.${uniq()}`;
+      const t = (await mint({ sub: uniq(), channels: ["public:reads.*"] })).access_token;
+      for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+      const shared = await entries(`/v1/history/${ch}`);
+      const old = shared[0]?.[0] as string;
+      expect(shared).toEqual([
+        [old, 1],
+        [old, 2],
+        [old, 3],
+      ]);
+      await wipeIdleChannel(ch);
+      const { epoch, seq } = (await (await publishTo(ch, t, "new")).json()) as { epoch: string; seq: number };
+      expect(epoch).not.toBe(old);
+      expect(seq).toBe(1);
+      if (!(await stillShared(ch, shared))) return null;
+      // A client that saw the new epoch's seq 1: nothing newer, and none of the gone epoch's messages.
+      expect(await entries(`/v1/history/${ch}?epoch=${epoch}&after=1`)).toEqual([]);
+      expect(await entries(`/v1/history/${ch}?epoch=${epoch}&after=0`)).toEqual([[epoch, 1]]);
+      // Past the head of the epoch it names: the channel's 400, as with no answer shared.
+      expect((await read(`/v1/history/${ch}?epoch=${epoch}&after=2`)).status).toBe(400);
+      return ch;
+    });
   });
 });

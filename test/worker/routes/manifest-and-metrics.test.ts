@@ -29,6 +29,12 @@ describe("manifest", () => {
     expect(m.throttle.fast_period).toBe("10m");
   });
 
+  it("always lists audience_shards: [] with the shipped AUDIENCE_SHARDS (no rule)", async () => {
+    const res = await callAndWait("/v1/manifest", {}, envWith({ AUDIENCE_SHARDS: "{}" }));
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { audience_shards?: unknown }).audience_shards).toEqual([]);
+  });
+
   it("shows a disabled budget as rate 0, per 0s, burst 0", async () => {
     const res = await callAndWait("/v1/manifest", {}, envWith({ SUBSCRIBE_RATE: "", PUBLISH_RATE: "0/s" }));
     const m = (await res.json()) as { rate_limits: Record<string, unknown> };
