@@ -127,11 +127,12 @@ export async function runFaults(opts) {
     const loadEnd = Date.now();
     const d = await settled(fg, before, { quietMs: opts["settle-seconds"] * 1000, pollMs: 1000 });
     const settledAfter = ((Date.now() - loadEnd) / 1000).toFixed(0);
-    // The live view settles after the record (its appends come after the write).
+    // The live view settles after the record (its appends come after the write): every drop is on it
+    // or counted as its failure (those that failed before the queue too), but for unsettled sends.
     let live = [];
     for (let i = 0; i < 60; i++) {
       live = await analyticsIds(fg, reader, channel);
-      if (new Set(live).size + d.analyticsFailed >= d.recorded) break;
+      if (new Set(live).size + d.analyticsFailed >= d.dropped - d.unsettled) break;
       await new Promise((res) => setTimeout(res, 1000));
     }
     const record = await recordIds(fg, channel, t0 - 60_000, Date.now() + 60_000);

@@ -16,14 +16,14 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_record_copies_total:
     "Copies of dropped messages written to the record (RECORD_BUCKET), each once (dropped = record copies + record failures).",
   floodgate_record_failures_total:
-    "Copies of dropped messages not recorded: refused by the drops queue, too large for a queue message, or given up after the queue's retries.",
+    "Copies of dropped messages not recorded: refused by the drops queue, too large for a queue message, turned away by an isolate's full copy queue, or given up after the queue's retries.",
   floodgate_record_queue_messages_total:
     "Messages sent to the drops queue (DROPS_QUEUE), each carrying many copies of dropped messages.",
   floodgate_record_objects_written_total:
     "Objects written to the record (RECORD_BUCKET) by the drops queue's consumer, redeliveries included.",
   floodgate_record_expired_total: "Copies in record objects deleted by RECORD_RETENTION (the Cron sweep).",
   floodgate_analytics_copy_failures_total:
-    "Copies of dropped messages that did not reach the analytics channel (the record's live view) after the queue's retries.",
+    "Copies of dropped messages that never reached the analytics channel (the record's live view): those that failed before the drops queue, and those given up after the queue's retries (dropped = kept + expired + these).",
   floodgate_analytics_copies_unsettled_total:
     "Copies of dropped messages in a send that did not settle within 5 s (its request was cut off): each reached the drops queue or was lost.",
   floodgate_analytics_copies_total:

@@ -105,8 +105,12 @@ export function services(env: Env): Services {
       sink: { send: (batch) => sendCopies(env, config, reader, metrics, batch) },
       maxBytes: config.maxMessageBytes * COPY_QUEUE_MESSAGE_BYTES,
       onFailure: (failed, cause, error) => {
-        // Counted first, so the identity dropped = recorded + failed holds whatever happens next.
+        // Counted first, so the identities hold whatever happens next: dropped = recorded + record
+        // failures, and (these copies never reach the analytics channel either) dropped = copies on
+        // the analytics channel + its expired + analytics failures. Never reaching the queue, they
+        // never reach its dead-letter consumer, the other place a copy fails: each is counted once.
         metrics.inc("floodgate_record_failures_total", {}, failed.total);
+        metrics.inc("floodgate_analytics_copy_failures_total", {}, failed.total);
         if (cause === "queue full") overflowLog.note(failed);
         else
           console.error(

@@ -9,7 +9,12 @@
  *
  * Counts, so that dropped = floodgate_record_copies_total + floodgate_record_failures_total once
  * settled: a copy is recorded when the one object that holds it is written, failed when the queue
- * refuses it, when it is too large for a queue message, or when its dead letter finds its hour missing.
+ * refuses it, when it is too large for a queue message or turned away by a full isolate queue (those
+ * counted by the producer, src/worker/services.ts), or when its dead letter finds its hour missing.
+ * And so that dropped = copies on the analytics channel (kept + expired) +
+ * floodgate_analytics_copy_failures_total: the producer counts there too what never reached the
+ * queue, and the dead-letter consumer every copy of a letter; the queue carries only what the
+ * producer sent, so no copy is counted in both places.
  */
 import { copyKey, serialiseCopy } from "../../../functions/drop-copies";
 import {

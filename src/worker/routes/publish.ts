@@ -88,7 +88,10 @@ const Broadcast = z
     status: z.literal("delivered"),
     channel: z.string(),
     shards: z.array(z.string()).openapi({ description: "The shards the message was delivered into, by name." }),
-    published_at: z.number().int(),
+    published_at: z.number().int().openapi({
+      description:
+        "Epoch milliseconds: when the first shard took it (a repeat of its Idempotency-Key answers the same).",
+    }),
   })
   .openapi("Broadcast");
 
@@ -168,12 +171,13 @@ publish.post(documented(publish, publishRoute), async (c) => {
     const cmd = { data: messageJson, publisher: sub, now, ...(idemKey ? { idempotencyKey: idemKey } : {}) };
     const delivered = await orUnavailable(
       "channel",
-      () => broadcastToShards(c.env, channel.name, cmd),
+      () => broadcastToShards(c.env, svc.metrics, channel.name, cmd),
       "retry with the same Idempotency-Key",
     );
-    svc.metrics.inc("floodgate_messages_total", { result: "delivered" }, delivered.length);
     const shards = delivered.map((d) => d.shard);
-    return c.json({ status: "delivered", channel: channel.name, shards, published_at: now }, 200, charged.headers);
+    // A repeat answers the first result: the time the first shard took it (every shard, when it was whole).
+    const published_at = delivered.reduce((first, d) => Math.min(first, d.published_at), now);
+    return c.json({ status: "delivered", channel: channel.name, shards, published_at }, 200, charged.headers);
   }
   const { key, shard } = target.audience;
   const outcome = await throttleAndDeliver(

@@ -6,6 +6,7 @@
  */
 import { shardKey } from "../../../functions/shard-key";
 import type { PublishCommand } from "../../channel/calls";
+import type { MetricsBuffer } from "../../metrics/metrics-buffer";
 import { channelStub } from "../../platform/stubs";
 import { countedChannelStub } from "../services";
 
@@ -14,32 +15,45 @@ export interface ShardDelivery {
   shard: string;
   seq: number;
   id: string;
+  /** When the shard first took it: a repeat of its `Idempotency-Key` answers the first time again. */
+  published_at: number;
+  /** Delivered by an earlier publish with the same `Idempotency-Key`: nothing was delivered now. */
+  replayed: boolean;
 }
 
 /**
  * Delivers `cmd` into every live shard of `channel`, in parallel; answers the deliveries in shard-name
- * order. A shard whose call fails makes the whole broadcast fail (the caller answers 503; with an
- * `Idempotency-Key` a retry delivers nothing twice).
+ * order. Counts in `floodgate_messages_total{result="delivered"}` each shard that took it now (not one
+ * that replayed its `Idempotency-Key`), also when another shard failed: a shard whose call fails makes
+ * the whole broadcast fail (the caller answers 503; with an `Idempotency-Key` a retry delivers nothing
+ * twice, and counts only the shards that take it then).
  */
 export async function broadcastToShards(
   env: Env,
+  metrics: MetricsBuffer,
   channel: string,
   cmd: Omit<PublishCommand, "channel" | "action">,
 ): Promise<ShardDelivery[]> {
   const registry = channelStub(env, channel);
   const names = await registry.shardNames();
-  const answers = await Promise.all(
+  const settled = await Promise.allSettled(
     names.map(async (shard) => {
       const key = shardKey(channel, shard);
       const outcome = await countedChannelStub(env, key).broadcastOne({ ...cmd, channel: key, action: "deliver" });
       return { shard, outcome };
     }),
   );
-  const absent = answers.filter((a) => a.outcome.status === "absent").map((a) => a.shard);
-  if (absent.length > 0) await registry.forgetShards(absent);
+  const answers = settled.flatMap((s) => (s.status === "fulfilled" ? [s.value] : []));
   const delivered: ShardDelivery[] = [];
   for (const { shard, outcome } of answers) {
-    if (outcome.status === "delivered") delivered.push({ shard, seq: outcome.seq, id: outcome.id });
+    if (outcome.status !== "delivered") continue;
+    const { seq, id, published_at, replayed } = outcome;
+    delivered.push({ shard, seq, id, published_at, replayed });
   }
+  metrics.inc("floodgate_messages_total", { result: "delivered" }, delivered.filter((d) => !d.replayed).length);
+  const failed = settled.find((s) => s.status === "rejected");
+  if (failed) throw failed.reason;
+  const absent = answers.filter((a) => a.outcome.status === "absent").map((a) => a.shard);
+  if (absent.length > 0) await registry.forgetShards(absent);
   return delivered;
 }

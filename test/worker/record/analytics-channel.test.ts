@@ -331,6 +331,7 @@ describe("reconciliation under a flood past the byte cap", () => {
         dropped: v('floodgate_messages_total{result="dropped"}'),
         copies: v("floodgate_record_copies_total"),
         failures: v("floodgate_record_failures_total"),
+        analyticsFailures: v("floodgate_analytics_copy_failures_total"),
       };
     };
     const before = await metric();
@@ -358,13 +359,14 @@ describe("reconciliation under a flood past the byte cap", () => {
     }
 
     // The queue's consumer records what the queue took; wait until every copy is settled.
-    let d = { dropped: 0, copies: 0, failures: 0 };
+    let d = { dropped: 0, copies: 0, failures: 0, analyticsFailures: 0 };
     await until(async () => {
       const now = await metric();
       d = {
         dropped: now.dropped - before.dropped,
         copies: now.copies - before.copies,
         failures: now.failures - before.failures,
+        analyticsFailures: now.analyticsFailures - before.analyticsFailures,
       };
       return d.copies + d.failures >= N;
     }, "every copy recorded or failed");
@@ -376,6 +378,9 @@ describe("reconciliation under a flood past the byte cap", () => {
     // record), and the source channel counted every drop and failure.
     await until(async () => (await r.stub.recordCounts()).copies_total >= d.copies, "the live view");
     expect((await r.stub.recordCounts()).copies_total).toBe(d.copies);
+    // Every copy turned away never reached the analytics channel: dropped = copies kept there + its failures.
+    expect(d.analyticsFailures).toBe(d.failures);
+    expect((await r.stub.recordCounts()).copies_kept + d.analyticsFailures).toBe(d.dropped);
     const src = (await (
       await callAndWait(`/v1/channels/${source}/stats`, { headers: adminHeaders() }, e)
     ).json()) as Record<string, number>;

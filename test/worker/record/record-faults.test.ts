@@ -181,6 +181,7 @@ const dupes = (ids: string[]) => ids.length - new Set(ids).size;
 
 const RECORDED = "floodgate_record_copies_total";
 const FAILED = "floodgate_record_failures_total";
+const ANALYTICS_FAILED = "floodgate_analytics_copy_failures_total";
 
 /** Runs `copies` through the queue with R2 and the analytics object down in the windows given. */
 async function run(opts: { n: number; perMessage: number; r2?: Window; analytics?: Window; always?: "r2" }) {
@@ -206,6 +207,7 @@ async function run(opts: { n: number; perMessage: number; r2?: Window; analytics
     copies: all,
     recorded: d[RECORDED] ?? 0,
     failed: d[FAILED] ?? 0,
+    analyticsFailed: d[ANALYTICS_FAILED] ?? 0,
     record: await recordIds(hour),
     analytics: await analyticsIds(analytics),
     queue,
@@ -250,6 +252,9 @@ describe("the record survives storage faults", () => {
     expect(long.failed).toBeGreaterThan(0);
     expect(dupes(long.record.ids)).toBe(0);
     expect(long.record.ids).toHaveLength(long.recorded);
+    // The live view: every copy is on the analytics channel or counted as its failure, once.
+    expect(long.analytics.length + long.analyticsFailed).toBe(50);
+    expect(dupes(long.analytics)).toBe(0);
   });
 
   it("the dead-letter consumer never lets a letter go uncounted, even when it cannot check the record", async () => {
@@ -257,7 +262,7 @@ describe("the record survives storage faults", () => {
     expect(q[DEAD_LETTER_QUEUE]?.maxRetries).toBe(DEAD_LETTER_ATTEMPTS - 1);
     const r = await run({ n: 20, perMessage: 5, always: "r2" });
     expect(r.queue.deadLetters).toBe(4);
-    expect(r).toMatchObject({ recorded: 0, failed: 20 });
+    expect(r).toMatchObject({ recorded: 0, failed: 20, analyticsFailed: 20 });
   });
 
   it("writes one object per consumer batch and hour, not one per queue message", async () => {
