@@ -264,16 +264,32 @@ function audienceShards(raw: RawConfig): Rule<ShardRule>[] {
   return rules;
 }
 
-/** Picks the configuration variables out of an env object. */
+/**
+ * Picks the configuration variables out of an env object, each as its text. Wrangler passes a TOML
+ * number or boolean as one, and a TOML table or array (a JSON value) as an object: that is read as
+ * its JSON text, so it parses and fails exactly like the JSON-string form instead of counting as
+ * absent (a rule silently off). @throws ConfigError for a value of any other kind.
+ */
 export function rawConfigFrom(env: object): RawConfig {
   const e = env as Record<string, unknown>;
   const raw: RawConfig = {};
   for (const k of [...CONFIG_VARIABLES, PUSHER_SECRET] as const) {
     const v = e[k];
+    if (v === undefined) continue;
     if (typeof v === "string") raw[k] = v;
     else if (typeof v === "number" || typeof v === "boolean") raw[k] = String(v);
+    else if (isJsonValue(v)) raw[k] = JSON.stringify(v);
+    else throw new ConfigError(k, "must be a string, a number, or a JSON object (a TOML table)");
   }
   return raw;
+}
+
+/** A plain object or an array, as wrangler passes a TOML table or array (not a binding, not null). */
+function isJsonValue(v: unknown): v is object {
+  if (Array.isArray(v)) return true;
+  if (v === null || typeof v !== "object") return false;
+  const proto = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null;
 }
 
 const cache = new WeakMap<object, Settings | ConfigError>();
