@@ -7,15 +7,19 @@
  * in ./variables.ts only.
  */
 import { PointerError, parsePointer } from "../../functions/drop-summary";
-import {
-  type ChannelName,
-  type ChannelPattern,
-  parseChannelName,
-  parsePattern,
-  type Rule,
-} from "../wire/channel-names";
+import { type ChannelName, type ChannelPattern, parseChannelName, type Rule } from "../wire/channel-names";
 import { type Limit, parseLimit } from "./limits";
-import { budget, ConfigError, duration, fraction, patternRules, textOf, wholeNumber, wrap } from "./parsers";
+import {
+  budget,
+  ConfigError,
+  configPattern,
+  duration,
+  fraction,
+  patternRules,
+  textOf,
+  wholeNumber,
+  wrap,
+} from "./parsers";
 import { PUSHER_SECRET, type PusherSettings, parsePusher } from "./pusher";
 import { parseShardRule, type ShardRule } from "./shards";
 import { parseTarget, type Target } from "./targets";
@@ -195,13 +199,11 @@ export function parseConfig(raw: RawConfig): Settings {
     throttleTarget: wrap("THROTTLE_TARGET", () => parseTarget(textOf(raw, "THROTTLE_TARGET"))),
     throttleTargets: patternRules(raw, "THROTTLE_TARGETS", parseTarget),
     rateCacheMs: wholeNumber(raw, "THROTTLE_RATE_CACHE_MS", 0),
-    throttleThinning: wrap("THROTTLE_THINNING", () =>
-      textOf(raw, "THROTTLE_THINNING")
-        .split(",")
-        .map((p) => p.trim())
-        .filter((p) => p.length > 0)
-        .map((p) => parsePattern(p)),
-    ),
+    throttleThinning: textOf(raw, "THROTTLE_THINNING")
+      .split(",")
+      .map((p) => p.trim())
+      .filter((p) => p.length > 0)
+      .map((p) => configPattern("THROTTLE_THINNING", p)),
     samplerFastPeriodMs: duration(
       raw,
       "SAMPLER_FAST_PERIOD",

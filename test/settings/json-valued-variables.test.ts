@@ -50,7 +50,9 @@ describe("a JSON-valued variable written as a TOML table", () => {
     ]);
     expect(c.throttleSummary.map((r) => [r.pattern.source, r.value.pointer])).toEqual([["public:live.**", "/emoji"]]);
     expect(c.conflateKeys.map((r) => [r.pattern.source, r.value.pointer])).toEqual([["public:live.*", "/match"]]);
-    expect(c.audienceShards.map((r) => [r.pattern.source, r.value])).toEqual([["public:stadium.*", { by: "continent" }]]);
+    expect(c.audienceShards.map((r) => [r.pattern.source, r.value])).toEqual([
+      ["public:stadium.*", { by: "continent" }],
+    ]);
   });
 
   it.each([
