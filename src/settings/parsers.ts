@@ -4,7 +4,14 @@
  * {@link ConfigError} naming the variable and the bad value; defaults come from ./variables.ts only.
  */
 import { PointerError } from "../../functions/drop-summary";
-import { compileRules, GrammarError, type Rule } from "../wire/channel-names";
+import {
+  type ChannelPattern,
+  compileRules,
+  GrammarError,
+  parsePattern,
+  type Rule,
+  whyNeverMatches,
+} from "../wire/channel-names";
 import { DurationError, type DurationOptions, parseDuration } from "./durations";
 import { type Limit, LimitError, normaliseBurst, parseRateShorthand } from "./limits";
 import { type ConfigVariable, DEFAULTS, type RawConfig } from "./variables";
@@ -72,12 +79,31 @@ function jsonObject(variable: string, text: string | undefined): Record<string, 
   });
 }
 
+/**
+ * A pattern written in `variable`, which some channel name must be able to match: one no name can
+ * match would be a rule that never applies, so it is refused with the reason a mint gives. Either
+ * failure names the pattern.
+ */
+export function configPattern(variable: string, source: string): ChannelPattern {
+  let pattern: ChannelPattern;
+  try {
+    pattern = parsePattern(source);
+  } catch (e) {
+    if (e instanceof GrammarError) throw new ConfigError(variable, `${source}: ${e.message}`);
+    throw e;
+  }
+  const why = whyNeverMatches(pattern);
+  if (why) throw new ConfigError(variable, `${source}: ${why}`);
+  return pattern;
+}
+
 /** A JSON object of channel pattern → value, compiled into rules in selection order. */
 export function patternRules<T>(raw: RawConfig, variable: ConfigVariable, parse: (v: unknown) => T): Rule<T>[] {
   const obj = jsonObject(variable, raw[variable]);
   return wrap(variable, () =>
     compileRules(
       Object.entries(obj).map(([pattern, v]) => {
+        configPattern(variable, pattern);
         try {
           return [pattern, parse(v)] as const;
         } catch (e) {

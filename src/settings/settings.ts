@@ -7,15 +7,19 @@
  * in ./variables.ts only.
  */
 import { PointerError, parsePointer } from "../../functions/drop-summary";
-import {
-  type ChannelName,
-  type ChannelPattern,
-  parseChannelName,
-  parsePattern,
-  type Rule,
-} from "../wire/channel-names";
+import { type ChannelName, type ChannelPattern, parseChannelName, type Rule } from "../wire/channel-names";
 import { type Limit, parseLimit } from "./limits";
-import { budget, ConfigError, duration, fraction, patternRules, textOf, wholeNumber, wrap } from "./parsers";
+import {
+  budget,
+  ConfigError,
+  configPattern,
+  duration,
+  fraction,
+  patternRules,
+  textOf,
+  wholeNumber,
+  wrap,
+} from "./parsers";
 import { PUSHER_SECRET, type PusherSettings, parsePusher } from "./pusher";
 import { parseShardRule, type ShardRule } from "./shards";
 import { parseTarget, type Target } from "./targets";
@@ -195,13 +199,11 @@ export function parseConfig(raw: RawConfig): Settings {
     throttleTarget: wrap("THROTTLE_TARGET", () => parseTarget(textOf(raw, "THROTTLE_TARGET"))),
     throttleTargets: patternRules(raw, "THROTTLE_TARGETS", parseTarget),
     rateCacheMs: wholeNumber(raw, "THROTTLE_RATE_CACHE_MS", 0),
-    throttleThinning: wrap("THROTTLE_THINNING", () =>
-      textOf(raw, "THROTTLE_THINNING")
-        .split(",")
-        .map((p) => p.trim())
-        .filter((p) => p.length > 0)
-        .map((p) => parsePattern(p)),
-    ),
+    throttleThinning: textOf(raw, "THROTTLE_THINNING")
+      .split(",")
+      .map((p) => p.trim())
+      .filter((p) => p.length > 0)
+      .map((p) => configPattern("THROTTLE_THINNING", p)),
     samplerFastPeriodMs: duration(
       raw,
       "SAMPLER_FAST_PERIOD",
@@ -264,16 +266,32 @@ function audienceShards(raw: RawConfig): Rule<ShardRule>[] {
   return rules;
 }
 
-/** Picks the configuration variables out of an env object. */
+/**
+ * Picks the configuration variables out of an env object, each as its text. Wrangler passes a TOML
+ * number or boolean as one, and a TOML table or array (a JSON value) as an object: that is read as
+ * its JSON text, so it parses and fails exactly like the JSON-string form instead of counting as
+ * absent (a rule silently off). @throws ConfigError for a value of any other kind.
+ */
 export function rawConfigFrom(env: object): RawConfig {
   const e = env as Record<string, unknown>;
   const raw: RawConfig = {};
   for (const k of [...CONFIG_VARIABLES, PUSHER_SECRET] as const) {
     const v = e[k];
+    if (v === undefined) continue;
     if (typeof v === "string") raw[k] = v;
     else if (typeof v === "number" || typeof v === "boolean") raw[k] = String(v);
+    else if (isJsonValue(v)) raw[k] = JSON.stringify(v);
+    else throw new ConfigError(k, "must be a string, a number, or a JSON object (a TOML table)");
   }
   return raw;
+}
+
+/** A plain object or an array, as wrangler passes a TOML table or array (not a binding, not null). */
+function isJsonValue(v: unknown): v is object {
+  if (Array.isArray(v)) return true;
+  if (v === null || typeof v !== "object") return false;
+  const proto = Object.getPrototypeOf(v);
+  return proto === Object.prototype || proto === null;
 }
 
 const cache = new WeakMap<object, Settings | ConfigError>();

@@ -7,7 +7,7 @@
  * Pure: no platform imports, so the same code serves routes, config parsing and unit tests.
  */
 import { splitShardKey } from "../../functions/shard-key";
-import { checkPusherName, PUSHER_COMPONENT, PUSHER_NAME_MAX, pusherVisibility } from "./pusher/names";
+import { checkPusherName, PUSHER_COMPONENT, PUSHER_NAME_MAX, PUSHER_PREFIX, pusherVisibility } from "./pusher/names";
 
 /** Who may read a channel: anyone (`public`), or a token that grants it (`private`). */
 export type Visibility = "public" | "private";
@@ -44,6 +44,17 @@ export class GrammarError extends Error {
 export const MAX_CHANNEL_LENGTH = 200;
 export const MAX_COMPONENT_LENGTH = 64;
 const COMPONENT = /^[a-z0-9_-]+$/;
+
+/**
+ * Components of a channel name, by prefix (docs/api.md, Channels), and its longest length: what
+ * {@link parseChannelName} holds a name to and {@link whyNeverMatches} a pattern's reach. A Pusher
+ * name is split on its dots, so it has as many components as dots and one more.
+ */
+const COMPONENTS = {
+  public: { min: 2, max: 4, length: MAX_CHANNEL_LENGTH },
+  private: { min: 3, max: 4, length: MAX_CHANNEL_LENGTH },
+  pusher: { min: 1, max: PUSHER_NAME_MAX, length: PUSHER_PREFIX.length + PUSHER_NAME_MAX },
+} as const;
 
 function splitPrefix(input: string, what: string): [Prefix, string] {
   const colon = input.indexOf(":");
@@ -91,11 +102,12 @@ export function parseChannelName(input: string): ChannelName {
   }
   const components = rest.split(".");
   for (const c of components) checkComponent(c, "channel name", prefix);
-  if (components.length < 2 || components.length > 4) {
-    throw new GrammarError("channel name must have 2 to 4 components");
+  const { min, max } = COMPONENTS.public;
+  if (components.length < min || components.length > max) {
+    throw new GrammarError(`channel name must have ${min} to ${max} components`);
   }
-  if (prefix === "private" && components.length < 3) {
-    throw new GrammarError("private channel names need at least 3 components");
+  if (components.length < COMPONENTS[prefix].min) {
+    throw new GrammarError(`${prefix} channel names need at least ${COMPONENTS[prefix].min} components`);
   }
   return { name: input, prefix, visibility: prefix, components };
 }
@@ -133,6 +145,33 @@ export function parsePattern(input: string): ChannelPattern {
     }
   });
   return { source: input, prefix, segments, score };
+}
+
+/**
+ * Why no channel name can match `pattern`, or null when some channel does. Such a pattern is a
+ * mistake wherever it is written (`private:team.*` names two components where a private channel
+ * needs three): a mint refuses it (a token carrying it would fail every request it was meant for),
+ * and so does the configuration (a rule that never applies).
+ */
+export function whyNeverMatches(pattern: ChannelPattern): string | null {
+  const { min, max, length } = COMPONENTS[pattern.prefix];
+  const segs = pattern.segments;
+  const open = segs[segs.length - 1] === "**";
+  // A closed pattern matches exactly its own depth; `**` takes one or more components more.
+  const fixed = open ? segs.length - 1 : segs.length;
+  const fewest = open ? Math.max(fixed + 1, min) : fixed;
+  if (fewest > max || (!open && fixed < min)) {
+    const matches = open ? `${fixed + 1} or more` : `exactly ${fixed}`;
+    return `${pattern.prefix} channels have ${min} to ${max} components and this pattern matches ${matches}`;
+  }
+  // The shortest name it matches: its literals, one character per wildcard component, and the dots.
+  const literals = segs.filter((s) => s !== "*" && s !== "**").reduce((n, s) => n + s.length, 0);
+  const wildcards = fewest - (segs.length - segs.filter((s) => s === "*").length - (open ? 1 : 0));
+  const shortest = pattern.prefix.length + 1 + literals + wildcards + (fewest - 1);
+  if (shortest > length) {
+    return `every channel it matches is longer than ${length} characters`;
+  }
+  return null;
 }
 
 /** True when the channel matches the pattern. */

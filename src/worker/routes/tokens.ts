@@ -11,11 +11,10 @@ import { refreshLedgerStub, revokedSessionsStub } from "../../platform/stubs";
 import { DurationError, parseDuration } from "../../settings/durations";
 import { LimitError, type LimitJson, limitToJson, parseLimit } from "../../settings/limits";
 import { GROUP_NAME, GROUP_RULE } from "../../settings/shards";
-import { GrammarError, parsePattern } from "../../wire/channel-names";
+import { GrammarError, parsePattern, whyNeverMatches } from "../../wire/channel-names";
 import { invalidArgument, unauthenticated } from "../../wire/errors";
 import type { AppEnv } from "../app-env";
 import { adminAuth, tokenSecret } from "../auth/authorise";
-import { whyNeverMatches } from "../auth/grantable";
 import { revokedSessions } from "../auth/revoked-sessions";
 import {
   DEFAULT_SCOPES,
