@@ -133,11 +133,12 @@ export class ThinnedStream {
     const seen = new Set<ReaderSub>();
     for (const { sub, bytes } of tally.over) {
       seen.add(sub);
-      if (this.readers.watch(sub, bytes, now) === "close") this.closeSlow(sub, tally);
+      if (this.readers.watch(sub, bytes, now) === "close") this.closeSlow(sub, SLOW_CONSUMER_REASON, tally);
     }
     for (const sub of [...this.readers.slowed()]) {
       if (seen.has(sub) || !this.isOpen(sub)) continue;
-      if (this.readers.watch(sub, this.backlogOf(sub), now) === "close") this.closeSlow(sub, tally);
+      if (this.readers.watch(sub, this.backlogOf(sub), now) === "close")
+        this.closeSlow(sub, SLOW_CONSUMER_REASON, tally);
     }
   }
 
@@ -200,7 +201,7 @@ export class ThinnedStream {
       const side = summary ? [this.summaryFrame(summary)] : [];
       if (out.length > 0 || side.length > 0) this.send(sub, out, side);
       if (reader.slowness && this.readers.watch(sub, this.backlogOf(sub), now) === "close") {
-        this.closeSlow(sub, null);
+        this.closeSlow(sub);
         continue;
       }
       if (reader.idle) this.readers.forget(sub);
@@ -259,16 +260,17 @@ export class ThinnedStream {
   }
 
   /**
-   * Closes a subscriber still over the bound at 1/s: its last summary, then 4008 after what its socket
-   * holds. An SSE stream is cut off instead: its backlog is discarded (the bytes it holds are what the
-   * close is for) and the summary, written after the discard, is its last event.
+   * Closes a subscriber as slow — still over the bound at 1/s, or the most behind when its relay's
+   * memory is full (`reason`) — counted (in `tally` during a pass): its last summary, then 4008 after
+   * what its socket holds. An SSE stream is cut off instead: its backlog is discarded (the bytes it
+   * holds are what the close is for) and the summary, written after the discard, is its last event.
    */
-  private closeSlow(sub: ReaderSub, tally: SendTally | null): void {
+  closeSlow(sub: ReaderSub, reason = SLOW_CONSUMER_REASON, tally: SendTally | null = null): void {
     if (tally) tally.slow++;
     else this.relay.slowClosed(1);
     if ("send" in sub) {
       this.finish(sub);
-      this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
+      this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, reason);
     } else {
       const last = this.lastSummary(sub);
       this.subs.hub.cut(sub, last ? sseChunk([sideSseEvent(last)]) : undefined);
