@@ -17,6 +17,7 @@ import {
   sseChunk,
   sseEvent,
   subscriberSummaryFrame,
+  subscriberSummaryMaxBytes,
   utf8Length,
 } from "../wire/frame-text";
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
@@ -148,7 +149,8 @@ export class ThinnedStream {
    * bytes (a burst of 1,000/s is a thousand messages at once), so it is held to the byte bound as an
    * unthinned replay is: a message is offered only while all it could send — itself, and what the
    * reader holds, which a priority message takes along — fits under the bound with what already
-   * waits for the subscriber (the replay's first send goes whatever, so a resume always moves on).
+   * waits for the subscriber and the last summary its close would send, at the most that can take
+   * (the replay's first send goes whatever, so a resume always moves on).
    * Answers true when one did not fit: the caller closes the subscriber as slow, and it resumes after
    * the last message it received. It stops before offering rather than skipping what does not fit, so
    * received + skipped stays exact: every message offered was sent, held or skipped and counted; the
@@ -157,12 +159,13 @@ export class ThinnedStream {
   async replay(sub: ReaderSub, reader: Reader, floor: number, upTo: number): Promise<boolean> {
     let after = floor;
     let sent = false;
+    const summary = this.summaryRoom(sub);
     while (after < upTo && this.isOpen(sub)) {
       const page = await this.relay.channel().framesAfter(after, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
       const last = page.frames.at(-1);
       if (!last) return false;
       const now = this.relay.now();
-      let room = SUBSCRIBER_MAX_BEHIND_BYTES - this.backlogOf(sub);
+      let room = SUBSCRIBER_MAX_BEHIND_BYTES - this.backlogOf(sub) - summary;
       const out: LiveFrame[] = [];
       for (const f of page.frames) {
         let most = this.bytesTo(sub, f);
@@ -289,6 +292,13 @@ export class ThinnedStream {
   private bytesTo(sub: ReaderSub, f: LiveFrame): number {
     if (!("send" in sub)) return utf8Length(sseEvent(f));
     return utf8Length(f.text) + (this.subs.isBatched(sub) ? 2 : 0);
+  }
+
+  /** The most bytes a last summary adds to what waits for `sub`: its SSE event, its text, or packed alone. */
+  private summaryRoom(sub: ReaderSub): number {
+    const most = subscriberSummaryMaxBytes(this.relay.channelKey() ?? "", this.readers.summariesByKey());
+    if (!("send" in sub)) return most + utf8Length(sideSseEvent({ event: "summary", text: "" }));
+    return most + (this.subs.isBatched(sub) ? 2 : 0);
   }
 
   private backlogOf(sub: ReaderSub): number {
