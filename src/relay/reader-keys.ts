@@ -28,6 +28,11 @@ export class FrameKeyReader {
     private readonly summary: SummaryRule | null,
   ) {}
 
+  /** Subscriber summaries on this channel name keys (`by_key`): a `THROTTLE_SUMMARY` rule matches it. */
+  get byKey(): boolean {
+    return this.summary !== null;
+  }
+
   /** `f`'s keys (its text parsed the first time it is asked for). */
   readonly keysOf = (f: LiveFrame): FrameKeys => {
     if (!this.conflate && !this.summary) return NO_KEYS;

@@ -103,6 +103,11 @@ export class RelayReaders {
   /** The keys of a message on this relay's channel (parsed once per message, ./reader-keys.ts). */
   readonly keysOf = (f: LiveFrame): FrameKeys => this.keyReader().keysOf(f);
 
+  /** Its subscribers' summaries name keys (`by_key`): the channel matches a `THROTTLE_SUMMARY` rule. */
+  summariesByKey(): boolean {
+    return this.keyReader().byKey;
+  }
+
   /** The relay was offered `n` messages at `now`. */
   offered(n: number, now: number): void {
     const second = Math.floor(now / 1000);

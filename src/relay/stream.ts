@@ -185,8 +185,8 @@ export class RelayStream {
           for (const text of packFrames(page.frames, this.relay.maxFrameBytes())) sub.ws.send(text);
         else for (const f of page.frames) sub.ws.send(f.text);
       } else if (page.frames.length > 0) this.subs.hub.write(sub.sse, sseChunk(page.frames.map(sseEvent)));
-      this.boundMemory();
-      if (page.more) {
+      this.boundMemory(); // which may close it: then it is closed and counted already
+      if (page.more && this.subs.isOpen(sub)) {
         // A replay past the byte bound sends what fits, then closes like a slow subscriber (a thinned
         // one after its last summary).
         if (reader) this.thinned.finish(to);
@@ -389,6 +389,6 @@ export class RelayStream {
   }
 
   private boundMemory(sockets?: SocketBacklog): void {
-    boundMemory(this.subs, this.relay.maxBufferedBytes(), () => this.reporter.slow(), sockets);
+    boundMemory(this.subs, this.relay.maxBufferedBytes(), this.thinned, sockets);
   }
 }

@@ -17,6 +17,7 @@ import {
   sseChunk,
   sseEvent,
   subscriberSummaryFrame,
+  subscriberSummaryMaxBytes,
   utf8Length,
 } from "../wire/frame-text";
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "./bounds";
@@ -133,11 +134,12 @@ export class ThinnedStream {
     const seen = new Set<ReaderSub>();
     for (const { sub, bytes } of tally.over) {
       seen.add(sub);
-      if (this.readers.watch(sub, bytes, now) === "close") this.closeSlow(sub, tally);
+      if (this.readers.watch(sub, bytes, now) === "close") this.closeSlow(sub, SLOW_CONSUMER_REASON, tally);
     }
     for (const sub of [...this.readers.slowed()]) {
       if (seen.has(sub) || !this.isOpen(sub)) continue;
-      if (this.readers.watch(sub, this.backlogOf(sub), now) === "close") this.closeSlow(sub, tally);
+      if (this.readers.watch(sub, this.backlogOf(sub), now) === "close")
+        this.closeSlow(sub, SLOW_CONSUMER_REASON, tally);
     }
   }
 
@@ -147,7 +149,8 @@ export class ThinnedStream {
    * bytes (a burst of 1,000/s is a thousand messages at once), so it is held to the byte bound as an
    * unthinned replay is: a message is offered only while all it could send — itself, and what the
    * reader holds, which a priority message takes along — fits under the bound with what already
-   * waits for the subscriber (the replay's first send goes whatever, so a resume always moves on).
+   * waits for the subscriber and the last summary its close would send, at the most that can take
+   * (the replay's first send goes whatever, so a resume always moves on).
    * Answers true when one did not fit: the caller closes the subscriber as slow, and it resumes after
    * the last message it received. It stops before offering rather than skipping what does not fit, so
    * received + skipped stays exact: every message offered was sent, held or skipped and counted; the
@@ -156,12 +159,13 @@ export class ThinnedStream {
   async replay(sub: ReaderSub, reader: Reader, floor: number, upTo: number): Promise<boolean> {
     let after = floor;
     let sent = false;
+    const summary = this.summaryRoom(sub);
     while (after < upTo && this.isOpen(sub)) {
       const page = await this.relay.channel().framesAfter(after, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
       const last = page.frames.at(-1);
       if (!last) return false;
       const now = this.relay.now();
-      let room = SUBSCRIBER_MAX_BEHIND_BYTES - this.backlogOf(sub);
+      let room = SUBSCRIBER_MAX_BEHIND_BYTES - this.backlogOf(sub) - summary;
       const out: LiveFrame[] = [];
       for (const f of page.frames) {
         let most = this.bytesTo(sub, f);
@@ -200,7 +204,7 @@ export class ThinnedStream {
       const side = summary ? [this.summaryFrame(summary)] : [];
       if (out.length > 0 || side.length > 0) this.send(sub, out, side);
       if (reader.slowness && this.readers.watch(sub, this.backlogOf(sub), now) === "close") {
-        this.closeSlow(sub, null);
+        this.closeSlow(sub);
         continue;
       }
       if (reader.idle) this.readers.forget(sub);
@@ -259,16 +263,17 @@ export class ThinnedStream {
   }
 
   /**
-   * Closes a subscriber still over the bound at 1/s: its last summary, then 4008 after what its socket
-   * holds. An SSE stream is cut off instead: its backlog is discarded (the bytes it holds are what the
-   * close is for) and the summary, written after the discard, is its last event.
+   * Closes a subscriber as slow — still over the bound at 1/s, or the most behind when its relay's
+   * memory is full (`reason`) — counted (in `tally` during a pass): its last summary, then 4008 after
+   * what its socket holds. An SSE stream is cut off instead: its backlog is discarded (the bytes it
+   * holds are what the close is for) and the summary, written after the discard, is its last event.
    */
-  private closeSlow(sub: ReaderSub, tally: SendTally | null): void {
+  closeSlow(sub: ReaderSub, reason = SLOW_CONSUMER_REASON, tally: SendTally | null = null): void {
     if (tally) tally.slow++;
     else this.relay.slowClosed(1);
     if ("send" in sub) {
       this.finish(sub);
-      this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, SLOW_CONSUMER_REASON);
+      this.subs.closeSocket(sub, SLOW_CONSUMER_CLOSE, reason);
     } else {
       const last = this.lastSummary(sub);
       this.subs.hub.cut(sub, last ? sseChunk([sideSseEvent(last)]) : undefined);
@@ -287,6 +292,13 @@ export class ThinnedStream {
   private bytesTo(sub: ReaderSub, f: LiveFrame): number {
     if (!("send" in sub)) return utf8Length(sseEvent(f));
     return utf8Length(f.text) + (this.subs.isBatched(sub) ? 2 : 0);
+  }
+
+  /** The most bytes a last summary adds to what waits for `sub`: its SSE event, its text, or packed alone. */
+  private summaryRoom(sub: ReaderSub): number {
+    const most = subscriberSummaryMaxBytes(this.relay.channelKey() ?? "", this.readers.summariesByKey());
+    if (!("send" in sub)) return most + utf8Length(sideSseEvent({ event: "summary", text: "" }));
+    return most + (this.subs.isBatched(sub) ? 2 : 0);
   }
 
   private backlogOf(sub: ReaderSub): number {

@@ -4,6 +4,7 @@
  * frame, packed frames. Built once where a message is appended (the channel) and sent as text to
  * every relay, so no relay parses or re-encodes a payload.
  */
+import { OTHER_KEY, SUMMARY_MAX_KEY_CHARS, SUMMARY_TOP_KEYS } from "../../functions/drop-summary";
 import { splitShardKey } from "../../functions/shard-key";
 import { TOKEN_EXPIRED_REASON } from "./close-codes";
 
@@ -114,6 +115,27 @@ export function subscriberSummaryFrame(
 ): string {
   const grouped = byKey ? `,"by_key":${JSON.stringify(byKey)}` : "";
   return `{"type":"summary","scope":"subscriber",${channelFields(key)},"from":${from},"to":${to},"skipped":${skipped}${grouped}}`;
+}
+
+/** The longest epoch ms (13 digits, until the year 2286) and count (2^53) a summary can carry. */
+const LONGEST_MS = 9_999_999_999_999;
+const LONGEST_COUNT = String(Number.MAX_SAFE_INTEGER).length;
+/** Bytes a character of a key can take in JSON text: a control character or lone surrogate, `\u001f`. */
+const ESCAPED_CHAR_MAX_BYTES = 6;
+
+/**
+ * The most bytes {@link subscriberSummaryFrame} can make for channel `key`, whatever it counts: the
+ * longest `from`, `to` and `skipped`, and with `byKey` the {@link SUMMARY_TOP_KEYS} keys a frame names,
+ * each of {@link SUMMARY_MAX_KEY_CHARS} characters escaped at their longest, and {@link OTHER_KEY}.
+ * What a paced replay keeps room for (docs/api.md, "Each reader's rate"): its close sends one.
+ */
+export function subscriberSummaryMaxBytes(key: string, byKey: boolean): number {
+  const plain = utf8Length(subscriberSummaryFrame(key, LONGEST_MS, LONGEST_MS, Number.MAX_SAFE_INTEGER, null));
+  if (!byKey) return plain;
+  const named = 2 + SUMMARY_MAX_KEY_CHARS * ESCAPED_CHAR_MAX_BYTES + 1 + LONGEST_COUNT; // "key":n
+  const other = JSON.stringify(OTHER_KEY).length + 1 + LONGEST_COUNT;
+  // ,"by_key":{…} with its entries and the commas between them.
+  return plain + ',"by_key":{}'.length + SUMMARY_TOP_KEYS * (named + 1) + other;
 }
 
 /**

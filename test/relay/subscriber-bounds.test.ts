@@ -1,9 +1,9 @@
 /**
  * What one subscriber can cost (docs/security.md): a subscriber that talks is closed with 1008 (ping
  * is answered by the runtime); a replay of more than 1 MiB, WebSocket or SSE, is cut off (4008, or the
- * stream ends) and resumes with `?after=` / Last-Event-ID (a live reader that falls behind is thinned
- * first: test/relay/slow-readers.test.ts); readers that keep up get everything, a flush of thousands
- * of frames included.
+ * stream ends; a paced one's last summary inside the 1 MiB) and resumes with `?after=` / Last-Event-ID
+ * (a live reader that falls behind is thinned first: test/relay/slow-readers.test.ts); readers that
+ * keep up get everything, a flush of thousands of frames included.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
@@ -184,6 +184,66 @@ describe("slow subscribers are bounded in bytes, replays included", () => {
     const ids = [...text.matchAll(/^id: (.*)$/gm)].map((m) => seqOf(m[1] ?? ""));
     expect(ids.length).toBeGreaterThan(0);
     expect(ids).toEqual(Array.from({ length: ids.length }, (_, i) => i + 1));
+  });
+});
+
+describe("a paced replay's last summary is inside the bound", () => {
+  /**
+   * A channel whose subscriber summaries name keys (THROTTLE_SUMMARY `/emoji` on `public:summary.**`),
+   * filled to HISTORY_LIMIT: one message, 20 under keys of 128 characters (a 1/s burst has no room for
+   * them: skipped, a summary of some 2.8 KB), then priority messages, which always pass — 34 of 30 KB
+   * and 45 of 1 KB — until one would not fit in 1 MiB. The step at the end is a fraction of the summary.
+   */
+  async function fillKeyed(ch: string): Promise<void> {
+    const message = (data: unknown, priority = false) => ({
+      channel: ch,
+      data: JSON.stringify(data),
+      publisher: "p",
+      action: "deliver" as const,
+      now: Date.now(),
+      priority,
+    });
+    const all = [
+      message({ emoji: "first" }),
+      ...Array.from({ length: 20 }, (_, i) => message({ emoji: `${i}`.padStart(128, "k") })),
+      ...Array.from({ length: 34 }, (_, i) => message({ i, big: "x".repeat(30_000) }, true)),
+      ...Array.from({ length: 45 }, (_, i) => message({ i, small: "y".repeat(1_000) }, true)),
+    ];
+    for (let i = 0; i < all.length; i += 10) await channelStub(ch).publishMany(all.slice(i, i + 10));
+  }
+  const bytesOf = (text: string) => new TextEncoder().encode(text).byteLength;
+
+  it("a WebSocket that never reads is sent at most 1 MiB, its last summary included, then 4008", async () => {
+    const ch = `public:summary.bounds.${uniq()}`;
+    await fillKeyed(ch);
+    const sub = await readerSocket(ch, "?after=0&max_rate=1/s", false);
+    await until(async () => (await channelStats(ch)).slow_consumers_closed === 1, "the close counted");
+    sub.ws.accept();
+    await until(() => sub.closed() !== null, "the close");
+    expect(sub.closed()).toMatchObject({ code: SLOW_CONSUMER_CLOSE });
+    expect(sub.summaries).toHaveLength(1);
+    expect(sub.summaries[0]).toMatchObject({ skipped: 20 });
+    expect(Object.keys(sub.summaries[0]?.by_key ?? {})).toHaveLength(20);
+    expect(JSON.parse(sub.raw.at(-1)?.text ?? "{}")).toMatchObject({ type: "summary", scope: "subscriber" });
+    const seqs = sub.messages.map((m) => m.seq);
+    expect(seqs.slice(0, 2)).toEqual([1, 22]);
+    expect(seqs.at(-1)).toBeLessThan(100); // stopped at the bound
+    expect(sub.raw.reduce((a, f) => a + bytesOf(f.text), 0)).toBeLessThanOrEqual(SUBSCRIBER_MAX_BEHIND_BYTES);
+  });
+
+  it("an SSE stream never read holds at most 1 MiB, its last summary included, then ends", async () => {
+    const ch = `public:summary.bounds.${uniq()}`;
+    await fillKeyed(ch);
+    const res = await call(`/v1/subscribe/${ch}?after=0&max_rate=1/s`, { headers: { accept: "text/event-stream" } });
+    expect(res.status).toBe(200); // its body is not read until the stream has ended
+    await until(async () => (await channelStats(ch)).slow_consumers_closed === 1, "the end counted");
+    const text = await res.text();
+    const last = text.slice(text.lastIndexOf("event: "));
+    expect(last).toMatch(/^event: summary\ndata: \{"type":"summary","scope":"subscriber".*"skipped":20,"by_key"/);
+    // What the replay and its summary wrote, past the stream's greeting.
+    const greeting = ": subscribed\nretry: 1000\n\n";
+    expect(text.startsWith(greeting)).toBe(true);
+    expect(bytesOf(text) - bytesOf(greeting)).toBeLessThanOrEqual(SUBSCRIBER_MAX_BEHIND_BYTES);
   });
 });
 
