@@ -12,7 +12,7 @@
  * 503, while token holders still get in), and those of one IPv6 /48 at most {@link NET_SHARE} ×
  * `MAX_SUBSCRIPTIONS_PER_CLIENT` (429): a /48 holds 65,536 /64s, each otherwise a client of its own.
  */
-import { ApiError } from "../wire/errors";
+import { ApiError, unavailable } from "../wire/errors";
 
 /**
  * `Retry-After` of a subscribe refused at the client's cap. The client frees a slot by closing one
@@ -66,11 +66,10 @@ export const ANONYMOUS_RETRY_AFTER_S = 5;
 
 /** The 503 of an anonymous subscribe past the channel's anonymous share: a token still gets in. */
 export function anonymousFullError(): ApiError {
-  return new ApiError(
-    "unavailable",
+  return unavailable(
+    "anonymous_subscribers",
     "channel has as many anonymous subscribers as it admits (ANONYMOUS_SHARE of MAX_SUBSCRIBERS); retry later or subscribe with a token",
-    {},
-    { "retry-after": String(ANONYMOUS_RETRY_AFTER_S) },
+    ANONYMOUS_RETRY_AFTER_S,
   );
 }
 

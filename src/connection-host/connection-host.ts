@@ -92,9 +92,9 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
         );
       },
       send: (ws, text) => this.send(ws, text),
-      subscriptionError: (ws, channel, status, type, error, bucket) => {
+      subscriptionError: (ws, channel, status, type, error, named) => {
         this.metrics.error("subscription", status);
-        this.metrics.refusal(status, bucket);
+        this.metrics.refusal(status, named);
         this.send(ws, subscriptionError(channel, status, type, error));
       },
       storeSubscription: (socketId, key, sub) => {

@@ -27,10 +27,11 @@ export class HostMetrics {
 
   /**
    * A refused subscription, counted by reason like the HTTP routes' refusals
-   * (`floodgate_refusals_total`): 401, 403, 503, and a 429 by the bound it met (`bucket`).
+   * (`floodgate_refusals_total`): 401, 403, and a 429 or 503 by the bound it met (`named`: a 429's
+   * bucket, a 503's reason; a 503 that names none is `unavailable`).
    */
-  refusal(status: number, bucket?: string): void {
-    const reason = refusalReasonOf(status, bucket);
+  refusal(status: number, named?: string): void {
+    const reason = refusalReasonOf(status, named);
     if (reason !== null) this.inc("floodgate_refusals_total", { reason });
   }
 

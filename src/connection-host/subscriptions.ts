@@ -19,6 +19,7 @@ import { shardRuleFor } from "../settings/rules";
 import type { Settings } from "../settings/settings";
 import { DEFAULT_SHARD } from "../settings/shards";
 import { parseChannelName } from "../wire/channel-names";
+import type { UnavailableReason } from "../wire/errors";
 import { readChannelData } from "../wire/pusher/client-frames";
 import { PUSHER_MAX_CHANNELS, PUSHER_USER_INFO_MAX_BYTES } from "../wire/pusher/codes";
 import { subscriptionSucceeded } from "../wire/pusher/frames";
@@ -38,8 +39,11 @@ export interface SubscribingHost {
   existingLane(key: string): HostLane | undefined;
   reserve(key: string, client: string, visibility: "public" | "private"): Promise<RelaySlot>;
   send(ws: WebSocket, text: string): void;
-  /** A `pusher:subscription_error`; a 429 names the bound it met (`bucket`, as `floodgate_refusals_total` counts it). */
-  subscriptionError(ws: WebSocket, channel: string, status: number, type: string, error: string, bucket?: string): void;
+  /**
+   * A `pusher:subscription_error`; a 429 or 503 names the bound it met (`named`: a 429's bucket, a
+   * 503's reason, as `floodgate_refusals_total` counts it; a 503 that names none is `unavailable`).
+   */
+  subscriptionError(ws: WebSocket, channel: string, status: number, type: string, error: string, named?: string): void;
   storeSubscription(socketId: string, key: string, sub: LaneSub): void;
   deleteSubscription(socketId: string, key: string): void;
   subscribed(n: number): void;
@@ -139,7 +143,7 @@ export class HostSubscriptions {
     if (!("relay" in slot)) {
       mine.delete(channel);
       const refused = slotRefusal(slot);
-      return host.subscriptionError(ws, channel, refused.status, refused.type, refused.error, refused.bucket);
+      return host.subscriptionError(ws, channel, refused.status, refused.type, refused.error, refused.named);
     }
     const sub: LaneSub = { socketId: a.id, client, floor: slot.head, userId, userInfo, joining: true, skipUpTo: 0 };
     host.storeSubscription(a.id, key, sub);
@@ -244,28 +248,30 @@ export class HostSubscriptions {
 
 /**
  * The `pusher:subscription_error` of a slot the channel refused: its client's cap, its /48's (429),
- * or the channel full or its anonymous share taken (503).
+ * or the channel full or its anonymous share taken (503), each named as the native door names it
+ * (docs/api.md, "Relays"): bucket `subscriptions` for both caps, `max_subscribers` and
+ * `anonymous_subscribers` for the 503s.
  */
 function slotRefusal(slot: Exclude<RelaySlot, { relay: string }>): {
   status: number;
   type: string;
   error: string;
-  bucket?: string;
+  named: string;
 } {
-  // The native door's bucket for both caps (docs/api.md, "Relays"): `subscriptions`.
   if ("clientFull" in slot)
     return {
       status: 429,
       type: "LimitReached",
       error: "too many subscriptions of this channel for one client",
-      bucket: "subscriptions",
+      named: "subscriptions",
     };
   if ("netFull" in slot)
     return {
       status: 429,
       type: "LimitReached",
       error: "too many subscriptions of this channel from one network (IPv6 /48)",
-      bucket: "subscriptions",
+      named: "subscriptions",
     };
-  return { status: 503, type: "ChannelFull", error: "the channel has as many subscribers as it serves" };
+  const named: UnavailableReason = "anonymousFull" in slot ? "anonymous_subscribers" : "max_subscribers";
+  return { status: 503, type: "ChannelFull", error: "the channel has as many subscribers as it serves", named };
 }

@@ -4,6 +4,8 @@
  * buffer (./metrics-buffer.ts) counts by these keys, the metrics object (./metrics-store.ts)
  * sums them, `GET /metrics` renders them.
  */
+import { isUnavailableReason, UNAVAILABLE_REASONS } from "../wire/errors";
+
 /** The help text of each metric family, which is also the list of families rendered. */
 export const METRIC_HELP: Record<string, string> = {
   floodgate_rate_limit_decisions_total: "Rate-limit decisions by bucket and result.",
@@ -46,7 +48,7 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_readers_thinned_total:
     "Subscribers whose stream was thinned, by reason: max_rate (they asked for it) or slow (their relay thinned them for reading too slowly).",
   floodgate_refusals_total:
-    "Requests and Pusher subscriptions refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, unavailable (503).",
+    "Requests and Pusher subscriptions refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, each 503's by name (max_subscribers, anonymous_subscribers, publish_overflow, export_too_dense; unavailable: a backend that failed).",
   floodgate_relay_frames_shed_total:
     "Frames a channel let go on its lines to relays (one relay 1 MiB behind, or all lines past their byte cap together); each relay fetched them from history.",
   floodgate_subscriptions_closed_total:
@@ -71,23 +73,25 @@ export const REFUSAL_REASONS = [
   "admin-auth",
   "subscriptions",
   "connections",
-  "unavailable",
+  ...UNAVAILABLE_REASONS,
 ] as const;
 
 /**
- * The `floodgate_refusals_total` reason of a refusal with this status (a 429 names its bucket), or
- * null when the status is not a refusal: one mapping for the HTTP routes and the Pusher door.
+ * The `floodgate_refusals_total` reason of a refusal with this status, or null when the status is not
+ * a refusal: one mapping for the HTTP routes and the Pusher door. `named` is what the refusal said it
+ * met where it was made: a 429's bucket, a 503's reason (src/wire/errors.ts `UNAVAILABLE_REASONS`; a
+ * 503 that names none, or a name that is not one, is `unavailable`).
  */
-export function refusalReasonOf(status: number, bucket?: string): string | null {
+export function refusalReasonOf(status: number, named?: string): string | null {
   switch (status) {
     case 401:
       return "unauthenticated";
     case 403:
       return "permission_denied";
     case 429:
-      return bucket ?? "rate_limited";
+      return named ?? "rate_limited";
     case 503:
-      return "unavailable";
+      return isUnavailableReason(named) ? named : "unavailable";
     default:
       return null;
   }

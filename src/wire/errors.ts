@@ -59,6 +59,36 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * Why a 503 was answered (docs/api.md, "Errors"): a bound the request met — `max_subscribers`
+ * (`MAX_SUBSCRIBERS`), `anonymous_subscribers` (`ANONYMOUS_SHARE`), `publish_overflow` (the
+ * isolate's waiting publishes at their byte cap), `export_too_dense` (an hour of the record too
+ * dense to export) — or `unavailable`, a backend that could not be reached. Each is a reason of
+ * `floodgate_refusals_total`, at both doors.
+ */
+export const UNAVAILABLE_REASONS = [
+  "max_subscribers",
+  "anonymous_subscribers",
+  "publish_overflow",
+  "export_too_dense",
+  "unavailable",
+] as const;
+export type UnavailableReason = (typeof UNAVAILABLE_REASONS)[number];
+
+/** The header of a 503 that names its {@link UnavailableReason}, read back where refusals are counted. */
+export const REFUSAL_HEADER = "Floodgate-Refusal";
+
+export function isUnavailableReason(s: string | null | undefined): s is UnavailableReason {
+  return (UNAVAILABLE_REASONS as readonly (string | null | undefined)[]).includes(s);
+}
+
+/** The 503 of `reason`, naming it in {@link REFUSAL_HEADER}; with `Retry-After` when a wait helps. */
+export function unavailable(reason: UnavailableReason, msg: string, retryAfterS?: number): ApiError {
+  const headers: Record<string, string> = { [REFUSAL_HEADER]: reason };
+  if (retryAfterS !== undefined) headers["retry-after"] = String(retryAfterS);
+  return new ApiError("unavailable", msg, {}, headers);
+}
+
 export const invalidArgument = (msg: string, meta?: ErrorMeta) => new ApiError("invalid_argument", msg, meta);
 export const unauthenticated = (msg: string) => new ApiError("unauthenticated", msg);
 export const permissionDenied = (msg: string) => new ApiError("permission_denied", msg);

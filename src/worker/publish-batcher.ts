@@ -19,7 +19,7 @@
 
 import type { PublishCommand, PublishOutcome } from "../channel/calls";
 import { Coalescer, type CoalescerOptions, LOST } from "../platform/coalescer";
-import { ApiError } from "../wire/errors";
+import { unavailable } from "../wire/errors";
 
 /** How publishes to one channel are batched (functions/coalescer.ts, `CoalescerOptions`). */
 export const PUBLISH_BATCHING: CoalescerOptions = {
@@ -89,11 +89,10 @@ export class PublishBatcher {
     const bytes = cmd.data.length + (cmd.idempotencyKey?.length ?? 0) + PER_PUBLISH_OVERHEAD_BYTES;
     if (this.queuedBytes + bytes > this.maxBytes) {
       this.onOverflow();
-      throw new ApiError(
-        "unavailable",
+      throw unavailable(
+        "publish_overflow",
         "too many publishes are waiting in this server; retry shortly",
-        {},
-        { "retry-after": String(OVERFLOW_RETRY_AFTER_S) },
+        OVERFLOW_RETRY_AFTER_S,
       );
     }
     this.queuedBytes += bytes;

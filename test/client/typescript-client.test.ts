@@ -15,11 +15,23 @@ import {
   type SocketLike,
 } from "@floodgate/client";
 import { describe, expect, it } from "vitest";
+import { ChannelObject } from "../../src/channel/channel-object";
 import { shardStub } from "../../src/limiter/limiter-shard";
 import { relayName } from "../../src/relay/placement";
 import type { Relay } from "../../src/relay/relay";
 import { services } from "../../src/worker/services";
-import { ADMIN, adminHeaders, BASE, historyOf, mint, publishTo, setRate, uniq, until } from "../support/helpers";
+import {
+  ADMIN,
+  adminHeaders,
+  BASE,
+  historyOf,
+  mint,
+  publishTo,
+  setRate,
+  uniq,
+  until,
+  withFailing,
+} from "../support/helpers";
 
 const workerFetch = (input: string, init?: RequestInit) => exports.default.fetch(new Request(input, init));
 
@@ -157,6 +169,18 @@ describe("client publish", () => {
     const bad = await fg.publish("not a channel", 1).catch((e: unknown) => e);
     expect(bad).toMatchObject({ status: 400, code: "invalid_argument" });
     expect(counter.calls).toBe(2);
+  });
+
+  it("a 503 carries its reason (Floodgate-Refusal) as `refusal`: here a channel object that failed", async () => {
+    const { access_token } = await mint({ sub: uniq(), channels: ["public:client.*"] });
+    const { fg } = countingClient(access_token);
+    const failed = await withFailing(ChannelObject, "publishMany", "SQLITE_BUSY: backend detail", () =>
+      fg.publish(`public:client.${uniq()}`, 1, { retries: 0 }).catch((e: unknown) => e),
+    );
+    expect(failed).toBeInstanceOf(FloodgateError);
+    expect(failed).toMatchObject({ status: 503, code: "unavailable", refusal: "unavailable" });
+    const denied = await fg.publish("public:other.thing", 1).catch((e: unknown) => e);
+    expect(denied).toMatchObject({ status: 403, refusal: null });
   });
 
   it("refreshes the access token before it expires, and hands the new pair to onTokens", async () => {

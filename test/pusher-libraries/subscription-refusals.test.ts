@@ -2,9 +2,9 @@
  * A channel's own refusals at the Pusher door (docs/api.md, "The Pusher door"; "Relays"), as
  * pusher-js meets them: past `MAX_SUBSCRIPTIONS_PER_CLIENT` for its client, or 10 × it for the
  * anonymous clients of its IPv6 /48, `pusher:subscription_error` 429; past the channel's
- * `ANONYMOUS_SHARE` of `MAX_SUBSCRIBERS`, 503. Each is counted in `/metrics`
- * (`floodgate_pusher_errors_total{kind="subscription"}`, by status, and `floodgate_refusals_total`
- * by the native door's reason) and changes nothing else. Names and presence members Floodgate does
+ * `ANONYMOUS_SHARE` of `MAX_SUBSCRIBERS`, or past `MAX_SUBSCRIBERS` itself, 503. Each is counted in
+ * `/metrics` (`floodgate_pusher_errors_total{kind="subscription"}`, by status, and
+ * `floodgate_refusals_total` by the native door's reason) and changes nothing else. Names and presence members Floodgate does
  * not take (`private-encrypted-`, a signed `channel_data` that is no member) are that channel's
  * subscription_error 403, which pusher-js hands the channel, never a `pusher:error` of the connection.
  *
@@ -57,7 +57,8 @@ function from(address: string, options: Parameters<typeof client>[0] = {}): Push
 /**
  * `c`'s subscribe to `name` is refused with `expected` (fails the test if it subscribes), and the
  * refusal is counted once in /metrics under its status, and once among all refusals under `reason`
- * (the native door's: `subscriptions` for both caps, `unavailable` for a 503).
+ * (the native door's: `subscriptions` for both caps, `anonymous_subscribers` and `max_subscribers`
+ * for the 503s of a full channel).
  */
 async function refusedAndCounted(
   c: PusherJS,
@@ -146,9 +147,26 @@ describe("a channel's refusals at the Pusher door, with pusher-js", () => {
         error: "the channel has as many subscribers as it serves",
         status: 503,
       },
-      "unavailable",
+      "anonymous_subscribers",
     );
     expect(await websockets(name)).toBe(12);
+  });
+
+  it("past MAX_SUBSCRIBERS on a private channel (no anonymous share there): subscription_error 503 ChannelFull, counted, nothing else changed", async () => {
+    const name = `private-${uniq("max-subscribers-")}`;
+    const signed = { channelAuthorization: backendAuthorization() };
+    for (let i = 1; i <= 30; i++) await subscribed(from(`198.51.100.${100 + i}`, signed), name);
+    await refusedAndCounted(
+      from("198.51.100.131", signed),
+      name,
+      {
+        type: "ChannelFull",
+        error: "the channel has as many subscribers as it serves",
+        status: 503,
+      },
+      "max_subscribers",
+    );
+    expect(await websockets(name)).toBe(30);
   });
 });
 

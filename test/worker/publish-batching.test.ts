@@ -9,7 +9,17 @@ import type { PublishCommand, PublishOutcome } from "../../src/channel/calls";
 import { ChannelObject } from "../../src/channel/channel-object";
 import { ApiError } from "../../src/wire/errors";
 import { PUBLISH_BATCHING, PublishBatcher } from "../../src/worker/publish-batcher";
-import { adminHeaders, callAndWait, channelStats, publisher, publishTo, uniq } from "../support/helpers";
+import {
+  adminHeaders,
+  callAndWait,
+  channelStats,
+  grown,
+  publisher,
+  publishTo,
+  scrapeMetrics,
+  uniq,
+} from "../support/helpers";
+import { signedApiCall } from "../support/pusher";
 
 const cmd = (i: number): PublishCommand => ({
   channel: "public:a.b",
@@ -147,6 +157,7 @@ describe("byte cap on waiting publishes", () => {
     expect(refused?.status).toBe(503);
     expect(refused?.toBody().code).toBe("unavailable");
     expect(refused?.headers["retry-after"]).toBe("1");
+    expect(new Headers(refused?.headers).get("floodgate-refusal")).toBe("publish_overflow");
     expect(overflows).toBe(1);
     release = true;
     expect((await Promise.all(waiting)).map((o) => (o as { id: string }).id)).toEqual(["m0", "m1", "m2"]);
@@ -156,7 +167,7 @@ describe("byte cap on waiting publishes", () => {
 });
 
 describe("memory is bounded by bytes", () => {
-  it("publishes waiting in one isolate past the byte cap get 503 unavailable with Retry-After, counted; the rest are delivered", async () => {
+  it("publishes waiting in one isolate past the byte cap get 503 unavailable with Retry-After, counted as publish_overflow; the rest are delivered", async () => {
     const ch = `public:bounds.${uniq()}`;
     const t = await publisher("public:bounds.*");
     // The channel's object stalls (a slow storage commit) until released, so publishes pile up.
@@ -172,8 +183,10 @@ describe("memory is bounded by bytes", () => {
       return Number(/^floodgate_publish_overflow_total (\d+)$/m.exec(text)?.[1] ?? "NaN");
     };
     const before = await metric();
+    const scraped = await scrapeMetrics();
     const body = "x".repeat(30_000);
     let answers: Response[];
+    let viaPusher: Response;
     try {
       let settled = 0;
       const pending = Array.from({ length: 300 }, () =>
@@ -184,6 +197,8 @@ describe("memory is bounded by bytes", () => {
       ); // 9 MB > the 8 MiB cap
       // Refusals answer at once, while the accepted publishes still wait.
       for (let i = 0; i < 2000 && settled === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      // The Pusher HTTP API's publishes wait in the same isolate: refused the same way, with a text body.
+      viaPusher = await signedApiCall("POST", "/apps/test-app/events", {}, { name: "e", channel: uniq(), data: body });
       release = true;
       answers = await Promise.all(pending);
     } finally {
@@ -195,9 +210,16 @@ describe("memory is bounded by bytes", () => {
     expect(ok.length + over.length).toBe(300);
     expect(ok.length).toBeGreaterThanOrEqual(250);
     expect(over[0]?.headers.get("retry-after")).toBe("1");
+    expect(over[0]?.headers.get("floodgate-refusal")).toBe("publish_overflow");
     expect(await over[0]?.json()).toMatchObject({ code: "unavailable", meta: { code: "UNAVAILABLE" } });
-    // Every accepted publish was delivered; every refused one was counted.
+    expect(viaPusher.status).toBe(503);
+    expect(viaPusher.headers.get("floodgate-refusal")).toBe("publish_overflow");
+    expect(viaPusher.headers.get("retry-after")).toBe("1");
+    // Every accepted publish was delivered; every refused one was counted, as a refusal by its reason too.
     expect((await channelStats(ch)).delivered_total).toBe(ok.length);
-    expect((await metric()) - before).toBe(over.length);
+    expect((await metric()) - before).toBe(over.length + 1);
+    const refused = grown(scraped, await scrapeMetrics());
+    expect(refused['floodgate_refusals_total{reason="publish_overflow"}']).toBe(over.length + 1);
+    expect(refused['floodgate_refusals_total{reason="unavailable"}']).toBeUndefined();
   });
 });

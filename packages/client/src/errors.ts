@@ -17,14 +17,27 @@ export class FloodgateError extends Error {
   /** `meta.code`: e.g. `PAYLOAD_TOO_LARGE`, `RATE_LIMITED`. */
   readonly metaCode: string;
   readonly meta: Record<string, string>;
+  /**
+   * A 503's reason, from its `Floodgate-Refusal` header: `unavailable` (a backend could not be reached:
+   * retry), or the bound it met (`max_subscribers`, `anonymous_subscribers`, `publish_overflow`,
+   * `export_too_dense`); null for any other error.
+   */
+  readonly refusal: string | null;
 
-  constructor(status: number, code: ErrorCode, message: string, meta: Record<string, string> = {}) {
+  constructor(
+    status: number,
+    code: ErrorCode,
+    message: string,
+    meta: Record<string, string> = {},
+    refusal: string | null = null,
+  ) {
     super(message);
     this.name = "FloodgateError";
     this.status = status;
     this.code = code;
     this.metaCode = meta.code ?? code.toUpperCase();
     this.meta = meta;
+    this.refusal = refusal;
   }
 }
 
@@ -58,5 +71,6 @@ export async function toError(res: Response): Promise<FloodgateError> {
     return new RateLimitedError(message, meta, retryAfterMs || 1000);
   }
   const code = (body.code as ErrorCode | undefined) ?? (res.status >= 500 ? "unavailable" : "invalid_argument");
-  return new FloodgateError(res.status, code, message, meta);
+  const refusal = res.status === 503 ? res.headers.get("floodgate-refusal") : null;
+  return new FloodgateError(res.status, code, message, meta, refusal);
 }

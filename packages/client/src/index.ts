@@ -27,7 +27,7 @@
  *   `event: expired`) is refreshed and resumed at once, without telling `onError`, from the
  *   position that last frame gives (so a quiet subscription misses nothing published meanwhile).
  * - Errors are typed after the API's error codes (docs/api.md): {@link FloodgateError} with `code`, `metaCode`,
- *   `status`; {@link RateLimitedError} carries `retryAfterMs`.
+ *   `status` (a 503's reason, `Floodgate-Refusal`, as `refusal`); {@link RateLimitedError} carries `retryAfterMs`.
  */
 
 // The package's entry: what it exports, each from the module that owns it.

@@ -26,8 +26,8 @@ const ALLOW_METHODS = "GET, POST, PUT, DELETE";
 /** The request headers Floodgate reads. */
 const ALLOW_HEADERS =
   "Authorization, Content-Type, Idempotency-Key, Floodgate-Priority, Floodgate-Shard, Last-Event-ID";
-/** The response headers a script may read: when to retry and how much budget is left. */
-const EXPOSE_HEADERS = "Retry-After, RateLimit, RateLimit-Policy";
+/** The response headers a script may read: when to retry, how much budget is left, why a 503 refused. */
+const EXPOSE_HEADERS = "Retry-After, RateLimit, RateLimit-Policy, Floodgate-Refusal";
 /** How long a browser may reuse a preflight's answer, in seconds (Chromium caps it at 2 hours). */
 const MAX_AGE_S = 600;
 

@@ -4,7 +4,7 @@
  * logged and answered as a generic 500 so backend text never reaches a client.
  */
 import { HTTPException } from "hono/http-exception";
-import { ApiError, internal } from "../../wire/errors";
+import { ApiError, internal, unavailable } from "../../wire/errors";
 
 /** The response for an API error, with its own headers and `extraHeaders`. */
 export function apiErrorResponse(err: ApiError, extraHeaders: Record<string, string> = {}): Response {
@@ -23,8 +23,8 @@ export function errorResponse(err: unknown): Response {
 }
 
 /**
- * Runs a call to a backend (a Durable Object, KV) and turns its failure into a 503 that names only
- * `what`; the backend's own text goes to the log, never to the client.
+ * Runs a call to a backend (a Durable Object, KV) and turns its failure into a 503 `unavailable` that
+ * names only `what`; the backend's own text goes to the log, never to the client.
  */
 export async function orUnavailable<T>(what: string, call: () => Promise<T>, hint = "retry"): Promise<T> {
   try {
@@ -32,6 +32,6 @@ export async function orUnavailable<T>(what: string, call: () => Promise<T>, hin
   } catch (e) {
     if (e instanceof ApiError) throw e;
     console.error(`floodgate: ${what} unavailable`, e instanceof Error ? e.message : e);
-    throw new ApiError("unavailable", `${what} is temporarily unavailable; ${hint}`);
+    throw unavailable("unavailable", `${what} is temporarily unavailable; ${hint}`);
   }
 }

@@ -48,7 +48,9 @@ const ERROR_DESCRIPTIONS: Record<ErrorStatus, string> = {
   413: "`invalid_argument` / `PAYLOAD_TOO_LARGE`: the body is over its limit.",
   429: "`resource_exhausted` / `RATE_LIMITED` (+ `bucket`, `retry_after_ms`), with `Retry-After` and `RateLimit` headers.",
   500: "`internal` / `INTERNAL`: bad configuration (`meta.variable` names it) or the rate limiter is unavailable.",
-  503: "`unavailable` / `UNAVAILABLE`: a channel object, the ledger or KV could not be reached; retry.",
+  503:
+    "`unavailable` / `UNAVAILABLE`, with a `Floodgate-Refusal` header naming why: `unavailable` when a channel object, the ledger or KV could not be reached (retry); " +
+    "a bound's name where one was met, with `Retry-After`: `max_subscribers`, `anonymous_subscribers`, `publish_overflow`, `export_too_dense`.",
 };
 
 /** The error responses a route can give, in the API's error shape (docs/api.md). */

@@ -51,7 +51,9 @@ const REFUSALS = {
   429: text(
     "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",
   ),
-  503: text("A channel could not be reached; retry."),
+  503: text(
+    "A channel could not be reached, or the server's waiting publishes are at their byte cap; retry. `Floodgate-Refusal` names which (`unavailable`, `publish_overflow` with `Retry-After`).",
+  ),
 };
 const json = <S extends z.ZodType>(schema: S, description: string) => ({
   description,

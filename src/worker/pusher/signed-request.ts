@@ -76,7 +76,8 @@ export async function pusherAnswer(c: Context<AppEnv>, handle: () => Promise<Res
       e instanceof PusherHttpError
         ? e
         : e instanceof ApiError && e.status === 503
-          ? new PusherHttpError(503, "Service unavailable; retry")
+          ? // Its headers name the reason (`Floodgate-Refusal`, counted by it) and the wait (`Retry-After`).
+            new PusherHttpError(503, "Service unavailable; retry", e.headers)
           : null;
     if (!refusal) throw e;
     c.get("svc").metrics.inc("floodgate_pusher_errors_total", { kind: "http", code: String(refusal.status) });

@@ -11,7 +11,7 @@ import { firstDropOfKey, HOUR_MS, hourOf, hourPrefix } from "../../../functions/
 import { type MergeSource, mergeByDropTime, type TimedLine, TooManyOpen } from "../../../functions/record-merge";
 import { formatDuration } from "../../settings/durations";
 import type { Settings } from "../../settings/settings";
-import { ApiError, invalidArgument } from "../../wire/errors";
+import { invalidArgument, unavailable } from "../../wire/errors";
 import { wholeParam } from "../../wire/subscribe-params";
 import { orUnavailable } from "../http/errors";
 import { sourceChannelParam } from "../http/params";
@@ -113,7 +113,7 @@ export async function exportResponse(env: Env, _config: Settings, q: ExportQuery
   const tooDense = (e: unknown): never => {
     if (e instanceof TooManyOpen) {
       console.error(`floodgate: analytics export refused: ${e.message}`);
-      throw new ApiError("unavailable", "an hour of the range is too dense to export; query the record in place");
+      throw unavailable("export_too_dense", "an hour of the range is too dense to export; query the record in place");
     }
     throw e;
   };

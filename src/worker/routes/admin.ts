@@ -243,7 +243,8 @@ const exportRoute = route({
     "Every copy in the record (RECORD_BUCKET) whose `dropped_at` is in [`from`, `to`), exactly once, one record " +
     "line per line as stored (`id`, `source_channel`, `message`, `publisher`, `drop_rate`, `dropped_at`), hours " +
     "in order and lines in `dropped_at` order within an hour. Streamed an hour at a time; if it fails mid-stream " +
-    "the response ends early. A range longer than RECORD_RETENTION, or with `to` ≤ `from`, answers 400.",
+    "the response ends early. A range longer than RECORD_RETENTION, or with `to` ≤ `from`, answers 400; an hour with " +
+    "more than 256 objects overlapping in drop time answers 503 (`Floodgate-Refusal: export_too_dense`): query it in place.",
   security: ADMIN_ONLY,
   request: {
     query: z.object({

@@ -26,7 +26,7 @@ import { relayStub } from "../../platform/stubs";
 import { RELAY_REFUSED_STATUS, subscribeRequest } from "../../relay/calls";
 import { placementGroup } from "../../relay/placement";
 import { parseMaxRate } from "../../relay/reader-rate";
-import { ApiError, invalidArgument, unauthenticated } from "../../wire/errors";
+import { ApiError, invalidArgument, unauthenticated, unavailable } from "../../wire/errors";
 import { beyondHead, readSubscribeQuery, resumePoint, WS_PROTOCOL } from "../../wire/subscribe-params";
 import type { AppEnv } from "../app-env";
 import { checkGrant, grants, MISSING_BEARER, verifyAccess } from "../auth/authorise";
@@ -162,9 +162,10 @@ const subscribeRoute = route({
     ...errors(400, 401, 403, 429, 500),
     503: json(
       ErrorBody,
-      "`unavailable` / `UNAVAILABLE` with `Retry-After`: the channel has `MAX_SUBSCRIBERS` subscribers, or, for a " +
-        "subscribe without a verified token to a public channel, anonymous subscribers hold `ANONYMOUS_SHARE` of them; " +
-        "or the channel could not be reached.",
+      "`unavailable` / `UNAVAILABLE`, its reason in `Floodgate-Refusal`: `max_subscribers` (with `Retry-After`), the " +
+        "channel has `MAX_SUBSCRIBERS` subscribers; `anonymous_subscribers` (with `Retry-After`), for a subscribe without " +
+        "a verified token to a public channel, anonymous subscribers hold `ANONYMOUS_SHARE` of them; `unavailable`, the " +
+        "channel could not be reached.",
     ),
     429: json(
       ErrorBody,
@@ -249,11 +250,10 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   if ("netFull" in slot) throw netCapError(NET_SHARE * svc.config.maxSubscriptionsPerClient);
   if ("anonymousFull" in slot) throw anonymousFullError();
   if ("full" in slot) {
-    throw new ApiError(
-      "unavailable",
+    throw unavailable(
+      "max_subscribers",
       "channel has as many subscribers as it serves (MAX_SUBSCRIBERS); retry later",
-      {},
-      { "retry-after": String(FULL_RETRY_AFTER_S) },
+      FULL_RETRY_AFTER_S,
     );
   }
   const relaySubscribe = subscribeRequest(
@@ -287,7 +287,7 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
   });
   if (res.status === RELAY_REFUSED_STATUS) {
     release();
-    throw new ApiError("unavailable", "channel is temporarily unavailable; retry");
+    throw unavailable("unavailable", "channel is temporarily unavailable; retry");
   }
   // A new response, since the object's headers are immutable and the app adds security headers.
   const headers = new Headers(res.headers);

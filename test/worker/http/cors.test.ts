@@ -67,7 +67,7 @@ describe("CORS_ORIGINS: listed origins", () => {
     expect(res.headers.get("vary")).toContain("Origin");
   });
 
-  it("a publish from a listed origin carries its origin, Vary: Origin and the exposed rate-limit headers", async () => {
+  it("a publish from a listed origin carries its origin, Vary: Origin and the exposed rate-limit and refusal headers", async () => {
     const ch = `public:${uniq()}.cors`;
     const { access_token } = await mint({ sub: uniq("u"), channels: [ch] });
     const res = await callAndWait(
@@ -79,7 +79,7 @@ describe("CORS_ORIGINS: listed origins", () => {
     expect(res.headers.get("access-control-allow-origin")).toBe(LOCAL);
     expect(res.headers.get("vary")).toContain("Origin");
     const exposed = res.headers.get("access-control-expose-headers") ?? "";
-    for (const h of ["Retry-After", "RateLimit", "RateLimit-Policy"]) expect(exposed).toContain(h);
+    for (const h of ["Retry-After", "RateLimit", "RateLimit-Policy", "Floodgate-Refusal"]) expect(exposed).toContain(h);
   });
 
   it("errors carry CORS too, so a page can read a 401's body", async () => {

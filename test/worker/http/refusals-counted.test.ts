@@ -1,12 +1,17 @@
 /**
  * Every refusal is counted (docs/operations.md, "Metrics"): `floodgate_refusals_total{reason}` grows by
- * one for each 401, 403, 429 (by its bucket's name, `subscriptions` included) and 503, whichever route
- * answered it and whether it threw its error or built its answer (the limiter's 429s).
+ * one for each 401, 403, 429 (by its bucket's name, `subscriptions` included) and 503 (by the reason
+ * its `Floodgate-Refusal` header names: a bound, or `unavailable` for a backend that failed), whichever
+ * route answered it and whether it threw its error or built its answer (the limiter's 429s). The 503s
+ * of bounds met elsewhere: publish_overflow in test/worker/publish-batching.test.ts, export_too_dense
+ * in test/worker/record/record-bucket.test.ts.
  */
 import { describe, expect, it } from "vitest";
+import { ChannelObject } from "../../../src/channel/channel-object";
 import {
   call,
   callAndWait,
+  env,
   envWith,
   freshIp,
   grown,
@@ -15,9 +20,24 @@ import {
   scrapeMetrics,
   uniq,
   until,
+  withFailing,
 } from "../../support/helpers";
 
 const refusals = (reason: string) => `floodgate_refusals_total{reason="${reason}"}`;
+
+/** The refusal reasons that grew between two scrapes, with how much. */
+function refusalsGrown(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(
+    Object.entries(grown(before, after)).filter(([k]) => k.startsWith("floodgate_refusals_total")),
+  );
+}
+
+/** A WebSocket subscribe to `ch` through a Worker with `customEnv`, from a client IP of its own. */
+function subscribe(ch: string, customEnv: Env, token?: string): Promise<Response> {
+  const headers: Record<string, string> = { upgrade: "websocket", "cf-connecting-ip": freshIp() };
+  if (token) headers.authorization = `Bearer ${token}`;
+  return callAndWait(`/v1/subscribe/${ch}`, { headers }, customEnv);
+}
 
 describe("refusals counted by reason", () => {
   it("shows every reason at 0 before any refusal, and none for answers that are not refusals", async () => {
@@ -32,6 +52,10 @@ describe("refusals counted by reason", () => {
       "admin-auth",
       "subscriptions",
       "connections",
+      "max_subscribers",
+      "anonymous_subscribers",
+      "publish_overflow",
+      "export_too_dense",
       "unavailable",
     ])
       expect(metrics[refusals(reason)]).toBeGreaterThanOrEqual(0);
@@ -85,17 +109,54 @@ describe("refusals counted by reason", () => {
     first.webSocket?.close();
   });
 
-  it("503 as unavailable", async () => {
-    const full = envWith({ MAX_SUBSCRIBERS: "1", ANONYMOUS_SHARE: "1" });
+  it("503 max_subscribers: a channel at MAX_SUBSCRIBERS names it in Floodgate-Refusal and is counted under it", async () => {
+    const full = envWith({ MAX_SUBSCRIBERS: "1" });
     const before = await scrapeMetrics(full);
     const ch = `public:counted.${uniq()}`;
-    const one = await callAndWait(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } }, full);
+    const holder = async () => (await mint({ sub: uniq(), channels: ["public:counted.*"] })).access_token;
+    const one = await subscribe(ch, full, await holder());
     expect(one.status).toBe(101);
     one.webSocket?.accept();
-    const two = await callAndWait(`/v1/subscribe/${ch}`, { headers: { upgrade: "websocket" } }, full);
+    const two = await subscribe(ch, full, await holder());
     expect(two.status).toBe(503);
-    expect(grown(before, await scrapeMetrics(full))[refusals("unavailable")]).toBe(1);
+    expect(two.headers.get("floodgate-refusal")).toBe("max_subscribers");
+    expect(refusalsGrown(before, await scrapeMetrics(full))).toEqual({ [refusals("max_subscribers")]: 1 });
     one.webSocket?.close();
+  });
+
+  it("503 anonymous_subscribers: an anonymous subscribe past ANONYMOUS_SHARE, while a token holder still gets in", async () => {
+    const shared = envWith({ MAX_SUBSCRIBERS: "4", ANONYMOUS_SHARE: "0.5" });
+    const before = await scrapeMetrics(shared);
+    const ch = `public:counted.${uniq()}`;
+    const open = [await subscribe(ch, shared), await subscribe(ch, shared)];
+    for (const r of open) {
+      expect(r.status).toBe(101);
+      r.webSocket?.accept();
+    }
+    const third = await subscribe(ch, shared);
+    expect(third.status).toBe(503);
+    expect(third.headers.get("floodgate-refusal")).toBe("anonymous_subscribers");
+    const holder = await subscribe(
+      ch,
+      shared,
+      (await mint({ sub: uniq(), channels: ["public:counted.*"] })).access_token,
+    );
+    expect(holder.status).toBe(101);
+    holder.webSocket?.accept();
+    expect(refusalsGrown(before, await scrapeMetrics(shared))).toEqual({ [refusals("anonymous_subscribers")]: 1 });
+    for (const r of [...open, holder]) r.webSocket?.close();
+  });
+
+  it("503 unavailable: a channel object that failed, told apart from every bound", async () => {
+    const before = await scrapeMetrics();
+    const ch = `public:counted.${uniq()}`;
+    const res = await withFailing(ChannelObject, "assignRelay", "SQLITE_BUSY: backend detail", () =>
+      subscribe(ch, env),
+    );
+    expect(res.status).toBe(503);
+    expect(res.headers.get("floodgate-refusal")).toBe("unavailable");
+    expect(await res.text()).not.toMatch(/SQLITE|backend detail/);
+    expect(refusalsGrown(before, await scrapeMetrics())).toEqual({ [refusals("unavailable")]: 1 });
   });
 
   it("429 connections: one client past MAX_CONNECTIONS_PER_CLIENT over two channels", async () => {

@@ -16,10 +16,18 @@ import {
   waitOnExecutionContext,
 } from "cloudflare:test";
 import { describe, expect, it, vi } from "vitest";
-import { batchId, HOUR_MS, hourPrefix, type RecordBatch, type RecordCopy } from "../../../functions/record-batch";
+import {
+  batchId,
+  HOUR_MS,
+  hourPrefix,
+  objectKey,
+  type RecordBatch,
+  type RecordCopy,
+} from "../../../functions/record-batch";
 import { ChannelObject } from "../../../src/channel/channel-object";
 import worker from "../../../src/index";
-import { batchTag, gunzipText } from "../../../src/worker/record/record-objects";
+import { EXPORT_MAX_OPEN_OBJECTS } from "../../../src/worker/record/export";
+import { batchTag, gunzipText, writeObjects } from "../../../src/worker/record/record-objects";
 import { DEAD_LETTER_QUEUE } from "../../../src/worker/record/record-queue";
 import { sweepRecord } from "../../../src/worker/record/record-retention";
 import { services } from "../../../src/worker/services";
@@ -28,7 +36,9 @@ import {
   callAndWait,
   env,
   envWith,
+  grown,
   mint,
+  scrapeMetrics,
   setRate,
   uniq,
   until,
@@ -448,6 +458,28 @@ describe("export from the record", () => {
         .map((c) => c.id)
         .sort(),
     );
+  });
+
+  it("an hour whose objects overlap past EXPORT_MAX_OPEN_OBJECTS answers 503, counted as export_too_dense", async () => {
+    const h = freshHour();
+    const source = `public:recexp.${uniq()}`;
+    // One object per isolate batch, every one of them holding a copy dropped at the same moment.
+    const objects = Array.from({ length: EXPORT_MAX_OPEN_OBJECTS + 1 }, () => {
+      const copies = copiesAt(source, [h + 1000]);
+      const batch = batchId(copies, uniq("b"));
+      return { key: objectKey(h, batch), copies, batches: [batch] };
+    });
+    expect((await writeObjects(env.RECORD_BUCKET, objects, () => {})).size).toBe(objects.length);
+    const before = await scrapeMetrics();
+    const res = await callAndWait(`/v1/admin/analytics/export?from=${h}&to=${h + HOUR_MS}`, {
+      headers: adminHeaders(),
+    });
+    expect(res.status).toBe(503);
+    expect(res.headers.get("floodgate-refusal")).toBe("export_too_dense");
+    expect(await res.json()).toMatchObject({ code: "unavailable", meta: { code: "UNAVAILABLE" } });
+    const refused = grown(before, await scrapeMetrics());
+    expect(refused['floodgate_refusals_total{reason="export_too_dense"}']).toBe(1);
+    expect(refused['floodgate_refusals_total{reason="unavailable"}']).toBeUndefined();
   });
 
   it("answers 400 to a missing bound, to ≤ from, and a range longer than RECORD_RETENTION", async () => {

@@ -1,0 +1,133 @@
+/**
+ * A connection host's lane repairs the holes in its channel's calls (docs/api.md, "The Pusher door";
+ * src/connection-host/lane.ts, with the relay's own repair, src/relay/gap-repair.ts): calls to the
+ * host that failed are fetched from the channel's history before anything newer, so a Pusher
+ * connection gets every message once and in order; a hole history no longer holds closes every
+ * connection on the lane with 4200 (reconnect and subscribe again), one too big to fetch in one page
+ * with 4100 (over capacity). Real Pusher connections through the Worker, the host's deliveries made
+ * to fail as a restart or a lost call would (the relay's side: test/relay/fan-out.test.ts).
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { ConnectionHost } from "../../src/connection-host/connection-host";
+import { callAndWait, env, envWith, mint, SLOW_TEST_MS, uniq, until, withFailing } from "../support/helpers";
+import { closePushers, openPusher, type PusherSocket } from "../support/pusher";
+
+afterEach(closePushers);
+
+async function publisher(): Promise<string> {
+  return (await mint({ sub: uniq("pub"), channels: ["pusher:**"], scopes: ["publish"] })).access_token;
+}
+
+/** Publishes event `n` on the Pusher channel `name`: its data is `n`, then `pad`. */
+async function publishEvent(name: string, token: string, n: number, pad = "", customEnv: Env = env) {
+  const res = await callAndWait(
+    `/v1/publish/pusher:${name}`,
+    {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ event: "n", data: `${n}${pad}` }),
+    },
+    customEnv,
+  );
+  expect(res.status, `publish ${n}`).toBe(200);
+}
+
+/** The numbers of the events `p` got on `name`, in the order it got them. */
+function numbers(p: PusherSocket, name: string): number[] {
+  return p.events.filter((e) => e.channel === name && e.event === "n").map((e) => Number.parseInt(String(e.data), 10));
+}
+
+/** Waits until `p` got event `n` on `name`. */
+async function got(p: PusherSocket, name: string, n: number): Promise<void> {
+  await p.next((e) => e.channel === name && e.event === "n" && Number.parseInt(String(e.data), 10) === n);
+}
+
+/**
+ * Runs `run` while every delivery from a channel to a connection host fails, as a call lost to a
+ * restart does (the channel does not send its frames again: the lane must fetch them); answers once
+ * at least one failed.
+ */
+async function withDeliveriesFailing(run: () => Promise<void>): Promise<void> {
+  let failed = 0;
+  await withFailing(
+    ConnectionHost,
+    "deliver",
+    "host aborted",
+    async () => {
+      await run();
+      await until(() => failed > 0, "a delivery to the host to fail");
+    },
+    () => {
+      failed++;
+      return true;
+    },
+  );
+}
+
+describe("a connection host's lane", () => {
+  it("repairs a hole from history before anything newer: every message once, in order, even if the channel goes quiet", async () => {
+    const name = uniq("repair-");
+    const t = await publisher();
+    const subs = [await openPusher(), await openPusher()];
+    for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    await publishEvent(name, t, 1);
+    for (const p of subs) await got(p, name, 1);
+    await withDeliveriesFailing(async () => {
+      for (let i = 2; i <= 4; i++) await publishEvent(name, t, i);
+    });
+    // No publish follows: the channel's line retries with its head, and the lane fetches the hole.
+    for (const p of subs) await got(p, name, 4);
+    await publishEvent(name, t, 5);
+    for (const p of subs) await got(p, name, 5);
+    for (const p of subs) expect(numbers(p, name)).toEqual([1, 2, 3, 4, 5]);
+  });
+
+  it("closes every connection on the lane with 4200 when history no longer holds the hole, sending nothing across it", {
+    timeout: SLOW_TEST_MS,
+  }, async () => {
+    const name = uniq("gone-");
+    const t = await publisher();
+    const subs = [await openPusher(), await openPusher()];
+    for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    await publishEvent(name, t, 1);
+    for (const p of subs) await got(p, name, 1);
+    // The host misses 110 messages: more than HISTORY_LIMIT (100) keeps.
+    await withDeliveriesFailing(async () => {
+      for (let i = 2; i <= 111; i++) await publishEvent(name, t, i);
+    });
+    await publishEvent(name, t, 112);
+    for (const p of subs) {
+      expect(await p.closed).toEqual({ code: 4200, reason: "missed messages are no longer in history; reconnect" });
+      expect(numbers(p, name)).toEqual([1]);
+    }
+    // Reconnecting and subscribing again, as Pusher clients do on 4200, gets what comes next.
+    const back = await openPusher();
+    expect((await back.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    await publishEvent(name, t, 113);
+    await got(back, name, 113);
+    expect(numbers(back, name)).toEqual([113]);
+  });
+
+  it("closes every connection on the lane with 4100 when the hole is more than a page (4 MiB) to fetch", {
+    timeout: SLOW_TEST_MS,
+  }, async () => {
+    const name = uniq("too-big-");
+    // Messages of 100 KB, through a Worker that takes them: 60 of them (6 MB, all within HISTORY_LIMIT)
+    // leave a hole past 4 MiB even after the channel's line keeps its last 1 MiB for the host.
+    const big = envWith({ MAX_MESSAGE_BYTES: "131072" });
+    const pad = "x".repeat(100_000);
+    const t = await publisher();
+    const subs = [await openPusher(), await openPusher()];
+    for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    await publishEvent(name, t, 1);
+    for (const p of subs) await got(p, name, 1);
+    await withDeliveriesFailing(async () => {
+      for (let i = 2; i <= 61; i++) await publishEvent(name, t, i, pad, big);
+    });
+    await publishEvent(name, t, 62);
+    for (const p of subs) {
+      expect(await p.closed).toEqual({ code: 4100, reason: "too far behind on a channel; reconnect" });
+      expect(numbers(p, name)).toEqual([1]);
+    }
+  });
+});
