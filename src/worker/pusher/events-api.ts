@@ -10,6 +10,7 @@
  */
 import type { Context } from "hono";
 import { type Budget, publishBudget } from "../../limiter/budgets";
+import { type Denial, denialParts } from "../../limiter/denials";
 import { summaryFor } from "../../settings/rules";
 import { type ChannelName, parseChannelName } from "../../wire/channel-names";
 import { utf8Length } from "../../wire/frame-text";
@@ -168,13 +169,18 @@ async function chargeCopies(c: Context<AppEnv>, appKey: string, copies: Copy[]):
   });
   const failed = charged.find((r) => r.status === "rejected");
   if (failed) throw failed.reason;
-  let retryAfterMs = 0;
+  // The denial that lasts longest says when to retry; its RateLimit fields name the publish budget,
+  // which is also how /metrics counts this refusal (src/worker/http/refusals.ts).
+  let longest: Denial | null = null;
   for (const r of charged) {
-    if (r.status === "fulfilled" && r.value.denial) retryAfterMs = Math.max(retryAfterMs, r.value.denial.retryAfterMs);
+    const denial = r.status === "fulfilled" ? r.value.denial : undefined;
+    if (denial && (!longest || denial.retryAfterMs > longest.retryAfterMs)) longest = denial;
   }
-  throw new PusherHttpError(429, "Rate limit exceeded (the publish budget of the app key)", {
-    "retry-after": String(Math.max(1, Math.ceil(retryAfterMs / 1000))),
-  });
+  throw new PusherHttpError(
+    429,
+    "Rate limit exceeded (the publish budget of the app key)",
+    denialParts(longest as Denial).headers,
+  );
 }
 
 async function publishCopy(c: Context<AppEnv>, appKey: string, copy: Copy): Promise<Fate> {

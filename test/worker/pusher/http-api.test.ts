@@ -5,7 +5,19 @@
  * Pusher's shape (401 signature, 404 app, 400 body, 413 size) with nothing published.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { adminHeaders, call, env, envWith, historyOf, mint, setRate, uniq, until } from "../../support/helpers";
+import {
+  adminHeaders,
+  call,
+  env,
+  envWith,
+  grown,
+  historyOf,
+  mint,
+  scrapeMetrics,
+  setRate,
+  uniq,
+  until,
+} from "../../support/helpers";
 import { APP, authFor, closePushers, openPusher, signedApiCall } from "../../support/pusher";
 
 /** A channel's epoch in a publish answer (docs/api.md, "Numbering restarts"). */
@@ -160,10 +172,19 @@ describe("the publish budget of the app key: a request's copies are charged all 
   it("an event to more channels than the bucket holds: 429, nothing published, nothing taken", async () => {
     const app = smallBudget();
     const six = channels(6);
+    const before = await scrapeMetrics(app.env);
     const over = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: six }, app);
     expect(over.status).toBe(429);
     expect(over.headers.get("content-type")).toContain("text/plain");
     expect(Number(over.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    // It names the publish budget as every 429 does, so a client and /metrics tell which one.
+    expect(over.headers.get("ratelimit-policy")).toBe('"publish";q=5;w=300');
+    expect(over.headers.get("ratelimit")).toMatch(/^"publish";r=0;t=\d+$/);
+    await until(async () => {
+      const grew = grown(before, await scrapeMetrics(app.env));
+      expect(grew['floodgate_refusals_total{reason="rate_limited"}']).toBeUndefined();
+      return (grew['floodgate_refusals_total{reason="publish"}'] ?? 0) >= 1;
+    }, "the 429 counted under the publish budget");
     await nothingIn(six);
     // All 5 tokens are still there: one channel, then four.
     const one = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: six.slice(0, 1) }, app);
