@@ -48,10 +48,12 @@ export async function bundle(entry) {
  * Requests go straight to the Worker through a direct socket: Miniflare's default socket passes every
  * request through its own entry Worker first (a dev-time router that rebuilds the Request and clones
  * its `cf` object), which cost about 250 µs of workerd CPU per request here, more than a bare route
- * itself, and would flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead.
+ * itself, and would flatter every ratio. BENCH_VIA_ENTRY=1 measures through it instead; `viaEntry`
+ * starts one Worker that way for a test that sets a request's `cf` (the entry Worker takes it from an
+ * `MF-CF-Blob` header, JSON; without one a request carries Miniflare's placeholder, continent `NA`).
  */
-export async function startWorker({ inspectorPort, config: workerConfig = config, registry, ...worker }) {
-  const direct = !process.env.BENCH_VIA_ENTRY;
+export async function startWorker({ inspectorPort, config: workerConfig = config, registry, viaEntry, ...worker }) {
+  const direct = !viaEntry && !process.env.BENCH_VIA_ENTRY;
   const storage = storageDir();
   // Miniflare 5 takes a new option shape; convertV4MiniflareOptions accepts the long-documented v4 one.
   const mf = new Miniflare(
@@ -174,12 +176,13 @@ function durableObjects(treeConfig) {
  * inspector there; the handle's `source` is the bundle it runs (a CPU profile's line numbers are
  * that text's). Two Workers in two workerd processes: start both with the same `registry` (a
  * directory), the second with its own `name` and `objectsOf: { name, bindings }` naming the first
- * and the bindings whose objects are the first's (bench-reads.mjs --split).
+ * and the bindings whose objects are the first's (bench-reads.mjs --split). `viaEntry`: through
+ * Miniflare's entry Worker, as {@link startWorker} says.
  */
 export async function startFloodgate(
   vars = {},
   entry,
-  { tree = root, inspectorPort, registry, name = "floodgate", objectsOf } = {},
+  { tree = root, inspectorPort, registry, name = "floodgate", objectsOf, viaEntry } = {},
 ) {
   const treeConfig = readConfig(tree);
   const source = await bundle(entry ?? { entryPoints: [join(tree, "src/index.ts")], absWorkingDir: tree });
@@ -191,6 +194,7 @@ export async function startFloodgate(
     config: treeConfig,
     inspectorPort,
     registry,
+    viaEntry,
     modules: [{ type: "ESModule", path: "index.mjs", contents: source }],
     kvNamespaces: treeConfig.kv_namespaces.map((kv) => kv.binding),
     durableObjects: objects,

@@ -7,8 +7,10 @@
  * another of its kind leaves (listings answer at most 1,000 anyway). Apart, because anyone can occupy
  * public channels (a connection subscribes to any name), but only the app's signature opens a private
  * or presence one: public channels made up by the thousand never keep the app's presence channels
- * out of `filter_by_prefix=presence-`.
+ * out of `filter_by_prefix=presence-`. Each shard of a sharded channel notes a row of its own (its
+ * object is a channel of its own); a listing adds them up into their channel.
  */
+import { SHARD_KEY_SEPARATOR } from "../../functions/shard-key";
 import { pusherName, pusherVisibility } from "../wire/pusher/names";
 
 /** Most occupied Pusher channels listed of each kind (public; private and presence). */
@@ -20,6 +22,9 @@ const kindOf = (channel: string): Kind => pusherVisibility(pusherName(channel) ?
 
 /** The rows of one kind, in SQL: private- and presence- names, or every other. */
 const PRIVATE_ROWS = "(substr(channel, 1, 15) = 'pusher:private-' OR substr(channel, 1, 16) = 'pusher:presence-')";
+
+/** A row's channel, in SQL: its key up to the shard separator (functions/shard-key.ts), if it has one. */
+const CHANNEL_OF_ROW = `CASE WHEN instr(channel, '${SHARD_KEY_SEPARATOR}') > 0 THEN substr(channel, 1, instr(channel, '${SHARD_KEY_SEPARATOR}') - 1) ELSE channel END`;
 
 export class PusherChannelList {
   /** Rows of each kind, counted once then kept up to date; null: count again. */
@@ -54,11 +59,16 @@ export class PusherChannelList {
     return { public: all - priv, private: priv };
   }
 
-  /** Occupied channels whose name starts with `prefix` (the Floodgate name, `pusher:` included), by name. */
+  /**
+   * Occupied channels whose name starts with `prefix` (the Floodgate name, `pusher:` included), by
+   * name, at most `limit` channels. A sharded channel's shards each note a row of their own (the
+   * shard's key, functions/shard-key.ts): the channel is listed once, with their members added up.
+   */
   list(prefix: string, limit: number): { channel: string; users: number }[] {
     return this.sql
       .exec<{ channel: string; users: number }>(
-        "SELECT channel, users FROM pusher_channels WHERE substr(channel, 1, ?) = ? ORDER BY channel LIMIT ?",
+        `SELECT name AS channel, SUM(users) AS users FROM (SELECT ${CHANNEL_OF_ROW} AS name, users FROM pusher_channels)
+         WHERE substr(name, 1, ?) = ? GROUP BY name ORDER BY name LIMIT ?`,
         prefix.length,
         prefix,
         limit,

@@ -1,7 +1,8 @@
 /**
  * The list of occupied Pusher channels (`GET /apps/{id}/channels`) is bounded, public channels and
  * private-or-presence ones apart: public names anyone can occupy by the thousand never keep the app's
- * presence channels out of a `presence-` listing. Each test has a registry object of its own.
+ * presence channels out of a `presence-` listing. A sharded channel's shards note rows of their own
+ * and are listed as their one channel. Each test has a registry object of its own.
  */
 
 import { runInDurableObject } from "cloudflare:test";
@@ -59,5 +60,27 @@ describe("the occupied Pusher channels", () => {
       };
     });
     expect(counts).toEqual({ privateOnes: PUSHER_CHANNELS_KEPT, public: 1 });
+  });
+
+  it("lists a sharded channel once, its shards' members added up; the limit counts channels", async () => {
+    const listed = await runInDurableObject(ownRegistry(), (instance) => {
+      instance.notePusherChannel("pusher:presence-geo.x#EU", 2, 2);
+      instance.notePusherChannel("pusher:presence-geo.x#AS", 3, 3);
+      // The channel's own object: a subscriber from before the rule sharded it.
+      instance.notePusherChannel("pusher:presence-geo.x", 1, 1);
+      instance.notePusherChannel("pusher:presence-geo.xy#EU", 1, 1);
+      return {
+        all: instance.pusherChannels("pusher:presence-geo.", 1000),
+        first: instance.pusherChannels("pusher:presence-geo.", 1),
+        // A prefix names channels, never a shard's key.
+        shardPrefix: instance.pusherChannels("pusher:presence-geo.x#", 1000),
+      };
+    });
+    expect(listed.all).toEqual([
+      { channel: "pusher:presence-geo.x", users: 6 },
+      { channel: "pusher:presence-geo.xy", users: 1 },
+    ]);
+    expect(listed.first).toEqual([{ channel: "pusher:presence-geo.x", users: 6 }]);
+    expect(listed.shardPrefix).toEqual([]);
   });
 });

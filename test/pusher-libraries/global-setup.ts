@@ -17,21 +17,28 @@ declare module "vitest" {
 
 /**
  * A Floodgate in its own workerd with the Pusher door open for these tests, and `vars` over its
- * configuration: the run's (below), or a test file's own with small limits.
+ * configuration: the run's (below), or a test file's own with small limits. `viaEntry`: requests pass
+ * through Miniflare's entry Worker, which sets `request.cf` from an `MF-CF-Blob` header (a continent
+ * for a test of continent shards; without the header, Miniflare's placeholder, continent `NA`).
  */
 export async function pusherFloodgate(
   vars: Record<string, string> = {},
+  { viaEntry = false }: { viaEntry?: boolean } = {},
 ): Promise<{ base: string; admin: string; stop(): Promise<void> }> {
-  return await startFloodgate({
-    PUSHER_APP_ID: PUSHER.appId,
-    PUSHER_APP_KEY: PUSHER.key,
-    PUSHER_APP_SECRET: PUSHER.secret,
-    // Every connection here comes from one address: its read budget (the connect and each public
-    // subscribe take one) must not be what a test meets.
-    READ_RATE: "1000/s",
-    READ_BURST: "1000",
-    ...vars,
-  });
+  return await startFloodgate(
+    {
+      PUSHER_APP_ID: PUSHER.appId,
+      PUSHER_APP_KEY: PUSHER.key,
+      PUSHER_APP_SECRET: PUSHER.secret,
+      // Every connection here comes from one address: its read budget (the connect and each public
+      // subscribe take one) must not be what a test meets.
+      READ_RATE: "1000/s",
+      READ_BURST: "1000",
+      ...vars,
+    },
+    undefined,
+    { viaEntry },
+  );
 }
 
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {

@@ -12,14 +12,15 @@ import type { Context } from "hono";
 import { type Budget, publishBudget } from "../../limiter/budgets";
 import { type Denial, denialParts } from "../../limiter/denials";
 import { summaryFor } from "../../settings/rules";
+import type { Settings } from "../../settings/settings";
 import { type ChannelName, parseChannelName } from "../../wire/channel-names";
 import { utf8Length } from "../../wire/frame-text";
 import { EVENT_NAME_MAX, eventMetaText, pusherBody, reservedEventName } from "../../wire/pusher/event-meta";
 import { checkPusherName, isPresence, pusherChannel } from "../../wire/pusher/names";
 import type { AppEnv } from "../app-env";
 import { throttleAndDeliver } from "../publish-one";
-import { countedChannelStub } from "../services";
 import { audienceOf } from "../shards/audience";
+import { pusherChannelCounts } from "./channel-counts";
 import { PusherHttpError } from "./signed-request";
 import { pusherSummaryKey } from "./summary-key";
 
@@ -135,7 +136,9 @@ export async function publishEvents(
     copies.map(async (list) => {
       if (list[0]?.event.info.length === 0) return null;
       const out: Record<string, Record<string, number>> = {};
-      await Promise.all(list.map(async (copy) => (out[copy.name] = await countsOf(c.env, copy, copy.event.info))));
+      await Promise.all(
+        list.map(async (copy) => (out[copy.name] = await countsOf(c.env, svc.config, copy, copy.event.info))),
+      );
       return out;
     }),
   );
@@ -207,15 +210,20 @@ async function publishCopy(c: Context<AppEnv>, appKey: string, copy: Copy): Prom
     : { status: "dropped" };
 }
 
-/** `info`'s counts of one channel: `subscription_count` (either door), `user_count` (presence members). */
-export async function countsOf(
+/**
+ * `info`'s counts of one channel: `subscription_count` (either door), `user_count` (presence members),
+ * the whole channel's over every shard (./channel-counts.ts), not the copy's shard's.
+ */
+async function countsOf(
   env: Env,
-  copy: { name: string; key: string },
+  config: Settings,
+  copy: { name: string; channel: ChannelName },
   info: readonly string[],
 ): Promise<Record<string, number>> {
-  const counts = await countedChannelStub(env, copy.key).pusherCounts();
+  const members = info.includes("user_count") && isPresence(copy.name);
+  const counts = await pusherChannelCounts(env, config, copy.channel, { members, users: 0 });
   const out: Record<string, number> = {};
   if (info.includes("subscription_count")) out.subscription_count = counts.subscriptions;
-  if (info.includes("user_count") && isPresence(copy.name)) out.user_count = counts.members;
+  if (members) out.user_count = counts.members;
   return out;
 }

@@ -10,9 +10,8 @@ import { parseChannelName } from "../../wire/channel-names";
 import { checkPusherName, isPresence, pusherChannel, pusherName } from "../../wire/pusher/names";
 import type { AppEnv } from "../app-env";
 import { documented, EpochSchema, route } from "../http/openapi";
-import { countedChannelStub } from "../services";
-import { audienceOf } from "../shards/audience";
-import { BATCH_MAX, countsOf, publishEvents, readApiEvent } from "./events-api";
+import { pusherChannelCounts } from "./channel-counts";
+import { BATCH_MAX, publishEvents, readApiEvent } from "./events-api";
 import { PusherHttpError, parseBody, pusherAnswer, signedRequest } from "./signed-request";
 
 export const pusherApi = new Hono<AppEnv>();
@@ -71,7 +70,10 @@ const EventBody = z.object({
   channels: z.array(z.string()).max(100).optional(),
   channel: z.string().optional(),
   socket_id: z.string().optional().openapi({ description: "This connection is not sent the event." }),
-  info: z.string().optional().openapi({ description: "`subscription_count`, `user_count` (comma-separated)." }),
+  info: z.string().optional().openapi({
+    description:
+      "`subscription_count`, `user_count` (comma-separated): each channel's, over every shard of a sharded one.",
+  }),
   priority: z.enum(["high", "normal"]).optional().openapi({
     description: "`high`: never dropped by the before-publish throttle (the app secret is the scope).",
   }),
@@ -154,7 +156,8 @@ const channelsRoute = route({
   path: "/{id}/channels",
   summary: "Occupied Pusher channels",
   description:
-    "Channels with at least one subscriber through either door, by name, at most 1,000 (the rest not listed).",
+    "Channels with at least one subscriber through either door, by name, at most 1,000 (the rest not listed). " +
+    "A sharded channel is listed once; its `user_count` adds up its shards' members.",
   request: {
     params: AppPath,
     query: Signed.extend({
@@ -214,7 +217,7 @@ const channelRoute = route({
         subscription_count: z.number().int().optional(),
         user_count: z.number().int().optional(),
       }),
-      "Counts through either door; `user_count`: presence members.",
+      "Counts through either door, the whole channel's (every shard of a sharded one); `user_count`: presence members, a user in two shards once.",
     ),
     ...REFUSALS,
   },
@@ -231,13 +234,15 @@ pusherApi.get(documented(pusherApi, channelRoute), (c) =>
       if (a === "user_count" && !isPresence(name))
         throw new PusherHttpError(400, "user_count is for presence channels");
     }
-    const { key } = audienceOf(c.get("svc").config, channel, null, c.req.raw);
-    const counts = await countsOf(c.env, { name, key }, ["subscription_count", "user_count"]);
-    const occupied = (counts.subscription_count ?? 0) > 0;
+    // The whole channel's counts, every shard's (./channel-counts.ts), not the caller's shard's.
+    const counts = await pusherChannelCounts(c.env, c.get("svc").config, channel, {
+      members: info.includes("user_count"),
+      users: 0,
+    });
     return c.json({
-      occupied,
-      ...(info.includes("subscription_count") ? { subscription_count: counts.subscription_count } : {}),
-      ...(info.includes("user_count") ? { user_count: counts.user_count } : {}),
+      occupied: counts.subscriptions > 0,
+      ...(info.includes("subscription_count") ? { subscription_count: counts.subscriptions } : {}),
+      ...(info.includes("user_count") ? { user_count: counts.members } : {}),
     });
   }),
 );
@@ -246,7 +251,7 @@ const usersRoute = route({
   method: "get",
   path: "/{id}/channels/{name}/users",
   summary: "A presence channel's members",
-  description: "Distinct `user_id`s, at most 1,000.",
+  description: "Distinct `user_id`s over every shard of a sharded channel, at most 1,000.",
   request: { params: AppPath.extend({ name: ChannelName }), query: Signed },
   responses: { 200: json(z.object({ users: z.array(z.object({ id: z.string() })) }), "The members."), ...REFUSALS },
 });
@@ -257,8 +262,7 @@ pusherApi.get(documented(pusherApi, usersRoute), (c) =>
     const name = c.req.param("name");
     const channel = channelOf(name);
     if (!isPresence(name)) throw new PusherHttpError(400, "users are listed for presence channels only");
-    const { key } = audienceOf(c.get("svc").config, channel, null, c.req.raw);
-    const { ids } = await countedChannelStub(c.env, key).pusherCounts(LIST_MAX);
+    const { ids } = await pusherChannelCounts(c.env, c.get("svc").config, channel, { members: true, users: LIST_MAX });
     return c.json({ users: ids.map((id) => ({ id })) });
   }),
 );
