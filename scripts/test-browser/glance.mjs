@@ -95,6 +95,7 @@ export async function checkDropRateAndAges(page, channel) {
 export async function checkSubscribersCounted(page, channel, admin) {
   const card = `article[data-channel="${channel}"]`;
   const url = `${BASE.replace(/^http/, "ws")}/v1/subscribe/${channel}`;
+  const openedAt = Date.now();
   const sockets = await Promise.all(
     [1, 2].map(
       () =>
@@ -121,6 +122,14 @@ export async function checkSubscribersCounted(page, channel, admin) {
       () => null,
     );
   check(both !== null, `with 2 subscribers open the card reads them beside the rate it delivers (${both})`);
+  // Held open until the server measured them 6 s after they opened: longer than its longest period
+  // (the fast loop's 5 s), so the first period that ends with none began with them. Closed sooner,
+  // they may have come and gone within one period, and no period begins with them.
+  await waitFor(async () => {
+    const res = await fetch(`${BASE}/v1/admin/overview`, { headers: { authorization: `Bearer ${admin}` } });
+    const c = (await res.json()).channels.find((x) => x.channel === channel);
+    return (c?.series ?? []).some((p) => p.occupancy === 2 && p.at >= openedAt + 6000);
+  }, "a period measured with both subscribers 6 s after they opened");
   for (const ws of sockets) ws.close();
   const left = await waitFor(async () => {
     const res = await fetch(`${BASE}/v1/admin/overview`, { headers: { authorization: `Bearer ${admin}` } });
