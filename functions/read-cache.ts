@@ -62,11 +62,8 @@ export class ReadCache<V> {
   async get(key: string, ask: () => Promise<V>): Promise<V> {
     const hit = this.entries.get(key);
     if (hit && this.now() - hit.at < this.opts.ttlMs) {
-      if (hit.value !== null) return hit.value;
-      if (!hit.failed) {
-        const answered = await pollUntil(() => hit.value !== null || hit.failed, this.opts.patienceMs);
-        if (answered && hit.value !== null) return hit.value;
-      }
+      const shared = await this.answerOf(hit);
+      if (shared !== null) return shared;
     }
     return this.ask(key, ask);
   }
@@ -83,17 +80,23 @@ export class ReadCache<V> {
     for (;;) {
       const hit = this.entries.get(key);
       if (!hit || hit.failed) return this.ask(key, ask);
-      if (hit.number > after) {
-        if (hit.value !== null) return hit.value;
-        const answered = await pollUntil(() => hit.value !== null || hit.failed, this.opts.patienceMs);
-        if (answered && hit.value !== null) return hit.value;
-        return this.ask(key, ask);
-      }
+      if (hit.number > after) return (await this.answerOf(hit)) ?? this.ask(key, ask);
       const wait = hit.at + spacingMs - this.now();
       // Another reader may ask meanwhile: this one then shares that ask. If none does, it asks itself.
       if (wait > 0 && (await pollUntil(() => this.entries.peek(key) !== hit, wait))) continue;
       return this.ask(key, ask);
     }
+  }
+
+  /**
+   * `hit`'s answer, waiting for it on this request's own timers while its ask is in flight (at most
+   * `patienceMs`); null when it failed or did not answer in time, and the reader asks itself.
+   */
+  private async answerOf(hit: Entry<V>): Promise<V | null> {
+    if (hit.value !== null) return hit.value;
+    if (hit.failed) return null;
+    await pollUntil(() => hit.value !== null || hit.failed, this.opts.patienceMs);
+    return hit.value;
   }
 
   /** Forgets every answer (a test hook; the TTL does it otherwise). */
