@@ -34,7 +34,12 @@ const MAX_AGE_S = 600;
 /** What an origin may do: everything, public reads only (`*`), or nothing. */
 type Grant = "listed" | "public" | "none";
 
-function grantOf(cors: CorsOrigins, origin: string): Grant {
+/**
+ * What `origin` may do, or null when `CORS_ORIGINS` lists nothing: the API is then for its own origin,
+ * servers and native apps, as without CORS at all.
+ */
+function grantOf(cors: CorsOrigins, origin: string): Grant | null {
+  if (cors.origins.size === 0 && !cors.anyForPublicReads) return null;
   if (cors.origins.has(origin)) return "listed";
   return cors.anyForPublicReads ? "public" : "none";
 }
@@ -76,10 +81,8 @@ export const cors = createMiddleware<AppEnv>(async (c, next) => {
   const origin = c.req.header("origin");
   const path = c.req.path;
   if (!origin || !inScope(path)) return next();
-  const settings = c.var.svc.config.cors;
-  // None listed: the API is for its own origin, servers and native apps, as without this middleware.
-  if (settings.origins.size === 0 && !settings.anyForPublicReads) return next();
-  const grant = grantOf(settings, origin);
+  const grant = grantOf(c.var.svc.config.cors, origin);
+  if (grant === null) return next();
   const method = c.req.method;
 
   // A preflight: answered here, before any route (none is declared for OPTIONS) or budget.
@@ -152,8 +155,8 @@ export function corsOnConfigError(req: Request, raw: RawConfig, res: Response): 
   } catch {
     return res;
   }
-  if (settings.origins.size === 0 && !settings.anyForPublicReads) return res;
   const grant = grantOf(settings, origin);
+  if (grant === null) return res;
   const preflight = preflightAnswer(req, grant, origin, pathname);
   if (preflight) return preflight;
   allowOn(res.headers, grant, origin, req.headers.has("authorization"), req.method, pathname);
