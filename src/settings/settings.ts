@@ -143,13 +143,14 @@ function longDuration(raw: RawConfig, variable: Parameters<typeof textOf>[1]): n
 /**
  * `CORS_ORIGINS`: comma-separated origins written as a browser sends them (`https://app.example`,
  * `http://localhost:5173`: a scheme, a host, a port only when not the scheme's default, no path),
- * and `*` for public reads from any origin. A malformed one is bad configuration, so a typo never
- * silently locks a web app out (or lets another in).
+ * and `*` for public reads from any origin; or the same entries as a TOML array of strings (which
+ * arrives as its JSON text, {@link rawConfigFrom}). A malformed one is bad configuration, so a typo
+ * never silently locks a web app out (or lets another in).
  */
 export function corsOrigins(raw: RawConfig): CorsOrigins {
   const origins = new Set<string>();
   let anyForPublicReads = false;
-  for (const part of textOf(raw, "CORS_ORIGINS").split(",")) {
+  for (const part of corsEntries(textOf(raw, "CORS_ORIGINS"))) {
     const entry = part.trim();
     if (entry === "") continue;
     if (entry === "*") {
@@ -173,6 +174,21 @@ export function corsOrigins(raw: RawConfig): CorsOrigins {
     origins.add(origin);
   }
   return { origins, anyForPublicReads };
+}
+
+/** `CORS_ORIGINS`'s entries: a JSON array of strings (a TOML array) as they are, any other text split at commas. */
+function corsEntries(text: string): string[] {
+  if (!text.trimStart().startsWith("[")) return text.split(",");
+  let list: unknown;
+  try {
+    list = JSON.parse(text);
+  } catch {
+    list = null;
+  }
+  if (!Array.isArray(list) || !list.every((e) => typeof e === "string")) {
+    throw new ConfigError("CORS_ORIGINS", 'an array must hold only origins as strings, e.g. ["https://app.example"]');
+  }
+  return list;
 }
 
 /** Parses and validates every variable. @throws ConfigError naming the first bad variable. */

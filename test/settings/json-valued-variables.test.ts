@@ -63,9 +63,11 @@ describe("a JSON-valued variable written as a TOML table", () => {
     ["CONFLATE_KEYS", { "public:live.*": "no-slash" }],
     ["AUDIENCE_SHARDS", { "public:live.*": { by: "mood" } }],
     ["PER_CHANNEL_PUBLISH_LIMITS", { "public:a.**.b": "5/s" }],
-    // An array is read as its JSON text too, which no variable takes: refused, not ignored.
+    // An array is read as its JSON text too, which only CORS_ORIGINS takes: refused, not ignored.
     ["PER_CHANNEL_PUBLISH_LIMITS", ["public:live.*"]],
-    ["CORS_ORIGINS", ["https://app.example"]],
+    ["CORS_ORIGINS", ["https://app.example/"]],
+    ["CORS_ORIGINS", ["https://app.example", 5]],
+    ["CORS_ORIGINS", [["https://app.example"]]],
     // A table where a plain value belongs (THROTTLE_TARGET is shorthand only).
     ["THROTTLE_TARGET", { deliveries: "5000/s" }],
     ["HISTORY_LIMIT", { n: 10 }],
@@ -74,6 +76,15 @@ describe("a JSON-valued variable written as a TOML table", () => {
     expect(err).toBeInstanceOf(ConfigError);
     expect(err?.variable).toBe(variable);
     expect(err?.message).toContain(variable);
+  });
+
+  it("CORS_ORIGINS as a TOML array of origins gives the list its comma-separated text gives", () => {
+    const array = settingsWith({ CORS_ORIGINS: ["https://app.example", "http://localhost:5173", "*"] });
+    const text = settingsWith({ CORS_ORIGINS: "https://app.example, http://localhost:5173, *" });
+    expect([...array.cors.origins]).toEqual(["https://app.example", "http://localhost:5173"]);
+    expect(array.cors.anyForPublicReads).toBe(true);
+    expect(array.cors).toEqual(text.cors);
+    expect(settingsWith({ CORS_ORIGINS: [] }).cors.origins.size).toBe(0);
   });
 
   it("a value of any other type (null, a binding, a bigint) is a ConfigError naming the variable", () => {
