@@ -40,6 +40,7 @@ import { readRateText } from "./reader-rate";
 import { type RelayIdentity, RelayReporter } from "./reporter";
 import { RelayRevocations } from "./revocations";
 import { createRelayTable, readRelayRow } from "./schema";
+import { SeqKeeper } from "./seq-keeper";
 import { RelayStream } from "./stream";
 import { attachment, PING, PONG, RelaySubscribers, type Subscriber } from "./subscribers";
 import { ThinnedStream } from "./thinned-stream";
@@ -50,12 +51,13 @@ export class Relay extends DurableObject<Env> {
   /** The `relay` table exists (it goes with deleteAll). */
   private tableReady = false;
   /**
-   * What the stored row holds but its seq (identity and reported counts), and its seq: a batch that
-   * moved only the seq updates that one column instead of rewriting the row (a delivered publish's
-   * every batch stores, and the row's rewrite was its relay's largest SQL cost in a profile).
+   * What the stored row holds but its seq (identity and reported counts): the row is written when
+   * that changes. A batch that moved only the seq writes nothing to storage; the seq is kept on a
+   * socket (src/relay/seq-keeper.ts), and the row's copy of it is where a relay with none starts.
    */
   private storedRest: string | null = null;
-  private storedSeq: number | null = null;
+  /** The last seq sent, kept through hibernation on one of its sockets. */
+  private readonly seqs: SeqKeeper;
   /**
    * It left its channel since this instance started and no subscriber came since: a delivery the
    * channel sent before it heard the leave finds nobody, and must not bring back a position.
@@ -84,11 +86,14 @@ export class Relay extends DurableObject<Env> {
     this.alarms = new AlarmScheduler(ctx.storage, "the relay's alarm");
     bindObjectMetrics(env);
     this.frameDelayMs = settingsOf(env).frameDelayMs;
+    this.seqs = new SeqKeeper(ctx);
     this.subs = new RelaySubscribers(
       ctx,
       () => {
         this.reporter.changed();
         this.holds.changed();
+        // A socket went (or came): if it held the seq, another takes it now, inside this event.
+        if (this.identity && this.stream.lastSeq !== null) this.seqs.keep(this.stream.lastSeq);
       },
       {
         spoke: (ws) => this.webSocketMessage(ws, ""),
@@ -164,11 +169,12 @@ export class Relay extends DurableObject<Env> {
       if (!row) return;
       this.tableReady = true;
       this.identity = { channel: row.channel, relay: row.relay, group: row.grp, k: row.k };
-      this.stream.lastSeq = row.last_seq;
+      // Back from hibernation: where its sockets say the stream stood (newer than the row's copy).
+      const lastSeq = this.seqs.recover() ?? row.last_seq;
+      this.stream.lastSeq = lastSeq;
       this.reporter.reported = { websockets: row.reported_ws, sse: row.reported_sse };
       this.storedRest = this.restOfRow();
-      this.storedSeq = row.last_seq;
-      this.subs.restore(row.last_seq);
+      this.subs.restore(lastSeq);
       this.holds.restored();
       // Back from hibernation: subscribers with a max_rate, or thinned for slowness, are thinned again.
       for (const ws of this.subs.sockets()) {
@@ -329,7 +335,7 @@ export class Relay extends DurableObject<Env> {
     this.holds.reset();
     this.tableReady = false;
     this.storedRest = null;
-    this.storedSeq = null;
+    this.seqs.reset();
     this.lifetime.reset();
     this.revocations.reset();
     this.stream.thinned.readers.reset();
@@ -343,12 +349,9 @@ export class Relay extends DurableObject<Env> {
     const id = this.identity;
     if (!id) return;
     const seq = this.stream.lastSeq ?? 0;
+    this.seqs.keep(seq);
     const rest = this.restOfRow();
-    if (rest === this.storedRest) {
-      if (seq !== this.storedSeq) this.sql.exec("UPDATE relay SET last_seq = ? WHERE id = 1", seq);
-      this.storedSeq = seq;
-      return;
-    }
+    if (rest === this.storedRest) return;
     if (!this.tableReady) {
       this.tableReady = true;
       createRelayTable(this.sql);
@@ -364,7 +367,6 @@ export class Relay extends DurableObject<Env> {
       this.reporter.reported.sse,
     );
     this.storedRest = rest;
-    this.storedSeq = seq;
   }
 
   /** The stored row's columns other than its seq, as one comparable string. */

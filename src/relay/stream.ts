@@ -1,9 +1,10 @@
 /**
  * A relay's stream of messages to its subscribers (docs/api.md, "Relays"): order, repair, replay.
  *
- * **Order and repair.** The relay knows the last seq it sent (`lastSeq`, stored with every batch, so
- * it survives eviction). Every call from the channel carries the channel's head seq; a batch that does
- * not follow `lastSeq` (a call that failed, frames the channel let go, a restart) makes the relay fetch
+ * **Order and repair.** The relay knows the last seq it sent (`lastSeq`, kept with every batch on one
+ * of its sockets, so it survives hibernation with them: ./seq-keeper.ts). Every call from the channel
+ * carries the channel's head seq; a batch that does not follow `lastSeq` (a call that failed, frames
+ * the channel let go, a restart) makes the relay fetch
  * the hole from the channel's history first (./gap-repair.ts), so a subscriber never sees seq jump. A
  * hole that history no longer holds (trimmed past `HISTORY_LIMIT`) closes every subscriber with
  * {@link HISTORY_GAP_CLOSE}; a hole too big to send (`PAGE_MAX_BYTES`) closes them as slow consumers.
@@ -64,7 +65,7 @@ import { type ThinnedStream, ThinPass } from "./thinned-stream";
 /** What the stream needs of its relay. */
 export interface StreamingRelay {
   channel(): ChannelForRelay;
-  /** Stores `lastSeq` (so it survives eviction). */
+  /** Keeps `lastSeq` (so it survives hibernation: ./seq-keeper.ts). */
   store(): void;
   /** Bytes waiting for all subscribers together before the most behind are closed. */
   maxBufferedBytes(): number;
@@ -142,7 +143,7 @@ export class RelayStream {
   }
 
   /**
-   * `lastSeq` moves to `seq`; stored (so it survives eviction) when the relay has subscribers — not
+   * `lastSeq` moves to `seq`; kept (so it survives hibernation) when the relay has subscribers — not
    * after it closed them all, since it is about to leave and delete its storage.
    */
   private advance(seq: number, store: boolean): void {

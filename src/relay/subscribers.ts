@@ -58,6 +58,8 @@ export interface SocketAttachment {
   /** Its own rate (`?max_rate=`, as src/relay/reader-rate.ts writes it), and its thinning for slowness. */
   maxRate?: string;
   slow?: Slowness;
+  /** On one socket only: the relay's last sent seq and its write's generation (src/relay/seq-keeper.ts). */
+  lastSent?: [seq: number, generation: number];
 }
 
 /** A subscriber being replayed to or live. */

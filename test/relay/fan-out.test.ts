@@ -110,6 +110,32 @@ describe("order and repair", () => {
     await settled(ch);
   });
 
+  it("the last seq moves to another socket when the one holding it closes: evicted then, the relay repeats nothing", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const t = await publisher("public:relays.*");
+    const subs = await openSockets(ch, CAPACITY); // all on relay 0
+    for (let i = 1; i <= 3; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    for (const s of subs) await s.next(3);
+    // Its count reports fail from here, so its stored row is not rewritten either: after the closes
+    // only the one socket left can hold where the stream stood.
+    // The one left is from the middle: whichever end the runtime lists first, the socket holding the
+    // seq is among those closed.
+    const [kept] = subs.splice(4, 1);
+    await withFailing(ChannelObject, "relayReport", "channel unavailable", async () => {
+      for (const s of subs) s.ws.close();
+      await until(
+        async () => (await runInDurableObject(relayStub(ch, 0), (r: Relay) => r.counts())).websockets === 1,
+        "the relay to see nine sockets close",
+      );
+      await evictDurableObject(relayStub(ch, 0));
+    });
+    for (let i = 4; i <= 6; i++) expect((await publishTo(ch, t, i)).status).toBe(200);
+    if (!kept) throw new Error("no socket left");
+    expect(seqs(await kept.next(6))).toEqual(range(1, 6));
+    kept.ws.close();
+    await settled(ch);
+  });
+
   it("a relay reset by an abort drops its sockets, and its subscribers resume elsewhere with no gap or repeat", async () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher("public:relays.*");
