@@ -165,12 +165,14 @@ export class Relay extends DurableObject<Env> {
     ctx.setWebSocketAutoResponse(new WebSocketRequestResponsePair(PING, PONG));
     ctx.blockConcurrencyWhile(async () => {
       await this.alarms.load();
+      // Back from hibernation: where its sockets say the stream stood (newer than the row's copy). Read
+      // with no row too: a socket left closing from before a leave must not outrank the next write.
+      const kept = this.seqs.recover();
       const row = readRelayRow(this.sql);
       if (!row) return;
       this.tableReady = true;
       this.identity = { channel: row.channel, relay: row.relay, group: row.grp, k: row.k };
-      // Back from hibernation: where its sockets say the stream stood (newer than the row's copy).
-      const lastSeq = this.seqs.recover() ?? row.last_seq;
+      const lastSeq = kept ?? row.last_seq;
       this.stream.lastSeq = lastSeq;
       this.reporter.reported = { websockets: row.reported_ws, sse: row.reported_sse };
       this.storedRest = this.restOfRow();
