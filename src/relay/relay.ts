@@ -56,6 +56,12 @@ export class Relay extends DurableObject<Env> {
    * socket (src/relay/seq-keeper.ts), and the row's copy of it is where a relay with none starts.
    */
   private storedRest: string | null = null;
+  /**
+   * The row's copy of the seq. It may lag the stream (the sockets hold the latest) but never lead it:
+   * a relay back with no socket then fetches again what it had sent, and never skips what it had not
+   * (the stream's seq moves back when its channel started its numbering again).
+   */
+  private storedSeq = 0;
   /** The last seq sent, kept through hibernation on one of its sockets. */
   private readonly seqs: SeqKeeper;
   /**
@@ -176,6 +182,7 @@ export class Relay extends DurableObject<Env> {
       this.stream.lastSeq = lastSeq;
       this.reporter.reported = { websockets: row.reported_ws, sse: row.reported_sse };
       this.storedRest = this.restOfRow();
+      this.storedSeq = row.last_seq;
       this.subs.restore(lastSeq);
       this.holds.restored();
       // Back from hibernation: subscribers with a max_rate, or thinned for slowness, are thinned again.
@@ -337,6 +344,7 @@ export class Relay extends DurableObject<Env> {
     this.holds.reset();
     this.tableReady = false;
     this.storedRest = null;
+    this.storedSeq = 0;
     this.seqs.reset();
     this.lifetime.reset();
     this.revocations.reset();
@@ -353,7 +361,7 @@ export class Relay extends DurableObject<Env> {
     const seq = this.stream.lastSeq ?? 0;
     this.seqs.keep(seq);
     const rest = this.restOfRow();
-    if (rest === this.storedRest) return;
+    if (rest === this.storedRest && seq >= this.storedSeq) return;
     if (!this.tableReady) {
       this.tableReady = true;
       createRelayTable(this.sql);
@@ -369,6 +377,7 @@ export class Relay extends DurableObject<Env> {
       this.reporter.reported.sse,
     );
     this.storedRest = rest;
+    this.storedSeq = seq;
   }
 
   /** The stored row's columns other than its seq, as one comparable string. */
