@@ -173,7 +173,8 @@ export class Relay extends DurableObject<Env> {
       await this.alarms.load();
       // Back from hibernation: where its sockets say the stream stood (newer than the row's copy). Read
       // with no row too: a socket left closing from before a leave must not outrank the next write.
-      const kept = this.seqs.recover();
+      const held = this.subs.held();
+      const kept = this.seqs.recover(held);
       const row = readRelayRow(this.sql);
       if (!row) return;
       this.tableReady = true;
@@ -183,7 +184,7 @@ export class Relay extends DurableObject<Env> {
       this.reporter.reported = { websockets: row.reported_ws, sse: row.reported_sse };
       this.storedRest = this.restOfRow();
       this.storedSeq = row.last_seq;
-      this.subs.restore(lastSeq);
+      this.subs.restore(lastSeq, held);
       this.holds.restored();
       // Back from hibernation: subscribers with a max_rate, or thinned for slowness, are thinned again.
       for (const ws of this.subs.sockets()) {

@@ -16,7 +16,7 @@
  * write wins among every socket still listed, also when the seq moved back (a channel that started its
  * numbering again) or an old anchor lingers unanswered in CLOSING.
  */
-import { attachment } from "./subscribers";
+import { attachment, type HeldSocket } from "./subscribers";
 
 /** `WebSocket.OPEN`. */
 const OPEN = 1;
@@ -35,16 +35,14 @@ export class SeqKeeper {
 
   constructor(private readonly ctx: DurableObjectState) {}
 
-  /** After a restart: the seq of the latest write any listed socket holds, or null when none holds one. */
-  recover(): number | null {
+  /**
+   * After a restart: the seq of the latest write any listed socket holds (`held`: every socket with its
+   * attachment, src/relay/subscribers.ts), or null when none holds one.
+   */
+  recover(held: readonly HeldSocket[]): number | null {
     let latest: Kept | null = null;
-    for (const ws of this.ctx.getWebSockets()) {
-      let at: [number, number] | undefined;
-      try {
-        at = attachment(ws)?.lastSent;
-      } catch {
-        continue; // not readable: not one of the relay's
-      }
+    for (const [, a] of held) {
+      const at = a?.lastSent;
       if (at && (!latest || at[1] > latest.generation)) latest = { seq: at[0], generation: at[1] };
     }
     this.anchor = null;

@@ -62,6 +62,9 @@ export interface SocketAttachment {
   lastSent?: [seq: number, generation: number];
 }
 
+/** A hibernatable socket and its attachment, as a restart reads them. */
+export type HeldSocket = [ws: WebSocket, attachment: SocketAttachment | null];
+
 /** A subscriber being replayed to or live. */
 export type Subscriber = { ws: WebSocket } | { sse: SseClient };
 
@@ -96,12 +99,14 @@ export class RelaySubscribers {
     this.hub = new SseHub(changed);
   }
 
+  /** After a restart: every socket it holds with its attachment, read once for all a restart restores. */
+  held(): HeldSocket[] {
+    return this.ctx.getWebSockets().map((ws) => [ws, attachment(ws)]);
+  }
+
   /** After a restart: sockets that joined ahead of `lastSeq` keep their floors. */
-  restore(lastSeq: number): void {
-    for (const ws of this.ctx.getWebSockets()) {
-      const a = attachment(ws);
-      if (a && a.floor > lastSeq) this.floors.set(ws, a.floor);
-    }
+  restore(lastSeq: number, held: readonly HeldSocket[]): void {
+    for (const [ws, a] of held) if (a && a.floor > lastSeq) this.floors.set(ws, a.floor);
   }
 
   /**
