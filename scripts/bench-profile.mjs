@@ -157,8 +157,13 @@ async function scenario(fg, id) {
     });
     return { url: fg.base, opts: { requests: [{ setupRequest }] }, close };
   }
-  const channel = { drop50: "public:bench.half", drop50sum: "public:bench.halfsum" }[id] ?? "public:bench.ten";
-  if (id !== "pub10") await setRate(fg, channel, 0.5);
+  // pub10, drop50 and drop50sum: the channel each publishes to, and its drop rate.
+  const [channel, rate] = {
+    pub10: ["public:bench.ten", 0],
+    drop50: ["public:bench.half", 0.5],
+    drop50sum: ["public:bench.halfsum", 0.5],
+  }[id];
+  if (rate > 0) await setRate(fg, channel, rate);
   const { close } = await webSocketSubscribers(fg.base, channel, opts.subscribers);
   const { path, ...o } = publishOpts(await mintToken(fg, { sub: id, channels, rl: "1000000/s" }), channel);
   return { url: fg.base + path, opts: o, close };
