@@ -13,10 +13,12 @@
  * The class routes; each job is its own module:
  * - ./connections.ts: the hibernatable sockets and their attachments;
  * - ./subscriptions.ts: `pusher:subscribe` / `pusher:unsubscribe`, checked in order;
- * - ./lane.ts: one channel's delivery, repair, joins and reports;
+ * - ./lane.ts: one channel's delivery, repair, joins and reports; ./lane-seq.ts: where its last seq
+ *   outlives the host's memory (a connection's attachment, or the lane's row);
  * - ./client-events.ts: `client-*` events, published through the Worker's pipeline;
  * - ./liveness.ts: the activity timeout (server pings, 4201);
- * - ./host-metrics.ts: errors, connections and subscriptions for `/metrics`.
+ * - ./host-metrics.ts: errors, connections and subscriptions for `/metrics`;
+ * - ./host-store.ts: its tables (./schema.ts).
  * Its place in its group's directory (src/host-directory/) is reported like a relay's count.
  */
 import { DurableObject } from "cloudflare:workers";
@@ -38,18 +40,17 @@ import { ClientEvents } from "./client-events";
 import { Connections } from "./connections";
 import { HostMetrics } from "./host-metrics";
 import { HostReads } from "./host-reads";
+import { HostStore } from "./host-store";
 import { HostLane, type LaneOwner } from "./lane";
 import { Liveness } from "./liveness";
-import { createHostTables, type HostRow, hostTablesExist, type LaneRow, type SubscriptionRow } from "./schema";
 import { HostSubscriptions } from "./subscriptions";
 
 /** What a frame from a connection may weigh beyond its data (`MAX_MESSAGE_BYTES`): names, auth, JSON. */
 const FRAME_OVERHEAD_BYTES = 4096;
 
 export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
-  private readonly sql: SqlStorage;
+  private readonly store: HostStore;
   private id: { name: string; group: string; k: number } | null = null;
-  private tablesReady = false;
   readonly alarms: AlarmScheduler;
   private readonly connections: Connections;
   private readonly lanes = new Map<string, HostLane>();
@@ -68,7 +69,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
+    this.store = new HostStore(ctx.storage.sql);
     this.alarms = new AlarmScheduler(ctx.storage, "the connection host's alarm");
     this.connections = new Connections(ctx);
     this.metrics = new HostMetrics(env);
@@ -97,21 +98,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
         this.metrics.refusal(status, named);
         this.send(ws, subscriptionError(channel, status, type, error));
       },
-      storeSubscription: (socketId, key, sub) => {
-        this.ensureTables();
-        this.sql.exec(
-          "INSERT OR REPLACE INTO subscriptions (socket, channel, floor, user_id, user_info) VALUES (?, ?, ?, ?, ?)",
-          socketId,
-          key,
-          sub.floor,
-          sub.userId,
-          sub.userInfo,
-        );
-      },
-      deleteSubscription: (socketId, key) => {
-        if (this.tablesReady)
-          this.sql.exec("DELETE FROM subscriptions WHERE socket = ? AND channel = ?", socketId, key);
-      },
+      storeSubscription: (socketId, key, sub) => this.store.storeSubscription(socketId, key, sub),
+      deleteSubscription: (socketId, key) => this.store.deleteSubscription(socketId, key),
       subscribed: (n) =>
         this.metrics.inc("floodgate_pusher_subscriptions_total", { event: n > 0 ? "opened" : "closed" }),
     });
@@ -158,8 +146,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     const c = readHostConnect(request);
     if (!this.id) {
       this.id = { name: c.host, group: c.group, k: c.k };
-      this.ensureTables();
-      this.sql.exec("INSERT OR REPLACE INTO host (id, name, grp, k) VALUES (1, ?, ?, ?)", c.host, c.group, c.k);
+      this.store.storeHost(this.id);
     }
     if (this.connections.count >= c.capacity) return new Response(null, { status: HOST_FULL_STATUS });
     const now = Date.now();
@@ -244,19 +231,22 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   }
 
   storeLane(lane: HostLane): void {
-    this.ensureTables();
-    this.sql.exec(
-      "INSERT OR REPLACE INTO lanes (channel, last_seq, reported) VALUES (?, ?, ?)",
-      lane.key,
-      lane.lastSeq ?? 0,
-      lane.reporter.reported.websockets,
-    );
+    const seq = lane.lastSeq ?? 0;
+    this.store.storeLane(lane.key, seq, lane.reporter.reported.websockets, lane.seq.stamp(seq));
+  }
+
+  keepSeq(ws: WebSocket, key: string, seq: number, generation: number): boolean {
+    return this.connections.keepSeq(ws, key, seq, generation);
+  }
+
+  dropSeq(ws: WebSocket, key: string): void {
+    this.connections.dropSeq(ws, key);
   }
 
   leaveLane(lane: HostLane): void {
     if (this.lanes.get(lane.key) !== lane) return;
     this.lanes.delete(lane.key);
-    if (this.tablesReady) this.sql.exec("DELETE FROM lanes WHERE channel = ?", lane.key);
+    this.store.deleteLane(lane.key);
     // The last lane of a host with no connection: its directory hears it is empty, and it leaves.
     if (this.lanes.size === 0 && this.connections.count === 0) this.directory.changed();
   }
@@ -322,37 +312,30 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.send(ws, pusherError(code, message));
   }
 
-  private ensureTables(): void {
-    if (this.tablesReady) return;
-    createHostTables(this.sql);
-    this.tablesReady = true;
-  }
-
   /**
    * After a restart or a wake from hibernation: who it is, its lanes and each socket's subscriptions.
    * Subscriptions of sockets that are gone (the host was evicted, not hibernated) end, and every lane
    * whose count differs from what its channel last heard reports.
    */
   private restore(): void {
-    if (!hostTablesExist(this.sql)) return;
-    this.tablesReady = true;
-    const row = this.sql.exec<HostRow>("SELECT name, grp, k FROM host").toArray()[0];
-    if (!row) return;
+    const stored = this.store.restored();
+    if (!stored) return;
+    const row = stored.host;
     this.id = { name: row.name, group: row.grp, k: row.k };
     const reported = new Map<string, number>();
-    for (const l of this.sql.exec<LaneRow>("SELECT channel, last_seq, reported FROM lanes")) {
+    for (const l of stored.lanes) {
       const lane = this.lane(l.channel, pusherName(l.channel) ?? l.channel);
       lane.lastSeq = l.last_seq;
+      lane.seq.recovered(l.last_seq, l.generation, null);
       lane.reporter.reported = { websockets: l.reported, sse: 0 };
       reported.set(l.channel, l.reported);
     }
-    const gone: SubscriptionRow[] = [];
-    for (const s of this.sql.exec<SubscriptionRow>("SELECT * FROM subscriptions")) {
+    for (const s of stored.subscriptions) {
       const ws = this.connections.byIdOf(s.socket);
       const a = ws ? this.connections.attachment(ws) : null;
       const name = pusherName(s.channel);
       if (!ws || !a || name === null) {
-        gone.push(s);
+        this.store.deleteSubscription(s.socket, s.channel);
         continue;
       }
       const lane = this.lane(s.channel, name);
@@ -368,8 +351,13 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       });
       this.subscriptions.restore(ws, name, s.channel);
     }
-    for (const s of gone)
-      this.sql.exec("DELETE FROM subscriptions WHERE socket = ? AND channel = ?", s.socket, s.channel);
+    // A seq a connection holds is its lane's when it is the latest write (./lane-seq.ts).
+    for (const h of this.connections.heldSeqs()) {
+      const lane = this.lanes.get(h.key);
+      if (!lane || h.generation <= lane.seq.generation) continue;
+      lane.lastSeq = h.seq;
+      lane.seq.recovered(h.seq, h.generation, h.ws);
+    }
     for (const lane of this.lanes.values()) {
       if (lane.subs.size !== (reported.get(lane.key) ?? -1)) lane.reporter.changed();
     }
@@ -380,7 +368,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   private leaveDirectory(): void {
     if (this.connections.count > 0 || this.directory.joined.length > 0 || this.lanes.size > 0) return;
     this.id = null;
-    this.tablesReady = false;
+    this.store.forget();
     this.directory.reset();
     this.holds.reset();
     this.alarms.cleared();

@@ -20,7 +20,18 @@ export interface ConnectionAttachment {
   seen: number;
   /** When the server pinged it and is waiting for its answer (epoch ms), or 0. */
   pinged: number;
+  /** The lanes whose last seq it holds (./lane-seq.ts): channel key → [seq, generation]. */
+  seqs?: Record<string, [number, number]>;
 }
+
+/**
+ * How much of an attachment (at most 2 KiB in all) the lanes' seqs may take: the keys' characters
+ * plus {@link SEQ_ENTRY_BYTES} each. The rest is its id, client (at most `sub:` and 128 characters)
+ * and continent; a Pusher channel's key is at most 180 characters, so at least five lanes fit.
+ */
+export const SEQ_ROOM_BYTES = 1024;
+/** What one seq entry weighs beside its key: two numbers and the structure around them. */
+const SEQ_ENTRY_BYTES = 32;
 
 /** A new socket id: two random 32-bit numbers, `<digits>.<digits>` as Pusher's clients expect. */
 export function newSocketId(): string {
@@ -84,6 +95,48 @@ export class Connections {
     }
   }
 
+  /**
+   * Writes lane `key`'s seq into the attachment of `ws`: false when it has no room for another lane
+   * (it still holds the lanes it had) or is closed.
+   */
+  keepSeq(ws: WebSocket, key: string, seq: number, generation: number): boolean {
+    const a = this.attachment(ws);
+    if (!a) return false;
+    const seqs = a.seqs ?? {};
+    if (!(key in seqs) && seqBytes(seqs) + key.length + SEQ_ENTRY_BYTES > SEQ_ROOM_BYTES) return false;
+    seqs[key] = [seq, generation];
+    a.seqs = seqs;
+    try {
+      ws.serializeAttachment(a);
+      return true;
+    } catch {
+      return false; // closed meanwhile
+    }
+  }
+
+  /** Lane `key`'s seq leaves the attachment of `ws` (it is no longer the lane's anchor). */
+  dropSeq(ws: WebSocket, key: string): void {
+    const a = this.attachment(ws);
+    if (!a?.seqs || !(key in a.seqs)) return;
+    const { [key]: _, ...rest } = a.seqs;
+    a.seqs = rest;
+    try {
+      ws.serializeAttachment(a);
+    } catch {
+      // closed meanwhile: it goes with its socket
+    }
+  }
+
+  /** Every lane seq the listed sockets hold, with the socket holding it (after a wake). */
+  heldSeqs(): { ws: WebSocket; key: string; seq: number; generation: number }[] {
+    const out: { ws: WebSocket; key: string; seq: number; generation: number }[] = [];
+    for (const ws of this.ctx.getWebSockets()) {
+      for (const [key, [seq, generation]] of Object.entries(this.attachment(ws)?.seqs ?? {}))
+        out.push({ ws, key, seq, generation });
+    }
+    return out;
+  }
+
   idOf(ws: WebSocket): string {
     return this.attachment(ws)?.id ?? "";
   }
@@ -120,4 +173,11 @@ export class Connections {
     }
     return [...counts];
   }
+}
+
+/** The room the seqs of one attachment take (see {@link SEQ_ROOM_BYTES}). */
+function seqBytes(seqs: Record<string, [number, number]>): number {
+  let n = 0;
+  for (const key in seqs) n += key.length + SEQ_ENTRY_BYTES;
+  return n;
 }

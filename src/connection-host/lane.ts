@@ -33,6 +33,7 @@ import type { LiveFrame, SideFrame } from "../wire/frame-text";
 import { PUSHER_OVER_CAPACITY, PUSHER_RECONNECT } from "../wire/pusher/codes";
 import { subscriptionSucceeded } from "../wire/pusher/frames";
 import { isPresence } from "../wire/pusher/names";
+import { LaneSeq, type SeqHolders } from "./lane-seq";
 import { type LaneProtocol, type LaneSideText, PusherLane } from "./pusher-adapter";
 
 /** One socket's subscription on a lane. */
@@ -56,11 +57,11 @@ export interface LaneSub {
 const PENDING_SIDE_MAX = 64;
 
 /** What a lane needs of its host. */
-export interface LaneOwner {
+export interface LaneOwner extends Pick<SeqHolders, "keepSeq" | "dropSeq"> {
   identity(): { name: string; group: string; k: number } | null;
   channel(key: string): ChannelForRelay;
   readonly alarms: AlarmScheduler;
-  /** Stores the lane's last seq and the count its channel last heard. */
+  /** Stores the lane's row: its last seq (with a new generation, ./lane-seq.ts) and the count its channel last heard. */
   storeLane(lane: HostLane): void;
   /** The channel said leave (the lane has no subscription): the host forgets it. */
   leaveLane(lane: HostLane): void;
@@ -74,6 +75,8 @@ export class HostLane {
   readonly subs = new Map<WebSocket, LaneSub>();
   /** The last seq sent on this lane, or null when it knows none. */
   lastSeq: number | null = null;
+  /** Where `lastSeq` outlives the host's memory: a connection's attachment, or the lane's row. */
+  readonly seq: LaneSeq;
   readonly reporter: RelayReporter;
   readonly presence: boolean;
   private readonly protocol: LaneProtocol;
@@ -90,6 +93,11 @@ export class HostLane {
   ) {
     this.presence = isPresence(name);
     this.protocol = new PusherLane(name);
+    this.seq = new LaneSeq(key, {
+      keepSeq: (ws, k, seq, generation) => owner.keepSeq(ws, k, seq, generation),
+      dropSeq: (ws, k) => owner.dropSeq(ws, k),
+      storeRow: () => owner.storeLane(this),
+    });
     this.reporter = new RelayReporter(
       {
         identity: () => {
@@ -147,9 +155,8 @@ export class HostLane {
   }
 
   private advance(seq: number): void {
-    const before = this.lastSeq;
     this.lastSeq = Math.max(this.lastSeq ?? 0, seq);
-    if (this.subs.size > 0 && this.lastSeq !== before) this.owner.storeLane(this);
+    if (this.subs.size > 0) this.seq.keep(this.lastSeq, this.subs);
   }
 
   /** Every live subscription of the lane is sent the batch's texts and the side frames it takes. */
@@ -240,6 +247,7 @@ export class HostLane {
     const sub = this.subs.get(ws);
     if (!sub) return false;
     this.subs.delete(ws);
+    this.seq.left(ws, this.lastSeq, this.subs);
     if (sub.userId !== null && ![...this.subs.values()].some((s) => s.userId === sub.userId)) {
       this.infoSent.delete(sub.userId);
     }

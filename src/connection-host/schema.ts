@@ -4,8 +4,9 @@
  * channels, so what each socket is subscribed to is stored here:
  *
  * - `host`: one row, who the host is (its name, group and k).
- * - `lanes`: each channel it serves (the channel object's key), with the last seq it sent on it and
- *   the count that channel last heard from it.
+ * - `lanes`: each channel it serves (the channel object's key), with the last seq it sent on it, the
+ *   generation of that write (./lane-seq.ts: a connection's attachment may hold a later one) and the
+ *   count that channel last heard from it.
  * - `subscriptions`: each socket's subscriptions, with the seq below which it is sent nothing (its
  *   floor) and, on a presence channel, its member's id and `user_info`.
  *
@@ -15,7 +16,12 @@ export function createHostTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS host (
     id INTEGER PRIMARY KEY CHECK (id = 1), name TEXT NOT NULL, grp TEXT NOT NULL, k INTEGER NOT NULL)`);
   sql.exec(`CREATE TABLE IF NOT EXISTS lanes (
-    channel TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, reported INTEGER NOT NULL DEFAULT 0)`);
+    channel TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, reported INTEGER NOT NULL DEFAULT 0,
+    generation INTEGER NOT NULL DEFAULT 0)`);
+  // A host whose tables an older version made (its storage lasts while it holds a connection).
+  const columns = sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('lanes')").toArray();
+  if (!columns.some((c) => c.name === "generation"))
+    sql.exec("ALTER TABLE lanes ADD COLUMN generation INTEGER NOT NULL DEFAULT 0");
   sql.exec(`CREATE TABLE IF NOT EXISTS subscriptions (
     socket TEXT NOT NULL, channel TEXT NOT NULL, floor INTEGER NOT NULL, user_id TEXT, user_info TEXT,
     PRIMARY KEY (socket, channel))`);
@@ -33,6 +39,7 @@ export interface LaneRow {
   channel: string;
   last_seq: number;
   reported: number;
+  generation: number;
 }
 
 export interface SubscriptionRow {

@@ -9,38 +9,10 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { ConnectionHost } from "../../src/connection-host/connection-host";
-import { callAndWait, env, envWith, mint, SLOW_TEST_MS, uniq, until, withFailing } from "../support/helpers";
-import { closePushers, openPusher, type PusherSocket } from "../support/pusher";
+import { envWith, SLOW_TEST_MS, uniq, until, withFailing } from "../support/helpers";
+import { closePushers, got, numbers, openPusher, publishEvent, pusherPublisher } from "../support/pusher";
 
 afterEach(closePushers);
-
-async function publisher(): Promise<string> {
-  return (await mint({ sub: uniq("pub"), channels: ["pusher:**"], scopes: ["publish"] })).access_token;
-}
-
-/** Publishes event `n` on the Pusher channel `name`: its data is `n`, then `pad`. */
-async function publishEvent(name: string, token: string, n: number, pad = "", customEnv: Env = env) {
-  const res = await callAndWait(
-    `/v1/publish/pusher:${name}`,
-    {
-      method: "POST",
-      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-      body: JSON.stringify({ event: "n", data: `${n}${pad}` }),
-    },
-    customEnv,
-  );
-  expect(res.status, `publish ${n}`).toBe(200);
-}
-
-/** The numbers of the events `p` got on `name`, in the order it got them. */
-function numbers(p: PusherSocket, name: string): number[] {
-  return p.events.filter((e) => e.channel === name && e.event === "n").map((e) => Number.parseInt(String(e.data), 10));
-}
-
-/** Waits until `p` got event `n` on `name`. */
-async function got(p: PusherSocket, name: string, n: number): Promise<void> {
-  await p.next((e) => e.channel === name && e.event === "n" && Number.parseInt(String(e.data), 10) === n);
-}
 
 /**
  * Runs `run` while every delivery from a channel to a connection host fails, as a call lost to a
@@ -67,7 +39,7 @@ async function withDeliveriesFailing(run: () => Promise<void>): Promise<void> {
 describe("a connection host's lane", () => {
   it("repairs a hole from history before anything newer: every message once, in order, even if the channel goes quiet", async () => {
     const name = uniq("repair-");
-    const t = await publisher();
+    const t = await pusherPublisher();
     const subs = [await openPusher(), await openPusher()];
     for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
     await publishEvent(name, t, 1);
@@ -86,7 +58,7 @@ describe("a connection host's lane", () => {
     timeout: SLOW_TEST_MS,
   }, async () => {
     const name = uniq("gone-");
-    const t = await publisher();
+    const t = await pusherPublisher();
     const subs = [await openPusher(), await openPusher()];
     for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
     await publishEvent(name, t, 1);
@@ -116,7 +88,7 @@ describe("a connection host's lane", () => {
     // leave a hole past 4 MiB even after the channel's line keeps its last 1 MiB for the host.
     const big = envWith({ MAX_MESSAGE_BYTES: "131072" });
     const pad = "x".repeat(100_000);
-    const t = await publisher();
+    const t = await pusherPublisher();
     const subs = [await openPusher(), await openPusher()];
     for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
     await publishEvent(name, t, 1);

@@ -5,6 +5,7 @@
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import type { ConnectionHost } from "../../src/connection-host/connection-host";
+import type { ConnectionAttachment } from "../../src/connection-host/connections";
 import { connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
 
 /** The hosts of this machine's placement group with a connection now. */
@@ -20,19 +21,37 @@ export async function livenessAt(host: string, now: number): Promise<void> {
   });
 }
 
+/** The host holding the connection `socketId`, or null when no host of this machine's group holds it. */
+export async function hostOf(socketId: string): Promise<string | null> {
+  for (const host of await hostsWithConnections()) {
+    const holds = await runInDurableObject(connectionHostStub(env, host), (_instance: ConnectionHost, state) =>
+      state.getWebSockets().some((ws) => (ws.deserializeAttachment() as { id?: string } | null)?.id === socketId),
+    );
+    if (holds) return host;
+  }
+  return null;
+}
+
 /**
  * Evicts the host holding the connection `socketId` (its sockets hibernate, and a new instance reads
  * each one's attachment); false when no host of this machine's group holds it.
  */
 export async function evictHostOf(socketId: string): Promise<boolean> {
-  for (const host of await hostsWithConnections()) {
-    const stub = connectionHostStub(env, host);
-    const holds = await runInDurableObject(stub, (_instance: ConnectionHost, state) =>
-      state.getWebSockets().some((ws) => (ws.deserializeAttachment() as { id?: string } | null)?.id === socketId),
-    );
-    if (!holds) continue;
-    await evictDurableObject(stub);
-    return true;
-  }
-  return false;
+  const host = await hostOf(socketId);
+  if (host === null) return false;
+  await evictDurableObject(connectionHostStub(env, host));
+  return true;
+}
+
+/** The stored attachment of the connection `socketId` (src/connection-host/connections.ts), as its host reads it. */
+export async function attachmentOf(socketId: string): Promise<ConnectionAttachment | null> {
+  const host = await hostOf(socketId);
+  if (host === null) return null;
+  return await runInDurableObject(connectionHostStub(env, host), (_instance: ConnectionHost, state) => {
+    for (const ws of state.getWebSockets()) {
+      const a = ws.deserializeAttachment() as ConnectionAttachment | null;
+      if (a?.id === socketId) return a;
+    }
+    return null;
+  });
 }

@@ -6,9 +6,10 @@
  */
 import { createExecutionContext } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import { expect } from "vitest";
 import worker from "../../src/index";
 import { channelAuth } from "../../src/wire/pusher/signatures";
-import { BASE, call, callAndWait, freshIp, untilUnsubscribed } from "./helpers";
+import { BASE, call, callAndWait, freshIp, mint, uniq, untilUnsubscribed } from "./helpers";
 
 /** Every connection a test opened, and the channels it subscribed to (see {@link closePushers}). */
 const opened = new Set<WebSocket>();
@@ -152,6 +153,35 @@ export function dataOf(e: PusherEvent): unknown {
 }
 
 export { env };
+
+/** A token that may publish to every Pusher channel (`pusher:**`). */
+export async function pusherPublisher(): Promise<string> {
+  return (await mint({ sub: uniq("pub"), channels: ["pusher:**"], scopes: ["publish"] })).access_token;
+}
+
+/** Publishes event `n` on the Pusher channel `name` (native publish, awaited): its data is `n`, then `pad`. */
+export async function publishEvent(name: string, token: string, n: number, pad = "", customEnv: Env = env) {
+  const res = await callAndWait(
+    `/v1/publish/pusher:${name}`,
+    {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ event: "n", data: `${n}${pad}` }),
+    },
+    customEnv,
+  );
+  expect(res.status, `publish ${n}`).toBe(200);
+}
+
+/** The numbers of the events `p` got on `name` from {@link publishEvent}, in the order it got them. */
+export function numbers(p: PusherSocket, name: string): number[] {
+  return p.events.filter((e) => e.channel === name && e.event === "n").map((e) => Number.parseInt(String(e.data), 10));
+}
+
+/** Waits until `p` got event `n` on `name`. */
+export async function got(p: PusherSocket, name: string, n: number): Promise<void> {
+  await p.next((e) => e.channel === name && e.event === "n" && Number.parseInt(String(e.data), 10) === n);
+}
 
 /** Hex MD5 and HMAC-SHA256 with WebCrypto, as the Pusher server libraries compute them. */
 async function hex(buffer: ArrayBuffer): Promise<string> {
