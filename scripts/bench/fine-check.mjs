@@ -33,8 +33,9 @@ import {
 /** The length of one slice of the fine check, in seconds. */
 const FINE_SECONDS = 0.6;
 // The routes `--against` compares by default (the ones a change to the publish path can move): a
-// delivered publish with 10 subscribers, drop rate 0.5 with 10, the deny flood, the crowd warm and cold.
-const AGAINST_ROUTES = ["pub10", "drop50", "deny", "crowd", "crowdcold"];
+// delivered publish with 10 subscribers, drop rate 0.5 with 10, the deny flood, the crowd warm and
+// cold, and the Pusher door's publish to 10 connections.
+const AGAINST_ROUTES = ["pub10", "drop50", "deny", "crowd", "crowdcold", "pusher10"];
 
 /** A Floodgate of its own with `n` WebSocket subscribers on `channel`, publishing as one subject. */
 async function floodgatePath(channel, { n = 1, rl = generous, rate = 0, tree } = {}) {
@@ -235,6 +236,7 @@ export function printFine(config, fine) {
     deny: "flood of denied publishes (429)",
     crowd: `publish, ${SPREAD} subjects cycled (warm: touched before each slice)`,
     crowdcold: `publish, ${SPREAD} new subjects × ${COLD_PUBLISHES} (cold: first contact measured)`,
+    pusher10: "Pusher HTTP API event, 10 Pusher connections",
   };
   console.log(
     `\nagainst ${REF.short} (${AGAINST}), same rounds (each route's current and ${REF.short} slices are next to each other; below 1: slower than ${REF.short}):`,
