@@ -66,6 +66,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   private backlogTotal = 0;
   /** Connections already closed and cleaned up (a close may be seen twice). */
   private readonly closed = new WeakSet<WebSocket>();
+  /** The last generation a lane's seq was written with, or found with after a wake (./lane-seq.ts). */
+  private generation = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -243,6 +245,11 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.connections.dropSeq(ws, key);
   }
 
+  nextGeneration(): number {
+    this.generation = Math.max(Date.now(), this.generation + 1);
+    return this.generation;
+  }
+
   leaveLane(lane: HostLane): void {
     if (this.lanes.get(lane.key) !== lane) return;
     this.lanes.delete(lane.key);
@@ -327,6 +334,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       const lane = this.lane(l.channel, pusherName(l.channel) ?? l.channel);
       lane.lastSeq = l.last_seq;
       lane.seq.recovered(l.last_seq, l.generation, null);
+      this.generation = Math.max(this.generation, l.generation);
       lane.reporter.reported = { websockets: l.reported, sse: 0 };
       reported.set(l.channel, l.reported);
     }
@@ -353,6 +361,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     }
     // A seq a connection holds is its lane's when it is the latest write (./lane-seq.ts).
     for (const h of this.connections.heldSeqs()) {
+      this.generation = Math.max(this.generation, h.generation);
       const lane = this.lanes.get(h.key);
       if (!lane || h.generation <= lane.seq.generation) continue;
       lane.lastSeq = h.seq;

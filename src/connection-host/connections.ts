@@ -26,12 +26,17 @@ export interface ConnectionAttachment {
 
 /**
  * How much of an attachment (at most 2 KiB in all) the lanes' seqs may take: the keys' characters
- * plus {@link SEQ_ENTRY_BYTES} each. The rest is its id, client (at most `sub:` and 128 characters)
- * and continent; a Pusher channel's key is at most 180 characters, so at least five lanes fit.
+ * plus {@link SEQ_ENTRY_BYTES} each. The rest is its id, client (an `ip:` key) and continent, and an
+ * attachment whose client is longer gets less (see {@link seqRoom}). A Pusher channel's key is at most
+ * 204 characters (`pusher:`, 164, and a shard's `#` and name of up to 32), so at least four lanes fit.
  */
 export const SEQ_ROOM_BYTES = 1024;
-/** What one seq entry weighs beside its key: two numbers and the structure around them. */
+/** What one seq entry weighs beside its key: two numbers and the structure around them (about 25). */
 const SEQ_ENTRY_BYTES = 32;
+/** The most an attachment may hold (the runtime's limit). */
+const ATTACHMENT_BYTES = 2048;
+/** What the attachment's fields take beside their texts (names, numbers, structure), with room to spare. */
+const FIELDS_BYTES = 160;
 
 /** A new socket id: two random 32-bit numbers, `<digits>.<digits>` as Pusher's clients expect. */
 export function newSocketId(): string {
@@ -103,14 +108,18 @@ export class Connections {
     const a = this.attachment(ws);
     if (!a) return false;
     const seqs = a.seqs ?? {};
-    if (!(key in seqs) && seqBytes(seqs) + key.length + SEQ_ENTRY_BYTES > SEQ_ROOM_BYTES) return false;
+    const had = seqs[key];
+    if (!had && seqBytes(seqs) + key.length + SEQ_ENTRY_BYTES > seqRoom(a)) return false;
     seqs[key] = [seq, generation];
     a.seqs = seqs;
     try {
       ws.serializeAttachment(a);
       return true;
     } catch {
-      return false; // closed meanwhile
+      // Closed meanwhile: what it keeps in memory stays what it stored.
+      if (had) seqs[key] = had;
+      else delete seqs[key];
+      return false;
     }
   }
 
@@ -173,6 +182,12 @@ export class Connections {
     }
     return [...counts];
   }
+}
+
+/** The room an attachment has for seqs: {@link SEQ_ROOM_BYTES}, or less beside a long client. */
+function seqRoom(a: ConnectionAttachment): number {
+  const fields = a.id.length + a.client.length + (a.continent?.length ?? 0) + FIELDS_BYTES;
+  return Math.min(SEQ_ROOM_BYTES, ATTACHMENT_BYTES - fields);
 }
 
 /** The room the seqs of one attachment take (see {@link SEQ_ROOM_BYTES}). */

@@ -2,19 +2,19 @@
  * Where a connection host keeps each lane's last sent seq (./lane.ts, `lastSeq`) between batches: in
  * the attachment of one connection subscribed to the lane (its anchor), as a relay keeps its own
  * (src/relay/seq-keeper.ts says why the sockets' lifetime is the one that matters), instead of the
- * lane's row with every batch — a storage write per batch per lane, which also holds the batch's
- * sends until it is confirmed.
+ * lane's row with every batch: a storage write per batch per lane, which the lane's answer to its
+ * channel waited on.
  *
  * What differs from a relay: a host serves many lanes on the same sockets, and an attachment holds at
  * most 2 KiB, so a connection anchors lanes only while their keys fit its room (./connections.ts,
- * `SEQ_ROOM_BYTES`). A lane none of whose first {@link ANCHOR_TRIES} connections has room keeps its
- * seq in its row, written with every batch as before. Each write, to an attachment or to the row,
- * carries a generation (the clock, and past the last one), so after hibernation the latest wins: a
- * row written after its lane lost its anchor, or an anchor that closed and still lingers in CLOSING,
- * never brings back an older seq.
+ * `SEQ_ROOM_BYTES`). A lane none of whose connections asked ({@link ANCHOR_TRIES}) has room keeps its
+ * seq in its row, written with every batch as before; the row is also written with each count report
+ * the channel takes. Each write, to an attachment or to the row, carries a generation (the clock, and
+ * past the host's last one), so after hibernation the latest wins: a row written after its lane lost
+ * its anchor, or an anchor that closed and still lingers in CLOSING, never brings back an older seq.
  *
- * When the anchor unsubscribes or closes, its entry goes and another connection takes the seq in the
- * same event (a closing socket stays listed until its close event has run).
+ * When the anchor unsubscribes, closes or fails to join, its entry goes and another connection takes
+ * the seq in the same event (a closing socket stays listed until its close event has run).
  */
 
 /** How many of a lane's connections are asked for room before the lane's row takes the seq. */
@@ -31,29 +31,31 @@ export interface SeqHolders {
   dropSeq(ws: WebSocket, key: string): void;
   /** Writes the lane's row: its seq, with a new generation ({@link LaneSeq.stamp}). */
   storeRow(): void;
+  /**
+   * A generation past every one the host has written or found (the clock, or one more than the last):
+   * one counter for the host, so a lane made again never writes one older than a closing socket holds.
+   */
+  nextGeneration(): number;
 }
 
 export class LaneSeq {
   /** The connection whose attachment holds the seq; null: the row holds it (or nothing needs to). */
   private anchor: WebSocket | null = null;
-  /** What was last written, and its generation: generations only grow. */
-  private written: { seq: number; generation: number } | null = null;
+  /** The seq held where it was last written (the anchor, or with none the row); null: nowhere. */
+  private held: number | null = null;
+  /** The generation of the lane's last write: after a wake, a write found with a later one wins. */
+  generation = 0;
 
   constructor(
     private readonly key: string,
     private readonly holders: SeqHolders,
   ) {}
 
-  /** The generation of the last write (the row's, when the row is written now). */
-  get generation(): number {
-    return this.written?.generation ?? 0;
-  }
-
   /** A new generation for a write of `seq` (the row's, say). */
   stamp(seq: number): number {
-    const generation = Math.max(Date.now(), this.generation + 1);
-    this.written = { seq, generation };
-    return generation;
+    this.generation = this.holders.nextGeneration();
+    this.held = seq;
+    return this.generation;
   }
 
   /**
@@ -63,8 +65,7 @@ export class LaneSeq {
    */
   keep(seq: number, subs: ReadonlyMap<WebSocket, unknown>): void {
     const anchor = this.anchor && this.anchor.readyState === OPEN && subs.has(this.anchor) ? this.anchor : null;
-    // Unchanged, and where it was written still holds it (its anchor, or the row).
-    if (this.written?.seq === seq && (anchor || !this.anchor)) return;
+    if (this.held === seq && (anchor || !this.anchor)) return;
     const generation = this.stamp(seq);
     if (anchor && this.holders.keepSeq(anchor, this.key, seq, generation)) return;
     let tries = 0;
@@ -84,22 +85,24 @@ export class LaneSeq {
 
   /**
    * `ws` leaves the lane (`subs`, already without it): if it held the seq, its entry goes and another
-   * connection (or the row) takes `seq`.
+   * connection (or the row) takes `seq`; with no connection left, nothing holds it until the next write.
    */
   left(ws: WebSocket, seq: number | null, subs: ReadonlyMap<WebSocket, unknown>): void {
     if (ws !== this.anchor) return;
-    // keep() sees its anchor gone, writes the seq elsewhere and takes it off `ws`.
     if (seq !== null && subs.size > 0) {
+      // keep() sees its anchor gone, writes the seq elsewhere and takes it off `ws`.
       this.keep(seq, subs);
       return;
     }
     this.holders.dropSeq(ws, this.key);
     this.anchor = null;
+    this.held = null;
   }
 
   /** After a wake: the latest write found (the row's, or an attachment's on `ws`). */
   recovered(seq: number, generation: number, ws: WebSocket | null): void {
-    this.written = { seq, generation };
+    this.held = seq;
+    this.generation = generation;
     this.anchor = ws;
   }
 }

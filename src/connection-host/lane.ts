@@ -57,7 +57,7 @@ export interface LaneSub {
 const PENDING_SIDE_MAX = 64;
 
 /** What a lane needs of its host. */
-export interface LaneOwner extends Pick<SeqHolders, "keepSeq" | "dropSeq"> {
+export interface LaneOwner extends Pick<SeqHolders, "keepSeq" | "dropSeq" | "nextGeneration"> {
   identity(): { name: string; group: string; k: number } | null;
   channel(key: string): ChannelForRelay;
   readonly alarms: AlarmScheduler;
@@ -97,6 +97,7 @@ export class HostLane {
       keepSeq: (ws, k, seq, generation) => owner.keepSeq(ws, k, seq, generation),
       dropSeq: (ws, k) => owner.dropSeq(ws, k),
       storeRow: () => owner.storeLane(this),
+      nextGeneration: () => owner.nextGeneration(),
     });
     this.reporter = new RelayReporter(
       {
@@ -195,8 +196,9 @@ export class HostLane {
       answer = await this.reporter.report();
     } catch (e) {
       console.error("floodgate host: could not report a subscription", e instanceof Error ? e.message : e);
-      if (this.subs.get(ws) === sub) this.subs.delete(ws);
-      this.reporter.changed();
+      // Gone again as any subscription goes: a seq it took meanwhile moves to another connection.
+      if (this.subs.get(ws) === sub) this.leave(ws);
+      else this.reporter.changed();
       return false;
     }
     if (answer.pusher?.needInfo) {

@@ -4,7 +4,9 @@
  * no connection has room. Real Pusher connections through the Worker, the host evicted as the runtime
  * evicts an idle one (its sockets hibernate). The channel's count reports fail meanwhile, so the
  * lane's row is not rewritten with them: only where the seq is kept tells the host where each lane
- * stood, and a seq kept nowhere repeats the messages before it (the lane fetches them again).
+ * stood, and a seq kept nowhere repeats the messages before it (the lane fetches them again). Then
+ * the keeper itself (src/connection-host/lane-seq.ts) with real sockets and the writes it asks for
+ * recorded: who holds the seq after each event.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
@@ -12,7 +14,11 @@ import { ChannelObject } from "../../src/channel/channel-object";
 import type { ConnectionHost } from "../../src/connection-host/connection-host";
 import { SEQ_ROOM_BYTES } from "../../src/connection-host/connections";
 import { HostStore } from "../../src/connection-host/host-store";
+import { HostLane, type LaneSub } from "../../src/connection-host/lane";
+import { LaneSeq, type SeqHolders } from "../../src/connection-host/lane-seq";
+import { AlarmScheduler } from "../../src/platform/alarm-scheduler";
 import { connectionHostStub } from "../../src/platform/stubs";
+import type { ChannelForRelay } from "../../src/relay/calls";
 import { env, uniq, until, withFailing } from "../support/helpers";
 import { attachmentOf, evictHostOf, hostOf } from "../support/host-internals";
 import { closePushers, got, numbers, openPusher, publishEvent, pusherPublisher } from "../support/pusher";
@@ -89,11 +95,12 @@ describe("a connection host's lane seq", () => {
     const t = await pusherPublisher();
     const p = await openPusher();
     for (const name of names) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    let fits = 0;
     await withReportsFailing(async () => {
       for (const name of names) for (let i = 1; i <= 3; i++) await publishEvent(name, t, i);
       for (const name of names) await got(p, name, 3);
       const held = Object.keys((await attachmentOf(p.socketId))?.seqs ?? {});
-      const fits = Math.floor(SEQ_ROOM_BYTES / (`pusher:${names[0]}`.length + 32));
+      fits = Math.floor(SEQ_ROOM_BYTES / (`pusher:${names[0]}`.length + 32));
       expect(held).toHaveLength(fits);
       expect(fits).toBeLessThan(names.length);
       expect(await evictHostOf(p.socketId)).toBe(true);
@@ -103,8 +110,10 @@ describe("a connection host's lane seq", () => {
       await got(p, name, 6);
       expect(numbers(p, name), name).toEqual(range(1, 6));
     }
-    // Still a connection that answers (its attachment, seqs and all, is written as it speaks).
-    await p.barrier();
+    // Full, the attachment is still well inside the runtime's 2 KiB (its other fields are written with it).
+    const full = await attachmentOf(p.socketId);
+    expect(Object.keys(full?.seqs ?? {})).toHaveLength(fits);
+    expect(JSON.stringify(full).length).toBeLessThan(1536);
   });
 
   it("a host whose tables an older version made reads its lanes at generation 0 and stores generations", async () => {
@@ -127,5 +136,158 @@ describe("a connection host's lane seq", () => {
     });
     expect(lanes.before).toEqual([{ channel: "pusher:old", last_seq: 7, reported: 2, generation: 0 }]);
     expect(lanes.after).toContainEqual({ channel: "pusher:new", last_seq: 3, reported: 1, generation: 1234 });
+  });
+});
+
+/** Where a lane's seq is written, as its host would keep it: each socket's entries, and the row's writes. */
+class RecordingHolders implements SeqHolders {
+  readonly held = new Map<WebSocket, Map<string, [number, number]>>();
+  readonly rows: number[] = [];
+  /** How many lanes each socket has room for (1 unless set). */
+  readonly room = new Map<WebSocket, number>();
+  private last = 0;
+  /** The lane whose row {@link storeRow} writes. */
+  lane: { seq: LaneSeq; lastSeq: number } | null = null;
+
+  keepSeq(ws: WebSocket, key: string, seq: number, generation: number): boolean {
+    const entries = this.held.get(ws) ?? new Map<string, [number, number]>();
+    if (!entries.has(key) && entries.size >= (this.room.get(ws) ?? 1)) return false;
+    entries.set(key, [seq, generation]);
+    this.held.set(ws, entries);
+    return true;
+  }
+  dropSeq(ws: WebSocket, key: string): void {
+    this.held.get(ws)?.delete(key);
+  }
+  storeRow(): void {
+    if (this.lane) this.rows.push(this.lane.seq.stamp(this.lane.lastSeq));
+  }
+  nextGeneration(): number {
+    return ++this.last;
+  }
+  /** The seq `ws` holds for `key`, or undefined. */
+  seqOn(ws: WebSocket, key: string): number | undefined {
+    return this.held.get(ws)?.get(key)?.[0];
+  }
+}
+
+/** An open server-side WebSocket (its peer accepted too). */
+function openSocket(): WebSocket {
+  const pair = new WebSocketPair();
+  pair[0].accept();
+  pair[1].accept();
+  return pair[1];
+}
+
+describe("where a lane keeps its seq (LaneSeq)", () => {
+  const key = "pusher:lane";
+
+  it("the anchor leaving hands the seq to another connection in the same event and takes it off the one that left", () => {
+    const holders = new RecordingHolders();
+    const seq = new LaneSeq(key, holders);
+    const [a, b] = [openSocket(), openSocket()];
+    const subs = new Map<WebSocket, unknown>([
+      [a, {}],
+      [b, {}],
+    ]);
+    seq.keep(3, subs);
+    expect([holders.seqOn(a, key), holders.seqOn(b, key)]).toEqual([3, undefined]);
+    seq.keep(3, subs); // unchanged: nothing written
+    const generation = seq.generation;
+    subs.delete(a);
+    seq.left(a, 3, subs);
+    expect([holders.seqOn(a, key), holders.seqOn(b, key)]).toEqual([undefined, 3]);
+    expect(seq.generation).toBeGreaterThan(generation);
+    expect(holders.rows).toEqual([]);
+  });
+
+  it("left with no connection, it is held nowhere: the next connection is written the seq even unchanged", () => {
+    const holders = new RecordingHolders();
+    const seq = new LaneSeq(key, holders);
+    const a = openSocket();
+    const subs = new Map<WebSocket, unknown>([[a, {}]]);
+    seq.keep(3, subs);
+    subs.delete(a);
+    seq.left(a, 3, subs);
+    expect(holders.seqOn(a, key)).toBeUndefined();
+    const c = openSocket();
+    subs.set(c, {});
+    seq.keep(3, subs);
+    expect(holders.seqOn(c, key)).toBe(3);
+  });
+
+  it("with no room on any connection the row takes each new seq; a connection with room takes it back", () => {
+    const holders = new RecordingHolders();
+    const seq = new LaneSeq(key, holders);
+    const lane = { seq, lastSeq: 1 };
+    holders.lane = lane;
+    const [a, b] = [openSocket(), openSocket()];
+    holders.room.set(a, 0);
+    holders.room.set(b, 0);
+    const subs = new Map<WebSocket, unknown>([
+      [a, {}],
+      [b, {}],
+    ]);
+    seq.keep(1, subs);
+    seq.keep(1, subs); // unchanged: the row holds it
+    lane.lastSeq = 2;
+    seq.keep(2, subs);
+    expect(holders.rows).toHaveLength(2);
+    const c = openSocket();
+    subs.set(c, {});
+    lane.lastSeq = 3;
+    seq.keep(3, subs);
+    expect(holders.seqOn(c, key)).toBe(3);
+    expect(holders.rows).toHaveLength(2);
+  });
+
+  it("a subscription whose join the channel never heard gives up the seq it took meanwhile", async () => {
+    await runInDurableObject(
+      connectionHostStub(env, `host:local:${uniq("lane-")}`),
+      async (_h: ConnectionHost, state) => {
+        const holders = new RecordingHolders();
+        let failReport: (e: Error) => void = () => {};
+        const channel: ChannelForRelay = {
+          relayReport: () =>
+            new Promise((_resolve, reject) => {
+              failReport = reject;
+            }),
+          framesAfter: () => ({ frames: [], more: false }),
+        };
+        const lane: HostLane = new HostLane(key, "lane", {
+          identity: () => ({ name: "host:local:0", group: "local", k: 0 }),
+          channel: () => channel,
+          alarms: new AlarmScheduler(state.storage, "a test lane's alarm"),
+          storeLane: (l) => holders.rows.push(l.seq.stamp(l.lastSeq ?? 0)),
+          leaveLane: () => {},
+          sent: () => {},
+          closeConnection: () => {},
+          keepSeq: (ws, k, s, g) => holders.keepSeq(ws, k, s, g),
+          dropSeq: (ws, k) => holders.dropSeq(ws, k),
+          nextGeneration: () => holders.nextGeneration(),
+        });
+        const sub = (socketId: string): LaneSub => ({
+          socketId,
+          client: "ip:10.0.0.1",
+          floor: 5,
+          userId: null,
+          userInfo: null,
+          joining: false,
+          skipUpTo: 0,
+        });
+        // A holds no room; B joins, and a batch comes while the channel has not answered its report.
+        const [a, b] = [openSocket(), openSocket()];
+        holders.room.set(a, 0);
+        lane.lastSeq = 5;
+        lane.subs.set(a, sub("1.1"));
+        const joined = lane.join(b, sub("2.2"), "reservation", 5);
+        await lane.inLane(() => lane.apply([], 5));
+        expect(holders.seqOn(b, key)).toBe(5);
+        failReport(new Error("channel unavailable"));
+        expect(await joined).toBe(false);
+        expect(holders.seqOn(b, key)).toBeUndefined();
+        expect(holders.rows.length).toBeGreaterThan(0);
+      },
+    );
   });
 });
