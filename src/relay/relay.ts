@@ -42,7 +42,7 @@ import { RelayRevocations } from "./revocations";
 import { createRelayTable, readRelayRow } from "./schema";
 import { SeqKeeper } from "./seq-keeper";
 import { RelayStream } from "./stream";
-import { attachment, PING, PONG, RelaySubscribers, type Subscriber } from "./subscribers";
+import { PING, PONG, RelaySubscribers, type Subscriber } from "./subscribers";
 import { ThinnedStream } from "./thinned-stream";
 
 export class Relay extends DurableObject<Env> {
@@ -186,9 +186,10 @@ export class Relay extends DurableObject<Env> {
       this.storedSeq = row.last_seq;
       this.subs.restore(lastSeq, held);
       this.holds.restored();
-      // Back from hibernation: subscribers with a max_rate, or thinned for slowness, are thinned again.
-      for (const ws of this.subs.sockets()) {
-        const a = attachment(ws);
+      // Back from hibernation: subscribers with a max_rate, or thinned for slowness, are thinned again
+      // (their attachments as read above: a wake reads each once).
+      for (const [ws, a] of held) {
+        if (ws.readyState !== WebSocket.OPEN) continue;
         const own = readRateText(a?.maxRate ?? null);
         if (own || a?.slow) thinned.readers.join(ws, own, a?.slow ?? null, false);
       }
