@@ -21,7 +21,15 @@ import { connectionHostStub } from "../../src/platform/stubs";
 import type { ChannelForRelay } from "../../src/relay/calls";
 import { env, uniq, until, withFailing } from "../support/helpers";
 import { attachmentOf, evictHostOf, hostOf } from "../support/host-internals";
-import { closePushers, got, numbers, openPusher, publishEvent, pusherPublisher } from "../support/pusher";
+import {
+  closePushers,
+  got,
+  numbers,
+  openPusher,
+  type PusherSocket,
+  publishEvent,
+  pusherPublisher,
+} from "../support/pusher";
 
 afterEach(closePushers);
 
@@ -60,7 +68,7 @@ describe("a connection host's lane seq", () => {
     const name = uniq("anchor-");
     const key = `pusher:${name}`;
     const t = await pusherPublisher();
-    const subs = [];
+    const subs: PusherSocket[] = [];
     for (let i = 0; i < 6; i++) subs.push(await openPusher());
     for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
     const host = await hostOf(subs[0]?.socketId ?? "");
