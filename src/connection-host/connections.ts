@@ -127,8 +127,7 @@ export class Connections {
   dropSeq(ws: WebSocket, key: string): void {
     const a = this.attachment(ws);
     if (!a?.seqs || !(key in a.seqs)) return;
-    const { [key]: _, ...rest } = a.seqs;
-    a.seqs = rest;
+    delete a.seqs[key];
     try {
       ws.serializeAttachment(a);
     } catch {

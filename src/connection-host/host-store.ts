@@ -3,7 +3,14 @@
  * first connection until it is left with none (then `deleteAll` takes them, and {@link HostStore.forget}).
  */
 import type { LaneSub } from "./lane";
-import { createHostTables, type HostRow, hostTablesExist, type LaneRow, type SubscriptionRow } from "./schema";
+import {
+  createHostTables,
+  type HostRow,
+  hostTablesExist,
+  type LaneRow,
+  type SubscriptionRow,
+  upgradeHostTables,
+} from "./schema";
 
 export class HostStore {
   private ready = false;
@@ -13,7 +20,8 @@ export class HostStore {
   /** What a restart finds: who the host is, its lanes and every socket's subscriptions; null: none. */
   restored(): { host: HostRow; lanes: LaneRow[]; subscriptions: SubscriptionRow[] } | null {
     if (!hostTablesExist(this.sql)) return null;
-    this.ensure(); // an older version's tables gain their new columns
+    upgradeHostTables(this.sql);
+    this.ready = true;
     const host = this.sql.exec<HostRow>("SELECT name, grp, k FROM host").toArray()[0];
     if (!host) return null;
     return {

@@ -18,13 +18,19 @@ export function createHostTables(sql: SqlStorage): void {
   sql.exec(`CREATE TABLE IF NOT EXISTS lanes (
     channel TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, reported INTEGER NOT NULL DEFAULT 0,
     generation INTEGER NOT NULL DEFAULT 0)`);
-  // A host whose tables an older version made (its storage lasts while it holds a connection).
-  const columns = sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('lanes')").toArray();
-  if (!columns.some((c) => c.name === "generation"))
-    sql.exec("ALTER TABLE lanes ADD COLUMN generation INTEGER NOT NULL DEFAULT 0");
   sql.exec(`CREATE TABLE IF NOT EXISTS subscriptions (
     socket TEXT NOT NULL, channel TEXT NOT NULL, floor INTEGER NOT NULL, user_id TEXT, user_info TEXT,
     PRIMARY KEY (socket, channel))`);
+}
+
+/**
+ * Tables an older version made (a host's storage lasts while it holds a connection) gain what this one
+ * adds: the lanes' `generation`. Run on a restart that finds the tables; tables made here have it.
+ */
+export function upgradeHostTables(sql: SqlStorage): void {
+  const columns = sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('lanes')").toArray();
+  if (!columns.some((c) => c.name === "generation"))
+    sql.exec("ALTER TABLE lanes ADD COLUMN generation INTEGER NOT NULL DEFAULT 0");
 }
 
 export interface HostRow {

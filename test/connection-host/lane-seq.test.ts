@@ -128,12 +128,15 @@ describe("a connection host's lane seq", () => {
     const stub = connectionHostStub(env, `host:local:${uniq("old-")}`);
     const lanes = await runInDurableObject(stub, (_h: ConnectionHost, state) => {
       const sql = state.storage.sql;
-      // The tables as the version before lane seqs made them.
+      // The three tables as the version before lane seqs made them.
       sql.exec(
         "CREATE TABLE host (id INTEGER PRIMARY KEY CHECK (id = 1), name TEXT NOT NULL, grp TEXT NOT NULL, k INTEGER NOT NULL)",
       );
       sql.exec(
         "CREATE TABLE lanes (channel TEXT PRIMARY KEY, last_seq INTEGER NOT NULL, reported INTEGER NOT NULL DEFAULT 0)",
+      );
+      sql.exec(
+        "CREATE TABLE subscriptions (socket TEXT NOT NULL, channel TEXT NOT NULL, floor INTEGER NOT NULL, user_id TEXT, user_info TEXT, PRIMARY KEY (socket, channel))",
       );
       sql.exec("INSERT INTO host (id, name, grp, k) VALUES (1, 'host:local:9', 'local', 9)");
       sql.exec("INSERT INTO lanes (channel, last_seq, reported) VALUES ('pusher:old', 7, 2)");
