@@ -20,7 +20,7 @@ import { AlarmScheduler } from "../../src/platform/alarm-scheduler";
 import { connectionHostStub } from "../../src/platform/stubs";
 import type { ChannelForRelay } from "../../src/relay/calls";
 import { env, uniq, until, withFailing } from "../support/helpers";
-import { attachmentOf, evictHostOf, hostOf } from "../support/host-internals";
+import { attachmentOf, editAttachmentOf, evictHostOf, hostOf } from "../support/host-internals";
 import {
   closePushers,
   got,
@@ -95,6 +95,34 @@ describe("a connection host's lane seq", () => {
     for (let i = 4; i <= 6; i++) await publishEvent(name, t, i);
     await got(kept, name, 6);
     expect(numbers(kept, name)).toEqual(range(1, 6));
+  });
+
+  it("after a wake the latest kept seq wins over a higher one written earlier: nothing is skipped", async () => {
+    const name = uniq("latest-");
+    const key = `pusher:${name}`;
+    const t = await pusherPublisher();
+    const subs = [await openPusher(), await openPusher()];
+    for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    await withReportsFailing(async () => {
+      for (let i = 1; i <= 3; i++) await publishEvent(name, t, i);
+      for (const p of subs) await got(p, name, 3);
+      // One connection holds the lane's seq (3). The other is given seq 9 from an earlier write, as one
+      // left from before the channel started its numbering again would hold it.
+      const kept = await Promise.all(subs.map(async (p) => (await attachmentOf(p.socketId))?.seqs?.[key]));
+      const anchor = kept.findIndex((k) => k !== undefined);
+      expect(kept[anchor]?.[0]).toBe(3);
+      const earlier = (kept[anchor]?.[1] ?? 0) - 1;
+      await editAttachmentOf(subs[1 - anchor]?.socketId ?? "", (a) => ({
+        ...a,
+        seqs: { ...a.seqs, [key]: [9, earlier] },
+      }));
+      expect(await evictHostOf(subs[0]?.socketId ?? "")).toBe(true);
+    });
+    await publishEvent(name, t, 4);
+    for (const p of subs) {
+      await got(p, name, 4);
+      expect(numbers(p, name)).toEqual(range(1, 4));
+    }
   });
 
   it("a connection holds the seqs of as many lanes as its room takes; the lanes past it keep theirs in their rows", async () => {

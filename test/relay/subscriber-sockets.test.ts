@@ -8,6 +8,7 @@ import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { relayName } from "../../src/relay/placement";
+import type { SocketAttachment } from "../../src/relay/subscribers";
 import { mint, openSocket, publishTo, uniq, untilUnsubscribed, withFailing } from "../support/helpers";
 
 /** Polls (no fixed sleep) until the channel's stats match: relays report their counts after a change. */
@@ -71,6 +72,32 @@ describe("eviction", () => {
       last_seq: 2,
     });
     sub.ws.close();
+  });
+
+  it("after a wake the latest kept seq wins over a higher one written earlier: nothing is skipped", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const t = (await mint({ sub: uniq(), channels: ["public:evict.*"] })).access_token;
+    const a = await openSocket(ch);
+    const b = await openSocket(ch);
+    for (let i = 1; i <= 3; i++) await publishTo(ch, t, i);
+    await a.next(3);
+    await b.next(3);
+    // One socket holds the relay's seq (3). The other is given seq 9 from an earlier write, as one
+    // left from before the channel started its numbering again would hold it.
+    await runInDurableObject(relayStubFor(ch), (_relay, state) => {
+      const sockets = state.getWebSockets();
+      const kept = sockets.map((ws) => (ws.deserializeAttachment() as SocketAttachment).lastSent);
+      const anchor = kept.findIndex((k) => k !== undefined);
+      expect(kept[anchor]?.[0]).toBe(3);
+      const other = sockets[1 - anchor] as WebSocket;
+      const earlier = (kept[anchor]?.[1] ?? 0) - 1;
+      other.serializeAttachment({ ...(other.deserializeAttachment() as SocketAttachment), lastSent: [9, earlier] });
+    });
+    await evictDurableObject(relayStubFor(ch));
+    await publishTo(ch, t, 4);
+    for (const sub of [a, b]) expect((await sub.next(4)).map((f) => [f.seq, f.data])[3]).toEqual([4, 4]);
+    a.ws.close();
+    b.ws.close();
   });
 });
 

@@ -55,3 +55,18 @@ export async function attachmentOf(socketId: string): Promise<ConnectionAttachme
     return null;
   });
 }
+
+/** Rewrites the stored attachment of the connection `socketId` with `edit` (as an earlier write would have left it). */
+export async function editAttachmentOf(
+  socketId: string,
+  edit: (a: ConnectionAttachment) => ConnectionAttachment,
+): Promise<void> {
+  const host = await hostOf(socketId);
+  if (host === null) throw new Error(`no host holds ${socketId}`);
+  await runInDurableObject(connectionHostStub(env, host), (_instance: ConnectionHost, state) => {
+    for (const ws of state.getWebSockets()) {
+      const a = ws.deserializeAttachment() as ConnectionAttachment | null;
+      if (a?.id === socketId) ws.serializeAttachment(edit(a));
+    }
+  });
+}
