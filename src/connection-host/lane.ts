@@ -33,7 +33,7 @@ import type { LiveFrame, SideFrame } from "../wire/frame-text";
 import { PUSHER_OVER_CAPACITY, PUSHER_RECONNECT } from "../wire/pusher/codes";
 import { subscriptionSucceeded } from "../wire/pusher/frames";
 import { isPresence } from "../wire/pusher/names";
-import { LaneSeq, type SeqHolders } from "./lane-seq";
+import { LaneSeq, type LaneSeqHolders } from "./lane-seq";
 import { type LaneProtocol, type LaneSideText, PusherLane } from "./pusher-adapter";
 
 /** One socket's subscription on a lane. */
@@ -57,12 +57,15 @@ export interface LaneSub {
 const PENDING_SIDE_MAX = 64;
 
 /** What a lane needs of its host. */
-export interface LaneOwner extends Pick<SeqHolders, "keepSeq" | "dropSeq" | "nextGeneration"> {
+export interface LaneOwner extends Pick<LaneSeqHolders, "keepSeq" | "dropSeq" | "nextGeneration"> {
   identity(): { name: string; group: string; k: number } | null;
   channel(key: string): ChannelForRelay;
   readonly alarms: AlarmScheduler;
-  /** Stores the lane's row: its last seq (with a new generation, ./lane-seq.ts) and the count its channel last heard. */
-  storeLane(lane: HostLane): void;
+  /**
+   * Stores the lane's row: its last seq and the count its channel last heard, with `generation`, or a
+   * new one (./lane-seq.ts).
+   */
+  storeLane(lane: HostLane, generation?: number): void;
   /** The channel said leave (the lane has no subscription): the host forgets it. */
   leaveLane(lane: HostLane): void;
   /** A socket was sent to: the host bounds what waits on it and on all its sockets together. */
@@ -96,7 +99,7 @@ export class HostLane {
     this.seq = new LaneSeq(key, {
       keepSeq: (ws, k, seq, generation) => owner.keepSeq(ws, k, seq, generation),
       dropSeq: (ws, k) => owner.dropSeq(ws, k),
-      storeRow: () => owner.storeLane(this),
+      storeRow: (generation) => owner.storeLane(this, generation),
       nextGeneration: () => owner.nextGeneration(),
     });
     this.reporter = new RelayReporter(

@@ -1,6 +1,7 @@
 /**
  * Where a relay keeps its last sent seq (src/relay/stream.ts, `lastSeq`) between batches: in the
- * attachment of one of its open hibernatable WebSockets (the anchor), not in storage with every batch.
+ * attachment of one of its open hibernatable WebSockets (the anchor, functions/anchored-seq.ts), not
+ * in storage with every batch.
  *
  * Why that is enough. The seq matters only to subscribers still connected after the relay's memory is
  * gone (a frame sent twice, or skipped). The one way that happens is hibernation: an idle relay leaves
@@ -8,72 +9,79 @@
  * with each socket. Everything else dies with the object: SSE streams and token WebSockets (held awake,
  * src/relay/subscribers.ts) keep a relay from hibernating, and a reset disconnects every socket. So the
  * seq lives exactly as long as the sockets it protects, and a batch costs one attachment write instead
- * of a storage commit (the relay's largest cost per batch beside its sends: docs/benchmarks.md).
+ * of a storage commit (the relay's largest cost per batch beside its sends: docs/benchmarks.md). With
+ * no hibernatable socket open nothing keeps it: nothing survives that could be sent a frame twice.
  *
  * A closing socket stays listed (and readable) until the runtime has run its close event, so when the
  * anchor closes another open socket takes the seq in that same event, before the closed one is let go.
- * Each write carries a generation (the clock, and past the last one), so after hibernation the latest
- * write wins among every socket still listed, also when the seq moved back (a channel that started its
- * numbering again) or an old anchor lingers unanswered in CLOSING.
  */
+import { AnchoredSeq } from "../../functions/anchored-seq";
 import { attachment, type HeldSocket } from "./subscribers";
 
 /** `WebSocket.OPEN`. */
 const OPEN = 1;
 
-/** A kept seq and the generation it was written with. */
-interface Kept {
-  seq: number;
-  generation: number;
-}
+/** Open sockets asked before the seq is kept nowhere until the next batch (a write fails only on a closed one). */
+const ANCHOR_TRIES = 8;
 
 export class SeqKeeper {
-  /** The socket whose attachment holds the seq; null: none chosen (or none open). */
-  private anchor: WebSocket | null = null;
-  /** What was last written; kept across a leave, so generations only grow. */
-  private kept: Kept | null = null;
+  private readonly seq: AnchoredSeq<WebSocket>;
+  /** The last generation written or found: generations only grow, across a leave too. */
+  private generation = 0;
 
-  constructor(private readonly ctx: DurableObjectState) {}
+  constructor(ctx: DurableObjectState) {
+    this.seq = new AnchoredSeq<WebSocket>({
+      holds: (ws) => ws.readyState === OPEN,
+      candidates: () => ctx.getWebSockets(),
+      tries: ANCHOR_TRIES,
+      write: (ws, seq, generation) => {
+        try {
+          const a = attachment(ws);
+          if (!a) return false;
+          ws.serializeAttachment({ ...a, lastSent: [seq, generation] });
+          return true;
+        } catch {
+          return false; // closed meanwhile: another is asked
+        }
+      },
+      // The old anchor is closed or closing: the later generation written elsewhere outranks its entry.
+      drop: () => {},
+      fallback: () => false,
+      nextGeneration: () => {
+        this.generation = Math.max(Date.now(), this.generation + 1);
+        return this.generation;
+      },
+    });
+  }
 
   /**
    * After a restart: the seq of the latest write any listed socket holds (`held`: every socket with its
    * attachment, src/relay/subscribers.ts), or null when none holds one.
    */
   recover(held: readonly HeldSocket[]): number | null {
-    let latest: Kept | null = null;
-    for (const [, a] of held) {
-      const at = a?.lastSent;
-      if (at && (!latest || at[1] > latest.generation)) latest = { seq: at[0], generation: at[1] };
+    let latest: HeldSocket | null = null;
+    for (const h of held) {
+      const at = h[1]?.lastSent;
+      if (at && (!latest || at[1] > (latest[1]?.lastSent?.[1] ?? 0))) latest = h;
     }
-    this.anchor = null;
-    if (latest) this.kept = latest;
-    return latest?.seq ?? null;
+    this.seq.reset();
+    const at = latest?.[1]?.lastSent;
+    if (!latest || !at) return null;
+    this.generation = Math.max(this.generation, at[1]);
+    this.seq.recovered(at[0], at[1], latest[0]);
+    return at[0];
   }
 
   /**
    * Keeps `seq` with the sockets: a write only when it moved or its anchor is no longer open (none when
-   * no hibernatable socket is open: then nothing survives that could be sent a frame twice).
+   * no hibernatable socket is open).
    */
   keep(seq: number): void {
-    const anchor = this.anchor?.readyState === OPEN ? this.anchor : null;
-    if (anchor && this.kept?.seq === seq) return;
-    const ws = anchor ?? this.ctx.getWebSockets().find((w) => w.readyState === OPEN) ?? null;
-    this.anchor = ws;
-    if (!ws) return;
-    const generation = Math.max(Date.now(), (this.kept?.generation ?? 0) + 1);
-    try {
-      const a = attachment(ws);
-      if (!a) return;
-      ws.serializeAttachment({ ...a, lastSent: [seq, generation] });
-    } catch {
-      this.anchor = null; // closed meanwhile: the next keep chooses another
-      return;
-    }
-    this.kept = { seq, generation };
+    this.seq.keep(seq);
   }
 
   /** The relay left its channel: no socket is its anchor any more. */
   reset(): void {
-    this.anchor = null;
+    this.seq.reset();
   }
 }

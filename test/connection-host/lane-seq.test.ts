@@ -15,7 +15,7 @@ import type { ConnectionHost } from "../../src/connection-host/connection-host";
 import { SEQ_ROOM_BYTES } from "../../src/connection-host/connections";
 import { HostStore } from "../../src/connection-host/host-store";
 import { HostLane, type LaneSub } from "../../src/connection-host/lane";
-import { LaneSeq, type SeqHolders } from "../../src/connection-host/lane-seq";
+import { LaneSeq, type LaneSeqHolders } from "../../src/connection-host/lane-seq";
 import { AlarmScheduler } from "../../src/platform/alarm-scheduler";
 import { connectionHostStub } from "../../src/platform/stubs";
 import type { ChannelForRelay } from "../../src/relay/calls";
@@ -179,14 +179,12 @@ describe("a connection host's lane seq", () => {
 });
 
 /** Where a lane's seq is written, as its host would keep it: each socket's entries, and the row's writes. */
-class RecordingHolders implements SeqHolders {
+class RecordingHolders implements LaneSeqHolders {
   readonly held = new Map<WebSocket, Map<string, [number, number]>>();
   readonly rows: number[] = [];
   /** How many lanes each socket has room for (1 unless set). */
   readonly room = new Map<WebSocket, number>();
   private last = 0;
-  /** The lane whose row {@link storeRow} writes. */
-  lane: { seq: LaneSeq; lastSeq: number } | null = null;
 
   keepSeq(ws: WebSocket, key: string, seq: number, generation: number): boolean {
     const entries = this.held.get(ws) ?? new Map<string, [number, number]>();
@@ -198,8 +196,8 @@ class RecordingHolders implements SeqHolders {
   dropSeq(ws: WebSocket, key: string): void {
     this.held.get(ws)?.delete(key);
   }
-  storeRow(): void {
-    if (this.lane) this.rows.push(this.lane.seq.stamp(this.lane.lastSeq));
+  storeRow(generation: number): void {
+    this.rows.push(generation);
   }
   nextGeneration(): number {
     return ++this.last;
@@ -258,8 +256,6 @@ describe("where a lane keeps its seq (LaneSeq)", () => {
   it("with no room on any connection the row takes each new seq; a connection with room takes it back", () => {
     const holders = new RecordingHolders();
     const seq = new LaneSeq(key, holders);
-    const lane = { seq, lastSeq: 1 };
-    holders.lane = lane;
     const [a, b] = [openSocket(), openSocket()];
     holders.room.set(a, 0);
     holders.room.set(b, 0);
@@ -269,12 +265,11 @@ describe("where a lane keeps its seq (LaneSeq)", () => {
     ]);
     seq.keep(1, subs);
     seq.keep(1, subs); // unchanged: the row holds it
-    lane.lastSeq = 2;
     seq.keep(2, subs);
-    expect(holders.rows).toHaveLength(2);
+    // Each row write carries the generation its keep stamped: one per write.
+    expect(holders.rows).toEqual([1, 2]);
     const c = openSocket();
     subs.set(c, {});
-    lane.lastSeq = 3;
     seq.keep(3, subs);
     expect(holders.seqOn(c, key)).toBe(3);
     expect(holders.rows).toHaveLength(2);
@@ -297,7 +292,7 @@ describe("where a lane keeps its seq (LaneSeq)", () => {
           identity: () => ({ name: "host:local:0", group: "local", k: 0 }),
           channel: () => channel,
           alarms: new AlarmScheduler(state.storage, "a test lane's alarm"),
-          storeLane: (l) => holders.rows.push(l.seq.stamp(l.lastSeq ?? 0)),
+          storeLane: (l, g) => holders.rows.push(g ?? l.seq.stamp(l.lastSeq ?? 0)),
           leaveLane: () => {},
           sent: () => {},
           closeConnection: () => {},
