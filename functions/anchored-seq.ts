@@ -9,7 +9,9 @@
  * A write happens only when the seq moved or its anchor can no longer hold it. Each write carries a
  * generation past every earlier one of its host, so after hibernation the latest write wins among
  * those found, also when the seq moved back (a channel that started its numbering again) or an old
- * anchor lingers in CLOSING. When the anchor changes, the old one's entry is taken off it.
+ * anchor lingers in CLOSING. When the anchor changes, the old one is told to drop its entry (a lane's
+ * connection stays open for other lanes; a relay's old anchor is closing, and the later generation
+ * outranks what it holds).
  */
 
 /** Where a seq may be kept: the sockets (`S`) that may hold it, how to write it, and what else holds it. */
@@ -33,18 +35,26 @@ export interface SeqHolders<S> {
 export class AnchoredSeq<S> {
   /** The socket whose attachment holds the seq; null: the fallback holds it, or nothing does. */
   private anchor: S | null = null;
-  /** The seq held where it was last written (the anchor, or with none the fallback); null: nowhere. */
+  /**
+   * The seq held where it was last written (the anchor, or with none the fallback); null: nowhere, or
+   * a write that did not complete (the next {@link keep} writes it again).
+   */
   private held: number | null = null;
-  /** The generation of the last write: after a wake, a write found with a later one wins. */
-  generation = 0;
+  /** The generation of the last write, or of the one found after a wake. */
+  private lastGeneration = 0;
 
   constructor(private readonly holders: SeqHolders<S>) {}
 
+  /** The generation of the last write, or of the one found after a wake. */
+  get generation(): number {
+    return this.lastGeneration;
+  }
+
   /** A new generation for a write of `seq` made outside {@link keep} (a lane's row, with its counts). */
   stamp(seq: number): number {
-    this.generation = this.holders.nextGeneration();
+    this.lastGeneration = this.holders.nextGeneration();
     this.held = seq;
-    return this.generation;
+    return this.lastGeneration;
   }
 
   /**
@@ -54,8 +64,14 @@ export class AnchoredSeq<S> {
   keep(seq: number): void {
     const anchor = this.anchor !== null && this.holders.holds(this.anchor) ? this.anchor : null;
     if (this.held === seq && (anchor !== null || this.anchor === null)) return;
-    const generation = this.stamp(seq);
-    if (anchor !== null && this.holders.write(anchor, seq, generation)) return;
+    // Held only once a write has landed: a write or fallback that throws leaves it to the next keep.
+    this.held = null;
+    const generation = this.holders.nextGeneration();
+    this.lastGeneration = generation;
+    if (anchor !== null && this.holders.write(anchor, seq, generation)) {
+      this.held = seq;
+      return;
+    }
     let tries = 0;
     for (const s of this.holders.candidates()) {
       if (tries >= this.holders.tries) break;
@@ -64,11 +80,12 @@ export class AnchoredSeq<S> {
       if (!this.holders.write(s, seq, generation)) continue;
       if (this.anchor !== null && this.anchor !== s) this.holders.drop(this.anchor);
       this.anchor = s;
+      this.held = seq;
       return;
     }
     if (this.anchor !== null) this.holders.drop(this.anchor);
     this.anchor = null;
-    if (!this.holders.fallback(seq, generation)) this.held = null;
+    if (this.holders.fallback(seq, generation)) this.held = seq;
   }
 
   /** Whether `s` holds the seq. */
@@ -93,7 +110,7 @@ export class AnchoredSeq<S> {
   /** After a wake: the latest write found, on `anchor` (null: with the fallback). */
   recovered(seq: number, generation: number, anchor: S | null): void {
     this.held = seq;
-    this.generation = generation;
+    this.lastGeneration = generation;
     this.anchor = anchor;
   }
 }

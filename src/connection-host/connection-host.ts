@@ -232,9 +232,9 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     return channelStub(this.env, key);
   }
 
-  storeLane(lane: HostLane, generation?: number): void {
-    const seq = lane.lastSeq ?? 0;
-    this.store.storeLane(lane.key, seq, lane.reporter.reported.websockets, generation ?? lane.seq.stamp(seq));
+  storeLane(lane: HostLane, kept?: { seq: number; generation: number }): void {
+    const seq = kept?.seq ?? lane.lastSeq ?? 0;
+    this.store.storeLane(lane.key, seq, lane.reporter.reported.websockets, kept?.generation ?? lane.seq.stamp(seq));
   }
 
   keepSeq(ws: WebSocket, key: string, seq: number, generation: number): boolean {

@@ -30,8 +30,8 @@ export interface LaneSeqHolders {
   keepSeq(ws: WebSocket, key: string, seq: number, generation: number): boolean;
   /** The seq leaves the attachment of `ws`. */
   dropSeq(ws: WebSocket, key: string): void;
-  /** Writes the lane's row: its seq, with `generation` (from {@link LaneSeq.keep}). */
-  storeRow(generation: number): void;
+  /** Writes the lane's row with `seq` and `generation` (no connection took it: {@link LaneSeq.keep}). */
+  storeRow(seq: number, generation: number): void;
   /**
    * A generation past every one the host has written or found (the clock, or one more than the last):
    * one counter for the host, so a lane made again never writes one older than a closing socket holds.
@@ -51,15 +51,15 @@ export class LaneSeq {
       tries: ANCHOR_TRIES,
       write: (ws, seq, generation) => holders.keepSeq(ws, key, seq, generation),
       drop: (ws) => holders.dropSeq(ws, key),
-      fallback: (_seq, generation) => {
-        holders.storeRow(generation);
+      fallback: (seq, generation) => {
+        holders.storeRow(seq, generation);
         return true;
       },
       nextGeneration: () => holders.nextGeneration(),
     });
   }
 
-  /** The generation of the lane's last write. */
+  /** The generation of the lane's last write, or of the one found after a wake. */
   get generation(): number {
     return this.seq.generation;
   }

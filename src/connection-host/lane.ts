@@ -62,10 +62,10 @@ export interface LaneOwner extends Pick<LaneSeqHolders, "keepSeq" | "dropSeq" | 
   channel(key: string): ChannelForRelay;
   readonly alarms: AlarmScheduler;
   /**
-   * Stores the lane's row: its last seq and the count its channel last heard, with `generation`, or a
-   * new one (./lane-seq.ts).
+   * Stores the lane's row: the count its channel last heard, and its last seq with a new generation, or
+   * the seq and generation its keeper gives (./lane-seq.ts: no connection took it).
    */
-  storeLane(lane: HostLane, generation?: number): void;
+  storeLane(lane: HostLane, kept?: { seq: number; generation: number }): void;
   /** The channel said leave (the lane has no subscription): the host forgets it. */
   leaveLane(lane: HostLane): void;
   /** A socket was sent to: the host bounds what waits on it and on all its sockets together. */
@@ -99,7 +99,7 @@ export class HostLane {
     this.seq = new LaneSeq(key, {
       keepSeq: (ws, k, seq, generation) => owner.keepSeq(ws, k, seq, generation),
       dropSeq: (ws, k) => owner.dropSeq(ws, k),
-      storeRow: (generation) => owner.storeLane(this, generation),
+      storeRow: (seq, generation) => owner.storeLane(this, { seq, generation }),
       nextGeneration: () => owner.nextGeneration(),
     });
     this.reporter = new RelayReporter(

@@ -21,7 +21,10 @@ import { attachment, type HeldSocket } from "./subscribers";
 /** `WebSocket.OPEN`. */
 const OPEN = 1;
 
-/** Open sockets asked before the seq is kept nowhere until the next batch (a write fails only on a closed one). */
+/**
+ * Open sockets asked before the seq is kept nowhere until the next batch (a write fails only on a socket
+ * closed meanwhile, or one without an attachment).
+ */
 const ANCHOR_TRIES = 8;
 
 export class SeqKeeper {
@@ -44,7 +47,8 @@ export class SeqKeeper {
           return false; // closed meanwhile: another is asked
         }
       },
-      // The old anchor is closed or closing: the later generation written elsewhere outranks its entry.
+      // The old anchor is closing, or its write just failed: the later generation written elsewhere
+      // outranks whatever entry it still has, so it is not rewritten.
       drop: () => {},
       fallback: () => false,
       nextGeneration: () => {

@@ -181,7 +181,8 @@ describe("a connection host's lane seq", () => {
 /** Where a lane's seq is written, as its host would keep it: each socket's entries, and the row's writes. */
 class RecordingHolders implements LaneSeqHolders {
   readonly held = new Map<WebSocket, Map<string, [number, number]>>();
-  readonly rows: number[] = [];
+  /** Each row write: its seq and generation. */
+  readonly rows: [number, number][] = [];
   /** How many lanes each socket has room for (1 unless set). */
   readonly room = new Map<WebSocket, number>();
   private last = 0;
@@ -196,8 +197,8 @@ class RecordingHolders implements LaneSeqHolders {
   dropSeq(ws: WebSocket, key: string): void {
     this.held.get(ws)?.delete(key);
   }
-  storeRow(generation: number): void {
-    this.rows.push(generation);
+  storeRow(seq: number, generation: number): void {
+    this.rows.push([seq, generation]);
   }
   nextGeneration(): number {
     return ++this.last;
@@ -263,15 +264,18 @@ describe("where a lane keeps its seq (LaneSeq)", () => {
       [a, {}],
       [b, {}],
     ]);
-    seq.keep(1, subs);
-    seq.keep(1, subs); // unchanged: the row holds it
-    seq.keep(2, subs);
-    // Each row write carries the generation its keep stamped: one per write.
-    expect(holders.rows).toEqual([1, 2]);
+    seq.keep(10, subs);
+    seq.keep(10, subs); // unchanged: the row holds it
+    seq.keep(20, subs);
+    // Each row write carries its seq and the generation its keep stamped: one per write.
+    expect(holders.rows).toEqual([
+      [10, 1],
+      [20, 2],
+    ]);
     const c = openSocket();
     subs.set(c, {});
-    seq.keep(3, subs);
-    expect(holders.seqOn(c, key)).toBe(3);
+    seq.keep(30, subs);
+    expect(holders.seqOn(c, key)).toBe(30);
     expect(holders.rows).toHaveLength(2);
   });
 
@@ -292,7 +296,10 @@ describe("where a lane keeps its seq (LaneSeq)", () => {
           identity: () => ({ name: "host:local:0", group: "local", k: 0 }),
           channel: () => channel,
           alarms: new AlarmScheduler(state.storage, "a test lane's alarm"),
-          storeLane: (l, g) => holders.rows.push(g ?? l.seq.stamp(l.lastSeq ?? 0)),
+          storeLane: (l, kept) => {
+            const at = kept?.seq ?? l.lastSeq ?? 0;
+            holders.rows.push([at, kept?.generation ?? l.seq.stamp(at)]);
+          },
           leaveLane: () => {},
           sent: () => {},
           closeConnection: () => {},

@@ -1,7 +1,8 @@
 /**
  * Where a last sent seq is kept (functions/anchored-seq.ts), with named sockets and every write
  * recorded: written only when it moved or its anchor can no longer hold it, handed to another socket
- * with the old one's entry taken off, and kept by the fallback (or nowhere) when no socket takes it.
+ * with the old one told to drop its entry, kept by the fallback (or nowhere) when no socket takes it,
+ * and written again after a write that threw.
  * The relay's and the lane's own tests run it with real sockets (test/relay/subscriber-sockets.test.ts,
  * test/connection-host/lane-seq.test.ts).
  */
@@ -51,11 +52,11 @@ describe("a seq kept with its sockets", () => {
   it("is written once while it stands still, and again when it moves", () => {
     const h = new Holders(["a", "b"]);
     const seq = new AnchoredSeq(h);
-    seq.keep(1);
-    seq.keep(1);
-    seq.keep(2);
-    expect(h.log).toEqual(["write a 1", "write a 2"]);
-    expect(h.held.get("a")).toEqual([2, 2]);
+    seq.keep(10);
+    seq.keep(10);
+    seq.keep(20);
+    expect(h.log).toEqual(["write a 10", "write a 20"]);
+    expect(h.held.get("a")).toEqual([20, 2]);
     expect(seq.generation).toBe(2);
   });
 
@@ -118,5 +119,21 @@ describe("a seq kept with its sockets", () => {
     h.open.delete("b");
     seq.keep(9);
     expect(h.log).toEqual(["write a 9", "drop b"]);
+  });
+
+  it("a fallback that throws leaves the seq unheld: the next keep writes it again", () => {
+    const h = new Holders([]);
+    const seq = new AnchoredSeq(h);
+    let failing = true;
+    h.fallback = (at: number) => {
+      h.log.push(`fallback ${at}`);
+      if (failing) throw new Error("storage write failed");
+      return true;
+    };
+    expect(() => seq.keep(4)).toThrow("storage write failed");
+    failing = false;
+    seq.keep(4);
+    seq.keep(4);
+    expect(h.log).toEqual(["fallback 4", "fallback 4"]);
   });
 });

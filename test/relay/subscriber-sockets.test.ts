@@ -99,6 +99,37 @@ describe("eviction", () => {
     a.ws.close();
     b.ws.close();
   });
+
+  it("after a wake the socket found holding the seq keeps it: another closing rewrites nothing; it closing hands it on", async () => {
+    const ch = `public:evict.${uniq()}`;
+    const t = (await mint({ sub: uniq(), channels: ["public:evict.*"] })).access_token;
+    const subs = [await openSocket(ch), await openSocket(ch), await openSocket(ch)];
+    for (let i = 1; i <= 3; i++) await publishTo(ch, t, i);
+    for (const sub of subs) await sub.next(3);
+    const lastSent = (ws: WebSocket) => (ws.deserializeAttachment() as SocketAttachment).lastSent;
+    await evictDurableObject(relayStubFor(ch));
+    // Woken by this call: one socket's attachment holds the seq, and the relay knows it is that one.
+    const found = await runInDurableObject(relayStubFor(ch), (relay, state) => {
+      const sockets = state.getWebSockets();
+      const anchor = sockets.find((ws) => lastSent(ws) !== undefined) as WebSocket;
+      const before = sockets.map(lastSent);
+      relay.webSocketClose(sockets.find((ws) => ws !== anchor) as WebSocket, 1000, "", true);
+      return { held: lastSent(anchor), before, after: sockets.map(lastSent) };
+    });
+    expect(found.held?.[0]).toBe(3);
+    // No socket's attachment was written: not the anchor's again, not another's.
+    expect(found.after).toEqual(found.before);
+    const handed = await runInDurableObject(relayStubFor(ch), (relay, state) => {
+      const anchor = state.getWebSockets().find((ws) => lastSent(ws)?.[1] === found.held?.[1]) as WebSocket;
+      relay.webSocketClose(anchor, 1000, "", true);
+      const open = state.getWebSockets().filter((ws) => ws.readyState === WebSocket.OPEN);
+      return open.map(lastSent);
+    });
+    expect(handed).toHaveLength(1);
+    expect(handed[0]?.[0]).toBe(3);
+    expect(handed[0]?.[1]).toBeGreaterThan(found.held?.[1] ?? 0);
+    for (const sub of subs) sub.ws.close();
+  });
 });
 
 describe("subscriber sockets", () => {
