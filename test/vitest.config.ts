@@ -21,8 +21,25 @@ Object.assign(process.env, TEST_SECRETS);
  * own workerd (test/pusher-libraries/global-setup.ts).
  */
 export default defineConfig({
-  test: { projects: [workerd(), libraries()] },
+  test: { projects: [workerd(), libraries()], onUnhandledError: notTeardownOfWorkAfterItsFile },
 });
+
+/**
+ * Every unhandled error fails the run but one, which is the pool's, not Floodgate's: when a test file
+ * ends, the pool closes the channel its module loads go through, and work the runtime still runs for
+ * that file (a relay reporting its counts after a socket the test closed, an alarm, a queue batch)
+ * is refused its next module with `EnvironmentTeardownError: Closing rpc while "resolve" was pending`.
+ * Floodgate's code handles that refusal where it makes the call (the relay logs "could not report
+ * counts"); what reaches vitest unhandled is the pool's own rejected module load, when it loads the
+ * object's class for such an event. It shows in shuffled orders, where a short file can end while
+ * such work is under way (`npm run test:stress`; seed 804430104 shows it, also on older commits).
+ */
+function notTeardownOfWorkAfterItsFile(error: { name?: string; message?: string }): boolean {
+  return !(
+    error.name === "EnvironmentTeardownError" &&
+    /^\[vitest-worker\]: Closing rpc while "\w+" was pending$/.test(error.message ?? "")
+  );
+}
 
 function libraries() {
   return defineProject({
