@@ -29,8 +29,6 @@ const ANCHOR_TRIES = 8;
 
 export class SeqKeeper {
   private readonly seq: AnchoredSeq<WebSocket>;
-  /** The last generation written or found: generations only grow, across a leave too. */
-  private generation = 0;
 
   constructor(ctx: DurableObjectState) {
     this.seq = new AnchoredSeq<WebSocket>({
@@ -51,10 +49,8 @@ export class SeqKeeper {
       // outranks whatever entry it still has, so it is not rewritten.
       drop: () => {},
       fallback: () => false,
-      nextGeneration: () => {
-        this.generation = Math.max(Date.now(), this.generation + 1);
-        return this.generation;
-      },
+      // Past the last written or found (the keeper keeps it across a leave too): generations only grow.
+      nextGeneration: () => Math.max(Date.now(), this.seq.generation + 1),
     });
   }
 
@@ -71,7 +67,6 @@ export class SeqKeeper {
     this.seq.reset();
     const at = latest?.[1]?.lastSent;
     if (!latest || !at) return null;
-    this.generation = Math.max(this.generation, at[1]);
     this.seq.recovered(at[0], at[1], latest[0]);
     return at[0];
   }
