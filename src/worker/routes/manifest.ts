@@ -1,7 +1,8 @@
 /**
- * `GET /v1/manifest` (docs/api.md, Operator routes): the public manifest — budgets, throttle, record,
- * summaries, presence, shards, CORS, the audience's bounds and the Pusher door, as the configuration
- * has them. Per-token overrides never appear, nor any secret.
+ * `GET /v1/manifest` (docs/api.md, Operator routes): the public manifest — budgets, throttle, messages,
+ * sessions, record, summaries, presence, shards, CORS, the audience's bounds, metrics and the Pusher
+ * door, as the configuration has them: every variable of src/settings/variables.ts, parsed (a test
+ * holds it to that). Per-token overrides never appear, nor any secret.
  */
 import { Hono } from "hono";
 import * as z from "zod";
@@ -9,11 +10,12 @@ import { formatDuration } from "../../settings/durations";
 import { limitToJson } from "../../settings/limits";
 import type { Settings } from "../../settings/settings";
 import { targetJson } from "../../settings/targets";
+import type { Manifest as ManifestJson } from "../../wire/manifest";
 import type { AppEnv } from "../app-env";
 import { documented, errors, json, LimitSchema, route, TargetSchema } from "../http/openapi";
 
 /** The public manifest (docs/api.md, Operator routes). Per-token overrides never appear. */
-export function manifest(config: Settings) {
+export function manifest(config: Settings): ManifestJson {
   const perChannel = (rules: Settings["perChannelPublish"]) =>
     rules.map((r) => ({ pattern: r.pattern.source, limit: limitToJson(r.value) }));
   const publish = perChannel(config.perChannelPublish);
@@ -38,7 +40,18 @@ export function manifest(config: Settings) {
       analytics_channel: config.analyticsChannel.name,
       rate_cache_ms: config.rateCacheMs,
       fast_period: formatDuration(config.samplerFastPeriodMs),
+      sampler_max_channels: config.samplerMaxChannels,
     },
+    // What a channel takes and keeps (docs/api.md, publish and history), and how long a relay holds a
+    // packed frame back (docs/api.md, "Packed frames").
+    messages: {
+      max_bytes: config.maxMessageBytes,
+      history_limit: config.historyLimit,
+      history_ttl: formatDuration(config.historyTtlMs),
+      frame_delay: formatDuration(config.frameDelayMs),
+    },
+    // How long a refresh chain lives after its first mint (docs/api.md, Tokens).
+    tokens: { session_ttl: formatDuration(config.sessionTtlSeconds * 1000) },
     // The record of dropped messages: how long the bucket keeps a copy (and the longest export), and
     // how long the analytics channel pages them.
     record: {
@@ -72,6 +85,8 @@ export function manifest(config: Settings) {
       anonymous_share: config.anonymousShare,
       max_connections_per_client: config.maxConnectionsPerClient,
     },
+    // How far /metrics may lag one isolate's counts (docs/operations.md, Metrics).
+    metrics: { flush_ms: config.metricsFlushMs },
     // The Pusher door (docs/api.md, "The Pusher door"): never its secret.
     pusher: {
       enabled: config.pusher.app !== null,
@@ -98,13 +113,39 @@ const Manifest = z
       per_channel_subscribe: PerChannelLimits.optional(),
     }),
     throttle: z.object({
-      fallback_rate: z.number(),
+      fallback_rate: z.number().openapi({
+        description: "THROTTLE_FALLBACK_RATE: the drop rate when the KV value is missing, not a number, or unreadable.",
+      }),
       target: TargetSchema.nullable(),
-      targets: z.array(z.object({ pattern: z.string(), target: TargetSchema })).optional(),
+      targets: z.array(z.object({ pattern: z.string(), target: TargetSchema.nullable() })).optional(),
       thinning: z.array(z.string()).optional(),
       analytics_channel: z.string(),
       rate_cache_ms: z.number().int(),
       fast_period: z.string(),
+      sampler_max_channels: z
+        .number()
+        .int()
+        .openapi({ description: "SAMPLER_MAX_CHANNELS: most channels one sampler run visits, busiest first." }),
+    }),
+    messages: z
+      .object({
+        max_bytes: z.number().int().openapi({ description: "MAX_MESSAGE_BYTES: the largest accepted message body." }),
+        history_limit: z
+          .number()
+          .int()
+          .openapi({ description: "HISTORY_LIMIT: messages kept per channel for resume and history." }),
+        history_ttl: z.string().openapi({
+          description: "HISTORY_TTL: how long an idle channel keeps its history after its last publish.",
+        }),
+        frame_delay: z
+          .string()
+          .openapi({ description: 'FRAME_DELAY: the longest a relay holds a packed frame back ("0s": never).' }),
+      })
+      .openapi({ description: "What a channel takes and keeps, and how long a packed frame may wait." }),
+    tokens: z.object({
+      session_ttl: z
+        .string()
+        .openapi({ description: "SESSION_TTL: the longest a refresh chain lives after its first mint." }),
     }),
     record: z.object({
       retention: z.string().openapi({ description: "RECORD_RETENTION: how long the record keeps a copy." }),
@@ -161,6 +202,11 @@ const Manifest = z
         }),
       })
       .openapi({ description: "Who may hold a channel's places (docs/api.md, Relays)." }),
+    metrics: z.object({
+      flush_ms: z.number().int().openapi({
+        description: "METRICS_FLUSH_MS: least time between two metric flushes from one isolate, in ms.",
+      }),
+    }),
     pusher: z
       .object({
         enabled: z
@@ -174,6 +220,11 @@ const Manifest = z
       .openapi({ description: "The Pusher door (never its secret)." }),
   })
   .openapi("Manifest");
+
+// The schema documents the very shape the route returns (src/wire/manifest.ts, which the client ships):
+// a field added to one and not the other fails the typecheck.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+export const schemaIsTheWireShape: Same<z.infer<typeof Manifest>, ManifestJson> = true;
 
 const manifestRoute = route({
   method: "get",
