@@ -1,6 +1,7 @@
 /** The client: one session with a server (./session.ts), its publishes, subscriptions and presence. */
 import { toError } from "./errors.js";
 import type { Message } from "./frames.js";
+import type { Manifest } from "./manifest.js";
 import type { ClientOptions } from "./options.js";
 import { type BroadcastResult, type PublishOptions, type PublishResult, publish } from "./publish.js";
 import { Session } from "./session.js";
@@ -49,6 +50,17 @@ export class FloodgateClient {
     });
     if (res.status !== 200) throw await toError(res);
     return (await res.json()) as PresenceAnswer;
+  }
+
+  /**
+   * The deployment's effective settings (`GET /v1/manifest`, public): budgets, the largest message
+   * (`messages.max_bytes`), history kept, session lifetime and the rest, one field per variable.
+   */
+  async manifest(): Promise<Manifest> {
+    const session = this.session;
+    const res = await session.fetchFn(`${session.baseUrl}/v1/manifest`);
+    if (res.status !== 200) throw await toError(res);
+    return (await res.json()) as Manifest;
   }
 
   /** Subscribes; `onMessage` gets every message once, in seq order, across reconnects. */

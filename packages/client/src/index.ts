@@ -22,6 +22,8 @@
  *   packed frames (`?batch=1`, many messages per frame); messages still reach `onMessage` one by one.
  *   With `onPresence` it asks for presence frames too (`?presence=1`); `presence()` asks who is here.
  *   With `maxRate` (`"5/s"`) it takes at most that rate (`?max_rate=`), and `onSkipped` hears what it skipped.
+ * - `manifest()` reads the deployment's effective settings (`GET /v1/manifest`, no token needed): the
+ *   budgets, `messages.max_bytes` (the largest body `publish` may send), history kept, and the rest.
  * - Tokens are refreshed shortly before the access token expires (and once after a 401). A
  *   subscription the server ends because its token expired (WebSocket close 4001, SSE
  *   `event: expired`) is refreshed and resumed at once, without telling `onError`, from the
@@ -35,6 +37,7 @@ export { FloodgateClient, type PresenceAnswer } from "./client.js";
 export type { ConnectionState, StateChange } from "./connection-state.js";
 export { type ErrorCode, FloodgateError, RateLimitedError } from "./errors.js";
 export type { Message, PresenceFrame, SkippedSummary, Summary } from "./frames.js";
+export type { Manifest, ManifestLimit, ManifestTarget } from "./manifest.js";
 export type { ClientOptions } from "./options.js";
 export type { BroadcastResult, PublishOptions, PublishResult } from "./publish.js";
 export { readSse, type SseEvent } from "./sse.js";
