@@ -7,6 +7,14 @@
  * every copy's budget charged, before any is published: a refusal publishes nothing. The copies of a
  * request (every event of a batch) are charged as one: all their tokens taken, or none and 429. The
  * answer is Pusher's (`{}`, or `info`'s counts) with a `floodgate` member saying each copy's fate.
+ *
+ * Copies go to different objects, so one can fail (503) while others are delivered. A request none
+ * of whose copies was taken answers that 503: nothing happened, so a retry is safe. Once any copy is
+ * taken (delivered, or dropped and recorded), the answer is 200 and the failed copies' fates say
+ * `unavailable` with their reason, each counted as a refusal: a 503 then would have a retrying
+ * server library deliver the taken copies twice (the Pusher API has no Idempotency-Key), so the
+ * answer names what to send again instead. `info` counts are read after delivery; a channel whose
+ * counts cannot be read is left out of them rather than failing a request that delivered.
  */
 import type { Context } from "hono";
 import { type Budget, publishBudget } from "../../limiter/budgets";
@@ -14,6 +22,7 @@ import { type Denial, denialParts } from "../../limiter/denials";
 import { summaryFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
 import { type ChannelName, parseChannelName } from "../../wire/channel-names";
+import { ApiError, isUnavailableReason, REFUSAL_HEADER, type UnavailableReason } from "../../wire/errors";
 import { utf8Length } from "../../wire/frame-text";
 import { EVENT_NAME_MAX, eventMetaText, pusherBody, reservedEventName } from "../../wire/pusher/event-meta";
 import { checkPusherName, isPresence, pusherChannel } from "../../wire/pusher/names";
@@ -38,8 +47,14 @@ export interface ApiEvent {
   priority: boolean;
 }
 
-/** A copy's fate, as the answer's `floodgate` member says it. */
-export type Fate = { status: "delivered"; epoch: string; seq: number } | { status: "dropped" };
+/**
+ * A copy's fate, as the answer's `floodgate` member says it: `unavailable` only beside a copy that
+ * was taken (else the request answers 503), naming the 503's reason (`Floodgate-Refusal`).
+ */
+export type Fate =
+  | { status: "delivered"; epoch: string; seq: number }
+  | { status: "dropped" }
+  | { status: "unavailable"; reason: UnavailableReason };
 
 const INFO_ATTRIBUTES = new Set(["subscription_count", "user_count"]);
 
@@ -125,19 +140,40 @@ export async function publishEvents(
     }),
   );
   await chargeCopies(c, appKey, copies.flat());
+  const failures: ApiError[] = [];
   const fates = await Promise.all(
     copies.map(async (list) => {
       const out: Record<string, Fate> = {};
-      await Promise.all(list.map(async (copy) => (out[copy.name] = await publishCopy(c, appKey, copy))));
+      await Promise.all(
+        list.map(async (copy) => {
+          out[copy.name] = await publishCopy(c, appKey, copy).catch((e: unknown) => {
+            // Only a 503 (the channel unreachable, the isolate's waiting publishes at their cap) is a
+            // copy's fate; anything else is a fault of the request, the app's 500.
+            if (!(e instanceof ApiError) || e.status !== 503) throw e;
+            failures.push(e);
+            return { status: "unavailable", reason: reasonOf(e) } as const;
+          });
+        }),
+      );
       return out;
     }),
   );
+  if (failures.length === copies.flat().length) throw failures[0] as ApiError;
+  for (const f of failures) {
+    svc.metrics.inc("floodgate_refusals_total", { reason: reasonOf(f) });
+  }
   const info = await Promise.all(
     copies.map(async (list) => {
       if (list[0]?.event.info.length === 0) return null;
       const out: Record<string, Record<string, number>> = {};
       await Promise.all(
-        list.map(async (copy) => (out[copy.name] = await countsOf(c.env, svc.config, copy, copy.event.info))),
+        list.map(async (copy) => {
+          const counts = await countsOf(c.env, svc.config, copy, copy.event.info).catch((e: unknown) => {
+            if (!(e instanceof ApiError) || e.status !== 503) throw e;
+            return null;
+          });
+          if (counts) out[copy.name] = counts;
+        }),
       );
       return out;
     }),
@@ -184,6 +220,12 @@ async function chargeCopies(c: Context<AppEnv>, appKey: string, copies: Copy[]):
     "Rate limit exceeded (the publish budget of the app key)",
     denialParts(longest as Denial).headers,
   );
+}
+
+/** The reason a copy's 503 names (`Floodgate-Refusal`), `unavailable` when it names none. */
+function reasonOf(e: ApiError): UnavailableReason {
+  const named = e.headers[REFUSAL_HEADER];
+  return isUnavailableReason(named) ? named : "unavailable";
 }
 
 async function publishCopy(c: Context<AppEnv>, appKey: string, copy: Copy): Promise<Fate> {

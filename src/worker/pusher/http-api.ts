@@ -37,8 +37,17 @@ const Fate = z
   .union([
     z.object({ status: z.literal("delivered"), epoch: EpochSchema, seq: z.number().int() }),
     z.object({ status: z.literal("dropped") }),
+    z.object({
+      status: z.literal("unavailable"),
+      reason: z.enum(["unavailable", "publish_overflow"]).openapi({
+        description: "Why it was not taken, as a 503's `Floodgate-Refusal` would name it.",
+      }),
+    }),
   ])
-  .openapi("PusherFate", { description: "What became of one channel's copy of an event." });
+  .openapi("PusherFate", {
+    description:
+      "What became of one channel's copy of an event. `unavailable`: not published (its channel could not be reached, or the server's waiting publishes were at their cap) while another copy of the request was; send this channel's copy again.",
+  });
 const text = (description: string) => ({ description, content: { "text/plain": { schema: z.string() } } });
 const REFUSALS = {
   400: text("A bad body or parameter (a reserved event name among them)."),
@@ -51,7 +60,7 @@ const REFUSALS = {
     "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",
   ),
   503: text(
-    "A channel could not be reached, or the server's waiting publishes are at their byte cap; retry. `Floodgate-Refusal` names which (`unavailable`, `publish_overflow` with `Retry-After`).",
+    "A channel could not be reached, or the server's waiting publishes are at their byte cap, for every copy of the request: nothing was published; retry. `Floodgate-Refusal` names which (`unavailable`, `publish_overflow` with `Retry-After`). When some copies were published and others not, the answer is 200 and their fates say `unavailable`.",
   ),
 };
 const json = <S extends z.ZodType>(schema: S, description: string) => ({

@@ -1,0 +1,137 @@
+/**
+ * A Pusher event whose copies fail only in part (docs/api.md, "Copies that fail"): a 503 only when no
+ * copy was published, else 200 with each failed copy's fate `unavailable` and its reason, counted as a
+ * refusal; and `info` counts that cannot be read after delivery leave their channel out, never turn a
+ * delivered request into a 503. A channel's object is made to fail by its own method throwing, the
+ * way test/worker/publish-batching.test.ts stalls one.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { ChannelObject } from "../../../src/channel/channel-object";
+import { grown, historyOf, mint, scrapeMetrics, uniq } from "../../support/helpers";
+import { APP, signedApiCall } from "../../support/pusher";
+
+const EPOCH = expect.stringMatching(/^[A-Za-z0-9_-]{12}$/);
+const EVENTS = `/apps/${APP.id}/events`;
+const BATCH = `/apps/${APP.id}/batch_events`;
+
+type Method = (...args: unknown[]) => unknown;
+const proto = ChannelObject.prototype as unknown as Record<string, Method>;
+const restores: (() => void)[] = [];
+/** Every object method made to fail answers as before again. */
+function restoreAll(): void {
+  for (const restore of restores.splice(0)) restore();
+}
+afterEach(restoreAll);
+
+/**
+ * Makes `method` of the objects of `failing` (object names) throw, with a text that must never reach
+ * the answer; every other object answers as before.
+ */
+function failFor(method: string, failing: string[], name: (args: unknown[], self: unknown) => string): void {
+  const original = proto[method] as Method;
+  proto[method] = function (this: unknown, ...args: unknown[]) {
+    if (failing.includes(name(args, this))) throw new Error("backend text that must not leak");
+    return original.apply(this, args);
+  };
+  restores.push(() => {
+    proto[method] = original;
+  });
+}
+
+/** A `publishMany` batch's channel: the object's name, as the Worker addressed it. */
+const batchChannel = (args: unknown[]) => ((args[0] as { channel: string }[])[0] as { channel: string }).channel;
+
+async function history(name: string): Promise<unknown[]> {
+  const t = (await mint({ sub: uniq("r"), channels: ["pusher:**"], scopes: ["subscribe"] })).access_token;
+  return (await historyOf(`pusher:${name}`, t)).map((m) => m.data);
+}
+
+function refusals(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(
+    Object.entries(grown(before, after)).filter(([k]) => k.startsWith("floodgate_refusals_total")),
+  );
+}
+
+describe("a Pusher event whose copies fail in part", () => {
+  it("answers 200 with the failed copy's fate unavailable, publishes the others, and counts the failure", async () => {
+    const [a, b] = [uniq("a-"), uniq("b-")];
+    failFor("publishMany", [`pusher:${b}`], batchChannel);
+    const before = await scrapeMetrics();
+    const res = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).not.toContain("backend text");
+    expect(JSON.parse(text)).toEqual({
+      floodgate: {
+        [a]: { status: "delivered", epoch: EPOCH, seq: 1 },
+        [b]: { status: "unavailable", reason: "unavailable" },
+      },
+    });
+    expect(await history(a)).toEqual([{ event: "e", data: "1" }]);
+    expect(await history(b)).toEqual([]);
+    expect(refusals(before, await scrapeMetrics())).toEqual({ 'floodgate_refusals_total{reason="unavailable"}': 1 });
+  });
+
+  it("answers 503 when no copy was published: nothing happened, so a retry delivers once", async () => {
+    const [a, b] = [uniq("a-"), uniq("b-")];
+    failFor("publishMany", [`pusher:${a}`, `pusher:${b}`], batchChannel);
+    const before = await scrapeMetrics();
+    const res = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] });
+    expect(res.status).toBe(503);
+    expect(res.headers.get("floodgate-refusal")).toBe("unavailable");
+    expect(res.headers.get("content-type")).toContain("text/plain");
+    expect(await res.text()).not.toContain("backend text");
+    // Counted once, as the request's refusal.
+    expect(refusals(before, await scrapeMetrics())).toEqual({ 'floodgate_refusals_total{reason="unavailable"}': 1 });
+    restoreAll();
+    const retry = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] });
+    expect(retry.status).toBe(200);
+    expect(await history(a)).toEqual([{ event: "e", data: "1" }]);
+    expect(await history(b)).toEqual([{ event: "e", data: "1" }]);
+  });
+
+  it("a batch names the failed event's fate in its place, the others published", async () => {
+    const [a, b, c] = [uniq("a-"), uniq("b-"), uniq("c-")];
+    failFor("publishMany", [`pusher:${b}`], batchChannel);
+    const batch = [a, b, c].map((channel, i) => ({ name: "e", data: String(i), channel }));
+    const res = await signedApiCall("POST", BATCH, {}, { batch });
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({
+      floodgate: [
+        { [a]: { status: "delivered", epoch: EPOCH, seq: 1 } },
+        { [b]: { status: "unavailable", reason: "unavailable" } },
+        { [c]: { status: "delivered", epoch: EPOCH, seq: 1 } },
+      ],
+    });
+    expect(await history(c)).toEqual([{ event: "e", data: "2" }]);
+  });
+
+  it("info counts that cannot be read after delivery leave that channel out; the request still answers 200", async () => {
+    const [a, b] = [uniq("a-"), uniq("b-")];
+    // `pusherCounts` takes no channel: of the two channels' reads (one call each, in parallel) the second fails.
+    const original = proto.pusherCounts as Method;
+    let calls = 0;
+    proto.pusherCounts = function (this: unknown, ...args: unknown[]) {
+      if (calls++ % 2 === 1) throw new Error("backend text that must not leak");
+      return original.apply(this, args);
+    };
+    restores.push(() => {
+      proto.pusherCounts = original;
+    });
+    const res = await signedApiCall(
+      "POST",
+      EVENTS,
+      {},
+      { name: "e", data: "1", channels: [a, b], info: "subscription_count" },
+    );
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { channels: Record<string, unknown>; floodgate: Record<string, unknown> };
+    expect(body.floodgate).toEqual({
+      [a]: { status: "delivered", epoch: EPOCH, seq: 1 },
+      [b]: { status: "delivered", epoch: EPOCH, seq: 1 },
+    });
+    expect(Object.values(body.channels)).toEqual([{ subscription_count: 0 }]);
+    expect(await history(a)).toEqual([{ event: "e", data: "1" }]);
+    expect(await history(b)).toEqual([{ event: "e", data: "1" }]);
+  });
+});
