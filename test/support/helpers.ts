@@ -227,19 +227,20 @@ export async function historyOf(channel: string, token: string | null, query = "
 /**
  * Fault injection inside workerd: while `run` runs, `method` of a Durable Object class (its
  * prototype, which RPC calls reach) throws `message`; afterwards the real method is back. With
- * `when`, only the instances it picks fail (e.g. one channel's object); the rest run normally.
+ * `when`, only the calls it picks fail (e.g. one channel's object, by the instance or by the call's
+ * arguments when a new object does not know its name yet); the rest run normally.
  */
 export async function withFailing<T>(
   cls: { prototype: object },
   method: string,
   message: string,
   run: () => Promise<T>,
-  when: (instance: Record<string, unknown>) => boolean = () => true,
+  when: (instance: Record<string, unknown>, args: unknown[]) => boolean = () => true,
 ): Promise<T> {
   const proto = cls.prototype as Record<string, unknown>;
   const original = proto[method] as (...args: unknown[]) => unknown;
   proto[method] = function (this: Record<string, unknown>, ...args: unknown[]) {
-    if (when(this)) throw new Error(message);
+    if (when(this, args)) throw new Error(message);
     return original.apply(this, args);
   };
   try {

@@ -5,41 +5,27 @@
  * delivered request into a 503. A channel's object is made to fail by its own method throwing, the
  * way test/worker/publish-batching.test.ts stalls one.
  */
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { ChannelObject } from "../../../src/channel/channel-object";
-import { grown, historyOf, mint, scrapeMetrics, uniq } from "../../support/helpers";
+import { channelOf } from "../../support/channel-internals";
+import { grown, historyOf, mint, scrapeMetrics, uniq, withFailing } from "../../support/helpers";
 import { APP, signedApiCall } from "../../support/pusher";
 
 const EPOCH = expect.stringMatching(/^[A-Za-z0-9_-]{12}$/);
 const EVENTS = `/apps/${APP.id}/events`;
 const BATCH = `/apps/${APP.id}/batch_events`;
 
-type Method = (...args: unknown[]) => unknown;
-const proto = ChannelObject.prototype as unknown as Record<string, Method>;
-const restores: (() => void)[] = [];
-/** Every object method made to fail answers as before again. */
-function restoreAll(): void {
-  for (const restore of restores.splice(0)) restore();
-}
-afterEach(restoreAll);
-
 /**
- * Makes `method` of the objects of `failing` (object names) throw, with a text that must never reach
- * the answer; every other object answers as before.
+ * While `run` runs, `method` of the objects of `failing` (Pusher channel names) throws backend text.
+ * A batch names its channel (a new object learns its name from it); a read asks an object that has one.
  */
-function failFor(method: string, failing: string[], name: (args: unknown[], self: unknown) => string): void {
-  const original = proto[method] as Method;
-  proto[method] = function (this: unknown, ...args: unknown[]) {
-    if (failing.includes(name(args, this))) throw new Error("backend text that must not leak");
-    return original.apply(this, args);
-  };
-  restores.push(() => {
-    proto[method] = original;
-  });
+function failingFor<T>(method: string, failing: string[], run: () => Promise<T>): Promise<T> {
+  const names = failing.map((n) => `pusher:${n}`);
+  const batchChannel = (args: unknown[]) => (args[0] as { channel?: string }[] | undefined)?.[0]?.channel;
+  return withFailing(ChannelObject, method, "backend text that must not leak", run, (o, args) =>
+    names.includes((method === "publishMany" ? batchChannel(args) : channelOf(o)) ?? ""),
+  );
 }
-
-/** A `publishMany` batch's channel: the object's name, as the Worker addressed it. */
-const batchChannel = (args: unknown[]) => ((args[0] as { channel: string }[])[0] as { channel: string }).channel;
 
 async function history(name: string): Promise<unknown[]> {
   const t = (await mint({ sub: uniq("r"), channels: ["pusher:**"], scopes: ["subscribe"] })).access_token;
@@ -55,9 +41,10 @@ function refusals(before: Record<string, number>, after: Record<string, number>)
 describe("a Pusher event whose copies fail in part", () => {
   it("answers 200 with the failed copy's fate unavailable, publishes the others, and counts the failure", async () => {
     const [a, b] = [uniq("a-"), uniq("b-")];
-    failFor("publishMany", [`pusher:${b}`], batchChannel);
     const before = await scrapeMetrics();
-    const res = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] });
+    const res = await failingFor("publishMany", [b], () =>
+      signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] }),
+    );
     expect(res.status).toBe(200);
     const text = await res.text();
     expect(text).not.toContain("backend text");
@@ -74,16 +61,16 @@ describe("a Pusher event whose copies fail in part", () => {
 
   it("answers 503 when no copy was published: nothing happened, so a retry delivers once", async () => {
     const [a, b] = [uniq("a-"), uniq("b-")];
-    failFor("publishMany", [`pusher:${a}`, `pusher:${b}`], batchChannel);
     const before = await scrapeMetrics();
-    const res = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] });
+    const res = await failingFor("publishMany", [a, b], () =>
+      signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] }),
+    );
     expect(res.status).toBe(503);
     expect(res.headers.get("floodgate-refusal")).toBe("unavailable");
     expect(res.headers.get("content-type")).toContain("text/plain");
     expect(await res.text()).not.toContain("backend text");
     // Counted once, as the request's refusal.
     expect(refusals(before, await scrapeMetrics())).toEqual({ 'floodgate_refusals_total{reason="unavailable"}': 1 });
-    restoreAll();
     const retry = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] });
     expect(retry.status).toBe(200);
     expect(await history(a)).toEqual([{ event: "e", data: "1" }]);
@@ -92,9 +79,8 @@ describe("a Pusher event whose copies fail in part", () => {
 
   it("a batch names the failed event's fate in its place, the others published", async () => {
     const [a, b, c] = [uniq("a-"), uniq("b-"), uniq("c-")];
-    failFor("publishMany", [`pusher:${b}`], batchChannel);
     const batch = [a, b, c].map((channel, i) => ({ name: "e", data: String(i), channel }));
-    const res = await signedApiCall("POST", BATCH, {}, { batch });
+    const res = await failingFor("publishMany", [b], () => signedApiCall("POST", BATCH, {}, { batch }));
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({
       floodgate: [
@@ -108,29 +94,17 @@ describe("a Pusher event whose copies fail in part", () => {
 
   it("info counts that cannot be read after delivery leave that channel out; the request still answers 200", async () => {
     const [a, b] = [uniq("a-"), uniq("b-")];
-    // `pusherCounts` takes no channel: of the two channels' reads (one call each, in parallel) the second fails.
-    const original = proto.pusherCounts as Method;
-    let calls = 0;
-    proto.pusherCounts = function (this: unknown, ...args: unknown[]) {
-      if (calls++ % 2 === 1) throw new Error("backend text that must not leak");
-      return original.apply(this, args);
-    };
-    restores.push(() => {
-      proto.pusherCounts = original;
-    });
-    const res = await signedApiCall(
-      "POST",
-      EVENTS,
-      {},
-      { name: "e", data: "1", channels: [a, b], info: "subscription_count" },
+    const res = await failingFor("pusherCounts", [b], () =>
+      signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b], info: "subscription_count" }),
     );
     expect(res.status).toBe(200);
-    const body = (await res.json()) as { channels: Record<string, unknown>; floodgate: Record<string, unknown> };
-    expect(body.floodgate).toEqual({
-      [a]: { status: "delivered", epoch: EPOCH, seq: 1 },
-      [b]: { status: "delivered", epoch: EPOCH, seq: 1 },
+    expect(await res.json()).toEqual({
+      channels: { [a]: { subscription_count: 0 } },
+      floodgate: {
+        [a]: { status: "delivered", epoch: EPOCH, seq: 1 },
+        [b]: { status: "delivered", epoch: EPOCH, seq: 1 },
+      },
     });
-    expect(Object.values(body.channels)).toEqual([{ subscription_count: 0 }]);
     expect(await history(a)).toEqual([{ event: "e", data: "1" }]);
     expect(await history(b)).toEqual([{ event: "e", data: "1" }]);
   });
