@@ -243,7 +243,11 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
         after === null ? undefined : { after, epoch },
       ),
-  );
+  ).catch((e) => {
+    // A subscribe the channel could not answer takes nothing either (docs/api.md).
+    release();
+    throw e;
+  });
   if (!("relay" in slot)) release();
   if ("beyond" in slot) throw beyondHead(after ?? 0, slot.head);
   if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);
