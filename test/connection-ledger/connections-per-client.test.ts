@@ -15,13 +15,14 @@ import {
   waitOnExecutionContext,
 } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
+import { ChannelObject } from "../../src/channel/channel-object";
 import { clientKey } from "../../src/channel/client-cap";
 import { ASK_AFTER_MS, SWEEP_MS } from "../../src/connection-ledger/calls";
 import worker from "../../src/index";
 import { connectionHostStub } from "../../src/platform/stubs";
 import { relayName } from "../../src/relay/placement";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
-import { env, envWith, freshIp, mint, relayObject, uniq, until } from "../support/helpers";
+import { env, envWith, freshIp, mint, relayObject, uniq, until, withFailing } from "../support/helpers";
 import { hostsWithConnections } from "../support/host-internals";
 import { closePushers, openPusher } from "../support/pusher";
 
@@ -146,6 +147,23 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     for (let i = 0; i < 3; i++) expect((await subscribe(ch, "ws", { token: t }, capped)).status).toBe(429);
     // Three refusals took no connection: the second channel still gets in.
     const second = await open(`public:conn.${uniq()}`, "ws", { token: t }, capped);
+    for (const h of [first, second]) await h.end();
+  });
+
+  it("a subscribe its channel failed to answer (503) gives its lease back at once", async () => {
+    const two = envWith({ SUBSCRIBE_BURST: "1000", MAX_CONNECTIONS_PER_CLIENT: "2" });
+    const t = await token(uniq("f"));
+    const first = await open(`public:conn.${uniq()}`, "ws", { token: t }, two);
+    const failing = `public:conn.${uniq()}`;
+    for (let i = 0; i < 3; i++) {
+      const res = await withFailing(ChannelObject, "assignRelay", "SQLITE_BUSY: backend detail", () =>
+        subscribe(failing, "ws", { token: t }, two),
+      );
+      expect(res.status).toBe(503);
+      expect(res.headers.get("floodgate-refusal")).toBe("unavailable");
+    }
+    // Three failures took no connection: a working channel still gets in.
+    const second = await open(`public:conn.${uniq()}`, "ws", { token: t }, two);
     for (const h of [first, second]) await h.end();
   });
 

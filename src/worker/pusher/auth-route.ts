@@ -16,7 +16,7 @@ import { channelAuth } from "../../wire/pusher/signatures";
 import type { AppEnv } from "../app-env";
 import { authorise, bearer, MISSING_BEARER } from "../auth/authorise";
 import { readBody } from "../http/body";
-import { ACCESS_TOKEN, documented, errors, json, route } from "../http/openapi";
+import { ACCESS_TOKEN, documented, ErrorBody, errors, json, route } from "../http/openapi";
 import { clientIp } from "../http/params";
 
 export const pusherAuth = new Hono<AppEnv>();
@@ -52,6 +52,10 @@ const authRoute = route({
       "The authorization.",
     ),
     ...errors(400, 401, 403, 413, 429, 500),
+    404: json(
+      ErrorBody,
+      "`bad_route` / `NOT_FOUND`: the Pusher door is closed (`PUSHER_APP_ID`, `PUSHER_APP_KEY`, `PUSHER_APP_SECRET` unset).",
+    ),
   },
 });
 

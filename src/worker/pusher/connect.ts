@@ -59,7 +59,7 @@ const connectRoute = route({
       version: z.string().optional().openapi({ example: "8.6.0" }),
     }),
   },
-  responses: { 101: { description: "The Pusher WebSocket." }, ...errors(400, 429, 500, 503) },
+  responses: { 101: { description: "The Pusher WebSocket." }, ...errors(400, 403, 429, 500, 503) },
 });
 
 pusherConnect.get(documented(pusherConnect, connectRoute), async (c) => {

@@ -9,6 +9,7 @@ import { activeChannelsStub } from "../../platform/stubs";
 import { parseChannelName } from "../../wire/channel-names";
 import { checkPusherName, isPresence, pusherChannel, pusherName } from "../../wire/pusher/names";
 import type { AppEnv } from "../app-env";
+import { orUnavailable } from "../http/errors";
 import { documented, EpochSchema, route } from "../http/openapi";
 import { pusherChannelCounts } from "./channel-counts";
 import { BATCH_MAX, publishEvents, readApiEvent } from "./events-api";
@@ -59,8 +60,9 @@ const REFUSALS = {
   429: text(
     "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",
   ),
+  500: text("A backend failed (the rate limiter among them); the text names no backend."),
   503: text(
-    "A channel could not be reached, or the server's waiting publishes are at their byte cap, for every copy of the request: nothing was published; retry. `Floodgate-Refusal` names which (`unavailable`, `publish_overflow` with `Retry-After`). When some copies were published and others not, the answer is 200 and their fates say `unavailable`.",
+    "A channel (or the list of occupied channels) could not be reached, or the server's waiting publishes are at their byte cap — for an event or batch, for every copy of the request: nothing was published; retry. `Floodgate-Refusal` names which (`unavailable`, `publish_overflow` with `Retry-After`). When some copies were published and others not, the answer is 200 and their fates say `unavailable`.",
   ),
 };
 const json = <S extends z.ZodType>(schema: S, description: string) => ({
@@ -192,7 +194,9 @@ pusherApi.get(documented(pusherApi, channelsRoute), (c) =>
     if (info.length > 0 && !prefix.startsWith("presence-")) {
       throw new PusherHttpError(400, "info=user_count needs filter_by_prefix=presence-");
     }
-    const rows = await activeChannelsStub(c.env).pusherChannels(pusherChannel(prefix), LIST_MAX);
+    const rows = await orUnavailable("channel registry", () =>
+      activeChannelsStub(c.env).pusherChannels(pusherChannel(prefix), LIST_MAX),
+    );
     const channels: Record<string, { user_count?: number }> = {};
     for (const r of rows) {
       const name = pusherName(r.channel);

@@ -4,7 +4,7 @@
  * 10 × `MAX_MESSAGE_BYTES`, 413), the signature (`auth_key`, `auth_timestamp` within 600 s,
  * `auth_version`, `body_md5`, `auth_signature`: 401) — and refused with a short text body as Pusher's
  * own servers answer, counted in `/metrics` (`floodgate_pusher_errors_total{kind="http"}`), with
- * nothing changed.
+ * nothing changed. Its failures are short text too: a 503 to retry, a 500 without backend text.
  */
 import type { Context } from "hono";
 import type { PusherApp } from "../../settings/pusher";
@@ -16,7 +16,7 @@ import { readBody } from "../http/body";
 /** A refusal of the Pusher HTTP API: its status and short text. */
 export class PusherHttpError extends Error {
   constructor(
-    readonly status: 400 | 401 | 403 | 404 | 413 | 429 | 503,
+    readonly status: 400 | 401 | 403 | 404 | 413 | 429 | 500 | 503,
     message: string,
     readonly headers: Record<string, string> = {},
   ) {
@@ -65,27 +65,41 @@ export async function signedRequest(c: Context<AppEnv>): Promise<SignedRequest> 
 }
 
 /**
- * Runs a handler of the HTTP API: its refusals become short text answers, counted; anything else is
- * the app's to answer (a 500 without backend text).
+ * Runs a handler of the HTTP API: every error becomes a short text answer, as Pusher's servers give,
+ * counted. A refusal of the app's own (an {@link ApiError}) keeps its status, its text and its headers
+ * (a 503's `Floodgate-Refusal` and `Retry-After`); a backend failure (the limiter's 500, anything
+ * unexpected) is a 500 with no backend text, logged.
  */
 export async function pusherAnswer(c: Context<AppEnv>, handle: () => Promise<Response>): Promise<Response> {
   try {
     return await handle();
   } catch (e) {
-    const refusal =
-      e instanceof PusherHttpError
-        ? e
-        : e instanceof ApiError && e.status === 503
-          ? // Its headers name the reason (`Floodgate-Refusal`, counted by it) and the wait (`Retry-After`).
-            new PusherHttpError(503, "Service unavailable; retry", e.headers)
-          : null;
-    if (!refusal) throw e;
+    const refusal = pusherRefusal(e);
     c.get("svc").metrics.inc("floodgate_pusher_errors_total", { kind: "http", code: String(refusal.status) });
     return new Response(`${refusal.message}\n`, {
       status: refusal.status,
       headers: { "content-type": "text/plain; charset=utf-8", ...refusal.headers },
     });
   }
+}
+
+const API_ERROR_STATUSES = new Set<number>([400, 401, 403, 404, 413, 429]);
+
+/** What the HTTP API answers for `e`, thrown by one of its handlers. */
+function pusherRefusal(e: unknown): PusherHttpError {
+  if (e instanceof PusherHttpError) return e;
+  if (e instanceof ApiError && e.status === 503) {
+    // Its headers name the reason (`Floodgate-Refusal`, counted by it) and the wait (`Retry-After`).
+    return new PusherHttpError(503, "Service unavailable; retry", e.headers);
+  }
+  if (e instanceof ApiError && API_ERROR_STATUSES.has(e.status)) {
+    // The app's own words, never a backend's (docs/api.md, "Errors").
+    return new PusherHttpError(e.status as PusherHttpError["status"], e.message, e.headers);
+  }
+  if (!(e instanceof ApiError)) {
+    console.error("floodgate: unhandled error", e instanceof Error ? (e.stack ?? e.message) : e);
+  }
+  return new PusherHttpError(500, "Internal error");
 }
 
 /** A JSON body, or 400. */

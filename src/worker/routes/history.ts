@@ -39,7 +39,8 @@ const historyRoute = route({
             "without `epoch`) answers 400 — a numbering restart is never skipped silently.",
         }),
       epoch: z.string().optional().openapi({
-        description: "1–64 characters of `[A-Za-z0-9_-]`: the numbering `after` counts in (only with `after`).",
+        description:
+          "1–64 characters of `[A-Za-z0-9_-]` (else 400, with or without `after`): the numbering `after` counts in (used only with `after`).",
       }),
       limit: z.string().optional().openapi({ description: "1–1000, default 100." }),
       source_channel: z
@@ -59,8 +60,10 @@ history.get(documented(history, historyRoute), async (c) => {
   const svc = c.get("svc");
   const channel = channelParam(c.req.param("channel"));
   const after = wholeParam(c.req.query("after"), "after");
-  // The numbering `after` counts in (docs/api.md, "Numbering restarts"); only with `after`.
-  const epoch = after === null ? null : epochParam(c.req.query("epoch"));
+  // The numbering `after` counts in (docs/api.md, "Numbering restarts"): used only with `after`, but
+  // checked either way, as a subscribe checks it, so one bad `epoch` is one 400 on both routes.
+  const epochGiven = epochParam(c.req.query("epoch"));
+  const epoch = after === null ? null : epochGiven;
   const limit = wholeParam(c.req.query("limit"), "limit", 1000) ?? 100;
   if (limit < 1) throw invalidArgument("limit must be between 1 and 1000");
   const source = sourceChannelParam(c.req.query("source_channel"), channel, svc.config);

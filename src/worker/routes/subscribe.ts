@@ -90,7 +90,8 @@ const subscribeRoute = route({
             "answers 400 before any upgrade: a numbering restart is never skipped silently.",
         }),
       epoch: z.string().optional().openapi({
-        description: "1–64 characters of `[A-Za-z0-9_-]`: the numbering `after` counts in (only with `after`).",
+        description:
+          "1–64 characters of `[A-Za-z0-9_-]` (else 400, with or without `after`): the numbering `after` counts in (used only with `after`).",
       }),
       token: z.string().optional().openapi({ description: "The fallback way to send a token (lands in logs)." }),
       batch: z
@@ -243,7 +244,11 @@ subscribe.get(documented(subscribe, subscribeRoute), async (c) => {
         { announceMax: svc.config.presenceAnnounceMax, intervalMs: svc.config.presenceIntervalMs },
         after === null ? undefined : { after, epoch },
       ),
-  );
+  ).catch((e) => {
+    // A subscribe the channel could not answer takes nothing either (docs/api.md).
+    release();
+    throw e;
+  });
   if (!("relay" in slot)) release();
   if ("beyond" in slot) throw beyondHead(after ?? 0, slot.head);
   if ("clientFull" in slot) throw clientCapError(svc.config.maxSubscriptionsPerClient);

@@ -6,7 +6,8 @@
 import { describe, expect, it } from "vitest";
 import apiDoc from "../../../docs/api.md?raw";
 import { app } from "../../../src/worker/app";
-import { call } from "../../support/helpers";
+import { call, callAndWait, envWith } from "../../support/helpers";
+import { APP as PUSHER_APP } from "../../support/pusher";
 
 interface Operation {
   responses: Record<string, { content?: Record<string, { schema?: { $ref?: string } }> }>;
@@ -58,10 +59,12 @@ describe("GET /v1/openapi.json", () => {
     const table = [...apiDoc.matchAll(/^\| (\d{3}) \| `/gm)].map((m) => m[1] as string);
     expect(table).toEqual(["400", "401", "403", "404", "413", "429", "500", "503"]);
     const used = new Set<string>();
+    const listing404: string[] = [];
     for (const [path, ops] of Object.entries(doc.paths)) {
-      for (const op of Object.values(ops)) {
+      for (const [method, op] of Object.entries(ops)) {
         for (const [status, response] of Object.entries(op.responses)) {
           if (Number(status) < 400) continue;
+          if (status === "404") listing404.push(`${method} ${path}`);
           // The Pusher HTTP API answers its refusals as Pusher's servers do: short text (docs/api.md, "The Pusher door").
           if (path.startsWith("/apps/")) {
             expect(response.content?.["text/plain"], `${path} ${status}`).toBeDefined();
@@ -72,8 +75,10 @@ describe("GET /v1/openapi.json", () => {
         }
       }
     }
-    // 404 is the answer to routes that do not exist, so no route lists it.
-    expect([...used].sort()).toEqual(table.filter((s) => s !== "404"));
+    expect([...used].sort()).toEqual(table);
+    // 404 is the answer to routes that do not exist, so a route lists it only where it answers it
+    // itself: the Pusher door's routes while the door is closed.
+    expect(listing404.filter((r) => !r.includes(" /apps/"))).toEqual(["post /v1/pusher/auth"]);
   });
 
   it.each([
@@ -89,6 +94,10 @@ describe("GET /v1/openapi.json", () => {
     ["PUT", "/v1/admin/target/{channel}", [400, 401]],
     ["GET", "/v1/admin/channels", [400, 401]],
     ["GET", "/v1/admin/analytics/export", [400, 401, 503]],
+    // A closed Pusher door: 404, as a route that does not exist.
+    ["POST", "/v1/pusher/auth", [400, 401, 403, 404, 413, 429, 500]],
+    // An upgrade from an origin CORS_ORIGINS does not list: 403 before upgrading.
+    ["GET", "/app/{key}", [400, 403, 429, 500, 503]],
   ] as [string, string, number[]][])(
     "%s %s lists the error statuses docs/api.md gives it",
     async (method, path, statuses) => {
@@ -96,6 +105,25 @@ describe("GET /v1/openapi.json", () => {
       for (const s of statuses) expect(op?.responses[s], `${method} ${path} ${s}`).toBeDefined();
     },
   );
+
+  it("the Pusher door's routes list what they answer before their own checks: a closed door's 404, an unlisted origin's 403", async () => {
+    const doc = await document();
+    const closed = envWith({ PUSHER_APP_ID: "", PUSHER_APP_KEY: "", PUSHER_APP_SECRET: "" });
+    const auth = await callAndWait(
+      "/v1/pusher/auth",
+      { method: "POST", body: "socket_id=1.2&channel_name=private-a" },
+      closed,
+    );
+    expect(auth.status).toBe(404);
+    expect(operation(doc, "POST", "/v1/pusher/auth")?.responses[String(auth.status)]).toBeDefined();
+    const upgrade = await callAndWait(
+      `/app/${PUSHER_APP.key}?protocol=7`,
+      { headers: { upgrade: "websocket", origin: "https://unlisted.example" } },
+      envWith({ CORS_ORIGINS: "https://app.example" }),
+    );
+    expect(upgrade.status).toBe(403);
+    expect(operation(doc, "GET", "/app/{key}")?.responses[String(upgrade.status)]).toBeDefined();
+  });
 
   it("every route behind the admin bearer lists 401 and the admin-auth budget's 429", async () => {
     const doc = await document();

@@ -5,6 +5,8 @@
  * Pusher's shape (401 signature, 404 app, 400 body, 413 size) with nothing published.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { ActiveChannels } from "../../../src/active-channels/active-channels";
+import { LimiterShard } from "../../../src/limiter/limiter-shard";
 import {
   adminHeaders,
   call,
@@ -17,6 +19,7 @@ import {
   setRate,
   uniq,
   until,
+  withFailing,
 } from "../../support/helpers";
 import { APP, authFor, closePushers, openPusher, signedApiCall } from "../../support/pusher";
 
@@ -327,6 +330,38 @@ describe("refusals: Pusher's shape, counted, nothing published", () => {
       const text = await (await call("/metrics", { headers: adminHeaders() })).text();
       return /floodgate_pusher_errors_total\{kind="http",code="401"\} [1-9]/.test(text);
     }, "401s counted");
+  });
+});
+
+describe("failures: short text, no backend text, nothing published", () => {
+  it("a limiter that fails answers 500 Internal error", async () => {
+    const key = uniq("key-");
+    const app = { key, env: envWith({ PUSHER_APP_KEY: key }) };
+    const name = uniq("limiter-down-");
+    const before = await scrapeMetrics(app.env);
+    const res = await withFailing(LimiterShard, "decide", "SQLITE_FULL: secret backend detail", () =>
+      signedApiCall("POST", EVENTS, {}, { name: "e", data: "x", channels: [name] }, app),
+    );
+    expect(res.status).toBe(500);
+    expect(res.headers.get("content-type")).toContain("text/plain");
+    expect(await res.text()).toBe("Internal error\n");
+    expect(await historyOf(`pusher:${name}`, await reader())).toEqual([]);
+    await until(
+      async () =>
+        (grown(before, await scrapeMetrics(app.env))['floodgate_pusher_errors_total{kind="http",code="500"}'] ?? 0) >=
+        1,
+      "the 500 counted",
+    );
+  });
+
+  it("a list of occupied channels that cannot be reached answers 503 unavailable", async () => {
+    const res = await withFailing(ActiveChannels, "pusherChannels", "SQLITE_BUSY: secret backend detail", () =>
+      signedApiCall("GET", `/apps/${APP.id}/channels`),
+    );
+    expect(res.status).toBe(503);
+    expect(res.headers.get("content-type")).toContain("text/plain");
+    expect(res.headers.get("floodgate-refusal")).toBe("unavailable");
+    expect(await res.text()).not.toMatch(/SQLITE|secret/);
   });
 });
 

@@ -1,6 +1,7 @@
 /**
  * Reading a channel: history pages, private channels behind a subscribe token, a subscribe that
- * neither upgrades nor asks for SSE refused, and the API's 404 for unknown routes.
+ * neither upgrades nor asks for SSE refused, one check of `epoch` on both, and the API's 404 for
+ * unknown routes.
  */
 import { describe, expect, it } from "vitest";
 import { call, historyOf, mint, publishTo, uniq } from "../../support/helpers";
@@ -44,6 +45,19 @@ describe("history and subscribe rules", () => {
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({ code: "invalid_argument" });
     expect((await call("/v1/subscribe/nope", { headers: { upgrade: "websocket" } })).status).toBe(400);
+  });
+
+  it("a malformed epoch is one 400 on history and subscribe alike, with or without after", async () => {
+    const ch = `public:pub.${uniq()}`;
+    await publishTo(ch, await token(), 1);
+    for (const q of ["?epoch=!!", `?epoch=${"e".repeat(65)}`, "?epoch=", "?epoch=!!&after=0"]) {
+      const read = await call(`/v1/history/${ch}${q}`);
+      const sub = await call(`/v1/subscribe/${ch}${q}`, { headers: { accept: "text/event-stream" } });
+      expect([read.status, sub.status], q).toEqual([400, 400]);
+      const body = await read.json();
+      expect(body).toMatchObject({ code: "invalid_argument", msg: expect.stringMatching(/^epoch must be/) });
+      expect(await sub.json(), q).toEqual(body);
+    }
   });
 
   it("unknown routes answer the API's 404", async () => {
