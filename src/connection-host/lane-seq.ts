@@ -46,8 +46,10 @@ export class LaneSeq {
 
   constructor(key: string, holders: LaneSeqHolders) {
     this.seq = new AnchoredSeq<WebSocket>({
+      // `subs` is asked of the anchor only (it may have left the lane): each candidate is taken from it.
       holds: (ws) => ws.readyState === OPEN && this.subs.has(ws),
       candidates: () => this.subs.keys(),
+      isOpen: (ws) => ws.readyState === OPEN,
       tries: ANCHOR_TRIES,
       write: (ws, seq, generation) => holders.keepSeq(ws, key, seq, generation),
       drop: (ws) => holders.dropSeq(ws, key),
