@@ -16,11 +16,16 @@
 
 /** Where a seq may be kept: the sockets (`S`) that may hold it, how to write it, and what else holds it. */
 export interface SeqHolders<S> {
-  /** Whether `s` can hold the seq now: open, and (for a lane) still subscribed to it. */
+  /** Whether the anchor `s` can still hold the seq: open, and (for a lane) still subscribed to it. */
   holds(s: S): boolean;
-  /** The sockets to ask, in order, when the anchor cannot take the seq. */
+  /** The sockets that may hold the seq (a lane's: its subscribers), asked in order when the anchor cannot. */
   candidates(): Iterable<S>;
-  /** Most sockets asked (among those that {@link holds}) before {@link fallback}. */
+  /**
+   * Whether `s`, one of {@link candidates}, can hold the seq now: open. What makes it a candidate is
+   * not asked again, as {@link holds} must for an anchor (a lane's may have left it).
+   */
+  isOpen(s: S): boolean;
+  /** Most sockets asked (among those {@link isOpen}) before {@link fallback}. */
   readonly tries: number;
   /** Writes `seq` into the attachment of `s`: false when it has no room or cannot be written. */
   write(s: S, seq: number, generation: number): boolean;
@@ -75,7 +80,7 @@ export class AnchoredSeq<S> {
     let tries = 0;
     for (const s of this.holders.candidates()) {
       if (tries >= this.holders.tries) break;
-      if (s === anchor || !this.holders.holds(s)) continue;
+      if (s === anchor || !this.holders.isOpen(s)) continue;
       tries++;
       if (!this.holders.write(s, seq, generation)) continue;
       if (this.anchor !== null && this.anchor !== s) this.holders.drop(this.anchor);

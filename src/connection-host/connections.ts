@@ -123,8 +123,14 @@ export class Connections {
     }
   }
 
-  /** Lane `key`'s seq leaves the attachment of `ws` (it is no longer the lane's anchor). */
+  /**
+   * Lane `key`'s seq leaves the attachment of `ws` (it is no longer the lane's anchor). Not from one
+   * closing or closed (its close event sees it CLOSING, and CLOSED once the host has closed it back):
+   * a write there is one per lane it anchored, for a socket about to go, and the later generation
+   * written elsewhere outranks the entry should it linger after a wake (./lane-seq.ts).
+   */
   dropSeq(ws: WebSocket, key: string): void {
+    if (!this.isOpen(ws)) return;
     const a = this.attachment(ws);
     if (!a?.seqs || !(key in a.seqs)) return;
     delete a.seqs[key];

@@ -13,8 +13,9 @@
  * one counter, so after hibernation the latest wins: a row written after its lane lost its anchor, or
  * an anchor that closed and still lingers in CLOSING, never brings back an older seq.
  *
- * When the anchor unsubscribes, closes or fails to join, its entry goes and another connection takes
- * the seq in the same event (a closing socket stays listed until its close event has run).
+ * When the anchor unsubscribes, closes or fails to join, another connection takes the seq in the same
+ * event and the anchor's entry goes; a closing one's attachment is not rewritten for it (a closing
+ * socket stays listed until its close event has run, and the later generation outranks its entry).
  */
 import { AnchoredSeq } from "../../functions/anchored-seq";
 
@@ -46,8 +47,10 @@ export class LaneSeq {
 
   constructor(key: string, holders: LaneSeqHolders) {
     this.seq = new AnchoredSeq<WebSocket>({
+      // `subs` is asked of the anchor only (it may have left the lane): each candidate is taken from it.
       holds: (ws) => ws.readyState === OPEN && this.subs.has(ws),
       candidates: () => this.subs.keys(),
+      isOpen: (ws) => ws.readyState === OPEN,
       tries: ANCHOR_TRIES,
       write: (ws, seq, generation) => holders.keepSeq(ws, key, seq, generation),
       drop: (ws) => holders.dropSeq(ws, key),

@@ -34,6 +34,7 @@ export class SeqKeeper {
     this.seq = new AnchoredSeq<WebSocket>({
       holds: (ws) => ws.readyState === OPEN,
       candidates: () => ctx.getWebSockets(),
+      isOpen: (ws) => ws.readyState === OPEN,
       tries: ANCHOR_TRIES,
       write: (ws, seq, generation) => {
         try {

@@ -9,10 +9,10 @@
  * recorded: who holds the seq after each event.
  */
 import { runInDurableObject } from "cloudflare:test";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { ChannelObject } from "../../src/channel/channel-object";
-import type { ConnectionHost } from "../../src/connection-host/connection-host";
-import { SEQ_ROOM_BYTES } from "../../src/connection-host/connections";
+import { ConnectionHost } from "../../src/connection-host/connection-host";
+import { type ConnectionAttachment, SEQ_ROOM_BYTES } from "../../src/connection-host/connections";
 import { HostStore } from "../../src/connection-host/host-store";
 import { HostLane, type LaneSub } from "../../src/connection-host/lane";
 import { LaneSeq, type LaneSeqHolders } from "../../src/connection-host/lane-seq";
@@ -95,6 +95,46 @@ describe("a connection host's lane seq", () => {
     for (let i = 4; i <= 6; i++) await publishEvent(name, t, i);
     await got(kept, name, 6);
     expect(numbers(kept, name)).toEqual(range(1, 6));
+  });
+
+  it("a closing connection that anchors lanes: its host sees it CLOSING, hands each seq on, and does not rewrite its attachment", async () => {
+    const names = [uniq("closing-a-"), uniq("closing-b-")];
+    const keys = names.map((n) => `pusher:${n}`);
+    const t = await pusherPublisher();
+    const [p, q] = [await openPusher(), await openPusher()];
+    // p alone at the first delivery, so it anchors both lanes.
+    for (const n of names) await p.subscribe(n);
+    for (const n of names) await publishEvent(n, t, 1);
+    for (const n of names) await q.subscribe(n);
+    for (const n of names) await publishEvent(n, t, 2);
+    for (const n of names) {
+      await got(p, n, 2);
+      await got(q, n, 2);
+    }
+    const host = await hostOf(q.socketId);
+    expect(await hostOf(p.socketId)).toBe(host);
+    expect(Object.keys((await attachmentOf(p.socketId))?.seqs ?? {}).sort()).toEqual([...keys].sort());
+    // What the host sees of p in its close event: its state on entry, its attachment once handled.
+    const seen: { readyState: number; seqs: ConnectionAttachment["seqs"] }[] = [];
+    const close = ConnectionHost.prototype.webSocketClose;
+    const spy = vi.spyOn(ConnectionHost.prototype, "webSocketClose");
+    spy.mockImplementation(function (this: ConnectionHost, ws, ...rest) {
+      const readyState = ws.readyState;
+      close.call(this, ws, ...rest);
+      seen.push({ readyState, seqs: (ws.deserializeAttachment() as ConnectionAttachment).seqs });
+    });
+    try {
+      p.ws.close(1000);
+      await until(() => seen.length === 1, "the host's close event for p");
+    } finally {
+      spy.mockRestore();
+    }
+    expect(seen[0]?.readyState).toBe(WebSocket.READY_STATE_CLOSING);
+    // Each lane's entry left as it was: no write for a socket that goes.
+    expect(Object.keys(seen[0]?.seqs ?? {}).sort()).toEqual([...keys].sort());
+    // And each seq handed to q in the same event.
+    const kept = (await attachmentOf(q.socketId))?.seqs ?? {};
+    for (const k of keys) expect(kept[k]?.[0]).toBe(2);
   });
 
   it("after a wake the latest kept seq wins over a higher one written earlier: nothing is skipped", async () => {

@@ -4,11 +4,72 @@
  * published, ping/pong, malformed frames.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { adminHeaders, call, mint, publishTo, uniq, until } from "../support/helpers";
-import { APP, authFor, closePushers, dataOf, openPusher } from "../support/pusher";
+import { ConnectionHost } from "../../src/connection-host/connection-host";
+import { HostDirectory } from "../../src/host-directory/host-directory";
+import {
+  adminHeaders,
+  call,
+  callAndWait,
+  envWith,
+  freshIp,
+  grown,
+  mint,
+  publishTo,
+  scrapeMetrics,
+  uniq,
+  until,
+} from "../support/helpers";
+import { APP, authFor, closePushers, dataOf, openPusher, type PusherEvent } from "../support/pusher";
 
 async function publisher(): Promise<string> {
   return (await mint({ sub: uniq("pub"), channels: ["pusher:**"], scopes: ["publish", "subscribe"] })).access_token;
+}
+
+/**
+ * A raw connect through a Worker with `customEnv`, as if received at the colo `colo` (its placement
+ * group: a group of its own starts with an empty directory). Its frames and its close, refused or not.
+ */
+async function connectAt(colo: string, customEnv: Env) {
+  const headers = { upgrade: "websocket", "cf-connecting-ip": freshIp() };
+  const res = await callAndWait(`/app/${APP.key}?protocol=7`, { headers, cf: { colo } } as RequestInit, customEnv);
+  const ws = res.webSocket;
+  if (res.status !== 101 || !ws) throw new Error(`connect failed: ${res.status}`);
+  const frames: PusherEvent[] = [];
+  ws.addEventListener("message", (e) => {
+    frames.push(JSON.parse(e.data as string) as PusherEvent);
+  });
+  const closed = new Promise<number>((resolve) => ws.addEventListener("close", (e) => resolve(e.code)));
+  ws.accept();
+  return { ws, frames, closed };
+}
+
+/** A placement group (a colo's code) no other test uses. */
+const freshColo = () => `t${crypto.randomUUID().replace(/-/g, "").slice(0, 7)}`;
+
+/** While `run` runs, `cls.prototype[method]` is `replace` (given the real one); then the real one is back. */
+async function withReplaced<T>(
+  cls: { prototype: object },
+  method: string,
+  replace: (original: (...args: unknown[]) => unknown) => (...args: unknown[]) => unknown,
+  run: () => Promise<T>,
+): Promise<T> {
+  const proto = cls.prototype as Record<string, unknown>;
+  const original = proto[method] as (...args: unknown[]) => unknown;
+  proto[method] = replace(original);
+  try {
+    return await run();
+  } finally {
+    proto[method] = original;
+  }
+}
+
+/** The `floodgate_refusals_total` reasons and Pusher error codes that grew between two scrapes. */
+function refusalsGrown(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(
+    Object.entries(grown(before, after)).filter(
+      ([k]) => k.startsWith("floodgate_refusals_total") || k.startsWith("floodgate_pusher_errors_total"),
+    ),
+  );
 }
 
 afterEach(closePushers);
@@ -43,6 +104,48 @@ describe("the handshake", () => {
   it("without an upgrade: 400 in the API's shape", async () => {
     const res = await call(`/app/${APP.key}?protocol=7`);
     expect(res.status).toBe(400);
+  });
+
+  it("a host already full when the connection reaches it: pusher:error 4100, close 4100, counted as host_full", async () => {
+    const one = envWith({ RELAY_CAPACITY: "1" });
+    const colo = freshColo();
+    const before = await scrapeMetrics(one);
+    // A directory whose count is behind its hosts' (one place more than they hold): the second
+    // connection is placed on the host the first one filled.
+    const [first, second] = await withReplaced(
+      HostDirectory,
+      "place",
+      (place) =>
+        function (this: unknown, group, capacity) {
+          return place.call(this, group, (capacity as number) + 1);
+        },
+      async () => [await connectAt(colo, one), await connectAt(colo, one)],
+    );
+    expect(await second.closed).toBe(4100);
+    expect(second.frames).toEqual([
+      { event: "pusher:error", data: { code: 4100, message: "Over capacity: retry later" } },
+    ]);
+    expect(refusalsGrown(before, await scrapeMetrics(one))).toEqual({
+      'floodgate_refusals_total{reason="host_full"}': 1,
+      'floodgate_pusher_errors_total{kind="error",code="4100"}': 1,
+    });
+    await until(() => first?.frames[0]?.event === "pusher:connection_established", "the first connection taken");
+    first?.ws.close();
+  });
+
+  it("a host that answers without taking the connection, not full: 4100, counted as unavailable", async () => {
+    const before = await scrapeMetrics();
+    const refused = await withReplaced(
+      ConnectionHost,
+      "fetch",
+      () => async () => new Response(null, { status: 500 }),
+      () => connectAt(freshColo(), envWith({})),
+    );
+    expect(await refused.closed).toBe(4100);
+    expect(refusalsGrown(before, await scrapeMetrics())).toEqual({
+      'floodgate_refusals_total{reason="unavailable"}': 1,
+      'floodgate_pusher_errors_total{kind="error",code="4100"}': 1,
+    });
   });
 });
 

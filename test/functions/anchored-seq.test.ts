@@ -29,6 +29,9 @@ class Holders implements SeqHolders<string> {
   candidates(): Iterable<string> {
     return this.sockets;
   }
+  isOpen(s: string): boolean {
+    return this.open.has(s);
+  }
   write(s: string, seq: number, generation: number): boolean {
     if (this.full.has(s)) return false;
     this.held.set(s, [seq, generation]);

@@ -21,11 +21,24 @@ export async function livenessAt(host: string, now: number): Promise<void> {
   });
 }
 
+/** The socket of the connection `socketId` among a host's, with its stored attachment; null when it holds none. */
+function socketOf(
+  state: DurableObjectState,
+  socketId: string,
+): { ws: WebSocket; attachment: ConnectionAttachment } | null {
+  for (const ws of state.getWebSockets()) {
+    const attachment = ws.deserializeAttachment() as ConnectionAttachment | null;
+    if (attachment?.id === socketId) return { ws, attachment };
+  }
+  return null;
+}
+
 /** The host holding the connection `socketId`, or null when no host of this machine's group holds it. */
 export async function hostOf(socketId: string): Promise<string | null> {
   for (const host of await hostsWithConnections()) {
-    const holds = await runInDurableObject(connectionHostStub(env, host), (_instance: ConnectionHost, state) =>
-      state.getWebSockets().some((ws) => (ws.deserializeAttachment() as { id?: string } | null)?.id === socketId),
+    const holds = await runInDurableObject(
+      connectionHostStub(env, host),
+      (_instance: ConnectionHost, state) => socketOf(state, socketId) !== null,
     );
     if (holds) return host;
   }
@@ -47,13 +60,10 @@ export async function evictHostOf(socketId: string): Promise<boolean> {
 export async function attachmentOf(socketId: string): Promise<ConnectionAttachment | null> {
   const host = await hostOf(socketId);
   if (host === null) return null;
-  return await runInDurableObject(connectionHostStub(env, host), (_instance: ConnectionHost, state) => {
-    for (const ws of state.getWebSockets()) {
-      const a = ws.deserializeAttachment() as ConnectionAttachment | null;
-      if (a?.id === socketId) return a;
-    }
-    return null;
-  });
+  return await runInDurableObject(
+    connectionHostStub(env, host),
+    (_instance: ConnectionHost, state) => socketOf(state, socketId)?.attachment ?? null,
+  );
 }
 
 /** Rewrites the stored attachment of the connection `socketId` with `edit` (as an earlier write would have left it). */
@@ -64,9 +74,7 @@ export async function editAttachmentOf(
   const host = await hostOf(socketId);
   if (host === null) throw new Error(`no host holds ${socketId}`);
   await runInDurableObject(connectionHostStub(env, host), (_instance: ConnectionHost, state) => {
-    for (const ws of state.getWebSockets()) {
-      const a = ws.deserializeAttachment() as ConnectionAttachment | null;
-      if (a?.id === socketId) ws.serializeAttachment(edit(a));
-    }
+    const found = socketOf(state, socketId);
+    if (found) found.ws.serializeAttachment(edit(found.attachment));
   });
 }

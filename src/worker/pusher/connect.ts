@@ -107,6 +107,11 @@ pusherConnect.get(documented(pusherConnect, connectRoute), async (c) => {
   if (res.status === HOST_FULL_STATUS || !res.webSocket) {
     c.var.defer(releaseConnection(c.env, client, lease));
     count(PUSHER_OVER_CAPACITY);
+    // A 101 is no refusal to the count by answers (src/worker/http/refusals.ts), so it is counted here:
+    // a host full already (its directory placed by a count behind the host's), or any other answer
+    // without a socket, a host that failed.
+    const reason = res.status === HOST_FULL_STATUS ? "host_full" : "unavailable";
+    svc.metrics.inc("floodgate_refusals_total", { reason });
     return refusedSocket(PUSHER_OVER_CAPACITY, "Over capacity: retry later");
   }
   return new Response(null, { status: 101, webSocket: res.webSocket, headers: limitHeaders });

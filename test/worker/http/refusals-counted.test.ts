@@ -4,7 +4,8 @@
  * its `Floodgate-Refusal` header names: a bound, or `unavailable` for a backend that failed), whichever
  * route answered it and whether it threw its error or built its answer (the limiter's 429s). The 503s
  * of bounds met elsewhere: publish_overflow in test/worker/publish-batching.test.ts, export_too_dense
- * in test/worker/record/record-bucket.test.ts.
+ * in test/worker/record/record-bucket.test.ts; a Pusher connection a full host refused (host_full) in
+ * test/connection-host/pusher-connections.test.ts.
  */
 import { describe, expect, it } from "vitest";
 import { ChannelObject } from "../../../src/channel/channel-object";
@@ -52,6 +53,7 @@ describe("refusals counted by reason", () => {
       "admin-auth",
       "subscriptions",
       "connections",
+      "host_full",
       "max_subscribers",
       "anonymous_subscribers",
       "publish_overflow",
