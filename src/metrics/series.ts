@@ -48,7 +48,7 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_readers_thinned_total:
     "Subscribers whose stream was thinned, by reason: max_rate (they asked for it) or slow (their relay thinned them for reading too slowly).",
   floodgate_refusals_total:
-    "Requests, Pusher connections and Pusher subscriptions refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, each 503's by name (max_subscribers, anonymous_subscribers, publish_overflow, export_too_dense; unavailable: a backend that failed), host_full (a Pusher connection closed 4100 by a connection host already full).",
+    "Requests, Pusher connections and Pusher subscriptions refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, each 503's by name (max_subscribers, anonymous_subscribers, publish_overflow, export_too_dense; unavailable: a backend that failed), host_full (a Pusher connection closed 4100 by a connection host already full); a Pusher event's copy that failed while others of its request were published counts as its own 503 would.",
   floodgate_relay_frames_shed_total:
     "Frames a channel let go on its lines to relays (one relay 1 MiB behind, or all lines past their byte cap together); each relay fetched them from history.",
   floodgate_subscriptions_closed_total:
