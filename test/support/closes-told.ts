@@ -54,7 +54,7 @@ function ledgerHears(client: string, relay: string): Promise<boolean> {
  * so the close's own statement is the one awaited after. Answers what `close` answered.
  */
 export async function closeAndWaitTold<T>(channels: string | string[], close: () => T | Promise<T>): Promise<T> {
-  const list = typeof channels === "string" ? [channels] : channels;
+  const list = typeof channels === "string" ? [channels] : [...new Set(channels)];
   const held: { relay: string; reported: string[]; clients: string[] }[] = [];
   for (const channel of list) held.push(...(await relaysOf(channel)));
   for (const { relay, reported } of held) {
