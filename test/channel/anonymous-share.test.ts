@@ -10,6 +10,7 @@ import { describe, expect, it } from "vitest";
 import type { ChannelStats } from "../../src/channel/calls";
 import worker from "../../src/index";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
+import { closeAndWaitTold } from "../support/closes-told";
 import { adminHeaders, BASE, callAndWait, env, envWith, freshIp, mint, uniq, until } from "../support/helpers";
 
 interface Who {
@@ -36,6 +37,13 @@ async function open(ch: string, mode: "ws" | "sse", who: Who, customEnv: Env): P
   const reader = res.body.getReader();
   void reader.read().catch(() => {});
   return { end: () => reader.cancel() };
+}
+
+/** Ends a test's last subscriptions of `ch` and waits until their relays have told the channel and the ledgers. */
+function endAll(ch: string, held: { end: () => Promise<void> }[]): Promise<void> {
+  return closeAndWaitTold(ch, async () => {
+    for (const h of held) await h.end();
+  });
 }
 
 async function stats(ch: string): Promise<ChannelStats> {
@@ -79,7 +87,7 @@ describe("ANONYMOUS_SHARE", () => {
     await until(async () => (await stats(ch)).websockets === 3, "the closes to be counted");
     anon[0] = await open(ch, "ws", {}, small);
     expect((await subscribe(ch, "sse", {}, small)).status).toBe(503);
-    for (const h of [...anon, ...holders]) await h.end();
+    await endAll(ch, [...anon, ...holders]);
   });
 
   it("a private channel has no anonymous share: its token holders fill MAX_SUBSCRIBERS", async () => {
@@ -88,7 +96,7 @@ describe("ANONYMOUS_SHARE", () => {
     const t = await token(uniq("p"), "private:anon.*.*");
     const held = [await open(ch, "ws", { token: t }, small), await open(ch, "ws", { token: t }, small)];
     expect((await subscribe(ch, "ws", { token: t }, small)).status).toBe(503);
-    for (const h of held) await h.end();
+    await endAll(ch, held);
   });
 
   it("anonymous clients of one IPv6 /48 hold at most 10 × MAX_SUBSCRIPTIONS_PER_CLIENT: 429 `subscriptions`; another /48, a token, get in", async () => {
@@ -113,7 +121,7 @@ describe("ANONYMOUS_SHARE", () => {
     await held[0]?.end();
     await until(async () => (await stats(ch)).websockets + (await stats(ch)).sse === 11, "the close to be counted");
     held[0] = await open(ch, "ws", { ip: `${net}:ff::1` }, capOne);
-    for (const h of held) await h.end();
+    await endAll(ch, held);
   });
 
   it("defaults to 0.5; a value that is not a fraction from 0 to 1 fails closed naming the variable", () => {

@@ -15,6 +15,7 @@ import { OTHER_KEY } from "../../functions/drop-summary";
 import worker from "../../src/index";
 import { channelStub } from "../../src/platform/stubs";
 import { makeSummaryDue } from "../support/channel-internals";
+import { closeAndWaitTold } from "../support/closes-told";
 import {
   adminHeaders,
   BASE,
@@ -149,9 +150,11 @@ describe("summaries of drops", () => {
       dropped: 2,
       by_key: { "🔥": 1, x: 1 },
     });
-    for (const s of sockets) s.ws.close();
-    await reader.close();
-    await sseText.close();
+    await closeAndWaitTold(ch, async () => {
+      for (const s of sockets) s.ws.close();
+      await reader.close();
+      await sseText.close();
+    });
   });
 
   it("names the 20 largest keys and folds the rest, and values that are not scalars, into (other)", async () => {
@@ -190,7 +193,7 @@ describe("summaries of drops", () => {
     // 5 keys past the top 20 (once each) and 6 values that are not a key.
     expect(summary?.by_key[OTHER_KEY]).toBe(11);
     expect(summary?.dropped).toBe(bodies.length);
-    sub.ws.close();
+    await closeAndWaitTold(ch, () => sub.ws.close());
   });
 
   it("the most specific rule picks the pointer", async () => {
@@ -203,7 +206,7 @@ describe("summaries of drops", () => {
     expect(await endInterval(ch)).toBe(true);
     await until(() => summariesIn(sub.frames).length === 1, "summary");
     expect(summariesIn(sub.frames)[0]?.by_key).toEqual({ x: 1, "7": 1, [OTHER_KEY]: 1 });
-    sub.ws.close();
+    await closeAndWaitTold(ch, () => sub.ws.close());
   });
 
   it("a value an object would take for its own (__proto__) is a key like any other: the counts add up", async () => {
@@ -224,7 +227,7 @@ describe("summaries of drops", () => {
       ["__proto__", 3],
       ["constructor", 1],
     ]);
-    sub.ws.close();
+    await closeAndWaitTold(ch, () => sub.ws.close());
   });
 
   it("sends nothing for an interval without drops, and never puts a summary in history or a resume", async () => {
@@ -261,8 +264,10 @@ describe("summaries of drops", () => {
     const resumed = await openSocket(ch, "?after=0", relayEnv);
     await until(() => resumed.frames.length === history.length, "replay");
     expect(resumed.frames.every((f) => f.type === "message")).toBe(true);
-    sub.ws.close();
-    resumed.ws.close();
+    await closeAndWaitTold(ch, () => {
+      sub.ws.close();
+      resumed.ws.close();
+    });
   });
 });
 
@@ -295,8 +300,10 @@ describe("the client's summaries", () => {
       expect(s.summaries[0]).toMatchObject({ type: "summary", channel: ch, dropped: 1, by_key: { "🔥": 1 } });
       expect(s.messages.map((m) => m.data)).toEqual([{ emoji: "🏆" }]);
       expect(s.sub.lastSeq).toBe(1);
-      s.sub.close();
     }
+    await closeAndWaitTold(ch, () => {
+      for (const s of subs) s.sub.close();
+    });
   });
 });
 

@@ -16,6 +16,7 @@ import { relayName } from "../../src/relay/placement";
 import type { Relay } from "../../src/relay/relay";
 import { ConfigError, parseConfig } from "../../src/settings/settings";
 import { presenceTick } from "../support/channel-internals";
+import { closeAndWaitTold } from "../support/closes-told";
 import { BASE, env, envWith, freshIp, historyOf, mint, publishTo, uniq, until, workerSocket } from "../support/helpers";
 
 const HOUR = 3_600_000;
@@ -137,7 +138,9 @@ describe("presence in announce mode", () => {
       "the leave in the route's answer",
     );
     expect(Date.now() - left).toBeLessThan(2000);
-    for (const s of [watcher, anon, bobs]) s.ws.close();
+    await closeAndWaitTold(ch, () => {
+      for (const s of [watcher, anon, bobs]) s.ws.close();
+    });
   });
 
   it("the state frame comes after a resume's replay, packed for batch=1, on SSE as event: presence with no id; no presence frame is in history or replayed", async () => {
@@ -172,7 +175,9 @@ describe("presence in announce mode", () => {
     await until(() => resumed.frames.length >= 3, "replay and state");
     expect(resumed.frames.map((f) => (f as Presence).type)).toEqual(["message", "message", "presence"]);
     expect((resumed.frames[2] as Presence).action).toBe("state");
-    for (const s of [first, packed, resumed]) s.ws.close();
+    await closeAndWaitTold(ch, () => {
+      for (const s of [first, packed, resumed]) s.ws.close();
+    });
   });
 
   it("presence other than 0 or 1 is refused with 400 before any upgrade", async () => {
@@ -235,7 +240,9 @@ describe("presence above PRESENCE_ANNOUNCE_MAX", () => {
     expect(state).toMatchObject({ action: "state", occupancy: 2 });
     expect(state.subjects).toHaveLength(1); // the watcher; b is anonymous
     expect(watcher.presence().filter((p) => p.action === "interval")).toHaveLength(2);
-    for (const s of [watcher, b]) s.ws.close();
+    await closeAndWaitTold(ch, () => {
+      for (const s of [watcher, b]) s.ws.close();
+    });
   });
 
   it("a relay reset behind the channel's back corrects occupancy within one interval", async () => {
@@ -259,7 +266,9 @@ describe("presence above PRESENCE_ANNOUNCE_MAX", () => {
     await tick(e, ch, Date.now() + 2 * HOUR + 2);
     await until(() => watcher.presence().at(-1)?.occupancy === 2, "the interval frame");
     expect(watcher.presence().at(-1)).toMatchObject({ action: "interval", occupancy: 2, left: 2 });
-    for (const s of [watcher, ...others]) s.ws.close();
+    await closeAndWaitTold(ch, () => {
+      for (const s of [watcher, ...others]) s.ws.close();
+    });
   });
 });
 
@@ -313,8 +322,10 @@ describe("the client's presence", () => {
     await until(() => seen.length === 2, "the join");
     expect(seen[1]).toMatchObject({ action: "join", subject: null, occupancy: 2 });
     expect(await fg.presence(ch)).toEqual({ channel: ch, occupancy: 2, mode: "announce", subjects: [me] });
-    other.ws.close();
-    sub.close();
+    await closeAndWaitTold(ch, () => {
+      other.ws.close();
+      sub.close();
+    });
   });
 });
 

@@ -14,6 +14,7 @@ import { ChannelObject } from "../../src/channel/channel-object";
 import worker from "../../src/index";
 import { REPORT_RETRY_MS } from "../../src/relay/bounds";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
+import { closeAndWaitTold } from "../support/closes-told";
 import {
   adminHeaders,
   BASE,
@@ -48,18 +49,33 @@ async function subscribe(ch: string, mode: "ws" | "sse", who: Who, customEnv: En
 }
 
 /** An open subscription: its socket or stream, and how to end it from the client's side. */
-async function open(ch: string, mode: "ws" | "sse", who: Who, customEnv: Env): Promise<{ end: () => Promise<void> }> {
+async function open(ch: string, mode: "ws" | "sse", who: Who, customEnv: Env): Promise<Held> {
   const res = await subscribe(ch, mode, who, customEnv);
   if (mode === "ws") {
     const ws = res.webSocket;
     if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status} ${await res.text()}`);
     ws.accept();
-    return { end: async () => ws.close(1000, "done") };
+    return { channel: ch, end: async () => ws.close(1000, "done") };
   }
   if (res.status !== 200 || !res.body) throw new Error(`subscribe failed: ${res.status} ${await res.text()}`);
   const reader = res.body.getReader();
   void reader.read().catch(() => {});
-  return { end: () => reader.cancel() };
+  return { channel: ch, end: () => reader.cancel() };
+}
+
+interface Held {
+  channel: string;
+  end: () => Promise<void>;
+}
+
+/** Ends a test's last subscriptions and waits until their relays have told their channels and ledgers. */
+function endAll(held: Held[]): Promise<void> {
+  return closeAndWaitTold(
+    held.map((h) => h.channel),
+    async () => {
+      for (const h of held) await h.end();
+    },
+  );
 }
 
 async function stats(ch: string): Promise<ChannelStats> {
@@ -98,7 +114,7 @@ describe("MAX_SUBSCRIPTIONS_PER_CLIENT", () => {
     await until(async () => (await stats(ch)).websockets === 15, "the close to be counted");
     held[0] = await open(ch, "ws", { token: a }, roomy);
     await expectCapped(await subscribe(ch, "ws", { token: a }, roomy));
-    for (const h of [...held, b, elsewhere]) await h.end();
+    await endAll([...held, b, elsewhere]);
   });
 
   it("without a token the client is its IP, an IPv6 address its /64; an aborted SSE stream frees a slot", async () => {
@@ -121,7 +137,7 @@ describe("MAX_SUBSCRIPTIONS_PER_CLIENT", () => {
     await until(async () => (await stats(ch)).sse === before - 1, "the aborted stream to stop counting");
     v4[1] = await open(ch, "ws", { ip }, capTwo);
     await expectCapped(await subscribe(ch, "sse", { ip }, capTwo));
-    for (const h of [...v4, other, ...v6, nextNet]) await h.end();
+    await endAll([...v4, other, ...v6, nextNet]);
   });
 
   it("a close whose report is lost still frees the slot: the relay's alarm repeats the report", async () => {
@@ -148,7 +164,7 @@ describe("MAX_SUBSCRIPTIONS_PER_CLIENT", () => {
     await runInDurableObject(stub, (relay) => relay.tick(Date.now() + REPORT_RETRY_MS));
     await until(async () => (await stats(ch)).sse === 0, "the repeated report");
     held[1] = await open(ch, "ws", { token: t }, capTwo);
-    for (const h of held) await h.end();
+    await endAll(held);
   });
 
   it("a client's subscriptions count over all the channel's relays together", async () => {
@@ -159,7 +175,7 @@ describe("MAX_SUBSCRIPTIONS_PER_CLIENT", () => {
     for (let i = 0; i < 3; i++) held.push(await open(ch, "ws", { token: t }, small));
     expect(await stats(ch)).toMatchObject({ websockets: 3, relays: 2 });
     await expectCapped(await subscribe(ch, "ws", { token: t }, small));
-    for (const h of held) await h.end();
+    await endAll(held);
   });
 
   it("a channel that restarts still knows what each client holds", async () => {
@@ -171,7 +187,7 @@ describe("MAX_SUBSCRIPTIONS_PER_CLIENT", () => {
     await held[0]?.end();
     await until(async () => (await stats(ch)).websockets === 1, "the close to be counted");
     held[0] = await open(ch, "ws", { token: t }, capTwo);
-    for (const h of held) await h.end();
+    await endAll(held);
   });
 
   it("defaults to 20; a value that is not a positive integer fails closed naming the variable", () => {

@@ -22,6 +22,7 @@ import worker from "../../src/index";
 import { connectionHostStub } from "../../src/platform/stubs";
 import { relayName } from "../../src/relay/placement";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
+import { closeAndWaitTold } from "../support/closes-told";
 import { env, envWith, freshIp, mint, relayObject, uniq, until, withFailing } from "../support/helpers";
 import { hostsWithConnections } from "../support/host-internals";
 import { closePushers, openPusher } from "../support/pusher";
@@ -43,18 +44,33 @@ async function subscribe(ch: string, mode: "ws" | "sse", who: Who, customEnv: En
 
 const BASE = "https://floodgate.test";
 
-async function open(ch: string, mode: "ws" | "sse", who: Who, customEnv: Env): Promise<{ end: () => Promise<void> }> {
+interface Held {
+  channel: string;
+  end: () => Promise<void>;
+}
+
+async function open(ch: string, mode: "ws" | "sse", who: Who, customEnv: Env): Promise<Held> {
   const res = await subscribe(ch, mode, who, customEnv);
   if (mode === "ws") {
     const ws = res.webSocket;
     if (res.status !== 101 || !ws) throw new Error(`subscribe failed: ${res.status} ${await res.text()}`);
     ws.accept();
-    return { end: async () => ws.close(1000, "done") };
+    return { channel: ch, end: async () => ws.close(1000, "done") };
   }
   if (res.status !== 200 || !res.body) throw new Error(`subscribe failed: ${res.status} ${await res.text()}`);
   const reader = res.body.getReader();
   void reader.read().catch(() => {});
-  return { end: () => reader.cancel() };
+  return { channel: ch, end: () => reader.cancel() };
+}
+
+/** Ends a test's last subscriptions and waits until their relays have told their channels and ledgers. */
+function endAll(held: Held[]): Promise<void> {
+  return closeAndWaitTold(
+    held.map((h) => h.channel),
+    async () => {
+      for (const h of held) await h.end();
+    },
+  );
 }
 
 async function expectConnectionsRefusal(res: Response, max: number): Promise<void> {
@@ -120,7 +136,7 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     await until(async () => (await held(clientKey(sub, null))) === 2, "the close to be told");
     held3[0] = await open(`public:conn.${uniq()}`, "sse", { token: t }, three);
     await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "ws", { token: t }, three), 3);
-    for (const h of [...held3, other]) await h.end();
+    await endAll([...held3, other]);
   });
 
   it("without a token the client is its IP, an IPv6 address its /64", async () => {
@@ -132,7 +148,7 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     const v6 = [];
     for (let i = 1; i <= 3; i++) v6.push(await open(`public:conn.${uniq()}`, "ws", { ip: `${net}::${i}` }, three));
     await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "ws", { ip: `${net}:ffff::9` }, three), 3);
-    for (const h of [...v4, ...v6]) await h.end();
+    await endAll([...v4, ...v6]);
   });
 
   it("a subscribe refused further on (the channel's own cap) gives its lease back at once", async () => {
@@ -147,7 +163,7 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     for (let i = 0; i < 3; i++) expect((await subscribe(ch, "ws", { token: t }, capped)).status).toBe(429);
     // Three refusals took no connection: the second channel still gets in.
     const second = await open(`public:conn.${uniq()}`, "ws", { token: t }, capped);
-    for (const h of [first, second]) await h.end();
+    await endAll([first, second]);
   });
 
   it("a subscribe its channel failed to answer (503) gives its lease back at once", async () => {
@@ -164,7 +180,7 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     }
     // Three failures took no connection: a working channel still gets in.
     const second = await open(`public:conn.${uniq()}`, "ws", { token: t }, two);
-    for (const h of [first, second]) await h.end();
+    await endAll([first, second]);
   });
 
   it("a relay holding subscribers tells its ledgers only of changes: no alarm is set for them", async () => {
@@ -176,7 +192,7 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     // Anonymous WebSocket subscribers: no token expires, no heartbeat is due; the relay may hibernate.
     const alarm = await runInDurableObject(relayObject(ch), (_relay, state) => state.storage.getAlarm());
     expect(alarm).toBeNull();
-    for (const h of held2) await h.end();
+    await endAll(held2);
     await until(async () => (await held(client)) === 0, "the closes to be told");
   });
 
@@ -198,7 +214,7 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     await other.end();
     await until(async () => (await statementOf(cb, relay)) === 0, "the close to be told");
     expect(await statement(ca, relay)).toEqual(before);
-    for (const h of held2) await h.end();
+    await endAll(held2);
     await until(async () => (await held(ca)) === 0, "the closes to be told");
   });
 
@@ -224,7 +240,7 @@ describe("MAX_CONNECTIONS_PER_CLIENT", () => {
     // Really at 3 now: refused, and the holders just asked are not asked again.
     await until(async () => (await held(client)) === 3, "the join to be told");
     await expectConnectionsRefusal(await subscribe(`public:conn.${uniq()}`, "sse", { token: t }, three), 3);
-    for (const h of [...held2, third]) await h.end();
+    await endAll([...held2, third]);
     await until(async () => (await held(client)) === 0, "the closes to be told");
   });
 

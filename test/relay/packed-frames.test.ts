@@ -16,6 +16,7 @@ import { FRAME_MAX_BYTES } from "../../src/relay/bounds";
 import { Relay } from "../../src/relay/relay";
 import { ConfigError, parseConfig, rawConfigFrom } from "../../src/settings/settings";
 import { type LiveFrame, packFrames, utf8Length } from "../../src/wire/frame-text";
+import { closeAndWaitTold } from "../support/closes-told";
 import {
   BASE,
   call,
@@ -31,7 +32,6 @@ import {
   seqOf,
   uniq,
   until,
-  untilUnsubscribed,
   withFailing,
 } from "../support/helpers";
 
@@ -119,7 +119,9 @@ describe("packed frames over relays", () => {
     expect((await runInDurableObject(relayStub(ch, 2), (r) => r.counts())).websockets).toBeGreaterThan(0);
     const history = (await (await call(`/v1/history/${ch}?after=0&limit=100`)).json()) as { messages: Frame[] };
     for (const s of batched) expect(s.messages).toEqual(history.messages);
-    for (const s of [...batched, ...plain]) s.ws.close();
+    await closeAndWaitTold(ch, () => {
+      for (const s of [...batched, ...plain]) s.ws.close();
+    });
   });
 
   it("a repair from history reaches a batched socket packed, and a relay's eviction keeps the socket batched", async () => {
@@ -138,7 +140,7 @@ describe("packed frames over relays", () => {
     await publishAll(ch, t, 6, 7);
     expect(seqs(await s.next(7))).toEqual(range(1, 7));
     expectPacked(s.raw, true);
-    s.ws.close();
+    await closeAndWaitTold(ch, () => s.ws.close());
   });
 
   it("a resume with ?after= replays the retained messages packed, then continues live with no gap or repeat", async () => {
@@ -157,8 +159,10 @@ describe("packed frames over relays", () => {
     expect(seqs(await plain.next(6))).toEqual(range(3, 8));
     expect(plain.raw).toHaveLength(6);
     expectPacked(plain.raw, false);
-    s.ws.close();
-    plain.ws.close();
+    await closeAndWaitTold(ch, () => {
+      s.ws.close();
+      plain.ws.close();
+    });
   });
 
   it("no frame holds more than the relay's byte bound; what does not fit goes in the next frames, in order", async () => {
@@ -182,7 +186,7 @@ describe("packed frames over relays", () => {
     expect(repaired.length).toBeLessThan(10);
     for (const r of repaired) expect(utf8Length(r.text)).toBeLessThanOrEqual(bound);
     expectPacked(s.raw, true);
-    s.ws.close();
+    await closeAndWaitTold(ch, () => s.ws.close());
   });
 
   it("packs at most 1 MiB per frame, joined from the frame texts in order (at least one frame each)", () => {
@@ -234,7 +238,9 @@ describe("FRAME_DELAY", () => {
     await publishAll(ch, t, 9, 9);
     expect(seqs(await joiner.next(2))).toEqual([8, 9]);
     expect(seqs(await packed.next(9))).toEqual(range(1, 9));
-    for (const s of [packed, plain, joiner]) s.ws.close();
+    await closeAndWaitTold(ch, () => {
+      for (const s of [packed, plain, joiner]) s.ws.close();
+    });
   });
 
   it("is a duration from 0ms to 1s, 0ms by default", () => {
@@ -275,7 +281,8 @@ describe("the batch parameter", () => {
     await publishAll(ch, t, 1, 3);
     const res = await call(`/v1/subscribe/${ch}?batch=1&after=0`, { headers: { accept: "text/event-stream" } });
     expect(res.status).toBe(200);
-    const events = await readSse(res, 3);
+    // Read until the third event, then cancelled.
+    const events = await closeAndWaitTold(ch, () => readSse(res, 3));
     expect(events.map((e) => seqOf(e.id))).toEqual([1, 2, 3]);
     for (const e of events) expect(Array.isArray(e.data)).toBe(false);
     expect(seqs(events.map((e) => e.data))).toEqual([1, 2, 3]);
@@ -315,7 +322,7 @@ describe("client", () => {
     await until(() => got.length >= 4, "the replay");
     await publishAll(ch, t, 5, 5);
     await until(() => got.length >= 5, "the live message");
-    sub.close();
+    await closeAndWaitTold(ch, () => sub.close());
     expect(new URL(opener.urls[0] ?? "").searchParams.get("batch")).toBe("1");
     expect(new URL(opener.urls[0] ?? "").searchParams.get("after")).toBe("0");
     // The replay came as one packed frame; the application still got five messages, each alone.
@@ -333,8 +340,7 @@ describe("client", () => {
     const got: Message[] = [];
     const sub = fg.subscribe(ch, (m) => got.push(m), { after: 0 });
     await until(() => got.length >= 3, "the replay");
-    sub.close();
-    await untilUnsubscribed(ch);
+    await closeAndWaitTold(ch, () => sub.close());
     expect(opener.texts).toHaveLength(3);
     for (const text of opener.texts) expect(Array.isArray(JSON.parse(text))).toBe(false);
     expect(got.map((m) => m.seq)).toEqual([1, 2, 3]);

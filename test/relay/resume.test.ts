@@ -1,6 +1,7 @@
 /** Resume after a disconnect: `?after=` (WebSocket, SSE) and `Last-Event-ID` (SSE). */
 import { describe, expect, it } from "vitest";
-import { call, mint, openSocket, publishTo, readSse, seqOf, uniq, untilUnsubscribed } from "../support/helpers";
+import { closeAndWaitTold } from "../support/closes-told";
+import { call, mint, openSocket, publishTo, readSse, seqOf, uniq } from "../support/helpers";
 
 describe("resume", () => {
   it("a WebSocket that reconnects with ?after= gets exactly what it missed, then live", async () => {
@@ -18,7 +19,7 @@ describe("resume", () => {
     const all = [...seen, ...rest];
     expect(all.map((f) => f.seq)).toEqual([1, 2, 3, 4, 5, 6, 7]);
     expect(all.map((f) => f.data)).toEqual([1, 2, 3, 4, 5, 6, 7]);
-    second.ws.close();
+    await closeAndWaitTold(ch, () => second.ws.close());
   });
 
   it("an SSE stream resumes from Last-Event-ID, and ?after= wins over it", async () => {
@@ -32,8 +33,9 @@ describe("resume", () => {
     const res2 = await call(`/v1/subscribe/${ch}?after=5`, {
       headers: { accept: "text/event-stream", "last-event-id": "1" },
     });
-    const reading2 = readSse(res2, 1);
-    expect((await reading2).map((e) => seqOf(e.id))).toEqual([6]);
+    // Read until its first event, then cancelled.
+    const reading2 = await closeAndWaitTold(ch, () => readSse(res2, 1));
+    expect(reading2.map((e) => seqOf(e.id))).toEqual([6]);
   });
 
   it("resume from 0 replays everything retained; a bad after is a 400", async () => {
@@ -42,8 +44,7 @@ describe("resume", () => {
     for (let i = 1; i <= 3; i++) await publishTo(ch, t, i);
     const s = await openSocket(ch, "?after=0");
     expect((await s.next(3)).map((f) => f.seq)).toEqual([1, 2, 3]);
-    s.ws.close();
-    await untilUnsubscribed(ch);
+    await closeAndWaitTold(ch, () => s.ws.close());
     const bad = await call(`/v1/subscribe/${ch}?after=abc`, { headers: { upgrade: "websocket" } });
     expect(bad.status).toBe(400);
   });

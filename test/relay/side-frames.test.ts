@@ -13,6 +13,7 @@ import { channelStub } from "../../src/platform/stubs";
 import type { Relay } from "../../src/relay/relay";
 import type { SideFrame } from "../../src/wire/frame-text";
 import { sendSide } from "../support/channel-internals";
+import { closeAndWaitTold } from "../support/closes-told";
 import {
   BASE,
   envWith,
@@ -23,7 +24,6 @@ import {
   relayObject as relayStub,
   uniq,
   until,
-  untilUnsubscribed,
 } from "../support/helpers";
 
 const CAPACITY = 2;
@@ -115,8 +115,10 @@ describe("side frames through the relays", () => {
 
     // A side frame never enters history.
     expect((await historyOf(ch, null)).map((m) => m.type)).toEqual(["message"]);
-    for (const s of [plain, packed, plain2]) s.ws.close();
-    await reader.cancel();
+    await closeAndWaitTold(ch, async () => {
+      for (const s of [plain, packed, plain2]) s.ws.close();
+      await reader.cancel();
+    });
   });
 
   it("side frames in one call with messages come after them, packed into the same frame for a batched socket, also when FRAME_DELAY holds them", async () => {
@@ -145,9 +147,10 @@ describe("side frames through the relays", () => {
     await relayStub(ch).deliver([], 3, [summary(ch, 5)]);
     await until(() => packed.texts.length === 4, "held summary");
     expect(JSON.parse(packed.texts[3] as string)).toEqual([JSON.parse(summary(ch, 5).text)]);
-    packed.ws.close();
-    plain.ws.close();
-    await untilUnsubscribed(ch);
+    await closeAndWaitTold(ch, () => {
+      packed.ws.close();
+      plain.ws.close();
+    });
   });
 
   it("a relay with no subscribers drops side frames without failing the call", async () => {

@@ -9,7 +9,8 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { relayName } from "../../src/relay/placement";
 import type { SocketAttachment } from "../../src/relay/subscribers";
-import { mint, openSocket, publishTo, uniq, untilUnsubscribed, withFailing } from "../support/helpers";
+import { closeAndWaitTold } from "../support/closes-told";
+import { mint, openSocket, publishTo, uniq, withFailing } from "../support/helpers";
 
 /** Polls (no fixed sleep) until the channel's stats match: relays report their counts after a change. */
 async function statsUntil(ch: string, ready: (s: Record<string, unknown>) => boolean) {
@@ -71,7 +72,7 @@ describe("eviction", () => {
       sse: 0,
       last_seq: 2,
     });
-    sub.ws.close();
+    await closeAndWaitTold(ch, () => sub.ws.close());
   });
 
   it("after a wake the latest kept seq wins over a higher one written earlier: nothing is skipped", async () => {
@@ -96,8 +97,10 @@ describe("eviction", () => {
     await evictDurableObject(relayStubFor(ch));
     await publishTo(ch, t, 4);
     for (const sub of [a, b]) expect((await sub.next(4)).map((f) => [f.seq, f.data])[3]).toEqual([4, 4]);
-    a.ws.close();
-    b.ws.close();
+    await closeAndWaitTold(ch, () => {
+      a.ws.close();
+      b.ws.close();
+    });
   });
 
   it("after a wake the socket found holding the seq keeps it: another closing rewrites nothing; it closing hands it on", async () => {
@@ -128,7 +131,9 @@ describe("eviction", () => {
     expect(handed).toHaveLength(1);
     expect(handed[0]?.[0]).toBe(3);
     expect(handed[0]?.[1]).toBeGreaterThan(found.held?.[1] ?? 0);
-    for (const sub of subs) sub.ws.close();
+    await closeAndWaitTold(ch, () => {
+      for (const sub of subs) sub.ws.close();
+    });
   });
 });
 
@@ -156,14 +161,14 @@ describe("subscriber sockets", () => {
     expect(a.frames).toEqual([]);
     const stats = await statsUntil(ch, (s) => s.websockets === 1);
     expect(stats).toMatchObject({ websockets: 1, delivered_total: 2 });
-    b.ws.close();
+    await closeAndWaitTold(ch, () => b.ws.close());
   });
 
   it("a subscriber's close is answered with its own code, and the socket stops counting", async () => {
     const ch = `public:evict.${uniq()}`;
     const sub = await openSocket(ch);
     const done = closed(sub.ws);
-    sub.ws.close(4321, "bye");
+    await closeAndWaitTold(ch, () => sub.ws.close(4321, "bye"));
     expect((await done).code).toBe(4321);
     const stats = await statsUntil(ch, (s) => s.occupancy === 0);
     expect(stats).toMatchObject({ websockets: 0, occupancy: 0, relays: 0 });
@@ -174,9 +179,11 @@ describe("subscriber sockets", () => {
     const sub = await openSocket(ch);
     const done = closed(sub.ws);
     const server = await onlyServerSocket(ch);
-    await runInDurableObject(relayStubFor(ch), (instance) => {
-      instance.webSocketClose(server, 1006, "", false);
-    });
+    await closeAndWaitTold(ch, () =>
+      runInDurableObject(relayStubFor(ch), (instance) => {
+        instance.webSocketClose(server, 1006, "", false);
+      }),
+    );
     expect((await done).code).toBe(1000);
   });
 
@@ -193,7 +200,6 @@ describe("subscriber sockets", () => {
     expect((await aClosed).code).toBe(1011);
     expect((await publishTo(ch, t, "still here")).status).toBe(200);
     expect((await b.next(1)).map((f) => f.data)).toEqual(["still here"]);
-    b.ws.close();
-    await untilUnsubscribed(ch);
+    await closeAndWaitTold(ch, () => b.ws.close());
   });
 });

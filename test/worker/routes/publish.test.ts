@@ -3,6 +3,7 @@ import { env } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import type { PublishCommand } from "../../../src/channel/calls";
 import { IDEMPOTENCY_TTL_MS } from "../../../src/channel/publishing";
+import { closeAndWaitTold } from "../../support/closes-told";
 import { call, historyOf, mint, openSocket, publishTo, readSse, seqOf, uniq, withFailing } from "../../support/helpers";
 
 const token = async (chs = ["public:pub.*", "private:pub.team.*"], scopes = ["publish", "subscribe"]) =>
@@ -29,7 +30,7 @@ describe("delivery", () => {
     }
     expect(answers[0]).toMatchObject({ status: "delivered", channel: ch, seq: 1 });
     expect(typeof answers[0]?.published_at).toBe("number");
-    sub.ws.close();
+    await closeAndWaitTold(ch, () => sub.ws.close());
   });
 
   it("delivers to an SSE subscriber with id: <seq> and event: message", async () => {
@@ -38,7 +39,8 @@ describe("delivery", () => {
     const res = await call(`/v1/subscribe/${ch}`, { headers: { accept: "text/event-stream" } });
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toMatch(/text\/event-stream/);
-    const reading = readSse(res, 3);
+    // Read until the third event, then cancelled.
+    const reading = closeAndWaitTold(ch, () => readSse(res, 3));
     for (let i = 0; i < 3; i++) expect((await publishTo(ch, t, { n: i, s: "line\nbreak" })).status).toBe(200);
     const events = await reading;
     expect(events.map((e) => seqOf(e.id))).toEqual([1, 2, 3]);
@@ -53,8 +55,10 @@ describe("delivery", () => {
     for (const s of subs) {
       const frames = await s.next(10);
       expect(frames.map((f) => f.data)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
-      s.ws.close();
     }
+    await closeAndWaitTold(ch, () => {
+      for (const s of subs) s.ws.close();
+    });
   });
 
   it("keeps big integers and unusual JSON exactly as sent", async () => {
@@ -82,7 +86,7 @@ describe("delivery", () => {
     const frames = await sub.next(1);
     expect(frames.map((f) => f.data)).toEqual(["real"]);
     expect((await historyOf(ch, null)).map((f) => f.data)).toEqual(["real"]);
-    sub.ws.close();
+    await closeAndWaitTold(ch, () => sub.ws.close());
   });
 });
 
@@ -179,7 +183,7 @@ describe("idempotency", () => {
     const frames = await sub.next(2);
     expect(frames.map((f) => f.data)).toEqual([{ order: 1 }, { order: 2 }]);
     expect(await historyOf(ch, null)).toHaveLength(2);
-    sub.ws.close();
+    await closeAndWaitTold(ch, () => sub.ws.close());
   });
 
   it("a key is remembered for 10 minutes, then the same key is a new message", async () => {
