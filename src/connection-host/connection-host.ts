@@ -25,6 +25,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { admissionOf } from "../channel/client-cap";
 import { directoryName } from "../host-directory/naming";
+import type { CloseReason } from "../metrics/series";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
 import { channelStub, hostDirectoryStub } from "../platform/stubs";
 import { type ConnectionHolds, connectionHolds } from "../relay/connection-holds";
@@ -76,7 +77,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.connections = new Connections(ctx);
     this.metrics = new HostMetrics(env);
     this.backlog = new HostBacklog({
-      closeSlow: (ws, reason) => this.closeConnection(ws, PUSHER_OVER_CAPACITY, reason),
+      closeSlow: (ws, reason) => this.closeConnection(ws, PUSHER_OVER_CAPACITY, reason, "slow"),
     });
     this.subscriptions = new HostSubscriptions(new HostReads(env, this.metrics), {
       settings: () => settingsOf(this.env),
@@ -265,8 +266,12 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.backlog.sent(ws);
   }
 
-  /** Ends a connection: closed with `code`, its subscriptions ended, its directory told. */
-  closeConnection(ws: WebSocket, code: number, reason: string): void {
+  /**
+   * Ends a connection: closed with `code`, its subscriptions ended, its directory told. `ended`: why
+   * Floodgate ended it, counted once per subscription it held; none when the client went (its own
+   * close, a socket error, no pong: 4201), as a native subscriber's own close is not counted.
+   */
+  closeConnection(ws: WebSocket, code: number, reason: string, ended?: CloseReason): void {
     if (this.closed.has(ws)) return;
     this.closed.add(ws);
     try {
@@ -275,7 +280,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       // already closed
     }
     this.backlog.forget(ws);
-    this.subscriptions.dropConnection(ws);
+    const subscriptions = this.subscriptions.dropConnection(ws);
+    if (ended) this.metrics.closed(ended, subscriptions);
     this.connections.forget(ws);
     this.directory.changed();
     this.holds.changed();

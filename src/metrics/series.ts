@@ -52,7 +52,7 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_relay_frames_shed_total:
     "Frames a channel let go on its lines to relays (one relay 1 MiB behind, or all lines past their byte cap together); each relay fetched them from history.",
   floodgate_subscriptions_closed_total:
-    "Subscriptions Floodgate ended, by reason: history_gap (4009), internal (1011), slow (4008), expired (4001), revoked (4001).",
+    "Subscriptions Floodgate ended, by reason: history_gap (4009; Pusher 4200), internal (1011; a Pusher catch-up that failed), slow (4008; Pusher 4100 for slowness), expired (4001), revoked (4001); a Pusher connection's close counts each of its channels.",
 };
 
 /** `floodgate_readers_skipped_total`, as relays count it (docs/api.md, "Each reader's rate"). */
