@@ -266,6 +266,10 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.backlog.sent(ws);
   }
 
+  droppedSide(n: number): void {
+    this.metrics.inc("floodgate_pusher_side_frames_dropped_total", {}, n);
+  }
+
   /**
    * Ends a connection: closed with `code`, its subscriptions ended, its directory told. `ended`: why
    * Floodgate ended it, counted once per subscription it held; none when the client went (its own

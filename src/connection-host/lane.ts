@@ -54,7 +54,11 @@ export interface LaneSub {
   pendingSide?: LaneSideText[];
 }
 
-/** Most side frames kept for one joining subscription. */
+/**
+ * Most side frames kept for one joining subscription: a join waits on one report to its channel, so
+ * more means a flood of member events or summaries; the oldest go, counted
+ * (`floodgate_pusher_side_frames_dropped_total`).
+ */
 const PENDING_SIDE_MAX = 64;
 
 /** What a lane needs of its host. */
@@ -71,6 +75,8 @@ export interface LaneOwner extends Pick<LaneSeqHolders, "keepSeq" | "dropSeq" | 
   leaveLane(lane: HostLane): void;
   /** A socket was sent to: the host bounds what waits on it and on all its sockets together. */
   sent(ws: WebSocket): void;
+  /** `n` side frames let go for a joining subscription past the most it keeps (counted in `/metrics`). */
+  droppedSide(n: number): void;
   /**
    * Ends a whole connection (a hole the lane cannot send across, a catch-up too large or failed),
    * its subscriptions counted as ended for `ended`.
@@ -183,7 +189,11 @@ export class HostLane {
     if (texts.length === 0 && sides.length === 0) return;
     for (const [ws, sub] of this.subs) {
       if (sub.joining) {
-        if (sides.length > 0) sub.pendingSide = [...(sub.pendingSide ?? []), ...sides].slice(-PENDING_SIDE_MAX);
+        if (sides.length > 0) {
+          const pending = [...(sub.pendingSide ?? []), ...sides];
+          if (pending.length > PENDING_SIDE_MAX) this.owner.droppedSide(pending.length - PENDING_SIDE_MAX);
+          sub.pendingSide = pending.slice(-PENDING_SIDE_MAX);
+        }
         continue;
       }
       try {

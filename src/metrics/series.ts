@@ -43,6 +43,8 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_pusher_connections_total: "Pusher connections opened and closed (event); open now = opened - closed.",
   floodgate_pusher_subscriptions_total:
     "Pusher subscriptions opened and closed (event), each one channel of one connection; open now = opened - closed.",
+  floodgate_pusher_side_frames_dropped_total:
+    "Side frames (presence member events, summaries of drops) a connection host let go for a Pusher subscription still joining, past the 64 it keeps for each (the oldest first).",
   floodgate_readers_skipped_total:
     "Messages skipped for single subscribers: over their own max_rate, or thinned for reading too slowly (each subscriber's skips counted).",
   floodgate_readers_thinned_total:
@@ -135,6 +137,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     [readersThinnedSeries("max_rate")]: 0,
     [readersThinnedSeries("slow")]: 0,
     floodgate_relay_frames_shed_total: 0,
+    floodgate_pusher_side_frames_dropped_total: 0,
     ...series,
   };
   for (const bucket of RATE_LIMIT_BUCKETS) {
