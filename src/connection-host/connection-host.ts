@@ -17,6 +17,7 @@
  *   outlives the host's memory (a connection's attachment, or the lane's row);
  * - ./client-events.ts: `client-*` events, published through the Worker's pipeline;
  * - ./liveness.ts: the activity timeout (server pings, 4201);
+ * - ./backlog.ts: its memory bound (a connection 1 MiB behind, 32 MiB for all of them);
  * - ./host-metrics.ts: errors, connections and subscriptions for `/metrics`;
  * - ./host-store.ts: its tables (./schema.ts).
  * Its place in its group's directory (src/host-directory/) is reported like a relay's count.
@@ -24,9 +25,9 @@
 import { DurableObject } from "cloudflare:workers";
 import { admissionOf } from "../channel/client-cap";
 import { directoryName } from "../host-directory/naming";
+import type { CloseReason } from "../metrics/series";
 import { AlarmScheduler } from "../platform/alarm-scheduler";
 import { channelStub, hostDirectoryStub } from "../platform/stubs";
-import { RELAY_MAX_BUFFERED_BYTES, SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
 import { type ConnectionHolds, connectionHolds } from "../relay/connection-holds";
 import { RelayReporter } from "../relay/reporter";
 import { settingsOf } from "../settings/settings";
@@ -35,6 +36,7 @@ import { readClientFrame } from "../wire/pusher/client-frames";
 import { PUSHER_BAD_FRAME, PUSHER_OVER_CAPACITY } from "../wire/pusher/codes";
 import { connectionEstablished, PING, PONG, pusherError, subscriptionError } from "../wire/pusher/frames";
 import { memberKey, pusherName } from "../wire/pusher/names";
+import { HostBacklog } from "./backlog";
 import { HOST_FULL_STATUS, readHostConnect } from "./calls";
 import { ClientEvents } from "./client-events";
 import { Connections } from "./connections";
@@ -61,9 +63,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   /** Its count in its group's directory (src/host-directory/). */
   private readonly directory: RelayReporter;
   private readonly holds: ConnectionHolds;
-  /** Bytes waiting on each socket, as last read, and their total: the host's memory bound. */
-  private readonly backlog = new Map<WebSocket, number>();
-  private backlogTotal = 0;
+  /** The host's memory bound: bytes waiting on each socket and on all of them. */
+  private readonly backlog: HostBacklog;
   /** Connections already closed and cleaned up (a close may be seen twice). */
   private readonly closed = new WeakSet<WebSocket>();
   /** The last generation a lane's seq was written with, or found with after a wake (./lane-seq.ts). */
@@ -75,6 +76,9 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.alarms = new AlarmScheduler(ctx.storage, "the connection host's alarm");
     this.connections = new Connections(ctx);
     this.metrics = new HostMetrics(env);
+    this.backlog = new HostBacklog({
+      closeSlow: (ws, reason) => this.closeConnection(ws, PUSHER_OVER_CAPACITY, reason, "slow"),
+    });
     this.subscriptions = new HostSubscriptions(new HostReads(env, this.metrics), {
       settings: () => settingsOf(this.env),
       identity: () => this.id,
@@ -259,25 +263,19 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   }
 
   sent(ws: WebSocket): void {
-    const bytes = ws.bufferedAmount;
-    // One connection more than 1 MiB behind is closed, never waited for.
-    if (bytes > SUBSCRIBER_MAX_BEHIND_BYTES) {
-      this.closeConnection(ws, PUSHER_OVER_CAPACITY, "slow consumer: over 1 MiB unread; reconnect");
-      return;
-    }
-    this.backlogTotal += bytes - (this.backlog.get(ws) ?? 0);
-    if (bytes > 0) this.backlog.set(ws, bytes);
-    else this.backlog.delete(ws);
-    if (this.backlogTotal <= RELAY_MAX_BUFFERED_BYTES) return;
-    // The host's memory for all its connections is full: the most behind go first.
-    for (const [behind] of [...this.backlog].sort((x, y) => y[1] - x[1])) {
-      if (this.backlogTotal <= RELAY_MAX_BUFFERED_BYTES) break;
-      this.closeConnection(behind, PUSHER_OVER_CAPACITY, "slow consumer: host memory full, this one most behind");
-    }
+    this.backlog.sent(ws);
   }
 
-  /** Ends a connection: closed with `code`, its subscriptions ended, its directory told. */
-  closeConnection(ws: WebSocket, code: number, reason: string): void {
+  droppedSide(n: number): void {
+    this.metrics.inc("floodgate_pusher_side_frames_dropped_total", {}, n);
+  }
+
+  /**
+   * Ends a connection: closed with `code`, its subscriptions ended, its directory told. `ended`: why
+   * Floodgate ended it, counted once per subscription it held; none when the client went (its own
+   * close, a socket error, no pong: 4201), as a native subscriber's own close is not counted.
+   */
+  closeConnection(ws: WebSocket, code: number, reason: string, ended?: CloseReason): void {
     if (this.closed.has(ws)) return;
     this.closed.add(ws);
     try {
@@ -285,9 +283,9 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     } catch {
       // already closed
     }
-    this.backlogTotal -= this.backlog.get(ws) ?? 0;
-    this.backlog.delete(ws);
-    this.subscriptions.dropConnection(ws);
+    this.backlog.forget(ws);
+    const subscriptions = this.subscriptions.dropConnection(ws);
+    if (ended) this.metrics.closed(ended, subscriptions);
     this.connections.forget(ws);
     this.directory.changed();
     this.holds.changed();

@@ -1,10 +1,10 @@
 /**
  * A connection host's counts for `/metrics` (docs/operations.md, Metrics): Pusher errors sent by
- * code, connections and subscriptions opened and closed. Counted in memory and flushed to the
+ * code, connections and subscriptions opened and closed, the subscriptions it ended by reason. Counted in memory and flushed to the
  * metrics object (src/metrics/metrics-store.ts) at most once per `METRICS_FLUSH_MS`, as a Worker
  * isolate does.
  */
-import { refusalReasonOf, seriesKey } from "../metrics/series";
+import { type CloseReason, refusalReasonOf, seriesKey } from "../metrics/series";
 import { metricsStub } from "../platform/stubs";
 import { settingsOf } from "../settings/settings";
 
@@ -33,6 +33,14 @@ export class HostMetrics {
   refusal(status: number, named?: string): void {
     const reason = refusalReasonOf(status, named);
     if (reason !== null) this.inc("floodgate_refusals_total", { reason });
+  }
+
+  /**
+   * `n` Pusher subscriptions the host ended for `reason` (`floodgate_subscriptions_closed_total`), as
+   * relays count their subscribers' (src/relay/closes.ts): one per channel of the connection it closed.
+   */
+  closed(reason: CloseReason, n: number): void {
+    if (n > 0) this.inc("floodgate_subscriptions_closed_total", { reason }, n);
   }
 
   private flush(): void {

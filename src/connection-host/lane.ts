@@ -23,6 +23,7 @@
  * counts are its members), members' `user_info` once each.
  */
 
+import type { CloseReason } from "../metrics/series";
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
 import { SerialLane } from "../platform/serial-lane";
 import { SUBSCRIBER_MAX_BEHIND_BYTES } from "../relay/bounds";
@@ -53,7 +54,11 @@ export interface LaneSub {
   pendingSide?: LaneSideText[];
 }
 
-/** Most side frames kept for one joining subscription. */
+/**
+ * Most side frames kept for one joining subscription: a join waits on one report to its channel, so
+ * more means a flood of member events or summaries; the oldest go, counted
+ * (`floodgate_pusher_side_frames_dropped_total`).
+ */
 const PENDING_SIDE_MAX = 64;
 
 /** What a lane needs of its host. */
@@ -70,8 +75,13 @@ export interface LaneOwner extends Pick<LaneSeqHolders, "keepSeq" | "dropSeq" | 
   leaveLane(lane: HostLane): void;
   /** A socket was sent to: the host bounds what waits on it and on all its sockets together. */
   sent(ws: WebSocket): void;
-  /** Ends a whole connection (a hole the lane cannot send across, a replay too large). */
-  closeConnection(ws: WebSocket, code: number, reason: string): void;
+  /** `n` side frames let go for a joining subscription past the most it keeps (counted in `/metrics`). */
+  droppedSide(n: number): void;
+  /**
+   * Ends a whole connection (a hole the lane cannot send across, a catch-up too large or failed),
+   * its subscriptions counted as ended for `ended`.
+   */
+  closeConnection(ws: WebSocket, code: number, reason: string, ended: CloseReason): void;
 }
 
 export class HostLane {
@@ -145,9 +155,17 @@ export class HostLane {
       const filled = await fillHole(this.owner.channel(this.key), hole);
       if ("lost" in filled) {
         for (const ws of [...this.subs.keys()]) {
+          // Too big to fetch in one go is slowness, as a relay counts it: each connection would be
+          // more than 1 MiB behind.
           if (filled.lost === "too-big")
-            this.owner.closeConnection(ws, PUSHER_OVER_CAPACITY, "too far behind on a channel; reconnect");
-          else this.owner.closeConnection(ws, PUSHER_RECONNECT, "missed messages are no longer in history; reconnect");
+            this.owner.closeConnection(ws, PUSHER_OVER_CAPACITY, "too far behind on a channel; reconnect", "slow");
+          else
+            this.owner.closeConnection(
+              ws,
+              PUSHER_RECONNECT,
+              "missed messages are no longer in history; reconnect",
+              "history_gap",
+            );
         }
         this.advance(end);
         return;
@@ -171,7 +189,11 @@ export class HostLane {
     if (texts.length === 0 && sides.length === 0) return;
     for (const [ws, sub] of this.subs) {
       if (sub.joining) {
-        if (sides.length > 0) sub.pendingSide = [...(sub.pendingSide ?? []), ...sides].slice(-PENDING_SIDE_MAX);
+        if (sides.length > 0) {
+          const pending = [...(sub.pendingSide ?? []), ...sides];
+          if (pending.length > PENDING_SIDE_MAX) this.owner.droppedSide(pending.length - PENDING_SIDE_MAX);
+          sub.pendingSide = pending.slice(-PENDING_SIDE_MAX);
+        }
         continue;
       }
       try {
@@ -221,15 +243,20 @@ export class HostLane {
     const upTo = this.lastSeq ?? 0;
     let owed: ReturnType<LaneProtocol["messages"]> = [];
     if (sub.floor < upTo) {
+      let page: Awaited<ReturnType<ChannelForRelay["framesAfter"]>>;
       try {
-        const page = await this.owner.channel(this.key).framesAfter(sub.floor, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
-        if (page.more) throw new Error("more than 1 MiB behind");
-        owed = this.protocol.messages(page.frames);
+        page = await this.owner.channel(this.key).framesAfter(sub.floor, upTo, SUBSCRIBER_MAX_BEHIND_BYTES);
       } catch (e) {
         console.error("floodgate host: could not catch a subscription up", e instanceof Error ? e.message : e);
-        this.owner.closeConnection(ws, PUSHER_RECONNECT, "could not catch up on a channel; reconnect");
+        this.owner.closeConnection(ws, PUSHER_RECONNECT, "could not catch up on a channel; reconnect", "internal");
         return;
       }
+      // Owed more than 1 MiB: slow, as a relay counts a replay past the same bound.
+      if (page.more) {
+        this.owner.closeConnection(ws, PUSHER_RECONNECT, "could not catch up on a channel; reconnect", "slow");
+        return;
+      }
+      owed = this.protocol.messages(page.frames);
       if (this.subs.get(ws) !== sub) return;
     }
     const version = answer.pusher?.version ?? 0;

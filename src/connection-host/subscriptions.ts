@@ -167,18 +167,23 @@ export class HostSubscriptions {
     this.end(ws, key);
   }
 
-  /** The connection closed: every subscription ends. */
-  dropConnection(ws: WebSocket): void {
+  /** The connection closed: every subscription ends. Answers how many did. */
+  dropConnection(ws: WebSocket): number {
     const mine = this.bySocket.get(ws);
     this.bySocket.delete(ws);
-    for (const key of mine?.values() ?? []) this.end(ws, key);
+    let ended = 0;
+    for (const key of mine?.values() ?? []) if (this.end(ws, key)) ended++;
+    return ended;
   }
 
-  private end(ws: WebSocket, key: string): void {
+  /** Answers whether a subscription was on the lane (and so ended now). */
+  private end(ws: WebSocket, key: string): boolean {
     const lane = this.host.existingLane(key);
     const id = this.host.attachment(ws)?.id;
     if (id !== undefined) this.host.deleteSubscription(id, key);
-    if (lane?.leave(ws)) this.host.subscribed(-1);
+    if (!lane?.leave(ws)) return false;
+    this.host.subscribed(-1);
+    return true;
   }
 
   /**

@@ -43,6 +43,8 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_pusher_connections_total: "Pusher connections opened and closed (event); open now = opened - closed.",
   floodgate_pusher_subscriptions_total:
     "Pusher subscriptions opened and closed (event), each one channel of one connection; open now = opened - closed.",
+  floodgate_pusher_side_frames_dropped_total:
+    "Side frames (presence member events, summaries of drops) a connection host let go for a Pusher subscription still joining, past the 64 it keeps for each (the oldest first).",
   floodgate_readers_skipped_total:
     "Messages skipped for single subscribers: over their own max_rate, or thinned for reading too slowly (each subscriber's skips counted).",
   floodgate_readers_thinned_total:
@@ -52,7 +54,7 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_relay_frames_shed_total:
     "Frames a channel let go on its lines to relays (one relay 1 MiB behind, or all lines past their byte cap together); each relay fetched them from history.",
   floodgate_subscriptions_closed_total:
-    "Subscriptions Floodgate ended, by reason: history_gap (4009), internal (1011), slow (4008), expired (4001), revoked (4001).",
+    "Subscriptions Floodgate ended, by reason: history_gap (4009; Pusher 4200), internal (1011; a Pusher catch-up that failed), slow (4008; Pusher 4100 for slowness), expired (4001), revoked (4001); a Pusher connection's close counts each of its channels.",
 };
 
 /** `floodgate_readers_skipped_total`, as relays count it (docs/api.md, "Each reader's rate"). */
@@ -135,6 +137,7 @@ export function renderPrometheus(series: Record<string, number>): string {
     [readersThinnedSeries("max_rate")]: 0,
     [readersThinnedSeries("slow")]: 0,
     floodgate_relay_frames_shed_total: 0,
+    floodgate_pusher_side_frames_dropped_total: 0,
     ...series,
   };
   for (const bucket of RATE_LIMIT_BUCKETS) {

@@ -4,15 +4,26 @@
  * host that failed are fetched from the channel's history before anything newer, so a Pusher
  * connection gets every message once and in order; a hole history no longer holds closes every
  * connection on the lane with 4200 (reconnect and subscribe again), one too big to fetch in one page
- * with 4100 (over capacity). Real Pusher connections through the Worker, the host's deliveries made
+ * with 4100 (over capacity), each ended subscription counted (`history_gap`, `slow`). Real Pusher connections through the Worker, the host's deliveries made
  * to fail as a restart or a lost call would (the relay's side: test/relay/fan-out.test.ts).
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { ConnectionHost } from "../../src/connection-host/connection-host";
-import { envWith, SLOW_TEST_MS, uniq, until, withFailing } from "../support/helpers";
+import { envWith, grown, SLOW_TEST_MS, scrapeMetrics, uniq, until, withFailing } from "../support/helpers";
 import { closePushers, got, numbers, openPusher, publishEvent, pusherPublisher } from "../support/pusher";
 
 afterEach(closePushers);
+
+const closes = (reason: string) => `floodgate_subscriptions_closed_total{reason="${reason}"}`;
+
+/**
+ * Waits until the subscriptions Floodgate ended for `reason` grew by `n` since `before` (the host
+ * flushes on its own timer), and no more: nothing counted twice.
+ */
+async function closedBy(before: Record<string, number>, reason: string, n: number): Promise<void> {
+  await until(async () => (grown(before, await scrapeMetrics())[closes(reason)] ?? 0) >= n, `${n} closes (${reason})`);
+  expect(grown(before, await scrapeMetrics())[closes(reason)]).toBe(n);
+}
 
 /**
  * Runs `run` while every delivery from a channel to a connection host fails, as a call lost to a
@@ -61,8 +72,11 @@ describe("a connection host's lane", () => {
     const t = await pusherPublisher();
     const subs = [await openPusher(), await openPusher()];
     for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    // One of them holds a second channel: it ends with its connection, for the same reason.
+    expect((await subs[0]?.subscribe(uniq("beside-")))?.event).toBe("pusher_internal:subscription_succeeded");
     await publishEvent(name, t, 1);
     for (const p of subs) await got(p, name, 1);
+    const before = await scrapeMetrics();
     // The host misses 110 messages: more than HISTORY_LIMIT (100) keeps.
     await withDeliveriesFailing(async () => {
       for (let i = 2; i <= 111; i++) await publishEvent(name, t, i);
@@ -72,6 +86,8 @@ describe("a connection host's lane", () => {
       expect(await p.closed).toEqual({ code: 4200, reason: "missed messages are no longer in history; reconnect" });
       expect(numbers(p, name)).toEqual([1]);
     }
+    // Counted per subscription Floodgate ended, as a relay counts its subscribers: three.
+    await closedBy(before, "history_gap", 3);
     // Reconnecting and subscribing again, as Pusher clients do on 4200, gets what comes next.
     const back = await openPusher();
     expect((await back.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
@@ -93,6 +109,7 @@ describe("a connection host's lane", () => {
     for (const p of subs) expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
     await publishEvent(name, t, 1);
     for (const p of subs) await got(p, name, 1);
+    const before = await scrapeMetrics();
     await withDeliveriesFailing(async () => {
       for (let i = 2; i <= 61; i++) await publishEvent(name, t, i, pad, big);
     });
@@ -101,5 +118,7 @@ describe("a connection host's lane", () => {
       expect(await p.closed).toEqual({ code: 4100, reason: "too far behind on a channel; reconnect" });
       expect(numbers(p, name)).toEqual([1]);
     }
+    // Too far behind to fetch is slowness, as a relay counts the same hole.
+    await closedBy(before, "slow", 2);
   });
 });

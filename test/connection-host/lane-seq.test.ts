@@ -342,6 +342,7 @@ describe("where a lane keeps its seq (LaneSeq)", () => {
           },
           leaveLane: () => {},
           sent: () => {},
+          droppedSide: () => {},
           closeConnection: () => {},
           keepSeq: (ws, k, s, g) => holders.keepSeq(ws, k, s, g),
           dropSeq: (ws, k) => holders.dropSeq(ws, k),

@@ -1,0 +1,74 @@
+/**
+ * A connection host's lane while a subscription joins (src/connection-host/lane.ts): side frames that
+ * come before the channel answers its report wait for its `subscription_succeeded`, the newest 64 of
+ * them; the ones let go are counted for `/metrics`. A lane with a plain owner and a channel whose
+ * report answer the test holds back, on a real socket pair.
+ */
+import { runInDurableObject } from "cloudflare:test";
+import { describe, expect, it } from "vitest";
+import type { ConnectionHost } from "../../src/connection-host/connection-host";
+import { HostLane } from "../../src/connection-host/lane";
+import { AlarmScheduler } from "../../src/platform/alarm-scheduler";
+import { connectionHostStub } from "../../src/platform/stubs";
+import type { ChannelForRelay, RelayReportAnswer } from "../../src/relay/calls";
+import { env, uniq, until } from "../support/helpers";
+
+describe("a lane's joining subscription", () => {
+  it("keeps the newest 64 side frames that came while it joined, and counts the rest let go", async () => {
+    await runInDurableObject(
+      connectionHostStub(env, `host:local:${uniq("join-")}`),
+      async (_h: ConnectionHost, state) => {
+        let answer: (a: RelayReportAnswer) => void = () => {};
+        const channel: ChannelForRelay = {
+          relayReport: () =>
+            new Promise((resolve) => {
+              answer = resolve;
+            }),
+          framesAfter: () => ({ frames: [], more: false }),
+        };
+        let dropped = 0;
+        const lane = new HostLane("pusher:joining", "joining", {
+          identity: () => ({ name: "host:local:0", group: "local", k: 0 }),
+          channel: () => channel,
+          alarms: new AlarmScheduler(state.storage, "a test lane's alarm"),
+          storeLane: () => {},
+          leaveLane: () => {},
+          sent: () => {},
+          droppedSide: (n) => {
+            dropped += n;
+          },
+          closeConnection: () => {},
+          keepSeq: () => true,
+          dropSeq: () => {},
+          nextGeneration: () => 1,
+        });
+        const pair = new WebSocketPair();
+        const received: string[] = [];
+        pair[0].accept();
+        pair[0].addEventListener("message", (e) => received.push(e.data as string));
+        pair[1].accept();
+        const sub = {
+          socketId: "1.1",
+          client: "ip:10.0.0.1",
+          floor: 0,
+          userId: null,
+          userInfo: null,
+          joining: false,
+          skipUpTo: 0,
+        };
+        const joined = lane.join(pair[1], sub, "reservation", 0);
+        // 70 side frames in two calls while the channel has not answered: 6 more than a joiner keeps.
+        const side = (from: number, n: number) =>
+          Array.from({ length: n }, (_, i) => ({ event: "pusher" as const, text: `side ${from + i}` }));
+        await lane.inLane(() => lane.apply([], 0, side(0, 40)));
+        await lane.inLane(() => lane.apply([], 0, side(40, 30)));
+        expect(dropped).toBe(6);
+        answer({ leave: false, head: 0 });
+        expect(await joined).toBe(true);
+        await until(() => received.length === 65, "subscription_succeeded and what it was kept");
+        expect(JSON.parse(received[0] ?? "{}")).toMatchObject({ event: "pusher_internal:subscription_succeeded" });
+        expect(received.slice(1)).toEqual(side(6, 64).map((f) => f.text));
+      },
+    );
+  });
+});
