@@ -1,8 +1,8 @@
 /**
  * A connection host's counts for `/metrics` (docs/operations.md, Metrics): Pusher errors sent by
- * code, connections and subscriptions opened and closed, the subscriptions it ended by reason. Counted in memory and flushed to the
- * metrics object (src/metrics/metrics-store.ts) at most once per `METRICS_FLUSH_MS`, as a Worker
- * isolate does.
+ * code, connections and subscriptions opened and closed, the subscriptions it ended by reason.
+ * Counted in memory and flushed to the metrics object (src/metrics/metrics-store.ts) at most once per
+ * `METRICS_FLUSH_MS`, as a Worker isolate does.
  */
 import { type CloseReason, refusalReasonOf, seriesKey } from "../metrics/series";
 import { metricsStub } from "../platform/stubs";

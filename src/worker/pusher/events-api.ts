@@ -139,7 +139,8 @@ export async function publishEvents(
       return { event, name, channel, key, shard };
     }),
   );
-  await chargeCopies(c, appKey, copies.flat());
+  const all = copies.flat();
+  await chargeCopies(c, appKey, all);
   const failures: ApiError[] = [];
   const fates = await Promise.all(
     copies.map(async (list) => {
@@ -147,18 +148,16 @@ export async function publishEvents(
       await Promise.all(
         list.map(async (copy) => {
           out[copy.name] = await publishCopy(c, appKey, copy).catch((e: unknown) => {
-            // Only a 503 (the channel unreachable, the isolate's waiting publishes at their cap) is a
-            // copy's fate; anything else is a fault of the request, the app's 500.
-            if (!(e instanceof ApiError) || e.status !== 503) throw e;
-            failures.push(e);
-            return { status: "unavailable", reason: reasonOf(e) } as const;
+            const failure = unavailableOnly(e);
+            failures.push(failure);
+            return { status: "unavailable", reason: reasonOf(failure) } as const;
           });
         }),
       );
       return out;
     }),
   );
-  if (failures.length === copies.flat().length) throw failures[0] as ApiError;
+  if (failures.length === all.length) throw failures[0] as ApiError;
   for (const f of failures) {
     svc.metrics.inc("floodgate_refusals_total", { reason: reasonOf(f) });
   }
@@ -169,7 +168,7 @@ export async function publishEvents(
       await Promise.all(
         list.map(async (copy) => {
           const counts = await countsOf(c.env, svc.config, copy, copy.event.info).catch((e: unknown) => {
-            if (!(e instanceof ApiError) || e.status !== 503) throw e;
+            unavailableOnly(e);
             return null;
           });
           if (counts) out[copy.name] = counts;
@@ -220,6 +219,16 @@ async function chargeCopies(c: Context<AppEnv>, appKey: string, copies: Copy[]):
     "Rate limit exceeded (the publish budget of the app key)",
     denialParts(longest as Denial).headers,
   );
+}
+
+/**
+ * `e` when it is a 503 (a channel unreachable, the isolate's waiting publishes at their cap): one
+ * copy's fate, or one channel's counts left out. Anything else is a fault of the request, rethrown
+ * (the app's 500).
+ */
+function unavailableOnly(e: unknown): ApiError {
+  if (!(e instanceof ApiError) || e.status !== 503) throw e;
+  return e;
 }
 
 /** The reason a copy's 503 names (`Floodgate-Refusal`), `unavailable` when it names none. */
