@@ -401,3 +401,10 @@ export function grown(before: Record<string, number>, after: Record<string, numb
   for (const [k, v] of Object.entries(after)) if (v !== (before[k] ?? 0)) out[k] = v - (before[k] ?? 0);
   return out;
 }
+
+/** The `floodgate_refusals_total` reasons that grew between two scrapes, with how much. */
+export function refusalsGrown(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(
+    Object.entries(grown(before, after)).filter(([k]) => k.startsWith("floodgate_refusals_total")),
+  );
+}

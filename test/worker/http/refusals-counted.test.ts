@@ -18,6 +18,7 @@ import {
   grown,
   mint,
   publishTo,
+  refusalsGrown,
   scrapeMetrics,
   uniq,
   until,
@@ -25,13 +26,6 @@ import {
 } from "../../support/helpers";
 
 const refusals = (reason: string) => `floodgate_refusals_total{reason="${reason}"}`;
-
-/** The refusal reasons that grew between two scrapes, with how much. */
-function refusalsGrown(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
-  return Object.fromEntries(
-    Object.entries(grown(before, after)).filter(([k]) => k.startsWith("floodgate_refusals_total")),
-  );
-}
 
 /** A WebSocket subscribe to `ch` through a Worker with `customEnv`, from a client IP of its own. */
 function subscribe(ch: string, customEnv: Env, token?: string): Promise<Response> {

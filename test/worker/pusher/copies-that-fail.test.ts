@@ -8,7 +8,7 @@
 import { describe, expect, it } from "vitest";
 import { ChannelObject } from "../../../src/channel/channel-object";
 import { channelOf } from "../../support/channel-internals";
-import { grown, historyOf, mint, scrapeMetrics, uniq, withFailing } from "../../support/helpers";
+import { historyOf, mint, refusalsGrown, scrapeMetrics, uniq, withFailing } from "../../support/helpers";
 import { APP, signedApiCall } from "../../support/pusher";
 
 const EPOCH = expect.stringMatching(/^[A-Za-z0-9_-]{12}$/);
@@ -32,12 +32,6 @@ async function history(name: string): Promise<unknown[]> {
   return (await historyOf(`pusher:${name}`, t)).map((m) => m.data);
 }
 
-function refusals(before: Record<string, number>, after: Record<string, number>): Record<string, number> {
-  return Object.fromEntries(
-    Object.entries(grown(before, after)).filter(([k]) => k.startsWith("floodgate_refusals_total")),
-  );
-}
-
 describe("a Pusher event whose copies fail in part", () => {
   it("answers 200 with the failed copy's fate unavailable, publishes the others, and counts the failure", async () => {
     const [a, b] = [uniq("a-"), uniq("b-")];
@@ -56,7 +50,9 @@ describe("a Pusher event whose copies fail in part", () => {
     });
     expect(await history(a)).toEqual([{ event: "e", data: "1" }]);
     expect(await history(b)).toEqual([]);
-    expect(refusals(before, await scrapeMetrics())).toEqual({ 'floodgate_refusals_total{reason="unavailable"}': 1 });
+    expect(refusalsGrown(before, await scrapeMetrics())).toEqual({
+      'floodgate_refusals_total{reason="unavailable"}': 1,
+    });
   });
 
   it("answers 503 when no copy was published: nothing happened, so a retry delivers once", async () => {
@@ -70,7 +66,9 @@ describe("a Pusher event whose copies fail in part", () => {
     expect(res.headers.get("content-type")).toContain("text/plain");
     expect(await res.text()).not.toContain("backend text");
     // Counted once, as the request's refusal.
-    expect(refusals(before, await scrapeMetrics())).toEqual({ 'floodgate_refusals_total{reason="unavailable"}': 1 });
+    expect(refusalsGrown(before, await scrapeMetrics())).toEqual({
+      'floodgate_refusals_total{reason="unavailable"}': 1,
+    });
     const retry = await signedApiCall("POST", EVENTS, {}, { name: "e", data: "1", channels: [a, b] });
     expect(retry.status).toBe(200);
     expect(await history(a)).toEqual([{ event: "e", data: "1" }]);
