@@ -18,6 +18,7 @@
  * - ./client-events.ts: `client-*` events, published through the Worker's pipeline;
  * - ./liveness.ts: the activity timeout (server pings, 4201);
  * - ./backlog.ts: its memory bound (a connection 1 MiB behind, 32 MiB for all of them);
+ * - ./lane-room.ts: how many channels it serves (10,000 lanes), counted in its directory's placement;
  * - ./host-metrics.ts: errors, connections and subscriptions for `/metrics`;
  * - ./host-store.ts: its tables (./schema.ts).
  * Its place in its group's directory (src/host-directory/) is reported like a relay's count.
@@ -44,6 +45,7 @@ import { HostMetrics } from "./host-metrics";
 import { HostReads } from "./host-reads";
 import { HostStore } from "./host-store";
 import { HostLane, type LaneOwner } from "./lane";
+import { LaneRoom } from "./lane-room";
 import { Liveness } from "./liveness";
 import { HostSubscriptions } from "./subscriptions";
 
@@ -56,6 +58,10 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   readonly alarms: AlarmScheduler;
   private readonly connections: Connections;
   private readonly lanes = new Map<string, HostLane>();
+  /** How many lanes it may keep; its directory hears them as load (./lane-room.ts). */
+  private readonly laneRoom = new LaneRoom(this.lanes);
+  /** The connections its lanes count as, as its directory last heard or will hear. */
+  private laneLoad = 0;
   private readonly subscriptions: HostSubscriptions;
   private readonly clientEvents: ClientEvents;
   private readonly liveness: Liveness;
@@ -85,6 +91,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       attachment: (ws) => this.connections.attachment(ws),
       lane: (key, name) => this.lane(key, name),
       existingLane: (key) => this.lanes.get(key),
+      laneRoom: this.laneRoom,
       reserve: async (key, client, visibility) => {
         const s = settingsOf(this.env);
         const id = this.id as { name: string; group: string; k: number };
@@ -125,7 +132,12 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.directory = new RelayReporter(
       {
         identity: () => (this.id ? { channel: directoryName(this.id.group), relay: this.id.name, ...this.id } : null),
-        counts: () => ({ websockets: this.connections.count, sse: 0 }),
+        // A host has no SSE: the directory adds `sse` to `websockets` when it places, so a host
+        // whose lanes count for more than its connections reports the rest there.
+        counts: () => ({
+          websockets: this.connections.count,
+          sse: Math.max(0, this.laneLoad - this.connections.count),
+        }),
         clientCounts: () => [],
         presenceCount: () => 0,
         subscriberCount: () => this.connections.count,
@@ -258,6 +270,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     if (this.lanes.get(lane.key) !== lane) return;
     this.lanes.delete(lane.key);
     this.store.deleteLane(lane.key);
+    this.lanesChanged();
     // The last lane of a host with no connection: its directory hears it is empty, and it leaves.
     if (this.lanes.size === 0 && this.connections.count === 0) this.directory.changed();
   }
@@ -299,8 +312,17 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     if (!lane) {
       lane = new HostLane(key, name, this);
       this.lanes.set(key, lane);
+      this.lanesChanged();
     }
     return lane;
+  }
+
+  /** Lanes opened or closed: the directory hears when the connections they count as changed. */
+  private lanesChanged(): void {
+    const load = this.laneRoom.load(settingsOf(this.env).relayCapacity);
+    if (load === this.laneLoad) return;
+    this.laneLoad = load;
+    this.directory.changed();
   }
 
   private send(ws: WebSocket, text: string): void {

@@ -7,7 +7,8 @@
  * channel it must sign `channel_data`), the client IP's read budget for a subscribe with no signature
  * that verifies — a public channel, or a bad or missing signature — (429; 503 when the limiter fails:
  * ./host-reads.ts), and a presence member's `channel_data` (403: signed, but not a
- * member Floodgate takes) — then a slot reserved on the channel, which refuses past `MAX_SUBSCRIBERS`
+ * member Floodgate takes) — then room on the host for a channel it does not serve yet (503 past its
+ * lanes: ./lane-room.ts), a slot reserved on the channel, which refuses past `MAX_SUBSCRIBERS`
  * (503) or the client's `MAX_SUBSCRIPTIONS_PER_CLIENT` (429), then the lane joined (./lane.ts).
  * Every refusal is a `pusher:subscription_error` on that channel, so the client's channel hears it,
  * and changes nothing else.
@@ -28,6 +29,7 @@ import { channelAuthValid } from "../wire/pusher/signatures";
 import type { ConnectionAttachment } from "./connections";
 import type { HostReads } from "./host-reads";
 import type { HostLane, LaneSub } from "./lane";
+import type { LaneRoom } from "./lane-room";
 
 /** What subscribing needs of the host. */
 export interface SubscribingHost {
@@ -37,6 +39,8 @@ export interface SubscribingHost {
   /** The lane of a channel key, made when it has none. */
   lane(key: string, name: string): HostLane;
   existingLane(key: string): HostLane | undefined;
+  /** Room for the lanes a subscribe may open. */
+  readonly laneRoom: Pick<LaneRoom, "take" | "release">;
   reserve(key: string, client: string, visibility: "public" | "private"): Promise<RelaySlot>;
   send(ws: WebSocket, text: string): void;
   /**
@@ -47,6 +51,20 @@ export interface SubscribingHost {
   storeSubscription(socketId: string, key: string, sub: LaneSub): void;
   deleteSubscription(socketId: string, key: string): void;
   subscribed(n: number): void;
+}
+
+/** A subscribe that passed every check: what its reservation and its lane need. */
+interface Joining {
+  /** The Pusher name. */
+  channel: string;
+  /** The channel object's key. */
+  key: string;
+  socketId: string;
+  /** The key the channel counts it under (./lane.ts `LaneSub`). */
+  client: string;
+  visibility: "public" | "private";
+  userId: string | null;
+  userInfo: string | null;
 }
 
 export class HostSubscriptions {
@@ -131,10 +149,40 @@ export class HostSubscriptions {
     const rule = shardRuleFor(settings, floodgate);
     const key = rule ? shardKey(floodgate.name, a.continent ?? DEFAULT_SHARD) : floodgate.name;
     const client = userId === null ? a.client : memberKey(userId);
+    if (!host.laneRoom.take(key)) {
+      // Reconnecting is the remedy: the directory counts this host full and places it elsewhere.
+      return host.subscriptionError(
+        ws,
+        channel,
+        503,
+        "Unavailable",
+        "this connection's host serves as many channels as it can; reconnect",
+        "host_full",
+      );
+    }
+    try {
+      await this.join(ws, mine, {
+        channel,
+        key,
+        socketId: a.id,
+        client,
+        visibility: floodgate.visibility,
+        userId,
+        userInfo,
+      });
+    } finally {
+      host.laneRoom.release(key);
+    }
+  }
+
+  /** The slot reserved on the channel, then the lane joined; each refusal that channel's error. */
+  private async join(ws: WebSocket, mine: Map<string, string>, j: Joining): Promise<void> {
+    const { channel, key, socketId, client, visibility, userId, userInfo } = j;
+    const host = this.host;
     mine.set(channel, key); // held while the slot is reserved: a second subscribe waits for this one
     let slot: RelaySlot;
     try {
-      slot = await host.reserve(key, client, floodgate.visibility);
+      slot = await host.reserve(key, client, visibility);
     } catch (e) {
       console.error("floodgate host: could not reserve a subscription", e instanceof Error ? e.message : e);
       mine.delete(channel);
@@ -145,12 +193,12 @@ export class HostSubscriptions {
       const refused = slotRefusal(slot);
       return host.subscriptionError(ws, channel, refused.status, refused.type, refused.error, refused.named);
     }
-    const sub: LaneSub = { socketId: a.id, client, floor: slot.head, userId, userInfo, joining: true, skipUpTo: 0 };
-    host.storeSubscription(a.id, key, sub);
+    const sub: LaneSub = { socketId, client, floor: slot.head, userId, userInfo, joining: true, skipUpTo: 0 };
+    host.storeSubscription(socketId, key, sub);
     const lane = host.lane(key, channel);
     if (!(await lane.join(ws, sub, slot.reservation, slot.head))) {
       if (mine.get(channel) === key) mine.delete(channel);
-      host.deleteSubscription(a.id, key);
+      host.deleteSubscription(socketId, key);
       return host.subscriptionError(ws, channel, 503, "Unavailable", "the channel is temporarily unavailable; retry");
     }
     host.subscribed(1);

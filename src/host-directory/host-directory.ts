@@ -5,7 +5,10 @@
  * subscribers: the host with the lowest k that has room (`RELAY_CAPACITY` connections), a slot
  * reserved at once so concurrent connects cannot overfill one, and a new host only when every host of
  * the group is full. Each host reports its connections after every change (src/relay/reporter.ts, as
- * a relay reports to its channel); a host reported empty with no slot reserved leaves.
+ * a relay reports to its channel); a host reported empty with no slot reserved leaves. A host's lanes
+ * count too (src/connection-host/lane-room.ts): a host that serves its most channels is full here
+ * whatever its connections, reported in the registry's `sse` (a host has no SSE), which the
+ * registry adds to `websockets` when it places.
  *
  * Bounded: one entry per host, each holding at most `RELAY_CAPACITY` connections. Stored in its
  * SQLite table, so a restarted directory still knows how full each host is.
@@ -24,6 +27,8 @@ interface HostRow {
   grp: string;
   k: number;
   connections: number;
+  /** The connections a host's lanes count as beyond its own (the registry's `sse`). */
+  lane_load: number;
 }
 
 export class HostDirectory extends DurableObject<Env> {
@@ -34,17 +39,22 @@ export class HostDirectory extends DurableObject<Env> {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(
-      "CREATE TABLE IF NOT EXISTS hosts (name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, connections INTEGER NOT NULL)",
+      "CREATE TABLE IF NOT EXISTS hosts (name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, connections INTEGER NOT NULL, lane_load INTEGER NOT NULL DEFAULT 0)",
     );
+    // A directory an older version made: its hosts had no lane load.
+    const columns = this.sql.exec<{ name: string }>("SELECT name FROM pragma_table_info('hosts')").toArray();
+    if (!columns.some((c) => c.name === "lane_load"))
+      this.sql.exec("ALTER TABLE hosts ADD COLUMN lane_load INTEGER NOT NULL DEFAULT 0");
     this.hosts = new RelayRegistry(
       {
         save: (e: RelayEntry) =>
           this.sql.exec(
-            "INSERT OR REPLACE INTO hosts (name, grp, k, connections) VALUES (?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO hosts (name, grp, k, connections, lane_load) VALUES (?, ?, ?, ?, ?)",
             e.name,
             e.group,
             e.k,
             e.websockets,
+            e.sse,
           ),
         remove: (name) => this.sql.exec("DELETE FROM hosts WHERE name = ?", name),
       },
@@ -53,9 +63,16 @@ export class HostDirectory extends DurableObject<Env> {
     );
     this.hosts.load(
       this.sql
-        .exec<HostRow>("SELECT name, grp, k, connections FROM hosts")
+        .exec<HostRow>("SELECT name, grp, k, connections, lane_load FROM hosts")
         .toArray()
-        .map((r) => ({ name: r.name, group: r.grp, k: r.k, websockets: r.connections, sse: 0, clients: new Map() })),
+        .map((r) => ({
+          name: r.name,
+          group: r.grp,
+          k: r.k,
+          websockets: r.connections,
+          sse: r.lane_load,
+          clients: new Map(),
+        })),
     );
   }
 

@@ -50,7 +50,7 @@ export const METRIC_HELP: Record<string, string> = {
   floodgate_readers_thinned_total:
     "Subscribers whose stream was thinned, by reason: max_rate (they asked for it) or slow (their relay thinned them for reading too slowly).",
   floodgate_refusals_total:
-    "Requests, Pusher connections and Pusher subscriptions refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, each 503's by name (max_subscribers, anonymous_subscribers, publish_overflow, export_too_dense; unavailable: a backend that failed), host_full (a Pusher connection closed 4100 by a connection host already full); a Pusher event's copy that failed while others of its request were published counts as its own 503 would.",
+    "Requests, Pusher connections and Pusher subscriptions refused, by reason: unauthenticated (401), permission_denied (403), each 429's bucket by name, each 503's by name (max_subscribers, anonymous_subscribers, publish_overflow, export_too_dense; unavailable: a backend that failed), host_full (a Pusher connection closed 4100 by a connection host already full, or a Pusher subscription refused 503 by a host serving its most channels); a Pusher event's copy that failed while others of its request were published counts as its own 503 would.",
   floodgate_relay_frames_shed_total:
     "Frames a channel let go on its lines to relays (one relay 1 MiB behind, or all lines past their byte cap together); each relay fetched them from history.",
   floodgate_subscriptions_closed_total:
@@ -75,7 +75,8 @@ export const REFUSAL_REASONS = [
   "admin-auth",
   "subscriptions",
   "connections",
-  // A Pusher connection closed 4100 by a host already full: no HTTP 503 names it, so not an UnavailableReason.
+  // A connection host with no room (a Pusher connection closed 4100, a Pusher subscription's 503 past
+  // its lanes): no HTTP 503 names it, so not an UnavailableReason.
   "host_full",
   ...UNAVAILABLE_REASONS,
 ] as const;
@@ -84,7 +85,7 @@ export const REFUSAL_REASONS = [
  * The `floodgate_refusals_total` reason of a refusal with this status, or null when the status is not
  * a refusal: one mapping for the HTTP routes and the Pusher door. `named` is what the refusal said it
  * met where it was made: a 429's bucket, a 503's reason (src/wire/errors.ts `UNAVAILABLE_REASONS`; a
- * 503 that names none, or a name that is not one, is `unavailable`).
+ * connection host's `host_full`; a 503 that names none, or a name that is not one, is `unavailable`).
  */
 export function refusalReasonOf(status: number, named?: string): string | null {
   switch (status) {
@@ -95,7 +96,7 @@ export function refusalReasonOf(status: number, named?: string): string | null {
     case 429:
       return named ?? "rate_limited";
     case 503:
-      return isUnavailableReason(named) ? named : "unavailable";
+      return isUnavailableReason(named) || named === "host_full" ? named : "unavailable";
     default:
       return null;
   }

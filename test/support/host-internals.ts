@@ -78,3 +78,22 @@ export async function editAttachmentOf(
     if (found) found.ws.serializeAttachment(edit(found.attachment));
   });
 }
+
+/**
+ * Lets `host` open only `more` lanes beyond those it has or is opening (src/connection-host/lane-room.ts):
+ * the bound of 10,000 reached with a few channels.
+ */
+export async function leaveLaneRoom(host: string, more: number): Promise<void> {
+  await runInDurableObject(connectionHostStub(env, host), (instance: ConnectionHost) => {
+    const room = (instance as unknown as { laneRoom: { max: number; used: number } }).laneRoom;
+    room.max = room.used + more;
+  });
+}
+
+/** The connections `host`'s lanes count as beyond its own, as its directory stored them. */
+export async function laneLoadInDirectory(host: string): Promise<number> {
+  return await runInDurableObject(hostDirectoryStub(env, "hosts:local"), (_instance, state) => {
+    const rows = state.storage.sql.exec<{ lane_load: number }>("SELECT lane_load FROM hosts WHERE name = ?", host);
+    return rows.toArray()[0]?.lane_load ?? 0;
+  });
+}

@@ -1,0 +1,151 @@
+/**
+ * How many channels one connection host serves (docs/operations.md, "The Pusher door: how it
+ * scales"; src/connection-host/lane-room.ts): past its most lanes a subscribe to a channel it does
+ * not serve yet is refused (503 subscription_error, counted as `host_full`) and changes nothing,
+ * while channels it serves still take subscribers; its directory hears it full, so a new connection
+ * goes to another host; a lane that closes makes room again; a directory whose table an older version
+ * made keeps its hosts and takes their lane loads. The room's own accounting is tested on a plain
+ * map, where concurrent subscribes to new channels must not overfill it.
+ */
+import { evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { afterEach, describe, expect, it } from "vitest";
+import { LaneRoom } from "../../src/connection-host/lane-room";
+import type { HostDirectory } from "../../src/host-directory/host-directory";
+import { connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
+import { adminHeaders, call, refusalsGrown, scrapeMetrics, uniq, until } from "../support/helpers";
+import { hostOf, laneLoadInDirectory, leaveLaneRoom } from "../support/host-internals";
+import { closePushers, openPusher, type PusherSocket } from "../support/pusher";
+
+afterEach(closePushers);
+
+/** The channel keys `host` serves now. */
+async function lanesOf(host: string): Promise<string[]> {
+  return (await connectionHostStub(env, host).hostStats()).channels.map((c) => c.channel);
+}
+
+async function websocketsOf(channel: string): Promise<number> {
+  const res = await call(`/v1/channels/${channel}/stats`, { headers: adminHeaders() });
+  return ((await res.json()) as { websockets: number }).websockets;
+}
+
+/** A connection, and its host with room left for `more` lanes. */
+async function onHostWithRoomFor(more: number): Promise<{ p: PusherSocket; host: string }> {
+  const p = await openPusher();
+  await until(async () => (await hostOf(p.socketId)) !== null, "the connection's host in its directory");
+  const host = (await hostOf(p.socketId)) as string;
+  await leaveLaneRoom(host, more);
+  return { p, host };
+}
+
+describe("a connection host's channels", () => {
+  it("past its most lanes, a subscribe to a new channel is 503 host_full and changes nothing; its channels still take subscribers", async () => {
+    // Both connections first: once its lanes are full, the directory places new ones elsewhere.
+    const other = await openPusher();
+    const { p, host } = await onHostWithRoomFor(2);
+    expect(await hostOf(other.socketId)).toBe(host);
+    const [a, b, c] = [uniq("room-a-"), uniq("room-b-"), uniq("room-c-")];
+    expect((await p.subscribe(a)).event).toBe("pusher_internal:subscription_succeeded");
+    expect((await p.subscribe(b)).event).toBe("pusher_internal:subscription_succeeded");
+    const before = await scrapeMetrics();
+    expect(await p.subscribe(c)).toEqual({
+      event: "pusher:subscription_error",
+      channel: c,
+      data: {
+        type: "Unavailable",
+        error: "this connection's host serves as many channels as it can; reconnect",
+        status: 503,
+      },
+    });
+    expect(refusalsGrown(before, await scrapeMetrics())).toEqual({ 'floodgate_refusals_total{reason="host_full"}': 1 });
+    expect(await websocketsOf(`pusher:${c}`)).toBe(0);
+    expect((await lanesOf(host)).sort()).toEqual([`pusher:${a}`, `pusher:${b}`].sort());
+    // A channel the host serves fits, from another connection of the same host as well.
+    expect((await other.subscribe(a)).event).toBe("pusher_internal:subscription_succeeded");
+    expect(await websocketsOf(`pusher:${a}`)).toBe(2);
+  });
+
+  it("a host whose lanes are full is full to its directory: a new connection goes to another host", async () => {
+    const { p, host } = await onHostWithRoomFor(1);
+    expect((await p.subscribe(uniq("full-"))).event).toBe("pusher_internal:subscription_succeeded");
+    // 1,000 connections' worth (RELAY_CAPACITY) beyond the one it holds.
+    await until(async () => (await laneLoadInDirectory(host)) === 999, "the host's lanes in its directory");
+    const next = await openPusher();
+    const nextHost = await hostOf(next.socketId);
+    expect(nextHost).not.toBeNull();
+    expect(nextHost).not.toBe(host);
+  });
+
+  it("a lane that closes makes room for another channel", async () => {
+    const { p, host } = await onHostWithRoomFor(1);
+    const [first, second] = [uniq("first-"), uniq("second-")];
+    expect((await p.subscribe(first)).event).toBe("pusher_internal:subscription_succeeded");
+    expect((await p.subscribe(second)).event).toBe("pusher:subscription_error");
+    p.send({ event: "pusher:unsubscribe", data: { channel: first } });
+    // The lane goes when its channel has heard it is empty.
+    await until(async () => (await lanesOf(host)).length === 0, "the empty lane gone");
+    expect((await p.subscribe(second)).event).toBe("pusher_internal:subscription_succeeded");
+  });
+});
+
+describe("a directory an older version made", () => {
+  it("keeps its hosts, and stores and reads back their lane loads", async () => {
+    const stub = hostDirectoryStub(env, `hosts:${uniq("old-")}`);
+    await runInDurableObject(stub, (_d: HostDirectory, state) => {
+      const sql = state.storage.sql;
+      // The table as the version before lane loads made it.
+      sql.exec("DROP TABLE hosts");
+      sql.exec(
+        "CREATE TABLE hosts (name TEXT PRIMARY KEY, grp TEXT NOT NULL, k INTEGER NOT NULL, connections INTEGER NOT NULL)",
+      );
+      sql.exec("INSERT INTO hosts (name, grp, k, connections) VALUES ('host:old:0', 'old', 0, 3)");
+    });
+    await evictDurableObject(stub);
+    expect(await stub.hostsNow()).toEqual([{ host: "host:old:0", connections: 3 }]);
+    // The old host reports lanes worth 997 connections more: full at 1,000, so the next goes to k = 1.
+    await stub.relayReport("hosts:old", {
+      relay: "host:old:0",
+      group: "old",
+      k: 0,
+      websockets: 3,
+      sse: 997,
+      clients: [],
+      joined: [],
+      slowClosed: 0,
+    });
+    await evictDurableObject(stub);
+    expect((await stub.place("old", 1000)).host).toBe("host:old:1");
+  });
+});
+
+describe("a host's room for lanes", () => {
+  it("holds room for subscribes on their way, so concurrent ones to new channels cannot overfill it", () => {
+    const lanes = new Map<string, unknown>([["a", {}]]);
+    const room = new LaneRoom(lanes, 3);
+    expect(room.take("b")).toBe(true);
+    expect(room.take("c")).toBe(true);
+    // Three lanes with b and c on their way: a fourth channel does not fit, the channels there do.
+    expect(room.take("d")).toBe(false);
+    expect(room.take("a")).toBe(true);
+    expect(room.take("b")).toBe(true);
+    // b's lane opens; both its subscribes are done; c's was refused by its channel and is done.
+    lanes.set("b", {});
+    room.release("b");
+    room.release("b");
+    room.release("c");
+    room.release("a");
+    expect(room.used).toBe(2);
+    expect(room.take("d")).toBe(true);
+    expect(room.take("e")).toBe(false);
+  });
+
+  it("counts the lanes as the same share of a host's connections as they take of its most", () => {
+    const lanes = new Map<string, unknown>();
+    const room = new LaneRoom(lanes, 10_000);
+    expect(room.load(1000)).toBe(0);
+    for (let i = 0; i < 5_001; i++) lanes.set(`c${i}`, {});
+    expect(room.load(1000)).toBe(501);
+    for (let i = 5_001; i < 10_000; i++) lanes.set(`c${i}`, {});
+    expect(room.load(1000)).toBe(1000);
+  });
+});
