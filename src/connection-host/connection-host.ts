@@ -297,6 +297,13 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       // already closed
     }
     this.backlog.forget(ws);
+    // Each channel counts its own slow closes (its `slow_consumers_closed`), as from a relay.
+    if (ended === "slow") {
+      for (const key of this.subscriptions.channelsOf(ws).values()) {
+        const lane = this.lanes.get(key);
+        if (lane?.subs.has(ws)) lane.reporter.tellSlow();
+      }
+    }
     const subscriptions = this.subscriptions.dropConnection(ws);
     if (ended) this.metrics.closed(ended, subscriptions);
     this.connections.forget(ws);

@@ -251,9 +251,10 @@ export class HostLane {
         this.owner.closeConnection(ws, PUSHER_RECONNECT, "could not catch up on a channel; reconnect", "internal");
         return;
       }
-      // Owed more than 1 MiB: slow, as a relay counts a replay past the same bound.
+      // Owed more than 1 MiB: slow, as a relay counts a replay past the same bound, and closed as the
+      // host's other slow connections are (4100: the client backs off before it reconnects).
       if (page.more) {
-        this.owner.closeConnection(ws, PUSHER_RECONNECT, "could not catch up on a channel; reconnect", "slow");
+        this.owner.closeConnection(ws, PUSHER_OVER_CAPACITY, "too far behind on a channel; reconnect", "slow");
         return;
       }
       owed = this.protocol.messages(page.frames);

@@ -63,8 +63,16 @@ export class RelayReporter {
 
   /** Subscribers closed as slow, told with the next report (and counted in `/metrics`). */
   slow(n = 1): void {
-    this.slowClosed += n;
+    this.tellSlow(n);
     countClosed("slow", n);
+  }
+
+  /**
+   * Subscribers closed as slow that `/metrics` counts elsewhere (a connection host counts in its own
+   * buffer, src/connection-host/host-metrics.ts): told with the next report, for the channel's stats.
+   */
+  tellSlow(n = 1): void {
+    this.slowClosed += n;
   }
 
   /** No report on its way, and the channel's view may be wrong: the alarm reports again. */

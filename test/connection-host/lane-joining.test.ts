@@ -1,8 +1,11 @@
 /**
  * A connection host's lane while a subscription joins (src/connection-host/lane.ts): side frames that
  * come before the channel answers its report wait for its `subscription_succeeded`, the newest 64 of
- * them; the ones let go are counted for `/metrics`. A lane with a plain owner and a channel whose
- * report answer the test holds back, on a real socket pair.
+ * them; the ones let go are counted for `/metrics`. The messages it is owed from before the lane's
+ * last seq are caught up from history; owed more than 1 MiB, the connection is closed as slow (4100,
+ * as the host's other slow closes), and a catch-up that fails closes it as an internal failure
+ * (4200: reconnect at once). A lane with a plain owner and a channel whose answers the test gives, on
+ * a real socket pair.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
@@ -68,6 +71,57 @@ describe("a lane's joining subscription", () => {
         await until(() => received.length === 65, "subscription_succeeded and what it was kept");
         expect(JSON.parse(received[0] ?? "{}")).toMatchObject({ event: "pusher_internal:subscription_succeeded" });
         expect(received.slice(1)).toEqual(side(6, 64).map((f) => f.text));
+      },
+    );
+  });
+
+  it("owed more than 1 MiB of history, closes the connection as slow (4100); a catch-up that fails, as internal (4200)", async () => {
+    await runInDurableObject(
+      connectionHostStub(env, `host:local:${uniq("catch-up-")}`),
+      async (_h: ConnectionHost, state) => {
+        const closes: { code: number; reason: string; ended: string }[] = [];
+        const joinOwing = async (framesAfter: ChannelForRelay["framesAfter"]) => {
+          const channel: ChannelForRelay = { relayReport: async () => ({ leave: false, head: 10 }), framesAfter };
+          const lane = new HostLane(`pusher:${uniq("owing-")}`, "owing", {
+            identity: () => ({ name: "host:local:0", group: "local", k: 0 }),
+            channel: () => channel,
+            alarms: new AlarmScheduler(state.storage, "a test lane's alarm"),
+            storeLane: () => {},
+            leaveLane: () => {},
+            sent: () => {},
+            droppedSide: () => {},
+            closeConnection: (_ws, code, reason, ended) => {
+              closes.push({ code, reason, ended });
+            },
+            keepSeq: () => true,
+            dropSeq: () => {},
+            nextGeneration: () => 1,
+          });
+          // The lane has sent up to seq 10; the subscription's slot was reserved at seq 2.
+          lane.lastSeq = 10;
+          const pair = new WebSocketPair();
+          pair[1].accept();
+          const sub = {
+            socketId: "1.2",
+            client: "ip:10.0.0.2",
+            floor: 2,
+            userId: null,
+            userInfo: null,
+            joining: false,
+            skipUpTo: 0,
+          };
+          expect(await lane.join(pair[1], sub, "reservation", 2)).toBe(true);
+          await lane.inLane(() => undefined);
+        };
+        await joinOwing(() => ({ frames: [], more: true }));
+        expect(closes).toEqual([{ code: 4100, reason: "too far behind on a channel; reconnect", ended: "slow" }]);
+        closes.length = 0;
+        await joinOwing(() => {
+          throw new Error("channel gone");
+        });
+        expect(closes).toEqual([
+          { code: 4200, reason: "could not catch up on a channel; reconnect", ended: "internal" },
+        ]);
       },
     );
   });

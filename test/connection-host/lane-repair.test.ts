@@ -4,12 +4,22 @@
  * host that failed are fetched from the channel's history before anything newer, so a Pusher
  * connection gets every message once and in order; a hole history no longer holds closes every
  * connection on the lane with 4200 (reconnect and subscribe again), one too big to fetch in one page
- * with 4100 (over capacity), each ended subscription counted (`history_gap`, `slow`). Real Pusher connections through the Worker, the host's deliveries made
+ * with 4100 (over capacity), each ended subscription counted (`history_gap`, `slow`; a slow one in
+ * its channel's `slow_consumers_closed` too). Real Pusher connections through the Worker, the host's deliveries made
  * to fail as a restart or a lost call would (the relay's side: test/relay/fan-out.test.ts).
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { ConnectionHost } from "../../src/connection-host/connection-host";
-import { envWith, grown, SLOW_TEST_MS, scrapeMetrics, uniq, until, withFailing } from "../support/helpers";
+import {
+  channelStats,
+  envWith,
+  grown,
+  SLOW_TEST_MS,
+  scrapeMetrics,
+  uniq,
+  until,
+  withFailing,
+} from "../support/helpers";
 import { closePushers, got, numbers, openPusher, publishEvent, pusherPublisher } from "../support/pusher";
 
 afterEach(closePushers);
@@ -110,6 +120,7 @@ describe("a connection host's lane", () => {
     await publishEvent(name, t, 1);
     for (const p of subs) await got(p, name, 1);
     const before = await scrapeMetrics();
+    const slowBefore = (await channelStats(`pusher:${name}`)).slow_consumers_closed;
     await withDeliveriesFailing(async () => {
       for (let i = 2; i <= 61; i++) await publishEvent(name, t, i, pad, big);
     });
@@ -120,5 +131,10 @@ describe("a connection host's lane", () => {
     }
     // Too far behind to fetch is slowness, as a relay counts the same hole.
     await closedBy(before, "slow", 2);
+    // And the channel's own stat hears it from the host, as from a relay.
+    await until(
+      async () => (await channelStats(`pusher:${name}`)).slow_consumers_closed === slowBefore + 2,
+      "the channel's slow_consumers_closed",
+    );
   });
 });
