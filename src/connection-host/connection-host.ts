@@ -89,7 +89,11 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       settings: () => settingsOf(this.env),
       identity: () => this.id,
       attachment: (ws) => this.connections.attachment(ws),
-      lane: (key, name) => this.lane(key, name),
+      lane: (key, name) => {
+        const lane = this.lane(key, name);
+        this.lanesChanged();
+        return lane;
+      },
       existingLane: (key) => this.lanes.get(key),
       laneRoom: this.laneRoom,
       reserve: async (key, client, visibility) => {
@@ -319,7 +323,6 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     if (!lane) {
       lane = new HostLane(key, name, this);
       this.lanes.set(key, lane);
-      this.lanesChanged();
     }
     return lane;
   }
@@ -397,6 +400,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     for (const lane of this.lanes.values()) {
       if (lane.subs.size !== (reported.get(lane.key) ?? -1)) lane.reporter.changed();
     }
+    // The lanes it restored are those its directory heard of before it slept: no report for them.
+    this.laneLoad = this.laneRoom.load(settingsOf(this.env).relayCapacity);
     if (this.connections.count === 0) this.directory.changed();
   }
 
