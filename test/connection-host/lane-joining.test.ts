@@ -10,11 +10,29 @@
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import type { ConnectionHost } from "../../src/connection-host/connection-host";
-import { HostLane } from "../../src/connection-host/lane";
+import { HostLane, type LaneOwner } from "../../src/connection-host/lane";
 import { AlarmScheduler } from "../../src/platform/alarm-scheduler";
 import { connectionHostStub } from "../../src/platform/stubs";
 import type { ChannelForRelay, RelayReportAnswer } from "../../src/relay/calls";
 import { env, uniq, until } from "../support/helpers";
+
+/** A lane of channel `key` whose owner does nothing but what `owner` gives, and whose channel is `channel`. */
+function laneOf(state: DurableObjectState, key: string, channel: ChannelForRelay, owner: Partial<LaneOwner>): HostLane {
+  return new HostLane(key, key.slice("pusher:".length), {
+    identity: () => ({ name: "host:local:0", group: "local", k: 0 }),
+    channel: () => channel,
+    alarms: new AlarmScheduler(state.storage, "a test lane's alarm"),
+    storeLane: () => {},
+    leaveLane: () => {},
+    sent: () => {},
+    droppedSide: () => {},
+    closeConnection: () => {},
+    keepSeq: () => true,
+    dropSeq: () => {},
+    nextGeneration: () => 1,
+    ...owner,
+  });
+}
 
 describe("a lane's joining subscription", () => {
   it("keeps the newest 64 side frames that came while it joined, and counts the rest let go", async () => {
@@ -30,20 +48,10 @@ describe("a lane's joining subscription", () => {
           framesAfter: () => ({ frames: [], more: false }),
         };
         let dropped = 0;
-        const lane = new HostLane("pusher:joining", "joining", {
-          identity: () => ({ name: "host:local:0", group: "local", k: 0 }),
-          channel: () => channel,
-          alarms: new AlarmScheduler(state.storage, "a test lane's alarm"),
-          storeLane: () => {},
-          leaveLane: () => {},
-          sent: () => {},
+        const lane = laneOf(state, "pusher:joining", channel, {
           droppedSide: (n) => {
             dropped += n;
           },
-          closeConnection: () => {},
-          keepSeq: () => true,
-          dropSeq: () => {},
-          nextGeneration: () => 1,
         });
         const pair = new WebSocketPair();
         const received: string[] = [];
@@ -82,20 +90,10 @@ describe("a lane's joining subscription", () => {
         const closes: { code: number; reason: string; ended: string }[] = [];
         const joinOwing = async (framesAfter: ChannelForRelay["framesAfter"]) => {
           const channel: ChannelForRelay = { relayReport: async () => ({ leave: false, head: 10 }), framesAfter };
-          const lane = new HostLane(`pusher:${uniq("owing-")}`, "owing", {
-            identity: () => ({ name: "host:local:0", group: "local", k: 0 }),
-            channel: () => channel,
-            alarms: new AlarmScheduler(state.storage, "a test lane's alarm"),
-            storeLane: () => {},
-            leaveLane: () => {},
-            sent: () => {},
-            droppedSide: () => {},
+          const lane = laneOf(state, `pusher:${uniq("owing-")}`, channel, {
             closeConnection: (_ws, code, reason, ended) => {
               closes.push({ code, reason, ended });
             },
-            keepSeq: () => true,
-            dropSeq: () => {},
-            nextGeneration: () => 1,
           });
           // The lane has sent up to seq 10; the subscription's slot was reserved at seq 2.
           lane.lastSeq = 10;
