@@ -17,8 +17,17 @@
 /** Most lanes (channels) one connection host keeps: 10 per connection of a host of 1,000. */
 export const HOST_MAX_LANES = 10_000;
 
+/** Gives back the room a subscribe took (it joined its lane, or was refused). */
+export type LaneRelease = () => void;
+
+const NOTHING_HELD: LaneRelease = () => {};
+
 export class LaneRoom {
-  /** Channel keys with subscribes on their way to a lane the host does not have yet, and how many. */
+  /**
+   * Channel keys with subscribes on their way to a lane the host did not have when they took room,
+   * and how many. Counted whole in {@link used} even once the lane opens, until they are done: at
+   * worst the host refuses a little early while a join is in flight, never late, in O(1) a subscribe.
+   */
   private readonly opening = new Map<string, number>();
 
   constructor(
@@ -30,27 +39,26 @@ export class LaneRoom {
 
   /** Lanes open and lanes on their way. */
   get used(): number {
-    let used = this.lanes.size;
-    for (const key of this.opening.keys()) if (!this.lanes.has(key)) used++;
-    return used;
+    return this.lanes.size + this.opening.size;
   }
 
   /**
-   * A subscribe to `key` takes its room: true when the host serves the channel, a subscribe to it is
-   * already on its way, or one more lane fits; each true needs its {@link release}.
+   * A subscribe to `key` takes its room: its release when the host serves the channel, a subscribe to
+   * it is already on its way, or one more lane fits; null when none does.
    */
-  take(key: string): boolean {
+  take(key: string): LaneRelease | null {
+    if (this.lanes.has(key)) return NOTHING_HELD;
     const n = this.opening.get(key);
-    if (n === undefined && !this.lanes.has(key) && this.used >= this.max) return false;
+    if (n === undefined && this.used >= this.max) return null;
     this.opening.set(key, (n ?? 0) + 1);
-    return true;
-  }
-
-  /** The subscribe that took room for `key` joined its lane or was refused. */
-  release(key: string): void {
-    const n = this.opening.get(key) ?? 0;
-    if (n <= 1) this.opening.delete(key);
-    else this.opening.set(key, n - 1);
+    let held = true;
+    return () => {
+      if (!held) return;
+      held = false;
+      const left = (this.opening.get(key) ?? 1) - 1;
+      if (left === 0) this.opening.delete(key);
+      else this.opening.set(key, left);
+    };
   }
 
   /**
@@ -58,6 +66,6 @@ export class LaneRoom {
    * as the lanes take of {@link max}.
    */
   load(capacity: number): number {
-    return Math.ceil((this.used * capacity) / this.max);
+    return Math.ceil((Math.min(this.used, this.max) * capacity) / this.max);
   }
 }

@@ -40,7 +40,7 @@ export interface SubscribingHost {
   lane(key: string, name: string): HostLane;
   existingLane(key: string): HostLane | undefined;
   /** Room for the lanes a subscribe may open. */
-  readonly laneRoom: Pick<LaneRoom, "take" | "release">;
+  readonly laneRoom: Pick<LaneRoom, "take">;
   reserve(key: string, client: string, visibility: "public" | "private"): Promise<RelaySlot>;
   send(ws: WebSocket, text: string): void;
   /**
@@ -149,7 +149,8 @@ export class HostSubscriptions {
     const rule = shardRuleFor(settings, floodgate);
     const key = rule ? shardKey(floodgate.name, a.continent ?? DEFAULT_SHARD) : floodgate.name;
     const client = userId === null ? a.client : memberKey(userId);
-    if (!host.laneRoom.take(key)) {
+    const release = host.laneRoom.take(key);
+    if (!release) {
       // Reconnecting is the remedy: the directory counts this host full and places it elsewhere.
       return host.subscriptionError(
         ws,
@@ -171,7 +172,7 @@ export class HostSubscriptions {
         userInfo,
       });
     } finally {
-      host.laneRoom.release(key);
+      release();
     }
   }
 
