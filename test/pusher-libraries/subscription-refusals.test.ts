@@ -8,16 +8,22 @@
  * not take (`private-encrypted-`, a signed `channel_data` that is no member) are that channel's
  * subscription_error 403, which pusher-js hands the channel, never a `pusher:error` of the connection.
  *
+ * And what an app retrying a refused channel meets (docs/api.md, "Retrying a refused channel takes a
+ * new connection"): pusher-js keeps the channel pending, so subscribing it again, or unsubscribing
+ * and subscribing it, sends nothing; only a new connection subscribes it again. The docs' advice to
+ * apps, reconnect after a back-off on a 429 or 503, rests on this.
+ *
  * A Floodgate of its own with small limits (1 subscription per client, so 10 per /48; 30 subscribers,
  * 12 of them anonymous), and in front of it a stand-in for Cloudflare's edge, which gives each
  * connection the client address its path names: the Worker reads a client's address from
  * `CF-Connecting-IP`, which only the edge sets.
  */
+import Pusher from "pusher";
 import type PusherJS from "pusher-js";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { edgeInFrontOf, headerInPath } from "./edge";
 import { backendAuthorization, client, server, subscribed, uniq, until } from "./floodgate";
-import { pusherFloodgate } from "./global-setup";
+import { PUSHER, pusherFloodgate } from "./global-setup";
 
 let worker: { base: string; admin: string; stop(): Promise<void> };
 let edge: { port: number; stop(): void };
@@ -207,5 +213,85 @@ describe("names and members Floodgate does not take, with pusher-js", () => {
       expect(errors).toEqual([]);
     }
     expect(await websockets(name)).toBe(0);
+  });
+});
+
+describe("retrying a refused channel, with pusher-js", () => {
+  /**
+   * The channels of the `pusher:subscribe` frames `c` sends from now on: every frame of pusher-js
+   * goes through its connection manager's `send_event` (the channels' and `pusher.send_event`).
+   */
+  function subscribesSent(c: PusherJS): string[] {
+    const sent: string[] = [];
+    const send = c.connection.send_event.bind(c.connection);
+    c.connection.send_event = (event: string, data: { channel?: string }, channel?: string) => {
+      if (event === "pusher:subscribe") sent.push(String(data.channel));
+      return send(event, data, channel);
+    };
+    return sent;
+  }
+
+  /** The `pusher` server library, pointed at this file's Floodgate. */
+  function backend(): Pusher {
+    const url = new URL(worker.base);
+    return new Pusher({ ...PUSHER, host: url.hostname, port: url.port, useTLS: false });
+  }
+
+  it("a channel refused 429 stays pending: subscribe, or unsubscribe then subscribe, sends nothing; disconnect then connect subscribes it once its slot is free, and it gets its events", async () => {
+    const name = uniq("retry-");
+    const holder = from("198.51.100.60");
+    await subscribed(holder, name);
+    // The same client again: past its one subscription of the channel.
+    const c = from("198.51.100.60");
+    const sent = subscribesSent(c);
+    await refusedAndCounted(
+      c,
+      name,
+      { type: "LimitReached", error: "too many subscriptions of this channel for one client", status: 429 },
+      "subscriptions",
+    );
+    expect(sent).toEqual([name]);
+    const channel = c.channel(name);
+    const refusals: unknown[] = [];
+    channel.bind("pusher:subscription_error", (e: unknown) => refusals.push(e));
+    const refused = () => metric("floodgate_pusher_errors_total{", ['kind="subscription"', 'code="429"']);
+    const refusedBefore = await refused();
+
+    // The retries an app would try first: pusher-js sends nothing for either (both return at once).
+    expect(c.subscribe(name)).toBe(channel);
+    c.unsubscribe(name);
+    expect(c.subscribe(name)).toBe(channel);
+    expect(sent).toEqual([name]);
+    // The connection still works: another channel subscribes on it. Nothing came back for the
+    // refused one, which pusher-js still holds as pending, and the server counted no refusal.
+    const other = uniq("retry-other-");
+    await subscribed(c, other);
+    expect(sent).toEqual([name, other]);
+    expect(refusals).toEqual([]);
+    expect(channel.subscribed).toBe(false);
+    expect(channel.subscriptionPending).toBe(true);
+    expect(await refused()).toBe(refusedBefore);
+    expect(await websockets(name)).toBe(1);
+
+    // The holder leaves. Once the channel has let its slot go, subscribing again still sends
+    // nothing: what stops it is pusher-js, not the server. A new connection of the refused client
+    // subscribes every channel it holds, the refused one among them.
+    holder.disconnect();
+    await until(async () => (await websockets(name)) === 0, "the holder's slot to be let go");
+    c.subscribe(name);
+    expect(sent).toEqual([name, other]);
+    const events: unknown[] = [];
+    channel.bind("news", (data: unknown) => events.push(data));
+    const succeeded = new Promise<void>((resolve) => channel.bind("pusher:subscription_succeeded", () => resolve()));
+    c.disconnect();
+    c.connect();
+    await succeeded;
+    expect(sent).toEqual([name, other, name, other]);
+    expect(channel.subscribed).toBe(true);
+    expect(refusals).toEqual([]);
+    await backend().trigger(name, "news", { n: 1 });
+    await until(() => events.length > 0, "the event on the channel subscribed again");
+    expect(events).toEqual([{ n: 1 }]);
+    expect(await refused()).toBe(refusedBefore);
   });
 });
