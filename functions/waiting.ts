@@ -11,8 +11,12 @@
  * first and then fails under sustained load: scripts/repro/cross-request-wake.mjs.)
  */
 
-/** Checks after 0, 1, 2, 2, 2, … ms: fast when the answer is near, and never more than 2 ms late. */
-const MAX_STEP_MS = 2;
+/**
+ * Checks after 0, 1, 1, 1, … ms: never more than 1 ms late. A delivered publish to a channel with one
+ * subscriber spends much of its time waiting on its batch and the batch ahead: with checks backing
+ * off to 2 ms it ran at 0.72 of this, using 1.05× the CPU (docs/benchmarks.md, "Where the time goes").
+ */
+const MAX_STEP_MS = 1;
 
 /**
  * Resolves true once `ready()` holds, or false after waiting at least `timeoutMs` (counted as the

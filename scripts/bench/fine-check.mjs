@@ -33,9 +33,9 @@ import {
 /** The length of one slice of the fine check, in seconds. */
 const FINE_SECONDS = 0.6;
 // The routes `--against` compares by default (the ones a change to the publish path can move): a
-// delivered publish with 10 subscribers, drop rate 0.5 with 10, the deny flood, the crowd warm and
-// cold, and the Pusher door's publish to 10 connections.
-const AGAINST_ROUTES = ["pub10", "drop50", "deny", "crowd", "crowdcold", "pusher10"];
+// delivered publish with 1 and with 10 subscribers, drop rate 0.5 with 10, the deny flood, the crowd
+// warm and cold, and the Pusher door's publish to 10 connections.
+const AGAINST_ROUTES = ["pub1", "pub10", "drop50", "deny", "crowd", "crowdcold", "pusher10"];
 
 /** A Floodgate of its own with `n` WebSocket subscribers on `channel`, publishing as one subject. */
 async function floodgatePath(channel, { n = 1, rl = generous, rate = 0, tree } = {}) {
@@ -231,6 +231,7 @@ export function printFine(config, fine) {
   if (!fine.compared.length) return;
   /** The routes --against compares, as its table names them (the issue's columns). */
   const ROUTE_TITLES = {
+    pub1: "publish, drop rate 0, delivered (1 subscriber)",
     pub10: `publish, drop rate 0, delivered (${RECIPE_SUBSCRIBERS} subscribers)`,
     drop50: `publish, drop rate 0.5 (${RECIPE_SUBSCRIBERS} subscribers)`,
     deny: "flood of denied publishes (429)",

@@ -19,4 +19,23 @@ describe("pollUntil", () => {
       vi.useRealTimers();
     }
   });
+
+  it("checks at least once a millisecond, so a waiter learns its answer at most 1 ms late", async () => {
+    vi.useFakeTimers();
+    try {
+      let ready = false;
+      let settled = false;
+      pollUntil(() => ready, 1000).then(() => {
+        settled = true;
+      });
+      // Whenever the condition comes to hold (here just after the check at 31 ms), the next check
+      // is within 1 ms: a batch's followers and the batch behind it wait no longer than that.
+      await vi.advanceTimersByTimeAsync(31);
+      ready = true;
+      await vi.advanceTimersByTimeAsync(1);
+      expect(settled).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
 });
