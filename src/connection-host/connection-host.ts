@@ -170,7 +170,10 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       this.id = { name: c.host, group: c.group, k: c.k };
       this.store.storeHost(this.id);
     }
-    if (this.connections.count >= c.capacity) return new Response(null, { status: HOST_FULL_STATUS });
+    // Full in connections, or in lanes: its directory's count was behind (it counts both).
+    if (this.connections.count >= c.capacity || this.laneRoom.used >= this.laneRoom.max) {
+      return new Response(null, { status: HOST_FULL_STATUS });
+    }
     const now = Date.now();
     const { ws, response } = this.connections.accept(c.client, c.continent, c.publicOnly, now);
     const a = this.connections.attachment(ws);
@@ -273,6 +276,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   leaveLane(lane: HostLane): void {
     if (this.lanes.get(lane.key) !== lane) return;
     this.lanes.delete(lane.key);
+    this.laneRoom.closed(lane.key);
     this.store.deleteLane(lane.key);
     this.lanesChanged();
     // The last lane of a host with no connection: its directory hears it is empty, and it leaves.
@@ -323,6 +327,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     if (!lane) {
       lane = new HostLane(key, name, this);
       this.lanes.set(key, lane);
+      this.laneRoom.opened(key);
     }
     return lane;
   }

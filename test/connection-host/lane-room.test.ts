@@ -10,14 +10,22 @@
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
-import { LaneRoom } from "../../src/connection-host/lane-room";
+import { HOST_FULL_STATUS, hostConnectRequest } from "../../src/connection-host/calls";
+import { HOST_MAX_LANES, LaneRoom } from "../../src/connection-host/lane-room";
 import type { HostDirectory } from "../../src/host-directory/host-directory";
 import { connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
 import { adminHeaders, call, refusalsGrown, scrapeMetrics, uniq, until } from "../support/helpers";
 import { hostOf, laneLoadInDirectory, leaveLaneRoom } from "../support/host-internals";
 import { closePushers, openPusher, type PusherSocket } from "../support/pusher";
 
-afterEach(closePushers);
+/** Hosts whose room a test lowered: put back after it, for any test that lands there next. */
+const lowered = new Set<string>();
+
+afterEach(async () => {
+  await closePushers();
+  for (const host of lowered) await leaveLaneRoom(host, HOST_MAX_LANES, { absolute: true });
+  lowered.clear();
+});
 
 /** The channel keys `host` serves now. */
 async function lanesOf(host: string): Promise<string[]> {
@@ -34,6 +42,7 @@ async function onHostWithRoomFor(more: number): Promise<{ p: PusherSocket; host:
   const p = await openPusher();
   await until(async () => (await hostOf(p.socketId)) !== null, "the connection's host in its directory");
   const host = (await hostOf(p.socketId)) as string;
+  lowered.add(host);
   await leaveLaneRoom(host, more);
   return { p, host };
 }
@@ -74,6 +83,29 @@ describe("a connection host's channels", () => {
     const nextHost = await hostOf(next.socketId);
     expect(nextHost).not.toBeNull();
     expect(nextHost).not.toBe(host);
+  });
+
+  it("a host whose lanes are full refuses a connection a directory behind its count places there", async () => {
+    const { p, host } = await onHostWithRoomFor(1);
+    expect((await p.subscribe(uniq("last-"))).event).toBe("pusher_internal:subscription_succeeded");
+    // What the Worker sends a host once its directory placed a connection there.
+    const placed = hostConnectRequest(
+      {
+        host,
+        group: "local",
+        k: Number(host.split(":").at(-1)),
+        reservation: "",
+        client: "ip:203.0.113.99",
+        lease: "",
+        continent: null,
+        capacity: 1000,
+        publicOnly: false,
+      },
+      new Request("https://floodgate.test/app/key", { headers: { upgrade: "websocket" } }),
+    );
+    const res = await connectionHostStub(env, host).fetch(placed);
+    expect(res.status).toBe(HOST_FULL_STATUS);
+    expect(res.webSocket).toBeNull();
   });
 
   it("a lane that closes makes room for another channel", async () => {
@@ -129,12 +161,14 @@ describe("a host's room for lanes", () => {
     const a = room.take("a");
     const b2 = room.take("b");
     expect([b1, c, a, b2].every((r) => r !== null)).toBe(true);
-    // b's lane opens; until both its subscribes are done it still counts as on its way.
+    // b's lane opens: counted once, as a lane.
     lanes.set("b", {});
-    expect(room.take("d")).toBeNull();
+    room.opened("b");
+    expect(room.used).toBe(3);
     b1?.();
     b2?.();
     a?.();
+    expect(room.used).toBe(3);
     // c's subscribe was refused by its channel: its room comes back.
     c?.();
     expect(room.used).toBe(2);
@@ -148,13 +182,43 @@ describe("a host's room for lanes", () => {
     expect(room.take("e")).toBeNull();
   });
 
+  it("a lane that closes while a subscribe to it is on its way keeps its room for that subscribe", () => {
+    const lanes = new Map<string, unknown>([
+      ["a", {}],
+      ["b", {}],
+    ]);
+    const room = new LaneRoom(lanes, 3);
+    // A subscribe to a's lane, which the host serves (no new room), and one to c (the last room).
+    const toA = room.take("a");
+    const c = room.take("c");
+    // a's channel let the lane go meanwhile: the subscribe on its way will open it again.
+    lanes.delete("a");
+    room.closed("a");
+    expect(room.used).toBe(3);
+    expect(room.take("d")).toBeNull();
+    lanes.set("a", {});
+    room.opened("a");
+    toA?.();
+    c?.();
+    expect(room.used).toBe(2);
+  });
+
+  it("counts only lanes as load, rounded down: subscribes on their way and a few empty lanes keep no host full or placed", () => {
+    const lanes = new Map<string, unknown>();
+    const room = new LaneRoom(lanes, 10_000);
+    room.take("on-its-way");
+    expect(room.load(1000)).toBe(0);
+    for (let i = 0; i < 9; i++) lanes.set(`c${i}`, {});
+    expect(room.load(1000)).toBe(0);
+  });
+
   it("counts the lanes as the same share of a host's connections as they take of its most", () => {
     const lanes = new Map<string, unknown>();
     const room = new LaneRoom(lanes, 10_000);
     expect(room.load(1000)).toBe(0);
-    for (let i = 0; i < 5_001; i++) lanes.set(`c${i}`, {});
-    expect(room.load(1000)).toBe(501);
-    for (let i = 5_001; i < 10_000; i++) lanes.set(`c${i}`, {});
+    for (let i = 0; i < 5_009; i++) lanes.set(`c${i}`, {});
+    expect(room.load(1000)).toBe(500);
+    for (let i = 5_009; i < 10_000; i++) lanes.set(`c${i}`, {});
     expect(room.load(1000)).toBe(1000);
   });
 });

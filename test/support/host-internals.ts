@@ -81,12 +81,13 @@ export async function editAttachmentOf(
 
 /**
  * Lets `host` open only `more` lanes beyond those it has or is opening (src/connection-host/lane-room.ts):
- * the bound of 10,000 reached with a few channels.
+ * the bound of 10,000 reached with a few channels. With `absolute`, its most is `more` itself (to put
+ * the shipped bound back).
  */
-export async function leaveLaneRoom(host: string, more: number): Promise<void> {
+export async function leaveLaneRoom(host: string, more: number, { absolute = false } = {}): Promise<void> {
   await runInDurableObject(connectionHostStub(env, host), (instance: ConnectionHost) => {
     const room = (instance as unknown as { laneRoom: { max: number; used: number } }).laneRoom;
-    room.max = room.used + more;
+    room.max = absolute ? more : room.used + more;
   });
 }
 
