@@ -19,15 +19,18 @@
 const MAX_STEP_MS = 1;
 
 /**
- * Resolves true once `ready()` holds, or false after waiting at least `timeoutMs` (counted as the
- * sum of its own timer delays, so it needs no clock and runs the same under fake timers). Only this
+ * Resolves true once `ready()` holds, or false after waiting at least `timeoutMs` (by the sum of its
+ * own timer delays or by the clock, whichever is first; both move with fake timers). Only this
  * request's timers are involved, so whatever follows runs in this request's context.
  */
 export async function pollUntil(ready: () => boolean, timeoutMs: number): Promise<boolean> {
+  const start = Date.now();
   let waited = 0;
   let step = 0;
   while (!ready()) {
-    if (waited >= timeoutMs) return false;
+    // Also by the clock: timers a busy isolate runs late would otherwise stretch the wait, 1 ms
+    // credited for each however late it ran.
+    if (waited >= timeoutMs || Date.now() - start >= timeoutMs) return false;
     await new Promise<void>((r) => setTimeout(r, step));
     waited += Math.max(step, 0.25); // a 0 ms timer still takes a turn of the event loop
     step = step === 0 ? 1 : Math.min(step * 2, MAX_STEP_MS);

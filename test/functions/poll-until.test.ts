@@ -38,4 +38,21 @@ describe("pollUntil", () => {
       vi.useRealTimers();
     }
   });
+
+  it("gives up by the clock when its timers run late, not only by the delays it asked for", async () => {
+    vi.useFakeTimers();
+    try {
+      let settled: boolean | null = null;
+      pollUntil(() => false, 1000).then((v) => {
+        settled = v;
+      });
+      await vi.advanceTimersByTimeAsync(5);
+      // A busy isolate: a second passes while the waiter's timers hardly run.
+      vi.setSystemTime(Date.now() + 1000);
+      await vi.advanceTimersByTimeAsync(1);
+      expect(settled).toBe(false);
+    } finally {
+      vi.useRealTimers();
+    }
+  });
 });
