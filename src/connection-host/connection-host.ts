@@ -18,7 +18,8 @@
  * - ./client-events.ts: `client-*` events, published through the Worker's pipeline;
  * - ./liveness.ts: the activity timeout (server pings, 4201);
  * - ./backlog.ts: its memory bound (a connection 1 MiB behind, 32 MiB for all of them);
- * - ./lane-room.ts: how many channels it serves (10,000 lanes), counted in its directory's placement;
+ * - ./host-lanes.ts: its lanes, one per channel, and ./lane-room.ts: how many it keeps (10,000),
+ *   counted in its directory's placement;
  * - ./host-metrics.ts: errors, connections and subscriptions for `/metrics`;
  * - ./host-store.ts: its tables (./schema.ts).
  * Its place in its group's directory (src/host-directory/) is reported like a relay's count.
@@ -41,11 +42,11 @@ import { HostBacklog } from "./backlog";
 import { HOST_FULL_STATUS, readHostConnect } from "./calls";
 import { ClientEvents } from "./client-events";
 import { Connections } from "./connections";
+import { HostLanes } from "./host-lanes";
 import { HostMetrics } from "./host-metrics";
 import { HostReads } from "./host-reads";
 import { HostStore } from "./host-store";
-import { HostLane, type LaneOwner } from "./lane";
-import { LaneRoom } from "./lane-room";
+import type { HostLane, LaneOwner } from "./lane";
 import { Liveness } from "./liveness";
 import { HostSubscriptions } from "./subscriptions";
 
@@ -57,11 +58,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   private id: { name: string; group: string; k: number } | null = null;
   readonly alarms: AlarmScheduler;
   private readonly connections: Connections;
-  private readonly lanes = new Map<string, HostLane>();
-  /** How many lanes it may keep; its directory hears them as load (./lane-room.ts). */
-  private readonly laneRoom = new LaneRoom(this.lanes);
-  /** The connections its lanes count as, as its directory last heard or will hear. */
-  private laneLoad = 0;
+  /** One lane per channel its connections hold, bounded; its directory hears them as load. */
+  private readonly lanes: HostLanes;
   private readonly subscriptions: HostSubscriptions;
   private readonly clientEvents: ClientEvents;
   private readonly liveness: Liveness;
@@ -79,6 +77,12 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.store = new HostStore(ctx.storage.sql);
+    this.lanes = new HostLanes({
+      owner: this,
+      capacity: () => settingsOf(this.env).relayCapacity,
+      loadChanged: () => this.directory.changed(),
+      deleteRow: (key) => this.store.deleteLane(key),
+    });
     this.alarms = new AlarmScheduler(ctx.storage, "the connection host's alarm");
     this.connections = new Connections(ctx);
     this.metrics = new HostMetrics(env);
@@ -89,13 +93,9 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       settings: () => settingsOf(this.env),
       identity: () => this.id,
       attachment: (ws) => this.connections.attachment(ws),
-      lane: (key, name) => {
-        const lane = this.lane(key, name);
-        this.lanesChanged();
-        return lane;
-      },
+      lane: (key, name) => this.lanes.forSubscribe(key, name),
       existingLane: (key) => this.lanes.get(key),
-      laneRoom: this.laneRoom,
+      laneRoom: this.lanes.room,
       reserve: async (key, client, visibility) => {
         const s = settingsOf(this.env);
         const id = this.id as { name: string; group: string; k: number };
@@ -140,7 +140,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
         // whose lanes count for more than its connections reports the rest there.
         counts: () => ({
           websockets: this.connections.count,
-          sse: Math.max(0, this.laneLoad - this.connections.count),
+          sse: Math.max(0, this.lanes.load - this.connections.count),
         }),
         clientCounts: () => [],
         presenceCount: () => 0,
@@ -171,7 +171,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       this.store.storeHost(this.id);
     }
     // Full in connections, or in lanes: its directory's count was behind (it counts both).
-    if (this.connections.count >= c.capacity || this.laneRoom.used >= this.laneRoom.max) {
+    if (this.connections.count >= c.capacity || this.lanes.room.used >= this.lanes.room.max) {
       return new Response(null, { status: HOST_FULL_STATUS });
     }
     const now = Date.now();
@@ -195,7 +195,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   deliver(key: string, frames: LiveFrame[], head: number, side: SideFrame[] = []): Promise<void> {
     if (!this.id) return Promise.resolve();
     // A channel this host left (or never kept): an empty lane reports so, and the channel drops it.
-    const lane = this.lanes.get(key) ?? this.lane(key, pusherName(key) ?? key);
+    const lane = this.lanes.of(key, pusherName(key) ?? key);
     return lane.inLane(() => lane.apply(frames, head, side));
   }
 
@@ -274,11 +274,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
   }
 
   leaveLane(lane: HostLane): void {
-    if (this.lanes.get(lane.key) !== lane) return;
-    this.lanes.delete(lane.key);
-    this.laneRoom.closed(lane.key);
-    this.store.deleteLane(lane.key);
-    this.lanesChanged();
+    if (!this.lanes.leave(lane)) return;
     // The last lane of a host with no connection: its directory hears it is empty, and it leaves.
     if (this.lanes.size === 0 && this.connections.count === 0) this.directory.changed();
   }
@@ -322,24 +318,6 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
 
   // ---- internals ----------------------------------------------------------------------------------
 
-  private lane(key: string, name: string): HostLane {
-    let lane = this.lanes.get(key);
-    if (!lane) {
-      lane = new HostLane(key, name, this);
-      this.lanes.set(key, lane);
-      this.laneRoom.opened(key);
-    }
-    return lane;
-  }
-
-  /** Lanes opened or closed: the directory hears when the connections they count as changed. */
-  private lanesChanged(): void {
-    const load = this.laneRoom.load(settingsOf(this.env).relayCapacity);
-    if (load === this.laneLoad) return;
-    this.laneLoad = load;
-    this.directory.changed();
-  }
-
   private send(ws: WebSocket, text: string): void {
     try {
       ws.send(text);
@@ -366,7 +344,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     this.id = { name: row.name, group: row.grp, k: row.k };
     const reported = new Map<string, number>();
     for (const l of stored.lanes) {
-      const lane = this.lane(l.channel, pusherName(l.channel) ?? l.channel);
+      const lane = this.lanes.of(l.channel, pusherName(l.channel) ?? l.channel);
       lane.lastSeq = l.last_seq;
       lane.seq.recovered(l.last_seq, l.generation, null);
       this.generation = Math.max(this.generation, l.generation);
@@ -381,7 +359,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
         this.store.deleteSubscription(s.socket, s.channel);
         continue;
       }
-      const lane = this.lane(s.channel, name);
+      const lane = this.lanes.of(s.channel, name);
       const client = s.user_id === null ? a.client : memberKey(s.user_id);
       lane.subs.set(ws, {
         socketId: s.socket,
@@ -405,8 +383,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     for (const lane of this.lanes.values()) {
       if (lane.subs.size !== (reported.get(lane.key) ?? -1)) lane.reporter.changed();
     }
-    // The lanes it restored are those its directory heard of before it slept: no report for them.
-    this.laneLoad = this.laneRoom.load(settingsOf(this.env).relayCapacity);
+    this.lanes.restored();
     if (this.connections.count === 0) this.directory.changed();
   }
 

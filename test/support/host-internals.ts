@@ -86,7 +86,7 @@ export async function editAttachmentOf(
  */
 export async function leaveLaneRoom(host: string, more: number, { absolute = false } = {}): Promise<void> {
   await runInDurableObject(connectionHostStub(env, host), (instance: ConnectionHost) => {
-    const room = (instance as unknown as { laneRoom: { max: number; used: number } }).laneRoom;
+    const room = (instance as unknown as { lanes: { room: { max: number; used: number } } }).lanes.room;
     room.max = absolute ? more : room.used + more;
   });
 }
