@@ -33,7 +33,7 @@ export async function pollUntil(ready: () => boolean, timeoutMs: number): Promis
     if (waited >= timeoutMs || Date.now() - start >= timeoutMs) return false;
     await new Promise<void>((r) => setTimeout(r, step));
     waited += Math.max(step, 0.25); // a 0 ms timer still takes a turn of the event loop
-    step = step === 0 ? 1 : Math.min(step * 2, MAX_STEP_MS);
+    step = MAX_STEP_MS;
   }
   return true;
 }
