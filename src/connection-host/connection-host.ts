@@ -171,7 +171,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       this.store.storeHost(this.id);
     }
     // Full in connections, or in lanes: its directory's count was behind (it counts both).
-    if (this.connections.count >= c.capacity || this.lanes.room.used >= this.lanes.room.max) {
+    if (this.connections.count >= c.capacity || this.lanes.room.full) {
       return new Response(null, { status: HOST_FULL_STATUS });
     }
     const now = Date.now();

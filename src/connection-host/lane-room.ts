@@ -39,6 +39,11 @@ export class LaneRoom {
     return this.lanes.size + this.pending;
   }
 
+  /** No room for one more lane: a subscribe to a new channel, or a new connection, is refused. */
+  get full(): boolean {
+    return this.used >= this.max;
+  }
+
   /**
    * A subscribe to `key` takes its room: its release when the host serves the channel, a subscribe to
    * it is already on its way, or one more lane fits; null when none does.
@@ -46,7 +51,7 @@ export class LaneRoom {
   take(key: string): LaneRelease | null {
     const n = this.opening.get(key) ?? 0;
     if (n === 0 && !this.lanes.has(key)) {
-      if (this.used >= this.max) return null;
+      if (this.full) return null;
       this.pending++;
     }
     this.opening.set(key, n + 1);
