@@ -301,13 +301,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       // already closed
     }
     this.backlog.forget(ws);
-    // Each channel counts its own slow closes (its `slow_consumers_closed`), as from a relay.
-    if (ended === "slow") {
-      for (const key of this.subscriptions.channelsOf(ws).values()) {
-        const lane = this.lanes.get(key);
-        if (lane?.subs.has(ws)) lane.reporter.tellSlow();
-      }
-    }
+    if (ended === "slow") this.lanes.closedSlow(ws, this.subscriptions.channelsOf(ws).values());
     const subscriptions = this.subscriptions.dropConnection(ws);
     if (ended) this.metrics.closed(ended, subscriptions);
     this.connections.forget(ws);
@@ -342,15 +336,7 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
     if (!stored) return;
     const row = stored.host;
     this.id = { name: row.name, group: row.grp, k: row.k };
-    const reported = new Map<string, number>();
-    for (const l of stored.lanes) {
-      const lane = this.lanes.of(l.channel, pusherName(l.channel) ?? l.channel);
-      lane.lastSeq = l.last_seq;
-      lane.seq.recovered(l.last_seq, l.generation, null);
-      this.generation = Math.max(this.generation, l.generation);
-      lane.reporter.reported = { websockets: l.reported, sse: 0 };
-      reported.set(l.channel, l.reported);
-    }
+    this.generation = Math.max(this.generation, this.lanes.restoreRows(stored.lanes));
     for (const s of stored.subscriptions) {
       const ws = this.connections.byIdOf(s.socket);
       const a = ws ? this.connections.attachment(ws) : null;
@@ -379,9 +365,6 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
       if (!lane || h.generation <= lane.seq.generation) continue;
       lane.lastSeq = h.seq;
       lane.seq.recovered(h.seq, h.generation, h.ws);
-    }
-    for (const lane of this.lanes.values()) {
-      if (lane.subs.size !== (reported.get(lane.key) ?? -1)) lane.reporter.changed();
     }
     this.lanes.restored();
     if (this.connections.count === 0) this.directory.changed();

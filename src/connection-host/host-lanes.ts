@@ -3,8 +3,10 @@
  * or for a channel's call, forgotten when the channel says leave, and bounded by their room
  * (./lane-room.ts), which the host's directory hears as load.
  */
+import { pusherName } from "../wire/pusher/names";
 import { HostLane, type LaneOwner } from "./lane";
 import { LaneRoom } from "./lane-room";
+import type { LaneRow } from "./schema";
 
 /** What the lanes need of their host. */
 export interface LanesHost {
@@ -75,8 +77,41 @@ export class HostLanes {
     return true;
   }
 
-  /** After a wake: the lanes restored are those the directory heard of before it slept, no report. */
+  /**
+   * A connection closed for slowness: the channel of each of its `keys` counts it in its
+   * `slow_consumers_closed`, as it counts a relay's.
+   */
+  closedSlow(ws: WebSocket, keys: Iterable<string>): void {
+    for (const key of keys) {
+      const lane = this.lanes.get(key);
+      if (lane?.subs.has(ws)) lane.reporter.tellSlow();
+    }
+  }
+
+  /**
+   * After a restart or a wake: the lanes its rows kept, each with its last seq and the count its
+   * channel last heard. Answers the latest generation among them.
+   */
+  restoreRows(rows: readonly LaneRow[]): number {
+    let generation = 0;
+    for (const l of rows) {
+      const lane = this.of(l.channel, pusherName(l.channel) ?? l.channel);
+      lane.lastSeq = l.last_seq;
+      lane.seq.recovered(l.last_seq, l.generation, null);
+      lane.reporter.reported = { websockets: l.reported, sse: 0 };
+      generation = Math.max(generation, l.generation);
+    }
+    return generation;
+  }
+
+  /**
+   * Then, with their subscriptions back: each lane whose count differs from what its channel last
+   * heard reports. The lanes are those the directory heard of before the host slept: no report.
+   */
   restored(): void {
+    for (const lane of this.lanes.values()) {
+      if (lane.subs.size !== lane.reporter.reported.websockets) lane.reporter.changed();
+    }
     this.heard = this.room.load(this.host.capacity());
   }
 
