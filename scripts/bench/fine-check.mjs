@@ -30,7 +30,10 @@ import {
   withoutPath,
 } from "./workload.mjs";
 
-/** The length of one slice of the fine check, in seconds. */
+/**
+ * What one slice of the fine check asks autocannon for, in seconds. Its connections keep going until
+ * autocannon's next 1 s sample, so a slice is about 1 s of load, timed to its last answer (lib/bench.mjs).
+ */
 const FINE_SECONDS = 0.6;
 // The routes `--against` compares by default (the ones a change to the publish path can move): a
 // delivered publish with 1 and with 10 subscribers, drop rate 0.5 with 10, the deny flood, the crowd
@@ -220,7 +223,7 @@ const FINE_PATHS_COUNT_LIMITER = new Set(["crowd", "crowdcold"]);
 export function printFine(config, fine) {
   const { fine: FINE, ref: REF, against: AGAINST, spread: SPREAD } = config;
   console.log(
-    `\nfine check (${FINE} rounds of ${FINE_SECONDS} s slices, each path in its own workerd; median ratio to the bare slices of the same round):`,
+    `\nfine check (${FINE} rounds of slices of about 1 s, each path in its own workerd; median ratio to the bare slices of the same round):`,
   );
   console.log("| path | throughput / bare POST | CPU per request × bare POST | throughput / bare GET | statuses |");
   console.log("|---|---:|---:|---:|---|");
