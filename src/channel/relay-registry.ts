@@ -208,8 +208,9 @@ export class RelayRegistry {
   /**
    * Takes a relay's counts. Answers `leave` when it is empty with no slot reserved (it is out of the
    * registry then), and `activated` when this is its first report (it is sent messages from now on).
+   * Empty but kept for a reserved slot: `lapsesAt`, when the last of its slots lapses.
    */
-  report(r: RelayReport, now: number): { leave: boolean; activated: boolean } {
+  report(r: RelayReport, now: number): { leave: boolean; activated: boolean; lapsesAt?: number } {
     let entry = this.entries.get(r.relay);
     if (!entry) {
       if (r.websockets + r.sse === 0) return { leave: true, activated: false };
@@ -230,7 +231,10 @@ export class RelayRegistry {
     const activated = !entry.active;
     entry.active = true;
     this.store.save(entry);
-    return { leave: false, activated };
+    if (entry.websockets + entry.sse > 0) return { leave: false, activated };
+    let lapsesAt = now;
+    for (const slot of entry.reservations.values()) lapsesAt = Math.max(lapsesAt, slot.until);
+    return { leave: false, activated, lapsesAt };
   }
 
   /** Forgets a relay that never reported and whose reservations all lapsed (its subscribes failed). */

@@ -228,6 +228,7 @@ export class ChannelRelays {
     const state = this.presence.state();
     return {
       leave: answer.leave,
+      ...(answer.lapsesAt !== undefined ? { askAgainAt: answer.lapsesAt } : {}),
       head: this.store.counter("last_seq"),
       presence: state.text,
       presenceVersion: state.version ?? 0,

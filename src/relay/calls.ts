@@ -136,6 +136,12 @@ export interface RelayReportAnswer {
   leave: boolean;
   head: number;
   /**
+   * Empty, yet kept: a slot is still reserved on it for a subscriber that has not arrived (and may
+   * never: its client went away on the way). When the last such slot lapses (epoch ms): the relay
+   * reports again then, so a relay or lane on a quiet channel does not stay on for nobody.
+   */
+  askAgainAt?: number;
+  /**
    * The presence `state` frame as of this report (docs/api.md, "Presence"): what a subscriber that
    * joined with `?presence=1` is sent first, counting itself.
    */

@@ -3,7 +3,8 @@
  * the channel its WebSockets, SSE streams, open subscriptions per client, the reservations that joined
  * and the subscribers closed as slow. One report is in flight at a time; changes meanwhile go in the
  * next; a report that failed is tried again by the relay's alarm ({@link REPORT_RETRY_MS}), so a
- * subscriber gone stops counting even when the report of it is lost.
+ * subscriber gone stops counting even when the report of it is lost. A relay left empty but kept for
+ * a reserved slot reports again by its alarm when the channel says the slot lapses, and then leaves.
  */
 
 import type { AlarmScheduler } from "../platform/alarm-scheduler";
@@ -94,6 +95,11 @@ export class RelayReporter {
     this.report().then(
       (answer) => {
         if (answer.leave) this.relay.leave();
+        else if (answer.askAgainAt !== undefined) {
+          // Nothing else may happen on a quiet channel: the alarm asks again once the slot lapsed.
+          this.owed = true;
+          this.alarms.request(answer.askAgainAt);
+        }
       },
       (e) => {
         console.error("floodgate relay: could not report counts", e instanceof Error ? e.message : e);

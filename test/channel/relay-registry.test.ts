@@ -76,6 +76,28 @@ describe("relay registry", () => {
     expect(r.size).toBe(1);
   });
 
+  it("an emptied relay kept for a reserved slot is told when the slot lapses, and leaves when reported then", () => {
+    const { r } = registry();
+    const a = slot(r.assign("g", 2, 0, "client", caps(100, 1000)));
+    const b = slot(r.assign("g", 2, 5, "client", caps(100, 1000)));
+    const report = (websockets: number, joined: string[]) => ({
+      relay: a.relay,
+      group: "g",
+      k: 0,
+      websockets,
+      sse: 0,
+      clients: [],
+      joined,
+      slowClosed: 0,
+    });
+    expect(r.report(report(1, [a.reservation]), 10)).toEqual({ leave: false, activated: true });
+    // Its subscriber left; b's never came. Kept, and told when b's slot lapses.
+    expect(r.report(report(0, []), 20)).toEqual({ leave: false, activated: false, lapsesAt: 5 + RESERVATION_TTL_MS });
+    expect(r.report(report(0, []), 5 + RESERVATION_TTL_MS)).toEqual({ leave: true, activated: false });
+    expect(r.size).toBe(0);
+    expect(b.relay).toBe(a.relay);
+  });
+
   it("answers full at maxSubscribers, counting reserved slots", () => {
     const { r } = registry();
     slot(r.assign("g", 10, 0, "client", caps(2, 1000)));
@@ -101,6 +123,7 @@ describe("relay registry", () => {
     ).toEqual({
       leave: false,
       activated: false,
+      lapsesAt: 2 + RESERVATION_TTL_MS,
     });
     expect(
       r.report(

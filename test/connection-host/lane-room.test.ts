@@ -7,13 +7,14 @@
  * made keeps its hosts and takes their lane loads. The room's own accounting is tested on a plain
  * map, where concurrent subscribes to new channels must not overfill it.
  */
-import { evictDurableObject, runInDurableObject } from "cloudflare:test";
+import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
 import { HOST_FULL_STATUS, hostConnectRequest } from "../../src/connection-host/calls";
 import { HOST_MAX_LANES, LaneRoom } from "../../src/connection-host/lane-room";
 import type { HostDirectory } from "../../src/host-directory/host-directory";
-import { connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
+import { channelStub, connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
+import { relayReservations } from "../support/channel-internals";
 import { adminHeaders, call, refusalsGrown, scrapeMetrics, uniq, until } from "../support/helpers";
 import { hostOf, laneLoadInDirectory, leaveLaneRoom } from "../support/host-internals";
 import { closePushers, openPusher, type PusherSocket } from "../support/pusher";
@@ -117,6 +118,37 @@ describe("a connection host's channels", () => {
     // The lane goes when its channel has heard it is empty.
     await until(async () => (await lanesOf(host)).length === 0, "the empty lane gone");
     expect((await p.subscribe(second)).event).toBe("pusher_internal:subscription_succeeded");
+  });
+});
+
+describe("a lane kept for a subscriber that never came", () => {
+  it("on a quiet channel, leaves by its host's alarm once the channel's reserved slot lapses", async () => {
+    const p = await openPusher();
+    await until(async () => (await hostOf(p.socketId)) !== null, "the connection's host in its directory");
+    const host = (await hostOf(p.socketId)) as string;
+    const name = uniq("kept-");
+    const key = `pusher:${name}`;
+    expect((await p.subscribe(name)).event).toBe("pusher_internal:subscription_succeeded");
+    // A slot on this host whose subscription never reaches its lane (its connection went away).
+    const k = Number(host.split(":").at(-1));
+    await channelStub(env, key).assignHost(key, host, "local", k, "ip:203.0.113.7", {
+      maxSubscribers: 100_000,
+      maxPerClient: 100,
+      maxAnonymous: 100_000,
+      maxPerNet: 1_000,
+    });
+    p.send({ event: "pusher:unsubscribe", data: { channel: name } });
+    await until(async () => (await websocketsOf(key)) === 0, "the unsubscribe counted");
+    expect(await lanesOf(host)).toEqual([key]); // kept while the slot is reserved
+    const alarm = await runInDurableObject(connectionHostStub(env, host), (_h, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+    await runInDurableObject(channelStub(env, key), (o) => {
+      for (const reservations of relayReservations(o))
+        for (const [id, r] of reservations) reservations.set(id, { ...r, until: 0 });
+    });
+    // Nothing is published: only the host's alarm can find the lane empty for nobody.
+    await runDurableObjectAlarm(connectionHostStub(env, host));
+    await until(async () => (await lanesOf(host)).length === 0, "the empty lane gone");
   });
 });
 

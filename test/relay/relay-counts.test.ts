@@ -107,6 +107,35 @@ describe("counts", () => {
     await settled(ch, 1);
   });
 
+  it("on a quiet channel, a relay kept empty for a reserved slot asks again by its alarm when the slot lapses, and leaves", async () => {
+    const ch = `public:relays.${uniq()}`;
+    const a = await openSocket(ch, "", relayEnv);
+    // A slot whose subscriber never reaches the relay (its client went away on the way there).
+    await channelStub(ch).assignRelay(ch, "local", CAPACITY, "ip:test", {
+      maxSubscribers: 100_000,
+      maxPerClient: 20,
+      maxAnonymous: 100_000,
+      maxPerNet: 200,
+    });
+    const [lapsesAt] = await runInDurableObject(channelStub(ch), (o) =>
+      relayReservations(o).flatMap((reservations) => [...reservations.values()].map((r) => r.until)),
+    );
+    a.ws.close();
+    await until(async () => (await stats(ch)).occupancy === 0, "the subscriber's leave to be counted");
+    expect((await stats(ch)).relays).toBe(1); // kept while the slot is reserved
+    // Nobody publishes: the relay's own alarm is set for when the slot lapses.
+    const alarm = await runInDurableObject(relayStub(ch, 0), (_r, state) => state.storage.getAlarm());
+    expect(alarm).not.toBeNull();
+    expect(alarm as number).toBeLessThanOrEqual(lapsesAt as number);
+    await runInDurableObject(channelStub(ch), (o) => {
+      for (const reservations of relayReservations(o))
+        for (const [id, r] of reservations) reservations.set(id, { ...r, until: 0 });
+    });
+    await runInDurableObject(relayStub(ch, 0), (relay) => relay.tick(Date.now()));
+    await settled(ch, 1);
+    expect((await stats(ch)).relays).toBe(0);
+  });
+
   it("a relay reset on a quiet channel does not keep its dropped subscribers counted against MAX_SUBSCRIBERS", async () => {
     const ch = `public:relays.${uniq()}`;
     const capped = envWith({ RELAY_CAPACITY: String(CAPACITY), MAX_SUBSCRIBERS: "1", ANONYMOUS_SHARE: "1" });
