@@ -16,6 +16,7 @@
 import { shardKey } from "../../functions/shard-key";
 import type { RelaySlot } from "../channel/calls";
 import { type BucketState, fullBucket, take } from "../limiter/token-bucket";
+import { HOST_FULL_REASON } from "../metrics/series";
 import { shardRuleFor } from "../settings/rules";
 import type { Settings } from "../settings/settings";
 import { DEFAULT_SHARD } from "../settings/shards";
@@ -158,7 +159,7 @@ export class HostSubscriptions {
         503,
         "Unavailable",
         "this connection's host serves as many channels as it can; reconnect",
-        "host_full",
+        HOST_FULL_REASON,
       );
     }
     try {

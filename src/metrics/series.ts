@@ -64,6 +64,12 @@ export function readersThinnedSeries(reason: "max_rate" | "slow"): string {
   return seriesKey("floodgate_readers_thinned_total", { reason });
 }
 
+/**
+ * A connection host with no room (a Pusher connection closed 4100, a Pusher subscription's 503 past
+ * its lanes): no HTTP 503 names it, so not an UnavailableReason.
+ */
+export const HOST_FULL_REASON = "host_full";
+
 /** The reasons `floodgate_refusals_total` always shows (a 429 of another bucket adds its own). */
 export const REFUSAL_REASONS = [
   "unauthenticated",
@@ -75,9 +81,7 @@ export const REFUSAL_REASONS = [
   "admin-auth",
   "subscriptions",
   "connections",
-  // A connection host with no room (a Pusher connection closed 4100, a Pusher subscription's 503 past
-  // its lanes): no HTTP 503 names it, so not an UnavailableReason.
-  "host_full",
+  HOST_FULL_REASON,
   ...UNAVAILABLE_REASONS,
 ] as const;
 
@@ -96,7 +100,7 @@ export function refusalReasonOf(status: number, named?: string): string | null {
     case 429:
       return named ?? "rate_limited";
     case 503:
-      return isUnavailableReason(named) || named === "host_full" ? named : "unavailable";
+      return isUnavailableReason(named) || named === HOST_FULL_REASON ? named : "unavailable";
     default:
       return null;
   }

@@ -16,6 +16,7 @@ import { clientKey } from "../../channel/client-cap";
 import { HOST_FULL_STATUS, hostConnectRequest } from "../../connection-host/calls";
 import { directoryName } from "../../host-directory/naming";
 import { readBudget } from "../../limiter/budgets";
+import { HOST_FULL_REASON } from "../../metrics/series";
 import { connectionHostStub, hostDirectoryStub } from "../../platform/stubs";
 import { placementGroup } from "../../relay/placement";
 import { CONTINENTS } from "../../settings/shards";
@@ -110,7 +111,7 @@ pusherConnect.get(documented(pusherConnect, connectRoute), async (c) => {
     // A 101 is no refusal to the count by answers (src/worker/http/refusals.ts), so it is counted here:
     // a host full already (its directory placed by a count behind the host's), or any other answer
     // without a socket, a host that failed.
-    const reason = res.status === HOST_FULL_STATUS ? "host_full" : "unavailable";
+    const reason = res.status === HOST_FULL_STATUS ? HOST_FULL_REASON : "unavailable";
     svc.metrics.inc("floodgate_refusals_total", { reason });
     return refusedSocket(PUSHER_OVER_CAPACITY, "Over capacity: retry later");
   }
