@@ -205,8 +205,8 @@ export async function fineCheck(config, { targets, has, references }) {
   return {
     ids: [...ids],
     compared,
-    // Requests per second of the slice (a duration's slices all take FINE_SECONDS; the cold crowd's
-    // runs to a count of requests and takes what it takes).
+    // Requests per second of the slice, timed to its last answer (a duration's slices run to
+    // autocannon's next 1 s sample; the cold crowd's run to a count of requests, however long).
     throughput: (id, ref) => against(id, ref, (r) => r.rate),
     cpu: (id, ref) => against(id, ref, (r) => r.cpuPerRequest),
     // Latency's tail: autocannon's p99 is in whole ms, so a 0 ms slice counts as 1.

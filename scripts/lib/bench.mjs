@@ -119,21 +119,18 @@ export async function startRecipe({ gcraIntervalMs } = {}) {
 
 /**
  * One autocannon run for `seconds`, or until `amount` requests are done: { rps (autocannon's mean of
- * its per-second counts), rate (requests completed over the run's wall time), p50, p99, statuses }.
+ * its per-second counts), rate (requests completed over the time to the last answer; 0 when none
+ * came), p50, p99, statuses }.
  */
 export async function load(url, opts, { seconds, connections, amount }) {
   let shown = 0;
+  const onResponse = (status, body) => {
+    if (status >= 500 && shown++ < 2) console.log(`  ${status} from ${url}: ${body}`);
+  };
+  // Each request of the run also prints its first 5xx bodies (a run made of `requests`, the crowds',
+  // keeps them).
   const debug = process.env.BENCH_DEBUG_500
-    ? {
-        requests: [
-          {
-            ...opts,
-            onResponse: (status, body) => {
-              if (status >= 500 && shown++ < 2) console.log(`  ${status} from ${url}: ${body}`);
-            },
-          },
-        ],
-      }
+    ? { requests: opts.requests ? opts.requests.map((r) => ({ ...r, onResponse })) : [{ ...opts, onResponse }] }
     : {};
   const started = performance.now();
   const run = autocannon({ url, connections, ...(amount ? { amount } : { duration: seconds }), ...opts, ...debug });
@@ -147,7 +144,8 @@ export async function load(url, opts, { seconds, connections, amount }) {
   const elapsed = (last - started) / 1000;
   const statuses = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, v]) => [code, v.count]));
   const completed = Object.values(statuses).reduce((a, n) => a + n, 0);
-  return { rps: r.requests.average, rate: completed / elapsed, p50: r.latency.p50, p99: r.latency.p99, statuses };
+  const rate = completed > 0 && elapsed > 0 ? completed / elapsed : 0;
+  return { rps: r.requests.average, rate, p50: r.latency.p50, p99: r.latency.p99, statuses };
 }
 
 export function publishOpts(token, channel) {

@@ -96,9 +96,10 @@ export class RelayReporter {
       (answer) => {
         if (answer.leave) this.relay.leave();
         else if (answer.askAgainAt !== undefined) {
-          // Nothing else may happen on a quiet channel: the alarm asks again once the slot lapsed.
+          // Nothing else may happen on a quiet channel: the alarm asks again once the slot lapsed. Not
+          // sooner than a retry: a clock ahead of the channel's would otherwise ask again at once.
           this.owed = true;
-          this.alarms.request(answer.askAgainAt);
+          this.alarms.request(Math.max(answer.askAgainAt, Date.now() + REPORT_RETRY_MS));
         }
       },
       (e) => {

@@ -10,6 +10,7 @@
 import { evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, describe, expect, it } from "vitest";
+import type { RelayEntry } from "../../src/channel/relay-registry";
 import { HOST_FULL_STATUS, hostConnectRequest } from "../../src/connection-host/calls";
 import { HOST_MAX_LANES, LaneRoom } from "../../src/connection-host/lane-room";
 import type { HostDirectory } from "../../src/host-directory/host-directory";
@@ -140,8 +141,6 @@ describe("a lane kept for a subscriber that never came", () => {
     p.send({ event: "pusher:unsubscribe", data: { channel: name } });
     await until(async () => (await websocketsOf(key)) === 0, "the unsubscribe counted");
     expect(await lanesOf(host)).toEqual([key]); // kept while the slot is reserved
-    const alarm = await runInDurableObject(connectionHostStub(env, host), (_h, state) => state.storage.getAlarm());
-    expect(alarm).not.toBeNull();
     await runInDurableObject(channelStub(env, key), (o) => {
       for (const reservations of relayReservations(o))
         for (const [id, r] of reservations) reservations.set(id, { ...r, until: 0 });
@@ -149,6 +148,36 @@ describe("a lane kept for a subscriber that never came", () => {
     // Nothing is published: only the host's alarm can find the lane empty for nobody.
     await runDurableObjectAlarm(connectionHostStub(env, host));
     await until(async () => (await lanesOf(host)).length === 0, "the empty lane gone");
+  });
+});
+
+describe("a host's directory", () => {
+  it("tells a host with no connection, kept for a connection on its way, when that place lapses; then it leaves", async () => {
+    const stub = hostDirectoryStub(env, `hosts:${uniq("kept-")}`);
+    const report = (host: string, k: number) => ({
+      relay: host,
+      group: "kept",
+      k,
+      websockets: 0,
+      sse: 0,
+      clients: [],
+      joined: [],
+      slowClosed: 0,
+    });
+    await runInDurableObject(stub, (d: HostDirectory) => {
+      const first = d.place("kept", 1000);
+      d.relayReport("hosts:kept", { ...report(first.host, first.k), websockets: 1, joined: [first.reservation] });
+      // A second connection placed there never arrives; the first leaves.
+      d.place("kept", 1000);
+      const answer = d.relayReport("hosts:kept", report(first.host, first.k));
+      expect(answer.leave).toBe(false);
+      expect(answer.askAgainAt).toBeGreaterThan(Date.now());
+      const hosts = (d as unknown as { hosts: { entries: Map<string, RelayEntry> } }).hosts;
+      for (const e of hosts.entries.values())
+        for (const [id, r] of e.reservations) e.reservations.set(id, { ...r, until: 0 });
+      expect(d.relayReport("hosts:kept", report(first.host, first.k))).toEqual({ leave: true, head: 0 });
+      expect(d.hostsNow()).toEqual([]);
+    });
   });
 });
 
