@@ -15,7 +15,7 @@ import { HOST_FULL_STATUS, hostConnectRequest } from "../../src/connection-host/
 import { HOST_MAX_LANES, LaneRoom } from "../../src/connection-host/lane-room";
 import type { HostDirectory } from "../../src/host-directory/host-directory";
 import { channelStub, connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
-import { relayReservations } from "../support/channel-internals";
+import { lapseRelayReservations } from "../support/channel-internals";
 import { adminHeaders, call, refusalsGrown, scrapeMetrics, uniq, until } from "../support/helpers";
 import { hostOf, laneLoadInDirectory, leaveLaneRoom } from "../support/host-internals";
 import { closePushers, openPusher, type PusherSocket } from "../support/pusher";
@@ -141,10 +141,7 @@ describe("a lane kept for a subscriber that never came", () => {
     p.send({ event: "pusher:unsubscribe", data: { channel: name } });
     await until(async () => (await websocketsOf(key)) === 0, "the unsubscribe counted");
     expect(await lanesOf(host)).toEqual([key]); // kept while the slot is reserved
-    await runInDurableObject(channelStub(env, key), (o) => {
-      for (const reservations of relayReservations(o))
-        for (const [id, r] of reservations) reservations.set(id, { ...r, until: 0 });
-    });
+    await lapseRelayReservations(key);
     // Nothing is published: only the host's alarm can find the lane empty for nobody.
     await runDurableObjectAlarm(connectionHostStub(env, host));
     await until(async () => (await lanesOf(host)).length === 0, "the empty lane gone");

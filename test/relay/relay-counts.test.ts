@@ -7,7 +7,7 @@
 import { createExecutionContext, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import worker from "../../src/index";
-import { relayReservations } from "../support/channel-internals";
+import { lapseRelayReservations, relayReservations } from "../support/channel-internals";
 import {
   BASE,
   envWith,
@@ -30,6 +30,16 @@ import {
   settled,
   stats,
 } from "../support/relay-fixtures";
+
+/** A slot on `ch`'s relay whose subscriber never reaches it (its client went away on the way there). */
+async function reserveStraySlot(ch: string): Promise<void> {
+  await channelStub(ch).assignRelay(ch, "local", CAPACITY, "ip:test", {
+    maxSubscribers: 100_000,
+    maxPerClient: 20,
+    maxAnonymous: 100_000,
+    maxPerNet: 200,
+  });
+}
 
 describe("counts", () => {
   it("empty relays leave the registry and keep no storage", async () => {
@@ -88,20 +98,11 @@ describe("counts", () => {
     const ch = `public:relays.${uniq()}`;
     const t = await publisher("public:relays.*");
     const a = await openSocket(ch, "", relayEnv);
-    // A slot whose subscriber never reaches the relay (its client went away on the way there).
-    await channelStub(ch).assignRelay(ch, "local", CAPACITY, "ip:test", {
-      maxSubscribers: 100_000,
-      maxPerClient: 20,
-      maxAnonymous: 100_000,
-      maxPerNet: 200,
-    });
+    await reserveStraySlot(ch);
     a.ws.close();
     await until(async () => (await stats(ch)).occupancy === 0, "the subscriber's leave to be counted");
     expect((await stats(ch)).relays).toBe(1); // kept while the slot is reserved
-    await runInDurableObject(channelStub(ch), (o) => {
-      for (const reservations of relayReservations(o))
-        for (const [id, r] of reservations) reservations.set(id, { ...r, until: 0 });
-    });
+    await lapseRelayReservations(ch);
     // The next batch finds the relay empty; its report is answered "leave".
     expect((await publishTo(ch, t, 1)).status).toBe(200);
     await settled(ch, 1);
@@ -110,13 +111,7 @@ describe("counts", () => {
   it("on a quiet channel, a relay kept empty for a reserved slot asks again by its alarm when the slot lapses, and leaves", async () => {
     const ch = `public:relays.${uniq()}`;
     const a = await openSocket(ch, "", relayEnv);
-    // A slot whose subscriber never reaches the relay (its client went away on the way there).
-    await channelStub(ch).assignRelay(ch, "local", CAPACITY, "ip:test", {
-      maxSubscribers: 100_000,
-      maxPerClient: 20,
-      maxAnonymous: 100_000,
-      maxPerNet: 200,
-    });
+    await reserveStraySlot(ch);
     const [lapsesAt] = await runInDurableObject(channelStub(ch), (o) =>
       relayReservations(o).flatMap((reservations) => [...reservations.values()].map((r) => r.until)),
     );
@@ -128,10 +123,7 @@ describe("counts", () => {
       const alarm = await runInDurableObject(relayStub(ch, 0), (_r, state) => state.storage.getAlarm());
       return alarm !== null && alarm <= (lapsesAt as number);
     }, "the relay's alarm set for the slot's lapse");
-    await runInDurableObject(channelStub(ch), (o) => {
-      for (const reservations of relayReservations(o))
-        for (const [id, r] of reservations) reservations.set(id, { ...r, until: 0 });
-    });
+    await lapseRelayReservations(ch);
     expect(await runDurableObjectAlarm(relayStub(ch, 0))).toBe(true);
     await settled(ch, 1);
     expect((await stats(ch)).relays).toBe(0);

@@ -89,6 +89,17 @@ export function relayReservations(instance: ChannelObject): Map<string, Reservat
 }
 
 /**
+ * Every slot reserved on `channel`'s relays and connection hosts lapses now, as if its subscriber
+ * never came and the reservation's 30 s had passed.
+ */
+export async function lapseRelayReservations(channel: string): Promise<void> {
+  await runInDurableObject(channelStub(env, channel), (o: ChannelObject) => {
+    for (const reservations of relayReservations(o))
+      for (const [id, r] of reservations) reservations.set(id, { ...r, until: 0 });
+  });
+}
+
+/**
  * Moves the idle expiry's clock `ms` back — the last publish (or first use) in storage and memory,
  * and when the last subscriber left — as if that much time had passed.
  */
