@@ -52,8 +52,9 @@ export class RelayReporter {
   /** The counts the channel last heard (stored): after a restart a difference is reported. */
   reported = { websockets: 0, sse: 0 };
   /**
-   * A report failed and none has got through since: the alarm repeats it even when the totals match
-   * what the channel heard (one client's socket closed, another's opened: per-client counts differ).
+   * The alarm reports even when the totals match what the channel heard: a report failed and none
+   * has got through since (one client's socket closed, another's opened: per-client counts differ),
+   * or the channel kept this relay empty for a reserved slot and said when to ask again.
    */
   private owed = false;
 
