@@ -26,7 +26,9 @@ export class Publishing {
   /** Inside the batch's transaction: the outcome `cmd` would have had alone. */
   applyOne(cmd: PublishCommand): PublishOutcome {
     this.store.remember(cmd.channel);
-    const idemKey = cmd.idempotencyKey ? `${cmd.publisher}\u0000${cmd.idempotencyKey}` : null;
+    // Channel-wide, as the API says: a repeat of the key on this channel, by whichever publisher, answers
+    // the first result (docs/api.md, POST /v1/publish). Publishers sharing a channel share its keys.
+    const idemKey = cmd.idempotencyKey ?? null;
     if (idemKey) {
       const prior = this.store.sql
         .exec<{ result: string }>("SELECT result FROM idempotency WHERE key = ? AND expires_at > ?", idemKey, cmd.now)
