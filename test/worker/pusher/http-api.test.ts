@@ -396,4 +396,21 @@ describe("POST /v1/pusher/auth", () => {
     expect(((await anonymous.json()) as { code: string }).code).toBe("unauthenticated");
     p.ws.close();
   });
+
+  it("a public channel needs no authorization, but one asked for is answered as its token allows", async () => {
+    const token = (await mint({ sub: uniq("dave"), channels: ["pusher:lobby.*"], scopes: ["subscribe"] })).access_token;
+    const p = await openPusher();
+    const ask = (channel: string) =>
+      call("/v1/pusher/auth", {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/x-www-form-urlencoded" },
+        body: `socket_id=${p.socketId}&channel_name=${channel}`,
+      });
+    const name = `lobby.${uniq()}`;
+    const res = await ask(name);
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual(await authFor(p, name));
+    expect((await ask(`hall.${uniq()}`)).status).toBe(403);
+    p.ws.close();
+  });
 });
