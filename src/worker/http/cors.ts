@@ -36,7 +36,8 @@ type Grant = "listed" | "public" | "none";
 
 /**
  * What `origin` may do, or null when `CORS_ORIGINS` lists nothing: the API is then for its own origin,
- * servers and native apps, as without CORS at all.
+ * servers and native apps, as without CORS at all (no CORS headers, WebSockets from any origin), and
+ * a preflight, which only a page on another origin sends, is refused.
  */
 function grantOf(cors: CorsOrigins, origin: string): Grant | null {
   if (cors.origins.size === 0 && !cors.anyForPublicReads) return null;
@@ -82,7 +83,8 @@ export const cors = createMiddleware<AppEnv>(async (c, next) => {
   const path = c.req.path;
   if (!origin || !inScope(path)) return next();
   const grant = grantOf(c.var.svc.config.cors, origin);
-  if (grant === null) return next();
+  // No origin is listed, so this one is not: its preflight is refused like any unlisted origin's.
+  if (grant === null) return isPreflight(c.req.raw) ? refused(origin) : next();
   const method = c.req.method;
 
   // A preflight: answered here, before any route (none is declared for OPTIONS) or budget.
@@ -102,10 +104,15 @@ export const cors = createMiddleware<AppEnv>(async (c, next) => {
   allowOn(c.res.headers, grant, origin, !!c.req.header("authorization"), method, path);
 });
 
-/** The answer to a preflight (`OPTIONS` with `Access-Control-Request-Method`), or null for any other request. */
+/** A preflight: `OPTIONS` with `Access-Control-Request-Method`. */
+function isPreflight(req: Request): boolean {
+  return req.method === "OPTIONS" && req.headers.has("access-control-request-method");
+}
+
+/** The answer to a preflight, or null for any other request. */
 function preflightAnswer(req: Request, grant: Grant, origin: string, path: string): Response | null {
   const requested = req.headers.get("access-control-request-method");
-  if (req.method !== "OPTIONS" || !requested) return null;
+  if (!isPreflight(req) || !requested) return null;
   const withAuth = (req.headers.get("access-control-request-headers") ?? "").toLowerCase().includes("authorization");
   const ok = grant === "listed" || (grant === "public" && !withAuth && isPublicRead(requested, path));
   if (!ok) return refused(origin);
@@ -156,7 +163,7 @@ export function corsOnConfigError(req: Request, raw: RawConfig, res: Response): 
     return res;
   }
   const grant = grantOf(settings, origin);
-  if (grant === null) return res;
+  if (grant === null) return isPreflight(req) ? refused(origin) : res;
   const preflight = preflightAnswer(req, grant, origin, pathname);
   if (preflight) return preflight;
   allowOn(res.headers, grant, origin, req.headers.has("authorization"), req.method, pathname);

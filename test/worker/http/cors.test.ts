@@ -145,6 +145,29 @@ describe("CORS_ORIGINS: listed origins", () => {
   });
 });
 
+describe("CORS_ORIGINS empty: no origin is listed", () => {
+  const none = envWith({ CORS_ORIGINS: "" });
+
+  it("a preflight answers 403 without CORS headers; other requests and WebSockets from any origin are untouched", async () => {
+    const other = "https://elsewhere.example";
+    const pre = await callAndWait(`/v1/publish/public:${uniq()}.x`, preflight(other, "POST", "authorization"), none);
+    expect(pre.status).toBe(403);
+    expect(pre.headers.get("access-control-allow-origin")).toBeNull();
+    expect(await pre.json()).toMatchObject({ code: "permission_denied", meta: { code: "PERMISSION_DENIED" } });
+    const res = await callAndWait(`/v1/manifest`, from(other), none);
+    expect(res.status).toBe(200);
+    expect(res.headers.get("access-control-allow-origin")).toBeNull();
+    const ws = await callAndWait(
+      `/v1/subscribe/public:${uniq()}.any`,
+      from(other, { headers: { upgrade: "websocket", connection: "Upgrade", "sec-websocket-version": "13" } }),
+      none,
+    );
+    expect(ws.status).toBe(101);
+    ws.webSocket?.accept();
+    ws.webSocket?.close(1000, "done");
+  });
+});
+
 describe("CORS_ORIGINS: * opens public reads only", () => {
   it("history, presence and SSE subscribe of a public channel and the manifest answer Access-Control-Allow-Origin: *", async () => {
     const ch = `public:${uniq()}.open`;
