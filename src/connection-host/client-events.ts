@@ -13,7 +13,6 @@ import { type BucketState, fullBucket, take } from "../limiter/token-bucket";
 import { settingsOf } from "../settings/settings";
 import { utf8Length } from "../wire/frame-text";
 import { PUSHER_BAD_FRAME, PUSHER_CLIENT_EVENT_RATE } from "../wire/pusher/codes";
-import { pusherBody } from "../wire/pusher/event-meta";
 import { pusherChannel, pusherVisibility } from "../wire/pusher/names";
 import type { ConnectionAttachment } from "./connections";
 import type { HostLane } from "./lane";
@@ -50,12 +49,12 @@ export class ClientEvents {
       return host.error(ws, PUSHER_BAD_FRAME, `client event on ${channel}, which this connection is not subscribed to`);
     }
     const settings = settingsOf(this.env);
-    // Bounded as stored, {"event","data"} with `data` JSON-escaped: what history and the record see.
-    if (utf8Length(pusherBody(event, data)) > settings.maxMessageBytes) {
+    // Bounded on `data` as sent, as the HTTP API's events (src/worker/pusher/events-api.ts).
+    if (utf8Length(data) > settings.maxMessageBytes) {
       return host.error(
         ws,
         PUSHER_BAD_FRAME,
-        `client event larger than MAX_MESSAGE_BYTES (${settings.maxMessageBytes}) as stored ({"event","data"})`,
+        `client event data larger than MAX_MESSAGE_BYTES (${settings.maxMessageBytes})`,
       );
     }
     const limit = settings.pusher.clientEvents;

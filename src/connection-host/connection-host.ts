@@ -36,6 +36,7 @@ import { settingsOf } from "../settings/settings";
 import type { LiveFrame, SideFrame } from "../wire/frame-text";
 import { readClientFrame } from "../wire/pusher/client-frames";
 import { PUSHER_BAD_FRAME, PUSHER_OVER_CAPACITY } from "../wire/pusher/codes";
+import { pusherBodyMax } from "../wire/pusher/event-meta";
 import { connectionEstablished, PING, PONG, pusherError, subscriptionError } from "../wire/pusher/frames";
 import { memberKey, pusherName } from "../wire/pusher/names";
 import { HostBacklog } from "./backlog";
@@ -50,7 +51,7 @@ import type { HostLane, LaneOwner } from "./lane";
 import { Liveness } from "./liveness";
 import { HostSubscriptions } from "./subscriptions";
 
-/** What a frame from a connection may weigh beyond its data (`MAX_MESSAGE_BYTES`): names, auth, JSON. */
+/** What a frame from a connection may weigh beyond its event (its data JSON-escaped): names, auth, JSON. */
 const FRAME_OVERHEAD_BYTES = 4096;
 
 export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
@@ -203,7 +204,8 @@ export class ConnectionHost extends DurableObject<Env> implements LaneOwner {
 
   override async webSocketMessage(ws: WebSocket, message: string | ArrayBuffer): Promise<void> {
     if (typeof message !== "string") return this.error(ws, PUSHER_BAD_FRAME, "binary frames are not supported");
-    const max = settingsOf(this.env).maxMessageBytes + FRAME_OVERHEAD_BYTES;
+    // A client event's data of MAX_MESSAGE_BYTES arrives JSON-escaped in its frame, as it is stored.
+    const max = pusherBodyMax(settingsOf(this.env).maxMessageBytes) + FRAME_OVERHEAD_BYTES;
     if (message.length > max) return this.error(ws, PUSHER_BAD_FRAME, `frame larger than ${max} bytes`);
     this.connections.update(ws, { seen: Date.now(), pinged: 0 });
     const f = readClientFrame(message);

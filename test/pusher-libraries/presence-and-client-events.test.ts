@@ -63,7 +63,7 @@ describe("client events with pusher-js", () => {
     expect(atA).toEqual([{ on: false }]);
   });
 
-  it("over MAX_MESSAGE_BYTES as stored ({event, data}, JSON-escaped): pusher:error 4300, not delivered", async () => {
+  it("data over MAX_MESSAGE_BYTES: pusher:error 4300, not delivered; data of MAX_MESSAGE_BYTES is, however long escaped", async () => {
     const name = `private-${uniq()}`;
     const [a, b] = [
       client({ channelAuthorization: backendAuthorization() }),
@@ -77,12 +77,15 @@ describe("client events with pusher-js", () => {
     });
     const got: unknown[] = [];
     cb.bind("client-big", (d: unknown) => got.push(d));
-    // 5,500 bytes of data, 33,000 once each control character is escaped (\u0001): over 32,768.
-    ca.trigger("client-big", "\u0001".repeat(5500));
+    // One byte over, then 32,768 bytes that take 196,608 once each control character is escaped
+    // (\u0001), in the frame and in the stored body alike.
+    const fits = "\u0001".repeat(32_768);
+    ca.trigger("client-big", "x".repeat(32_769));
+    ca.trigger("client-big", fits);
     ca.trigger("client-big", "small");
-    await until(() => errors.length === 1 && got.length === 1, "the refusal and the small event");
+    await until(() => errors.length === 1 && got.length === 2, "the refusal and the two events that fit");
     expect(errors).toEqual([4300]);
-    expect(got).toEqual(["small"]);
+    expect(got).toEqual([fits, "small"]);
   });
 
   it("past PUSHER_CLIENT_EVENTS_RATE the sender gets pusher:error 4301 and the rest are not delivered", async () => {

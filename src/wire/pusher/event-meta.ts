@@ -47,6 +47,15 @@ export function readEventMeta(text: string | undefined): EventMeta {
   }
 }
 
+/**
+ * Most characters a Pusher event's message body ({@link pusherBody}) can hold when its `data` is at
+ * most `maxDataBytes` UTF-8 bytes (the API bounds `data`, not the body): JSON escapes one byte as at
+ * most six characters (a control character as `\u00XX`), and the event name likewise.
+ */
+export function pusherBodyMax(maxDataBytes: number): number {
+  return 6 * (maxDataBytes + EVENT_NAME_MAX) + '{"event":"","data":""}'.length;
+}
+
 /** A Pusher event's message body as JSON text. */
 export function pusherBody(event: string, data: string): string {
   return JSON.stringify({ event, data });

@@ -68,10 +68,10 @@ export function readApiEvent(value: unknown, maxMessageBytes: number, batchItem:
   const reserved = reservedEventName(o.name);
   if (reserved) throw bad(`"name": ${reserved}`);
   if (typeof o.data !== "string") throw bad('"data" must be a string');
-  // The bound is on the message as stored, {"event","data"} with `data` JSON-escaped (a control
-  // character takes 6 bytes there): what history, native subscribers and the record see.
-  if (utf8Length(pusherBody(o.name, o.data)) > maxMessageBytes)
-    throw new PusherHttpError(413, `the event as stored ({"event","data"}) is larger than ${maxMessageBytes} bytes`);
+  // The bound is on `data` as sent, as Pusher's: its stored body, {"event","data"} with `data`
+  // JSON-escaped, may be longer (at most pusherBodyMax).
+  if (utf8Length(o.data) > maxMessageBytes)
+    throw new PusherHttpError(413, `"data" is larger than ${maxMessageBytes} bytes`);
   const channels = batchItem
     ? [o.channel]
     : o.channels !== undefined

@@ -55,7 +55,7 @@ const REFUSALS = {
   401: text("A bad or stale signature, or another app's key."),
   404: text("Unknown app id (or the Pusher door is closed)."),
   413: text(
-    'An event whose stored body {"event","data"} (data JSON-escaped) is over MAX_MESSAGE_BYTES, or a body over 10 × MAX_MESSAGE_BYTES.',
+    "An event whose data is over MAX_MESSAGE_BYTES (UTF-8 bytes, as sent), or a body over 10 × MAX_MESSAGE_BYTES.",
   ),
   429: text(
     "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",
@@ -75,8 +75,7 @@ const EventBody = z.object({
       "The event name, 1–200 characters; names beginning `pusher:`, `pusher_internal:` or `floodgate:` are the server's own (400).",
   }),
   data: z.string().openapi({
-    description:
-      'The event\'s data, delivered exactly as sent. The event as stored, {"event","data"} with data JSON-escaped, is at most MAX_MESSAGE_BYTES.',
+    description: "The event's data, delivered exactly as sent: at most MAX_MESSAGE_BYTES (UTF-8 bytes).",
   }),
   channels: z.array(z.string()).max(100).optional(),
   channel: z.string().optional(),

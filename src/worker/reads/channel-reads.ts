@@ -22,6 +22,8 @@ import { ReadCache } from "../../../functions/read-cache";
 import type { PresenceAnswer } from "../../channel/presence";
 import { released } from "../../platform/rpc-result";
 import type { Settings } from "../../settings/settings";
+import { pusherBodyMax } from "../../wire/pusher/event-meta";
+import { pusherName } from "../../wire/pusher/names";
 import { resumePoint } from "../../wire/subscribe-params";
 import { type HistorySnapshot, pageFromSnapshot, SNAPSHOT_LIMIT, snapshotOf } from "./history-snapshot";
 
@@ -87,8 +89,11 @@ export class ChannelReads {
     epoch: string | null = null,
   ): Promise<{ frames: string[] } | { beyond: number }> {
     if (source === null && key !== this.config.analyticsChannel.name) {
+      // A Pusher event's stored body can be longer than its data, which MAX_MESSAGE_BYTES bounds.
+      const max = this.config.maxMessageBytes;
+      const largest = pusherName(key) === null ? max : pusherBodyMax(max);
       const load = async () =>
-        snapshotOf(released(await this.object(key).history(null, SNAPSHOT_LIMIT, null)), this.config.maxMessageBytes);
+        snapshotOf(released(await this.object(key).history(null, SNAPSHOT_LIMIT, null)), largest);
       let snapshot = await this.snapshots.get(key, load);
       let from: number | null | "beyond" = after;
       if (!sureOf(snapshot, after, epoch)) {

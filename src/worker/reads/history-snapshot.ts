@@ -37,10 +37,10 @@ const EPOCH = /"epoch":"([A-Za-z0-9_-]*)",/;
 /**
  * The snapshot of an answer to `history(null, SNAPSHOT_LIMIT)`. It is complete when the object gave
  * fewer frames than asked and cannot have cut the page for its bytes: frames are longer than the
- * message data the object counts, so frames plus the largest message within the page's bytes means
- * the next message would have fitted too.
+ * message data the object counts, so frames plus the largest message the channel can store
+ * (`largestMessage`) within the page's bytes means the next message would have fitted too.
  */
-export function snapshotOf(frames: string[], maxMessageBytes: number): HistorySnapshot {
+export function snapshotOf(frames: string[], largestMessage: number): HistorySnapshot {
   const seqs = frames.map((f) => Number(SEQ.exec(f)?.[1] ?? Number.NaN));
   let total = 0;
   for (const f of frames) total += f.length;
@@ -48,7 +48,7 @@ export function snapshotOf(frames: string[], maxMessageBytes: number): HistorySn
   return {
     frames,
     seqs,
-    complete: frames.length < SNAPSHOT_LIMIT && total + maxMessageBytes <= PAGE_MAX_BYTES,
+    complete: frames.length < SNAPSHOT_LIMIT && total + largestMessage <= PAGE_MAX_BYTES,
     usable: ordered,
     bytes: 2 * total + 16 * frames.length + 256,
     head: seqs.at(-1) ?? 0,

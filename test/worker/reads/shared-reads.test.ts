@@ -9,6 +9,7 @@ import { exports } from "cloudflare:workers";
 import { describe, expect, it } from "vitest";
 import { wipeIdleChannel } from "../../support/channel-internals";
 import { BASE, freshIp, grown, mint, publishTo, scrapeMetrics, uniq, until } from "../../support/helpers";
+import { APP, signedApiCall } from "../../support/pusher";
 
 const CHANNEL_CALLS = 'floodgate_object_calls_total{object="channel"}';
 
@@ -58,6 +59,24 @@ describe("shared reads", () => {
     );
     // The answer shared is asked again a second after its ask began (the request's own time on top).
     expect(Date.now() - published).toBeLessThan(3000);
+  });
+
+  it("a Pusher channel's events stored longer than MAX_MESSAGE_BYTES: a page cut for its bytes is not taken as the whole history", async () => {
+    const name = `reads-big.${uniq()}`;
+    // 32,768 bytes of data, 196,631 characters each once stored as {"event","data"} JSON-escaped:
+    // the object cuts its 4 MiB pages at 21, which MAX_MESSAGE_BYTES alone would not have allowed for.
+    const data = "\u0001".repeat(32_768);
+    for (let i = 0; i < 22; i++) {
+      const res = await signedApiCall("POST", `/apps/${APP.id}/events`, {}, { name: "e", data, channels: [name] });
+      expect(res.status).toBe(200);
+    }
+    const seqs = async (query: string) =>
+      (
+        (await (await read(`/v1/history/pusher:${name}${query}`)).json()) as { messages: { seq: number }[] }
+      ).messages.map((m) => m.seq);
+    // The newest page (the shared answer) holds 2–22; the page from the start is the object's to answer.
+    expect(await seqs("")).toEqual(Array.from({ length: 21 }, (_, i) => i + 2));
+    expect(await seqs("?after=0")).toEqual(Array.from({ length: 21 }, (_, i) => i + 1));
   });
 
   it("a private channel's shared answer reaches only readers its token admits", async () => {
