@@ -2,8 +2,8 @@
  * Browsers on other origins (docs/api.md, "Browsers on other origins"): `CORS_ORIGINS` lists the
  * origins whose pages may call the API. For a listed origin every `/v1/` route and `/app/` answers
  * with `Access-Control-Allow-Origin: <that origin>`, preflights answer 204, and the rate-limit headers
- * a script needs are exposed. `*` lets any origin make public reads only — subscribe to, read the
- * history and presence of a public channel, and the manifest — and never a request that carries
+ * a script needs are exposed. `*` lets any origin make public reads only — subscribe to and read the
+ * history of a public channel, and the manifest — and never a request that carries
  * `Authorization`. An origin not listed gets no CORS headers (its preflight answers 403), and its
  * WebSocket upgrades answer 403: a browser sends `Origin` on a WebSocket but never preflights one.
  * Under `*` such an origin may still open a Pusher connection (`/app/`), marked public reads only
@@ -55,14 +55,13 @@ export function publicReadsOnly(cors: CorsOrigins, origin: string | undefined): 
 }
 
 /**
- * `/v1/{subscribe,history,presence}/<public channel>` and the manifest, read with GET. Presence of a
- * public channel is a public read: it counts, and names only the subjects that any anonymous
- * subscriber of the channel is told anyway (`?presence=1`).
+ * `/v1/{subscribe,history}/<public channel>` and the manifest, read with GET: the public reads the API
+ * names, and no more (a public channel's presence, `/v1/presence`, needs the origin listed).
  */
 function isPublicRead(method: string, path: string): boolean {
   if (method !== "GET" && method !== "HEAD") return false;
   if (path === "/v1/manifest") return true;
-  const m = /^\/v1\/(?:subscribe|history|presence)\/([^/]+)$/.exec(path);
+  const m = /^\/v1\/(?:subscribe|history)\/([^/]+)$/.exec(path);
   if (!m?.[1]) return false;
   let name: string;
   try {

@@ -169,13 +169,17 @@ describe("CORS_ORIGINS empty: no origin is listed", () => {
 });
 
 describe("CORS_ORIGINS: * opens public reads only", () => {
-  it("history, presence and SSE subscribe of a public channel and the manifest answer Access-Control-Allow-Origin: *", async () => {
+  it("history and SSE subscribe of a public channel and the manifest answer Access-Control-Allow-Origin: *; presence does not", async () => {
     const ch = `public:${uniq()}.open`;
-    for (const path of [`/v1/history/${ch}`, `/v1/presence/${ch}`, "/v1/manifest"]) {
+    for (const path of [`/v1/history/${ch}`, "/v1/manifest"]) {
       const res = await callAndWait(path, from("https://any.example"), star);
       expect(res.status, path).toBe(200);
       expect(res.headers.get("access-control-allow-origin"), path).toBe("*");
     }
+    const presence = await callAndWait(`/v1/presence/${ch}`, from("https://any.example"), star);
+    expect(presence.headers.get("access-control-allow-origin")).toBeNull();
+    const prePresence = await callAndWait(`/v1/presence/${ch}`, preflight("https://any.example", "GET"), star);
+    expect(prePresence.status).toBe(403);
     // SSE: the stream's own response (it stays open, so it is read for its headers and cancelled).
     const sse = await worker.fetch(
       new Request(`${BASE}/v1/subscribe/${ch}`, {
