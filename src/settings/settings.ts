@@ -199,10 +199,8 @@ export function parseConfig(raw: RawConfig): Settings {
     throw new ConfigError("THROTTLE_FALLBACK_RATE", `"${fallbackText}" must be a number in [0,1]`);
   }
   const analytics = wrap("ANALYTICS_CHANNEL", () => parseChannelName(textOf(raw, "ANALYTICS_CHANNEL")));
-  // Every dropped private message is copied here: on a public channel anyone could read them. A
-  // Pusher private name (`pusher:private-…`) is not one either: the Pusher door's own writers
-  // (client events, the HTTP API) would reach what only Floodgate writes.
-  if (analytics.prefix !== "private") {
+  // Every dropped private message is copied here: on a public channel anyone could read them.
+  if (analytics.visibility !== "private") {
     throw new ConfigError("ANALYTICS_CHANNEL", `"${analytics.name}" must be a private: channel`);
   }
   return {

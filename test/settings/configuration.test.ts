@@ -145,7 +145,6 @@ describe("parseConfig", () => {
     ["THROTTLE_TARGETS", '{"public:a.*":{"deliveries":"x"}}'],
     ["ANALYTICS_CHANNEL", "analytics"],
     ["ANALYTICS_CHANNEL", "public:floodgate.dropped"],
-    ["ANALYTICS_CHANNEL", "pusher:private-floodgate.dropped"],
     ["READ_RATE", "20/fortnight"],
     ["READ_BURST", "many"],
     ["SESSION_TTL", "30 days"],
