@@ -10,6 +10,7 @@
  * with its `user_id`.
  */
 import { type BucketState, fullBucket, take } from "../limiter/token-bucket";
+import { isAnalytics } from "../settings/rules";
 import { settingsOf } from "../settings/settings";
 import { utf8Length } from "../wire/frame-text";
 import { PUSHER_BAD_FRAME, PUSHER_CLIENT_EVENT_RATE } from "../wire/pusher/codes";
@@ -49,6 +50,10 @@ export class ClientEvents {
       return host.error(ws, PUSHER_BAD_FRAME, `client event on ${channel}, which this connection is not subscribed to`);
     }
     const settings = settingsOf(this.env);
+    // A Pusher-named ANALYTICS_CHANNEL is the record: its readers may not write it (docs/api.md, Bounds).
+    if (isAnalytics(settings, pusherChannel(channel))) {
+      return host.error(ws, PUSHER_BAD_FRAME, `${channel} is the analytics channel: only Floodgate writes it`);
+    }
     // Bounded on `data` as sent, as the HTTP API's events (src/worker/pusher/events-api.ts).
     if (utf8Length(data) > settings.maxMessageBytes) {
       return host.error(

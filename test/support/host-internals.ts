@@ -4,6 +4,7 @@
  */
 import { evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
+import { ClientEvents, type EventingHost } from "../../src/connection-host/client-events";
 import type { ConnectionHost } from "../../src/connection-host/connection-host";
 import type { ConnectionAttachment } from "../../src/connection-host/connections";
 import { connectionHostStub, hostDirectoryStub } from "../../src/platform/stubs";
@@ -96,5 +97,27 @@ export async function laneLoadInDirectory(host: string): Promise<number> {
   return await runInDurableObject(hostDirectoryStub(env, "hosts:local"), (_instance, state) => {
     const rows = state.storage.sql.exec<{ lane_load: number }>("SELECT lane_load FROM hosts WHERE name = ?", host);
     return rows.toArray()[0]?.lane_load ?? 0;
+  });
+}
+
+/**
+ * Runs a client event of the connection `socketId` through its host's own client-event path, but read
+ * with the settings of `configured` (an object's env is the test run's: this is how a test sees a
+ * host configured otherwise, a Pusher-named ANALYTICS_CHANNEL say). The connection hears the outcome.
+ */
+export async function clientEventConfigured(
+  socketId: string,
+  configured: Env,
+  event: string,
+  channel: string,
+  data: string,
+): Promise<void> {
+  const host = await hostOf(socketId);
+  if (host === null) throw new Error(`no host holds ${socketId}`);
+  await runInDurableObject(connectionHostStub(env, host), async (instance: ConnectionHost, state) => {
+    const own = (instance as unknown as { clientEvents: { host: EventingHost } }).clientEvents.host;
+    const found = socketOf(state, socketId);
+    if (!found) throw new Error(`${host} no longer holds ${socketId}`);
+    await new ClientEvents(state, configured, own).publish(found.ws, event, channel, data);
   });
 }

@@ -19,7 +19,7 @@
 import type { Context } from "hono";
 import { type Budget, publishBudget } from "../../limiter/budgets";
 import { type Denial, denialParts } from "../../limiter/denials";
-import { summaryFor } from "../../settings/rules";
+import { isAnalytics, summaryFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
 import { type ChannelName, parseChannelName } from "../../wire/channel-names";
 import { ApiError, isUnavailableReason, REFUSAL_HEADER, type UnavailableReason } from "../../wire/errors";
@@ -140,6 +140,9 @@ export async function publishEvents(
     }),
   );
   const all = copies.flat();
+  // A Pusher-named ANALYTICS_CHANNEL is the record too: only Floodgate writes it (docs/api.md, Bounds).
+  const record = all.find((copy) => isAnalytics(svc.config, copy.channel));
+  if (record) throw new PusherHttpError(403, `${record.name} is the analytics channel: only Floodgate writes it`);
   await chargeCopies(c, appKey, all);
   const failures: ApiError[] = [];
   const fates = await Promise.all(

@@ -30,6 +30,7 @@ import {
   env,
   envWith,
   type Frame,
+  historyOf,
   mint,
   openSocket,
   publishTo,
@@ -37,6 +38,8 @@ import {
   uniq,
   until,
 } from "../../support/helpers";
+import { clientEventConfigured } from "../../support/host-internals";
+import { authFor, openPusher, APP as PUSHER_APP, signedApiCall } from "../../support/pusher";
 
 const DAY = 86_400_000;
 
@@ -241,6 +244,35 @@ describe("the record is written by Floodgate alone", () => {
     });
     expect(history.status).toBe(200);
     expect(await history.text()).not.toContain(marker);
+  });
+});
+
+describe("a Pusher-named analytics channel is written by Floodgate alone", () => {
+  it("an HTTP API event naming it answers 403 and publishes nothing; a client event on it is pusher:error 4300", async () => {
+    const name = `private-${uniq("rec")}.dropped`;
+    const beside = `private-${uniq("ok")}.x`;
+    const e = envWith({ ANALYTICS_CHANNEL: `pusher:${name}` });
+    const res = await signedApiCall(
+      "POST",
+      `/apps/${PUSHER_APP.id}/events`,
+      {},
+      { name: "forged", data: "x", channels: [beside, name] },
+      { env: e },
+    );
+    expect(res.status).toBe(403);
+    expect(await res.text()).toContain("analytics channel");
+    const reader = (await mint({ sub: uniq("r"), channels: [`pusher:${name}`, `pusher:${beside}`] })).access_token;
+    for (const ch of [name, beside]) expect(await historyOf(`pusher:${ch}`, reader)).toEqual([]);
+    // A connection subscribed to it (its literal name granted), whose host reads that configuration.
+    const p = await openPusher();
+    expect((await p.subscribe(name, await authFor(p, name))).event).toBe("pusher_internal:subscription_succeeded");
+    const from = p.events.length;
+    await clientEventConfigured(p.socketId, e, "client-forged", name, '"x"');
+    const error = await p.next((ev) => ev.event === "pusher:error", from);
+    expect(error.data).toMatchObject({ code: 4300 });
+    expect(JSON.stringify(error.data)).toContain("analytics channel");
+    expect(await historyOf(`pusher:${name}`, reader)).toEqual([]);
+    p.ws.close();
   });
 });
 
