@@ -66,8 +66,9 @@ export interface Packed<C extends RecordCopy> {
 
 /**
  * Packs copies into as few queue messages as fit {@link PACK_LIMIT_BYTES}, in order. A copy that
- * cannot fit even alone (its message is about 120 KB, possible only with `MAX_MESSAGE_BYTES` above
- * that) is returned in `tooLarge`: it is counted as a failed copy, never split across messages.
+ * cannot fit even alone (its message is about 120 KB: with `MAX_MESSAGE_BYTES` above that, or a
+ * Pusher event stored at twice its data with a character beyond Latin-1, which counts two bytes a
+ * character) is returned in `tooLarge`: it is counted as a failed copy, never split across messages.
  */
 export function packCopies<C extends RecordCopy>(copies: readonly C[]): Packed<C> {
   const messages: { copies: C[]; bytes: number }[] = [];

@@ -12,8 +12,8 @@
 import { type BucketState, fullBucket, take } from "../limiter/token-bucket";
 import { isAnalytics } from "../settings/rules";
 import { settingsOf } from "../settings/settings";
-import { utf8Length } from "../wire/frame-text";
 import { PUSHER_BAD_FRAME, PUSHER_CLIENT_EVENT_RATE } from "../wire/pusher/codes";
+import { pusherEventSize } from "../wire/pusher/event-meta";
 import { pusherChannel, pusherVisibility } from "../wire/pusher/names";
 import type { ConnectionAttachment } from "./connections";
 import type { HostLane } from "./lane";
@@ -54,14 +54,9 @@ export class ClientEvents {
     if (isAnalytics(settings, pusherChannel(channel))) {
       return host.error(ws, PUSHER_BAD_FRAME, `${channel} is the analytics channel: only Floodgate writes it`);
     }
-    // Bounded on `data` as sent, as the HTTP API's events (src/worker/pusher/events-api.ts).
-    if (utf8Length(data) > settings.maxMessageBytes) {
-      return host.error(
-        ws,
-        PUSHER_BAD_FRAME,
-        `client event data larger than MAX_MESSAGE_BYTES (${settings.maxMessageBytes})`,
-      );
-    }
+    // Bounded as the HTTP API's events are (src/worker/pusher/events-api.ts): `data` as sent.
+    const { problem } = pusherEventSize(event, data, settings.maxMessageBytes);
+    if (problem) return host.error(ws, PUSHER_BAD_FRAME, `client event: ${problem} (MAX_MESSAGE_BYTES)`);
     const limit = settings.pusher.clientEvents;
     if (limit) {
       const now = Date.now();

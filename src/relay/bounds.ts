@@ -6,7 +6,8 @@
 
 /**
  * Bytes a subscriber may be behind — a WebSocket's unread `bufferedAmount`, an SSE stream's queued
- * bytes, or a replay on connect: 1 MiB, about 7,000 typical frames or 32 of the largest (docs/api.md,
+ * bytes, or a replay on connect: 1 MiB, about 7,000 typical frames or 32 of the largest native ones
+ * (15 of the largest Pusher events, stored at up to twice their data) (docs/api.md,
  * "Slow subscribers"). A live one past half of it is thinned (src/relay/slowness.ts) and closed
  * (`SLOW_CONSUMER_CLOSE`; an SSE stream ends) only when still over it at 1 message a second; a replay
  * past it is cut short and closed.
@@ -48,6 +49,6 @@ export const REPORT_RETRY_MS = 5_000;
  * Most bytes of messages one history page, export page, relay repair or catch-up carries (at least
  * one message). The analytics channel keeps far more than `HISTORY_LIMIT`, and a page of 1,000 of
  * the largest copies would be 33 MB in one call; with the shipped `HISTORY_LIMIT` other channels
- * never reach it.
+ * reach it only with Pusher events stored near twice MAX_MESSAGE_BYTES (about 63 of them).
  */
 export const PAGE_MAX_BYTES = 4 * 1024 * 1024;

@@ -39,8 +39,12 @@ export interface ReaderShared {
 
 /** Most keys one reader holds a message for; a message with a new key past it is skipped. */
 export const HELD_MAX_KEYS = 64;
-/** Most bytes of messages one reader holds; past it a message is skipped instead of held. */
-export const HELD_MAX_BYTES = 64 * 1024;
+/**
+ * Most bytes of messages one reader holds; past it a message is skipped instead of held. Room for the
+ * largest message at the shipped MAX_MESSAGE_BYTES: a Pusher event's stored body, twice its data
+ * (src/wire/pusher/event-meta.ts, pusherBodyMax), in its frame.
+ */
+export const HELD_MAX_BYTES = 128 * 1024;
 /**
  * Most bytes of held messages one relay keeps for all its readers together (a message held by two
  * readers counts twice, so the real figure is at most this): 8 MiB, a quarter of the relay's bound

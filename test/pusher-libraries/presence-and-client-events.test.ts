@@ -63,7 +63,7 @@ describe("client events with pusher-js", () => {
     expect(atA).toEqual([{ on: false }]);
   });
 
-  it("data over MAX_MESSAGE_BYTES: pusher:error 4300, not delivered; data of MAX_MESSAGE_BYTES is, however long escaped", async () => {
+  it("data over MAX_MESSAGE_BYTES, or stored over twice it: pusher:error 4300, not delivered; data of MAX_MESSAGE_BYTES all quotes is", async () => {
     const name = `private-${uniq()}`;
     const [a, b] = [
       client({ channelAuthorization: backendAuthorization() }),
@@ -77,14 +77,15 @@ describe("client events with pusher-js", () => {
     });
     const got: unknown[] = [];
     cb.bind("client-big", (d: unknown) => got.push(d));
-    // One byte over, then 32,768 bytes that take 196,608 once each control character is escaped
-    // (\u0001), in the frame and in the stored body alike.
-    const fits = "\u0001".repeat(32_768);
+    // One byte over; 12,000 control characters (72,000 bytes escaped, \u0001, over 2 × (32,768 + 200)
+    // + 22 stored); then 32,768 quotes, 65,536 bytes escaped in the frame and the stored body alike.
+    const fits = '"'.repeat(32_768);
     ca.trigger("client-big", "x".repeat(32_769));
+    ca.trigger("client-big", "\u0001".repeat(12_000));
     ca.trigger("client-big", fits);
     ca.trigger("client-big", "small");
-    await until(() => errors.length === 1 && got.length === 2, "the refusal and the two events that fit");
-    expect(errors).toEqual([4300]);
+    await until(() => errors.length === 2 && got.length === 2, "the refusals and the two events that fit");
+    expect(errors).toEqual([4300, 4300]);
     expect(got).toEqual([fits, "small"]);
   });
 

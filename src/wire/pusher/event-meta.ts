@@ -5,6 +5,8 @@
  * API's `socket_id`) and, for a client event on a presence channel, its sender's `user_id`. Pure.
  */
 
+import { utf8Length } from "../frame-text";
+
 /** Longest event name (as the Pusher HTTP API's). */
 export const EVENT_NAME_MAX = 200;
 
@@ -48,12 +50,35 @@ export function readEventMeta(text: string | undefined): EventMeta {
 }
 
 /**
- * Most characters a Pusher event's message body ({@link pusherBody}) can hold when its `data` is at
- * most `maxDataBytes` UTF-8 bytes (the API bounds `data`, not the body): JSON escapes one byte as at
- * most six characters (a control character as `\u00XX`), and the event name likewise.
+ * Most UTF-8 bytes a Pusher event's message body ({@link pusherBody}) may take when the API bounds its
+ * `data` by `maxDataBytes`: twice the data and the name, and the JSON around them. JSON escaping at
+ * most doubles text (a quote, a backslash, `\n`…) except for the other control characters, which
+ * take six bytes each (`\u0001`): only data made mostly of those can go past it. Everything that
+ * holds a stored message (history pages, a reader's held messages, the record's queue messages, a
+ * connection's frames) is sized for it. Characters of the body are never more than its bytes.
  */
 export function pusherBodyMax(maxDataBytes: number): number {
-  return 6 * (maxDataBytes + EVENT_NAME_MAX) + '{"event":"","data":""}'.length;
+  return 2 * (maxDataBytes + EVENT_NAME_MAX) + '{"event":"","data":""}'.length;
+}
+
+/**
+ * Why an event with this name and data may not be published — its `data` over `maxDataBytes` (UTF-8
+ * bytes, as sent), or its stored body over {@link pusherBodyMax} — or null when it may. Its stored
+ * body as well, so that it is made once.
+ */
+export function pusherEventSize(
+  event: string,
+  data: string,
+  maxDataBytes: number,
+): { body: string; problem: string | null } {
+  if (utf8Length(data) > maxDataBytes) return { body: "", problem: `"data" is larger than ${maxDataBytes} bytes` };
+  const body = pusherBody(event, data);
+  const max = pusherBodyMax(maxDataBytes);
+  if (utf8Length(body) <= max) return { body, problem: null };
+  return {
+    body,
+    problem: `the event as stored ({"event","data"}, data JSON-escaped) is larger than ${max} bytes: control characters other than \\b \\f \\n \\r \\t take 6 bytes each there`,
+  };
 }
 
 /** A Pusher event's message body as JSON text. */

@@ -23,8 +23,7 @@ import { isAnalytics, summaryFor } from "../../settings/rules";
 import type { Settings } from "../../settings/settings";
 import { type ChannelName, parseChannelName } from "../../wire/channel-names";
 import { ApiError, isUnavailableReason, REFUSAL_HEADER, type UnavailableReason } from "../../wire/errors";
-import { utf8Length } from "../../wire/frame-text";
-import { EVENT_NAME_MAX, eventMetaText, pusherBody, reservedEventName } from "../../wire/pusher/event-meta";
+import { EVENT_NAME_MAX, eventMetaText, pusherEventSize, reservedEventName } from "../../wire/pusher/event-meta";
 import { checkPusherName, isPresence, pusherChannel } from "../../wire/pusher/names";
 import type { AppEnv } from "../app-env";
 import { throttleAndDeliver } from "../publish-one";
@@ -41,6 +40,8 @@ export const BATCH_MAX = 10;
 export interface ApiEvent {
   name: string;
   data: string;
+  /** Its message body, `{"event","data"}`: made once, shared by every channel's copy. */
+  body: string;
   channels: string[];
   socketId: string | null;
   info: string[];
@@ -68,10 +69,10 @@ export function readApiEvent(value: unknown, maxMessageBytes: number, batchItem:
   const reserved = reservedEventName(o.name);
   if (reserved) throw bad(`"name": ${reserved}`);
   if (typeof o.data !== "string") throw bad('"data" must be a string');
-  // The bound is on `data` as sent, as Pusher's: its stored body, {"event","data"} with `data`
-  // JSON-escaped, may be longer (at most pusherBodyMax).
-  if (utf8Length(o.data) > maxMessageBytes)
-    throw new PusherHttpError(413, `"data" is larger than ${maxMessageBytes} bytes`);
+  // The bound is on `data` as sent, as Pusher's; its stored body, {"event","data"} with `data`
+  // JSON-escaped, may be up to twice as long (pusherBodyMax).
+  const size = pusherEventSize(o.name, o.data, maxMessageBytes);
+  if (size.problem) throw new PusherHttpError(413, size.problem);
   const channels = batchItem
     ? [o.channel]
     : o.channels !== undefined
@@ -102,6 +103,7 @@ export function readApiEvent(value: unknown, maxMessageBytes: number, batchItem:
   return {
     name: o.name,
     data: o.data,
+    body: size.body,
     channels: channels as string[],
     socketId: (o.socket_id as string | undefined) ?? null,
     info,
@@ -251,7 +253,7 @@ async function publishCopy(c: Context<AppEnv>, appKey: string, copy: Copy): Prom
       channel: copy.channel,
       key: copy.key,
       shard: copy.shard,
-      messageJson: pusherBody(event.name, event.data),
+      messageJson: event.body,
       publisher: appKey,
       priority: event.priority,
       ...(summary ? { dropKey: pusherSummaryKey(event.name, event.data, summary.tokens) } : {}),

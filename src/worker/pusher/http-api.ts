@@ -55,7 +55,7 @@ const REFUSALS = {
   401: text("A bad or stale signature, or another app's key."),
   404: text("Unknown app id (or the Pusher door is closed)."),
   413: text(
-    "An event whose data is over MAX_MESSAGE_BYTES (UTF-8 bytes, as sent), or a body over 10 × MAX_MESSAGE_BYTES.",
+    'An event whose data is over MAX_MESSAGE_BYTES (UTF-8 bytes, as sent) or whose stored body {"event","data"} is over 2 × (MAX_MESSAGE_BYTES + 200) + 22 bytes (data mostly of control characters), or a body over 10 × MAX_MESSAGE_BYTES.',
   ),
   429: text(
     "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",

@@ -296,6 +296,11 @@ describe("refusals: Pusher's shape, counted, nothing published", () => {
       () => signedApiCall("POST", EVENTS, {}, { ...event, data: "x".repeat(32_769) }),
       413,
     ],
+    [
+      "data within MAX_MESSAGE_BYTES made of control characters, its stored body over twice it",
+      () => signedApiCall("POST", EVENTS, {}, { ...event, data: "\u0001".repeat(12_000) }),
+      413,
+    ],
     ["a body over 10 × MAX_MESSAGE_BYTES", () => signedApiCall("POST", EVENTS, {}, "x".repeat(327_681)), 413],
   ])("%s", async (_what, send, status) => {
     const res = await send();

@@ -63,10 +63,10 @@ describe("shared reads", () => {
 
   it("a Pusher channel's events stored longer than MAX_MESSAGE_BYTES: a page cut for its bytes is not taken as the whole history", async () => {
     const name = `reads-big.${uniq()}`;
-    // 32,768 bytes of data, 196,631 characters each once stored as {"event","data"} JSON-escaped:
-    // the object cuts its 4 MiB pages at 21, which MAX_MESSAGE_BYTES alone would not have allowed for.
-    const data = "\u0001".repeat(32_768);
-    for (let i = 0; i < 22; i++) {
+    // 32,768 quotes of data, 65,559 characters each once stored as {"event","data"} JSON-escaped: the
+    // object cuts its 4 MiB pages at 63, which MAX_MESSAGE_BYTES alone would not have allowed for.
+    const data = '"'.repeat(32_768);
+    for (let i = 0; i < 64; i++) {
       const res = await signedApiCall("POST", `/apps/${APP.id}/events`, {}, { name: "e", data, channels: [name] });
       expect(res.status).toBe(200);
     }
@@ -74,9 +74,9 @@ describe("shared reads", () => {
       (
         (await (await read(`/v1/history/pusher:${name}${query}`)).json()) as { messages: { seq: number }[] }
       ).messages.map((m) => m.seq);
-    // The newest page (the shared answer) holds 2–22; the page from the start is the object's to answer.
-    expect(await seqs("")).toEqual(Array.from({ length: 21 }, (_, i) => i + 2));
-    expect(await seqs("?after=0")).toEqual(Array.from({ length: 21 }, (_, i) => i + 1));
+    // The newest page (the shared answer) holds 2–64; the page from the start is the object's to answer.
+    expect(await seqs("")).toEqual(Array.from({ length: 63 }, (_, i) => i + 2));
+    expect(await seqs("?after=0")).toEqual(Array.from({ length: 63 }, (_, i) => i + 1));
   });
 
   it("a private channel's shared answer reaches only readers its token admits", async () => {
