@@ -329,6 +329,10 @@ describe("CORS_ORIGINS: configuration", () => {
       expect(unlisted.headers.get("access-control-allow-origin")).toBeNull();
       const pre = await callAndWait("/v1/manifest", preflight("https://other.example", "GET"), broken(APP));
       expect(pre.status).toBe(403);
+      // With no origin listed, none is: a preflight answers 403 there too.
+      const preNone = await callAndWait("/v1/manifest", preflight("https://other.example", "GET"), broken(""));
+      expect(preNone.status).toBe(403);
+      expect(preNone.headers.get("access-control-allow-origin")).toBeNull();
       const badCors = await callAndWait("/v1/manifest", from(APP), broken("app.example"));
       expect(badCors.status).toBe(500);
       expect(badCors.headers.get("access-control-allow-origin")).toBeNull();
