@@ -53,6 +53,34 @@ describe("pusher-js and pusher.trigger", () => {
     expect(got[pub]).toEqual([data]);
   });
 
+  it("data up to MAX_MESSAGE_BYTES arrives whole, however much JSON escaping lengthens it stored; a byte more is 413", async () => {
+    const name = `private-${uniq()}`;
+    const c = client({ channelAuthorization: backendAuthorization() });
+    clients.push(c);
+    const ch = await subscribed(c, name);
+    const got: unknown[] = [];
+    ch.bind("big", (d: unknown) => got.push(d));
+    // The library sends an object's JSON text as `data`: 32,768 bytes here, quotes on every field, so
+    // the stored {"event","data"} escapes it to well over 32,768.
+    const filler = 'say "hi"';
+    const data = { text: "" };
+    data.text = filler.repeat(
+      Math.floor((32_768 - JSON.stringify(data).length) / JSON.stringify(filler).slice(1, -1).length),
+    );
+    data.text += "x".repeat(32_768 - JSON.stringify(data).length);
+    expect(new TextEncoder().encode(JSON.stringify(data)).length).toBe(32_768);
+    await server().trigger(name, "big", data);
+    await until(() => got.length === 1, "the big event");
+    expect(got).toEqual([data]);
+    const over = await server()
+      .trigger(name, "big", { ...data, text: `${data.text}x` })
+      .then(
+        () => 200,
+        (e: { status: number }) => e.status,
+      );
+    expect(over).toBe(413);
+  });
+
   it("triggerBatch publishes each event to its channel", async () => {
     const [a, b] = [uniq("ba-"), uniq("bb-")];
     const c = client();
