@@ -208,9 +208,10 @@ export class RelayRegistry {
   /**
    * Takes a relay's counts. Answers `leave` when it is empty with no slot reserved (it is out of the
    * registry then), and `activated` when this is its first report (it is sent messages from now on).
-   * Empty but kept for a reserved slot: `lapsesAt`, when the last of its slots lapses.
+   * Empty but kept for a reserved slot: `askAgainAt`, when the last of its slots lapses (the relay's
+   * answer carries it as is, src/relay/calls.ts).
    */
-  report(r: RelayReport, now: number): { leave: boolean; activated: boolean; lapsesAt?: number } {
+  report(r: RelayReport, now: number): { leave: boolean; activated: boolean; askAgainAt?: number } {
     let entry = this.entries.get(r.relay);
     if (!entry) {
       if (r.websockets + r.sse === 0) return { leave: true, activated: false };
@@ -232,9 +233,9 @@ export class RelayRegistry {
     entry.active = true;
     this.store.save(entry);
     if (entry.websockets + entry.sse > 0) return { leave: false, activated };
-    let lapsesAt = now;
-    for (const slot of entry.reservations.values()) lapsesAt = Math.max(lapsesAt, slot.until);
-    return { leave: false, activated, lapsesAt };
+    let askAgainAt = now;
+    for (const slot of entry.reservations.values()) askAgainAt = Math.max(askAgainAt, slot.until);
+    return { leave: false, activated, askAgainAt };
   }
 
   /** Forgets a relay that never reported and whose reservations all lapsed (its subscribes failed). */

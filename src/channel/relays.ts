@@ -228,7 +228,7 @@ export class ChannelRelays {
     const state = this.presence.state();
     return {
       leave: answer.leave,
-      ...(answer.lapsesAt !== undefined ? { askAgainAt: answer.lapsesAt } : {}),
+      askAgainAt: answer.askAgainAt,
       head: this.store.counter("last_seq"),
       presence: state.text,
       presenceVersion: state.version ?? 0,

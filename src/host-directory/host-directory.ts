@@ -89,8 +89,8 @@ export class HostDirectory extends DurableObject<Env> {
   /** A host's connections after a change (its reporter calls this as a relay calls its channel). */
   relayReport(_directory: string, report: RelayReport): RelayReportAnswer {
     // A host with no connection kept for a connection on its way asks again when that place lapses.
-    const { leave, lapsesAt } = this.hosts.report(report, Date.now());
-    return { leave, head: 0, ...(lapsesAt !== undefined ? { askAgainAt: lapsesAt } : {}) };
+    const { leave, askAgainAt } = this.hosts.report(report, Date.now());
+    return { leave, head: 0, askAgainAt };
   }
 
   /** Every host and its connections, for stats and the dashboard. */

@@ -92,7 +92,7 @@ describe("relay registry", () => {
     });
     expect(r.report(report(1, [a.reservation]), 10)).toEqual({ leave: false, activated: true });
     // Its subscriber left; b's never came. Kept, and told when b's slot lapses.
-    expect(r.report(report(0, []), 20)).toEqual({ leave: false, activated: false, lapsesAt: 5 + RESERVATION_TTL_MS });
+    expect(r.report(report(0, []), 20)).toEqual({ leave: false, activated: false, askAgainAt: 5 + RESERVATION_TTL_MS });
     expect(r.report(report(0, []), 5 + RESERVATION_TTL_MS)).toEqual({ leave: true, activated: false });
     expect(r.size).toBe(0);
     expect(b.relay).toBe(a.relay);
@@ -123,7 +123,7 @@ describe("relay registry", () => {
     ).toEqual({
       leave: false,
       activated: false,
-      lapsesAt: 2 + RESERVATION_TTL_MS,
+      askAgainAt: 2 + RESERVATION_TTL_MS,
     });
     expect(
       r.report(
