@@ -1,8 +1,10 @@
 /**
  * Client events (docs/api.md, "The Pusher door"): `{"event":"client-<name>","channel","data"}` from a
  * connection subscribed to a private or presence channel is a publish by that connection. Refused
- * here, with a `pusher:error` and nothing delivered: on a public or unsubscribed channel, with data
- * over `MAX_MESSAGE_BYTES` (4300), past `PUSHER_CLIENT_EVENTS_RATE` for the connection (4301). Else
+ * here, with a `pusher:error` and nothing delivered: on a public or unsubscribed channel, on a
+ * Pusher-named `ANALYTICS_CHANNEL`, with data over `MAX_MESSAGE_BYTES` or a stored body over its
+ * bound (src/wire/pusher/event-meta.ts) (4300), past `PUSHER_CLIENT_EVENTS_RATE` for the connection
+ * (4301). Else
  * it goes through the Worker's own publish pipeline — the publish budget, the before-publish throttle,
  * the record of drops, the metrics — by the RPC entrypoint `Publisher` (src/worker/pusher/publisher.ts,
  * reached through `ctx.exports`, so no object imports the Worker's code), carrying the sender's

@@ -46,7 +46,7 @@ export function countedChannelStub(env: Env, channel: string): DurableObjectStub
  * at the default 32 KiB, a quarter of the 128 MB an isolate may use — and counted at 2 bytes a
  * character (see functions/drop-copies.ts, copyBytes) where V8 keeps an ASCII or Latin-1 text in one,
  * so for most payloads half of that is really held. That is 512 copies of the largest native message
-(256 of a Pusher event's stored body, up to twice its data): the
+ * (256 of a Pusher event's stored body, up to twice its data): the
  * batch in flight, the ones filling behind it while the drops queue answers, with room to spare. At
  * 512 × (16 MiB) a 30 KB flood from 100 connections at 679 drops/s turned 9 of 6,792 copies away
  * while the local queue answered slowly (docs/benchmarks.md, "The record under a flood"); at 1,024

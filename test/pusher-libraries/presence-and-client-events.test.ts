@@ -77,8 +77,8 @@ describe("client events with pusher-js", () => {
     });
     const got: unknown[] = [];
     cb.bind("client-big", (d: unknown) => got.push(d));
-    // One byte over; 12,000 control characters (72,000 bytes escaped, \u0001, over 2 × (32,768 + 200)
-    // + 22 stored); then 32,768 quotes, 65,536 bytes escaped in the frame and the stored body alike.
+    // One byte over; 12,000 control characters (72,000 bytes escaped, \u0001, over 2 × 32,768 + 622
+    // stored); then 32,768 quotes, 65,536 bytes escaped in the frame and the stored body alike.
     const fits = '"'.repeat(32_768);
     ca.trigger("client-big", "x".repeat(32_769));
     ca.trigger("client-big", "\u0001".repeat(12_000));

@@ -51,14 +51,15 @@ export function readEventMeta(text: string | undefined): EventMeta {
 
 /**
  * Most UTF-8 bytes a Pusher event's message body ({@link pusherBody}) may take when the API bounds its
- * `data` by `maxDataBytes`: twice the data and the name, and the JSON around them. JSON escaping at
- * most doubles text (a quote, a backslash, `\n`…) except for the other control characters, which
- * take six bytes each (`\u0001`): only data made mostly of those can go past it. Everything that
- * holds a stored message (history pages, a reader's held messages, the record's queue messages, a
+ * `data` by `maxDataBytes`: twice the data, three bytes for each of the name's at most
+ * {@link EVENT_NAME_MAX} characters, and the JSON around them. JSON escaping at most doubles text (a
+ * quote, a backslash, `\n`…) except for the other control characters and lone surrogates, which take
+ * six bytes each (`\u0001`): only text made mostly of those can go past it. Everything that holds a
+ * stored message (history pages, a reader's held messages, the record's queue messages, a
  * connection's frames) is sized for it. Characters of the body are never more than its bytes.
  */
 export function pusherBodyMax(maxDataBytes: number): number {
-  return 2 * (maxDataBytes + EVENT_NAME_MAX) + '{"event":"","data":""}'.length;
+  return 2 * maxDataBytes + 3 * EVENT_NAME_MAX + '{"event":"","data":""}'.length;
 }
 
 /**
@@ -77,7 +78,7 @@ export function pusherEventSize(
   if (utf8Length(body) <= max) return { body, problem: null };
   return {
     body,
-    problem: `the event as stored ({"event","data"}, data JSON-escaped) is larger than ${max} bytes: control characters other than \\b \\f \\n \\r \\t take 6 bytes each there`,
+    problem: `the event as stored ({"event","data"}, JSON-escaped) is larger than ${max} bytes: control characters other than \\b \\f \\n \\r \\t, and lone surrogates, take 6 bytes each there`,
   };
 }
 

@@ -53,9 +53,12 @@ const text = (description: string) => ({ description, content: { "text/plain": {
 const REFUSALS = {
   400: text("A bad body or parameter (a reserved event name among them)."),
   401: text("A bad or stale signature, or another app's key."),
+  403: text(
+    "A channel of the request is ANALYTICS_CHANNEL (a Pusher-named one): only Floodgate writes it. Nothing was published.",
+  ),
   404: text("Unknown app id (or the Pusher door is closed)."),
   413: text(
-    'An event whose data is over MAX_MESSAGE_BYTES (UTF-8 bytes, as sent) or whose stored body {"event","data"} is over 2 × (MAX_MESSAGE_BYTES + 200) + 22 bytes (data mostly of control characters), or a body over 10 × MAX_MESSAGE_BYTES.',
+    'An event whose data is over MAX_MESSAGE_BYTES (UTF-8 bytes, as sent) or whose stored body {"event","data"} is over 2 × MAX_MESSAGE_BYTES + 622 bytes (text mostly of control characters, which JSON escapes to 6 bytes each), or a body over 10 × MAX_MESSAGE_BYTES.',
   ),
   429: text(
     "The publish budget of the app key holds fewer tokens than the request has copies: nothing taken, nothing published (`Retry-After`).",

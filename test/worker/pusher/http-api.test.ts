@@ -324,6 +324,14 @@ describe("refusals: Pusher's shape, counted, nothing published", () => {
     const batch = { batch: [{ channel: fits, name: "e", data: `${data}x` }] };
     expect((await signedApiCall("POST", `/apps/${APP.id}/batch_events`, {}, batch)).status).toBe(413);
     expect(await historyOf(`pusher:${fits}`, await reader())).toHaveLength(1);
+    // The longest body that passes both bounds: 32,768 quotes (twice that escaped) under a name of
+    // 200 three-byte characters, exactly 2 × 32,768 + 622 bytes stored.
+    const quotes = '"'.repeat(32_768);
+    const alone = uniq("longest-");
+    const longest = await signedApiCall("POST", EVENTS, {}, { name: "€".repeat(200), data: quotes, channels: [alone] });
+    expect(longest.status).toBe(200);
+    const stored = (await historyOf(`pusher:${alone}`, await reader()))[0]?.data;
+    expect(new TextEncoder().encode(JSON.stringify(stored)).length).toBe(2 * 32_768 + 622);
   });
 
   it("are counted by status in /metrics", async () => {
