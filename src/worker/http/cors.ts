@@ -103,15 +103,15 @@ export const cors = createMiddleware<AppEnv>(async (c, next) => {
   allowOn(c.res.headers, grant, origin, !!c.req.header("authorization"), method, path);
 });
 
-/** A preflight: `OPTIONS` with `Access-Control-Request-Method`. */
+/** A preflight: `OPTIONS` with an `Access-Control-Request-Method`. */
 function isPreflight(req: Request): boolean {
-  return req.method === "OPTIONS" && req.headers.has("access-control-request-method");
+  return req.method === "OPTIONS" && !!req.headers.get("access-control-request-method");
 }
 
 /** The answer to a preflight, or null for any other request. */
 function preflightAnswer(req: Request, grant: Grant, origin: string, path: string): Response | null {
-  const requested = req.headers.get("access-control-request-method");
-  if (!isPreflight(req) || !requested) return null;
+  if (!isPreflight(req)) return null;
+  const requested = req.headers.get("access-control-request-method") as string;
   const withAuth = (req.headers.get("access-control-request-headers") ?? "").toLowerCase().includes("authorization");
   const ok = grant === "listed" || (grant === "public" && !withAuth && isPublicRead(requested, path));
   if (!ok) return refused(origin);
