@@ -14,7 +14,7 @@ import {
 } from "../lib/bench.mjs";
 import { PUSHER_APP, pusherEvents, pusherSubscribers } from "../lib/pusher-app.mjs";
 import { mintToken } from "../lib/tokens.mjs";
-import { startFloodgate } from "../lib/workerd.mjs";
+import { cpuMicros, startFloodgate } from "../lib/workerd.mjs";
 import { COUNTERS, measured } from "./rounds.mjs";
 import { fmt } from "./table.mjs";
 import {
@@ -77,6 +77,31 @@ async function recipePath(
       await worker.stop();
     },
   };
+}
+
+/** How often, and how idle, the fine check's workerds must be before a slice starts (see {@link untilQuiet}). */
+const QUIET = { windowMs: 50, busyShare: 0.05, mostMs: 3000 };
+
+/**
+ * Waits until the fine check's workerds (`pids`) together use less than `QUIET.busyShare` of one core
+ * over a `QUIET.windowMs` window, for at most `QUIET.mostMs`; resolves to the ms waited. A path's
+ * work can outlast its slice — a `drop90` slice's workerd goes on recording its drops (queue, R2,
+ * the analytics channel) for about 200 ms, 130 ms of CPU — and on two cores that would run beside
+ * whichever slice came next: the order of the paths, not their code, would move their throughput
+ * (`pub1` follows `drop90` in every other round, `recipe50` follows a drop path in every round). Each
+ * path's CPU is counted in its own workerd either way.
+ */
+async function untilQuiet(pids) {
+  const started = performance.now();
+  const total = () => pids.reduce((sum, pid) => sum + cpuMicros(pid), 0);
+  let before = total();
+  while (performance.now() - started < QUIET.mostMs) {
+    await new Promise((res) => setTimeout(res, QUIET.windowMs));
+    const now = total();
+    if (now - before < QUIET.busyShare * QUIET.windowMs * 1000) break;
+    before = now;
+  }
+  return performance.now() - started;
 }
 
 /**
@@ -187,12 +212,15 @@ export async function fineCheck(config, { targets, has, references }) {
     p.drivenAt = Date.now();
   }
   const slices = new Map(paths.map((p) => [p.id, []]));
+  const pids = [...new Set(paths.map((p) => p.pid).filter(Boolean))];
+  let waited = 0;
   for (let round = 0; round < FINE; round++) {
     for (const p of round % 2 ? [...paths].reverse() : paths) {
       // Local workerd evicts an object idle for about 10 s (see touchAll): a round on a busy machine
       // can take that long, so the crowd's objects are touched again once its last slice is 5 s old.
       if (p.warm && Date.now() - p.drivenAt > 5000) await p.warm();
       if (p.prepare) p.opts = await p.prepare();
+      waited += await untilQuiet(pids);
       const before = p.countLimiter ? await metrics(p.worker) : null;
       const r = await measured(p, 0, p.amount ? { amount: p.amount, connections: CONNECTIONS } : slice);
       p.drivenAt = Date.now();
@@ -201,6 +229,8 @@ export async function fineCheck(config, { targets, has, references }) {
     }
   }
   for (const p of paths) await p.dispose?.();
+  const slicesRun = FINE * paths.length;
+  console.log(`fine check: ${(waited / slicesRun).toFixed(0)} ms a slice waiting for the workerds to go quiet`);
   const against = (id, ref, f) => median(slices.get(id).map((r, i) => f(r) / f(slices.get(ref)[i])));
   return {
     ids: [...ids],
