@@ -86,6 +86,8 @@ function workerd() {
               "public:summary.deep.*": "/a/b/0",
               // test/connection-host/both-doors.test.ts: a Pusher event's data read through /data/.
               "pusher:summary.**": "/data/emoji",
+              // test/connection-host/client-events.test.ts: a client event's key, read back from its body.
+              "pusher:private-summary.**": "/data/emoji",
             }),
             SUMMARY_INTERVAL: "1h",
             // Conflation for subscribers with ?max_rate= (test/relay/reader-conflation.test.ts only).

@@ -57,7 +57,7 @@ export class ClientEvents {
       return host.error(ws, PUSHER_BAD_FRAME, `${channel} is the analytics channel: only Floodgate writes it`);
     }
     // Bounded as the HTTP API's events are (src/worker/pusher/events-api.ts): `data` as sent.
-    const { problem } = pusherEventSize(event, data, settings.maxMessageBytes);
+    const { body, problem } = pusherEventSize(event, data, settings.maxMessageBytes);
     if (problem) return host.error(ws, PUSHER_BAD_FRAME, `client event: ${problem} (MAX_MESSAGE_BYTES)`);
     const limit = settings.pusher.clientEvents;
     if (limit) {
@@ -68,7 +68,7 @@ export class ClientEvents {
         return host.error(ws, PUSHER_CLIENT_EVENT_RATE, "client event rejected: over PUSHER_CLIENT_EVENTS_RATE");
       }
     }
-    const call = { channel: pusherChannel(channel), key, event, data, socketId: a.id, userId: sub.userId };
+    const call = { channel: pusherChannel(channel), key, body, socketId: a.id, userId: sub.userId };
     const run = (this.queues.get(ws) ?? Promise.resolve()).then(async () => {
       try {
         const answer = await this.ctx.exports.Publisher.clientEvent(call);

@@ -3,9 +3,12 @@
  * connection, on private and presence channels only, never echoed, with `user_id` on presence,
  * bounded per connection (4301) and in size, passing the before-publish throttle (a drop is recorded).
  */
+import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, describe, expect, it } from "vitest";
+import { channelStub } from "../../src/platform/stubs";
+import { makeSummaryDue, openSummaryDrops } from "../support/channel-internals";
 import { adminHeaders, call, env, historyOf, mint, setRate, uniq, until } from "../support/helpers";
-import { authFor, closePushers, openPusher, type PusherSocket } from "../support/pusher";
+import { authFor, closePushers, dataOf, openPusher, type PusherSocket } from "../support/pusher";
 
 const ANALYTICS = "private:floodgate.analytics.dropped";
 
@@ -127,6 +130,25 @@ describe("client events", () => {
     });
     await b.barrier();
     expect(b.events.filter((e) => e.event === "client-dropped")).toEqual([]);
+    a.ws.close();
+    b.ws.close();
+  });
+
+  it("dropped on a channel with a summary rule, count under the key their data gives", async () => {
+    const name = `private-summary.${uniq()}`;
+    const channel = `pusher:${name}`;
+    const [a, b] = await pair(name);
+    await setRate(channel, 1);
+    for (const emoji of ["🔥", "👏", "🔥"]) a.send({ event: "client-react", channel: name, data: { emoji } });
+    const stub = channelStub(env, channel);
+    await until(
+      async () => (await runInDurableObject(stub, (instance) => openSummaryDrops(instance))) === 3,
+      "three drops in the open summary interval",
+    );
+    await runInDurableObject(stub, (instance) => makeSummaryDue(instance));
+    await runDurableObjectAlarm(stub);
+    const summary = await b.next((e) => e.event === "floodgate:summary");
+    expect(dataOf(summary)).toMatchObject({ type: "summary", channel, dropped: 3, by_key: { "🔥": 2, "👏": 1 } });
     a.ws.close();
     b.ws.close();
   });

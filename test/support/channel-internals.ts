@@ -27,7 +27,7 @@ interface Parts {
     presenceTick(now: number): void;
   };
   expiry: { lastLeftAt: number };
-  summaries: { open: { from: number; due: number } | null };
+  summaries: { open: { from: number; due: number; tally: { total: number } } | null };
 }
 
 const parts = (instance: ChannelObject | Record<string, unknown>) => instance as unknown as Parts;
@@ -66,6 +66,11 @@ export function makeSummaryDue(instance: ChannelObject): number | null {
   if (!open) return null;
   open.due = Date.now();
   return open.from;
+}
+
+/** The drops counted in the channel's open summary interval (0 when none is open). */
+export function openSummaryDrops(instance: ChannelObject): number {
+  return parts(instance).summaries.open?.tally.total ?? 0;
 }
 
 /** The channel's alarm as presence sees it, at `now` (its interval frame, its wake-ups of the relays). */

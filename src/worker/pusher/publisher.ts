@@ -11,7 +11,7 @@ import { splitShardKey } from "../../../functions/shard-key";
 import { publishBudget } from "../../limiter/budgets";
 import { summaryFor } from "../../settings/rules";
 import { parseChannelName } from "../../wire/channel-names";
-import { eventMetaText, pusherBody } from "../../wire/pusher/event-meta";
+import { eventMetaText } from "../../wire/pusher/event-meta";
 import { throttleAndDeliver } from "../publish-one";
 import { services } from "../services";
 import { pusherSummaryKey } from "./summary-key";
@@ -22,8 +22,8 @@ export interface ClientEventCall {
   channel: string;
   /** The object that takes it (a shard's key on a channel sharded by continent). */
   key: string;
-  event: string;
-  data: string;
+  /** The event as stored, `{"event","data"}` (src/wire/pusher/event-meta.ts): made once, by the host's size check. */
+  body: string;
   /** The sender's socket id: never sent its own event. */
   socketId: string;
   /** The sender's member id on a presence channel. */
@@ -42,7 +42,7 @@ export class Publisher extends WorkerEntrypoint<Env> {
       const budget = publishBudget(svc.config, channel, publisher);
       const charged = await svc.gate.charge("publish", budget.key, budget.limit, defer);
       if (charged.denial) return { refused: "client event rejected: publish rate limit exceeded" };
-      const messageJson = pusherBody(e.event, e.data);
+      const messageJson = e.body;
       const summary = summaryFor(svc.config, channel);
       const meta = eventMetaText({ exclude: e.socketId, ...(e.userId !== null ? { user_id: e.userId } : {}) });
       const outcome = await throttleAndDeliver(
@@ -53,7 +53,7 @@ export class Publisher extends WorkerEntrypoint<Env> {
           shard: splitShardKey(e.key).shard,
           messageJson,
           publisher,
-          ...(summary ? { dropKey: pusherSummaryKey(e.event, e.data, summary.tokens) } : {}),
+          ...(summary ? { dropKey: summaryKeyOf(e.body, summary.tokens) } : {}),
           ...(meta ? { meta } : {}),
         },
         defer,
@@ -63,4 +63,13 @@ export class Publisher extends WorkerEntrypoint<Env> {
       svc.metrics.schedule(defer);
     }
   }
+}
+
+/**
+ * The key a dropped client event counts under in its channel's summary: read back from its body, and
+ * only on a channel with a summary rule (the body is what the host checked and stored).
+ */
+function summaryKeyOf(body: string, tokens: Parameters<typeof pusherSummaryKey>[2]): string {
+  const { event, data } = JSON.parse(body) as { event: string; data: string };
+  return pusherSummaryKey(event, data, tokens);
 }
