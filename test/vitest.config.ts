@@ -79,14 +79,15 @@ function workerd() {
               "public:sharded.fast.*": "1/s",
             }),
             THROTTLE_THINNING: "public:sampled.thin.*,public:fastloop.*",
-            // Summaries of drops for test/channel/drop-summaries.test.ts only. The interval is long, so no
-            // summary is sent by itself: a test makes the open interval due now and runs the alarm.
+            // Summaries of drops (test/channel/drop-summaries.test.ts, whose manifest test lists these rules,
+            // and the two Pusher tests named below). The interval is long, so no summary is sent by
+            // itself: a test makes the open interval due now and runs the alarm.
             THROTTLE_SUMMARY: JSON.stringify({
               "public:summary.**": "/emoji",
               "public:summary.deep.*": "/a/b/0",
               // test/connection-host/both-doors.test.ts: a Pusher event's data read through /data/.
               "pusher:summary.**": "/data/emoji",
-              // test/connection-host/client-events.test.ts: a client event's key, read back from its body.
+              // test/connection-host/client-events.test.ts: a dropped client event's key.
               "pusher:private-summary.**": "/data/emoji",
             }),
             SUMMARY_INTERVAL: "1h",

@@ -348,6 +348,7 @@ describe("summary configuration", () => {
       rules: [
         { pattern: "public:summary.deep.*", pointer: "/a/b/0" },
         { pattern: "public:summary.**", pointer: "/emoji" },
+        { pattern: "pusher:private-summary.**", pointer: "/data/emoji" },
         { pattern: "pusher:summary.**", pointer: "/data/emoji" },
       ],
     });

@@ -148,7 +148,8 @@ describe("client events", () => {
     await runInDurableObject(stub, (instance) => makeSummaryDue(instance));
     await runDurableObjectAlarm(stub);
     const summary = await b.next((e) => e.event === "floodgate:summary");
-    expect(dataOf(summary)).toMatchObject({ type: "summary", channel, dropped: 3, by_key: { "🔥": 2, "👏": 1 } });
+    expect(dataOf(summary)).toMatchObject({ type: "summary", channel, dropped: 3 });
+    expect((dataOf(summary) as { by_key: unknown }).by_key).toEqual({ "🔥": 2, "👏": 1 });
     a.ws.close();
     b.ws.close();
   });
