@@ -20,8 +20,12 @@ export interface OnePublish {
   shard: string | null;
   /** The message as minified JSON text. */
   messageJson: string;
-  /** Its key for the channel's summary of drops, when the channel has a summary rule. */
-  dropKey?: string;
+  /**
+   * Its key for the channel's summary of drops, when the channel has a summary rule: the key, or how
+   * to take it when it is dropped (a client event's is read back from its stored body, work a
+   * delivered event never needs).
+   */
+  dropKey?: string | (() => string);
   publisher: string;
   priority?: boolean;
   idempotencyKey?: string;
@@ -48,7 +52,7 @@ export async function throttleAndDeliver(
       });
   const now = Date.now();
   // Where the drop is decided, its key for the channel's summary (docs/api.md, "Summaries of drops").
-  const summaryKey = decision.action === "drop" ? p.dropKey : undefined;
+  const summaryKey = decision.action !== "drop" ? undefined : typeof p.dropKey === "function" ? p.dropKey() : p.dropKey;
   const copy = (counted: boolean): QueuedCopy => ({
     id: crypto.randomUUID(),
     source_channel: p.channel.name,

@@ -53,7 +53,7 @@ export class Publisher extends WorkerEntrypoint<Env> {
           shard: splitShardKey(e.key).shard,
           messageJson,
           publisher,
-          ...(summary ? { dropKey: summaryKeyOf(e.body, summary.tokens) } : {}),
+          ...(summary ? { dropKey: () => summaryKeyOf(e.body, summary.tokens) } : {}),
           ...(meta ? { meta } : {}),
         },
         defer,
@@ -66,8 +66,8 @@ export class Publisher extends WorkerEntrypoint<Env> {
 }
 
 /**
- * The key a dropped client event counts under in its channel's summary: read back from its body, and
- * only on a channel with a summary rule (the body is what the host checked and stored).
+ * The key a dropped client event counts under in its channel's summary, read back from its body (what
+ * the host checked and stored): asked for only when the event is dropped on a channel with a rule.
  */
 function summaryKeyOf(body: string, tokens: Parameters<typeof pusherSummaryKey>[2]): string {
   const { event, data } = JSON.parse(body) as { event: string; data: string };
