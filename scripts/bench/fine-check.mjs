@@ -84,7 +84,8 @@ const QUIET = { windowMs: 50, busyShare: 0.05, mostMs: 3000 };
 
 /**
  * Waits until the fine check's workerds (`pids`) together use less than `QUIET.busyShare` of one core
- * over a `QUIET.windowMs` window, for at most `QUIET.mostMs`; resolves to the ms waited. A path's
+ * over a `QUIET.windowMs` window, for at most `QUIET.mostMs`; resolves to { waited (ms), quiet (false:
+ * it gave up at the cap) }. A path's
  * work can outlast its slice — a `drop90` slice's workerd goes on recording its drops (queue, R2,
  * the analytics channel) for about 200 ms, 130 ms of CPU — and on two cores that would run beside
  * whichever slice came next: the order of the paths, not their code, would move their throughput
@@ -95,13 +96,15 @@ async function untilQuiet(pids) {
   const started = performance.now();
   const total = () => pids.reduce((sum, pid) => sum + cpuMicros(pid), 0);
   let before = total();
-  while (performance.now() - started < QUIET.mostMs) {
+  let at = started;
+  while (at - started < QUIET.mostMs) {
     await new Promise((res) => setTimeout(res, QUIET.windowMs));
-    const now = total();
-    if (now - before < QUIET.busyShare * QUIET.windowMs * 1000) break;
-    before = now;
+    const [now, cpu] = [performance.now(), total()];
+    // Against the window as it ran (a late timer makes it longer), in µs of CPU per ms.
+    if (cpu - before < QUIET.busyShare * (now - at) * 1000) return { waited: now - started, quiet: true };
+    [before, at] = [cpu, now];
   }
-  return performance.now() - started;
+  return { waited: at - started, quiet: false };
 }
 
 /**
@@ -212,15 +215,20 @@ export async function fineCheck(config, { targets, has, references }) {
     p.drivenAt = Date.now();
   }
   const slices = new Map(paths.map((p) => [p.id, []]));
+  for (const p of paths)
+    if (!p.pid) console.log(`fine check: no process found for ${p.id}; its quiet is not waited for`);
   const pids = [...new Set(paths.map((p) => p.pid).filter(Boolean))];
   let waited = 0;
+  let neverQuiet = 0;
   for (let round = 0; round < FINE; round++) {
     for (const p of round % 2 ? [...paths].reverse() : paths) {
       // Local workerd evicts an object idle for about 10 s (see touchAll): a round on a busy machine
       // can take that long, so the crowd's objects are touched again once its last slice is 5 s old.
       if (p.warm && Date.now() - p.drivenAt > 5000) await p.warm();
       if (p.prepare) p.opts = await p.prepare();
-      waited += await untilQuiet(pids);
+      const quiet = await untilQuiet(pids);
+      waited += quiet.waited;
+      if (!quiet.quiet) neverQuiet++;
       const before = p.countLimiter ? await metrics(p.worker) : null;
       const r = await measured(p, 0, p.amount ? { amount: p.amount, connections: CONNECTIONS } : slice);
       p.drivenAt = Date.now();
@@ -230,7 +238,9 @@ export async function fineCheck(config, { targets, has, references }) {
   }
   for (const p of paths) await p.dispose?.();
   const slicesRun = FINE * paths.length;
-  console.log(`fine check: ${(waited / slicesRun).toFixed(0)} ms a slice waiting for the workerds to go quiet`);
+  console.log(
+    `fine check: ${(waited / slicesRun).toFixed(0)} ms a slice waiting for the workerds to go quiet; ${neverQuiet} of ${slicesRun} slices started after ${QUIET.mostMs} ms without`,
+  );
   const against = (id, ref, f) => median(slices.get(id).map((r, i) => f(r) / f(slices.get(ref)[i])));
   return {
     ids: [...ids],
