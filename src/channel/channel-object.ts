@@ -171,8 +171,10 @@ export class ChannelObject extends DurableObject<Env> implements ChannelForRelay
     this.store.inBatch(() => {
       sends = this.relays.saveSends();
       // At most once by id, whatever the queue's redeliveries (src/channel/record.ts).
+      const kept = this.record.held(items.map((item) => item.id));
       for (const item of items) {
-        if (this.record.holds(item.id)) continue;
+        if (kept.has(item.id)) continue;
+        kept.add(item.id); // a batch that carries a copy twice appends it once
         this.messages.append(item.data, item.publisher, now, item);
         appended++;
       }

@@ -14,6 +14,8 @@ import type { ChannelStore } from "./store";
 
 /** Expired copies deleted per statement, and at most per alarm run before the object yields. */
 export const EXPIRE_BATCH = 1000;
+/** Ids one query of {@link ChannelRecord.held} asks about: a Durable Object's SQL binds at most 100 values. */
+const HELD_QUERY_IDS = 100;
 export const EXPIRE_PER_RUN = 20_000;
 
 export class ChannelRecord {
@@ -101,13 +103,21 @@ export class ChannelRecord {
     return now;
   }
 
-  /** Whether a copy with this id is kept already (a queue message delivered again carries it again). */
-  holds(id: string): boolean {
-    return (
-      this.store.sql
-        .exec("SELECT 1 FROM messages INDEXED BY messages_by_copy_id WHERE id = ? AND source_channel IS NOT NULL", id)
-        .toArray().length > 0
-    );
+  /**
+   * Which of `ids` are copies kept already (a queue message delivered again carries them again): one
+   * statement per {@link HELD_QUERY_IDS} ids, not one per copy.
+   */
+  held(ids: string[]): Set<string> {
+    const kept = new Set<string>();
+    for (let k = 0; k < ids.length; k += HELD_QUERY_IDS) {
+      const some = ids.slice(k, k + HELD_QUERY_IDS);
+      const rows = this.store.sql.exec<{ id: string }>(
+        `SELECT id FROM messages INDEXED BY messages_by_copy_id WHERE id IN (${some.map(() => "?").join(", ")}) AND source_channel IS NOT NULL`,
+        ...some,
+      );
+      for (const r of rows) kept.add(r.id);
+    }
+    return kept;
   }
 
   /** Makes sure the alarm will expire the oldest message the analytics channel keeps. */

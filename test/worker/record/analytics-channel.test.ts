@@ -160,6 +160,23 @@ describe("retention", () => {
   });
 });
 
+describe("each copy once", () => {
+  it("a batch delivered again appends only the copies not kept yet, and a copy twice in one batch once", async () => {
+    const r = await record();
+    const now = Date.now();
+    const items = Array.from({ length: 250 }, (_, i) => copyOf(i, "public:src.again", now + i));
+    await append(r.stub, r.name, items.slice(0, 150));
+    // 100 new copies, then 60 kept already (past the first query's 100 ids), then one new one again.
+    const again = [...items.slice(150, 250), ...items.slice(90, 150), items[200] as CopyItem];
+    expect(await r.stub.appendCopies(r.name, again, now)).toBe(100);
+    const { frames } = await pageAll(r);
+    expect(frames.map((f) => f.data.message.i)).toEqual([
+      ...Array.from({ length: 150 }, (_, i) => i),
+      ...Array.from({ length: 100 }, (_, i) => 150 + i),
+    ]);
+  });
+});
+
 describe("paging and filtering", () => {
   it("after=<seq>&limit=1000 returns every copy exactly once, in order, across page boundaries", async () => {
     const r = await record();
