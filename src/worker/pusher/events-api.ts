@@ -256,7 +256,8 @@ async function publishCopy(c: Context<AppEnv>, appKey: string, copy: Copy): Prom
       messageJson: event.body,
       publisher: appKey,
       priority: event.priority,
-      ...(summary ? { dropKey: pusherSummaryKey(event.name, event.data, summary.tokens) } : {}),
+      // Taken only if this copy is dropped, as a client event's (src/worker/pusher/publisher.ts).
+      ...(summary ? { dropKey: () => pusherSummaryKey(event.name, event.data, summary.tokens) } : {}),
       ...(meta ? { meta } : {}),
     },
     c.var.defer,
