@@ -85,12 +85,11 @@ const QUIET = { windowMs: 50, busyShare: 0.05, mostMs: 3000 };
 /**
  * Waits until the fine check's workerds (`pids`) together use less than `QUIET.busyShare` of one core
  * over a `QUIET.windowMs` window, for at most `QUIET.mostMs`; resolves to { waited (ms), quiet (false:
- * it gave up at the cap) }. A path's
- * work can outlast its slice — a `drop90` slice's workerd goes on recording its drops (queue, R2,
- * the analytics channel) for about 200 ms, 130 ms of CPU — and on two cores that would run beside
- * whichever slice came next: the order of the paths, not their code, would move their throughput
- * (`pub1` follows `drop90` in every other round, `recipe50` follows a drop path in every round). Each
- * path's CPU is counted in its own workerd either way.
+ * it gave up at the cap) }. A path's work can outlast its slice — a `drop90` slice's workerd goes on
+ * recording its drops (queue, R2, the analytics channel) for about 200 ms, 130 ms of CPU — and on two
+ * cores that would run beside whichever slice came next: the order of the paths, not their code,
+ * would move their throughput (`pub1` follows `drop90` in every other round, `recipe50` follows a
+ * drop path in every round). Each path's CPU is counted in its own workerd either way.
  */
 async function untilQuiet(pids) {
   const started = performance.now();

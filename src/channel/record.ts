@@ -14,9 +14,9 @@ import type { ChannelStore } from "./store";
 
 /** Expired copies deleted per statement, and at most per alarm run before the object yields. */
 export const EXPIRE_BATCH = 1000;
+export const EXPIRE_PER_RUN = 20_000;
 /** Ids one query of {@link ChannelRecord.held} asks about: a Durable Object's SQL binds at most 100 values. */
 const HELD_QUERY_IDS = 100;
-export const EXPIRE_PER_RUN = 20_000;
 
 export class ChannelRecord {
   /** Set once this object has received analytics copies (stored in meta as "record"). */
